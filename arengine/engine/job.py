@@ -1,0 +1,239 @@
+"""One request inside the engine: its four stages as tasks that any engine thread may run.
+
+A job hands out one task at a time to the pool: validation first, then alternately decoding
+(one segment ahead, sequentially, never more than `segments_ahead` undelivered segments) and
+inference of decoded segments (any order, any thread). Post-processing consumes inference results
+strictly in segment order, so tags come out in timestamp order and segment cuts are invisible.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from arengine.decode import decode
+from arengine.errors import ArengineError, StageFailed
+from arengine.features import Segment, Segmenter
+from arengine.models.recognizer import Recognizer
+from arengine.postprocess import SpeechParams, SpeechTagger, Tag
+from arengine.validation import AudioInfo, AudioLimits, probe
+
+log = logging.getLogger(__name__)
+
+Task = Callable[[], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Seconds spent per stage, summed over engine threads, and the request's wall time."""
+
+    validation_s: float
+    features_s: float
+    inference_s: float
+    postprocess_s: float
+    total_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """Everything a request gets back."""
+
+    model: str
+    audio: AudioInfo
+    tags: tuple[Tag, ...]
+    timings: Timings
+
+
+class Cancelled(ArengineError):
+    """The client went away or the server is stopping; nobody reads this job's answer."""
+
+    status = 499
+    code = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What a request asks of the engine."""
+
+    request_id: str
+    path: Path
+    recognizer: Recognizer
+    params: SpeechParams
+    limits: AudioLimits
+    segments_ahead: int
+
+
+class Job:
+    """The per-request state machine; the pool calls `take`, everything else is internal."""
+
+    def __init__(self, spec: JobSpec, wake: Callable[[], None]) -> None:
+        self.spec = spec
+        self.future: Future[Result] = Future()
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._started = time.perf_counter()
+        self._seconds = {"validation": 0.0, "features": 0.0, "inference": 0.0, "postprocess": 0.0}
+        self.finished = False
+        self._running = 0
+        self._validating = False
+        self._decoding = False
+        self._draining = False
+        self._info: AudioInfo | None = None
+        self._segments: Segmenter | None = None
+        self._segment_count: int | None = None
+        self._ready: deque[Segment] = deque()
+        self._results: dict[int, np.ndarray] = {}
+        self._next_post = 0
+        self._undelivered = 0
+        """Segments decoded and not yet post-processed: what bounds this job's memory."""
+        self._tagger: SpeechTagger = spec.recognizer.tagger(spec.params)
+        self._tags: list[Tag] = []
+
+    def take(self) -> Task | None:
+        """The next runnable task, or None; inference first so decoded audio does not pile up."""
+        with self._lock:
+            task = self._next_task()
+            if task is not None:
+                self._running += 1
+            return task
+
+    def cancel(self) -> None:
+        """Drop the remaining work; a task already running finishes and is discarded."""
+        self._fail(Cancelled("the request was cancelled"))
+
+    def _next_task(self) -> Task | None:
+        if self.finished:
+            return None
+        if self._info is None:
+            if self._validating:
+                return None
+            self._validating = True
+            return functools.partial(self._run, "validation", self._validate)
+        if self._ready:
+            return functools.partial(self._run, "inference", self._infer, self._ready.popleft())
+        if (not self._decoding and self._segment_count is None
+                and self._undelivered < self.spec.segments_ahead):
+            self._decoding = True
+            return functools.partial(self._run, "features", self._decode)
+        return None
+
+    def _run(self, stage: str, work: Callable[..., None], *args: object) -> None:
+        try:
+            work(*args)
+        except ArengineError as error:
+            self._fail(error)
+        except Exception as error:
+            log.exception("stage %s failed for request %s", stage, self.spec.request_id)
+            self._fail(StageFailed(stage, self.spec.request_id, error))
+        finally:
+            with self._lock:
+                self._running -= 1
+                idle = self.finished and self._running == 0
+            if idle:
+                self._release()
+            self._wake()
+
+    def _validate(self) -> None:
+        started = time.perf_counter()
+        spec = self.spec
+        info = probe(spec.path, spec.limits)
+        max_frames = int(spec.limits.max_duration_s * info.sample_rate)
+        blocks = decode(spec.path, info.sample_rate, spec.recognizer.sample_rate, max_frames)
+        with self._lock:
+            self._info = info
+            self._segments = Segmenter(blocks, spec.recognizer.plan)
+            self._seconds["validation"] += time.perf_counter() - started
+
+    def _decode(self) -> None:
+        started = time.perf_counter()
+        assert self._segments is not None  # set by validation, which always runs first
+        segment = next(self._segments, None)
+        with self._lock:
+            self._seconds["features"] += time.perf_counter() - started
+            self._decoding = False
+            if segment is not None:
+                self._ready.append(segment)
+                self._undelivered += 1
+                return
+            self._segment_count = self._segments.index
+            complete = not self._draining and self._next_post == self._segment_count
+        if complete:
+            self._complete()
+
+    def _infer(self, segment: Segment) -> None:
+        recognizer = self.spec.recognizer
+        started = time.perf_counter()
+        features = recognizer.features(segment)
+        extracted = time.perf_counter()
+        scores = recognizer.infer(features, segment)
+        with self._lock:
+            self._seconds["features"] += extracted - started
+            self._seconds["inference"] += time.perf_counter() - extracted
+            self._results[segment.index] = scores
+            if self._draining:
+                return
+            self._draining = True
+        self._drain()
+
+    def _drain(self) -> None:
+        """Post-process results in segment order; one thread at a time, the others hand over."""
+        while True:
+            with self._lock:
+                scores = self._results.pop(self._next_post, None)
+                if scores is None or self.finished:
+                    self._draining = False
+                    complete = self._next_post == self._segment_count and not self.finished
+                    break
+                self._next_post += 1
+                self._undelivered -= 1
+            started = time.perf_counter()
+            tags = self._tagger.push(scores)
+            with self._lock:
+                self._tags.extend(tags)
+                self._seconds["postprocess"] += time.perf_counter() - started
+        if complete:
+            self._complete()
+
+    def _complete(self) -> None:
+        started = time.perf_counter()
+        assert self._segments is not None and self._info is not None
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+            tags = tuple(self._tags + self._tagger.finish(self._segments.total_samples or 0))
+            seconds = self._seconds
+            seconds["postprocess"] += time.perf_counter() - started
+        timings = Timings(validation_s=seconds["validation"], features_s=seconds["features"],
+                          inference_s=seconds["inference"], postprocess_s=seconds["postprocess"],
+                          total_s=time.perf_counter() - self._started)
+        self.future.set_result(Result(self.spec.recognizer.name, self._info, tags, timings))
+
+    def _fail(self, error: ArengineError) -> None:
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+            self._ready.clear()
+            self._results.clear()
+            idle = self._running == 0
+        self.future.set_exception(error)
+        if idle:
+            self._release()
+        self._wake()
+
+    def _release(self) -> None:
+        """Close the decoder (and its file) once no task is using it."""
+        with self._lock:
+            segments, self._segments = self._segments, None
+        if segments is not None:
+            segments.close()

@@ -1,0 +1,72 @@
+"""The one error hierarchy: each error carries its HTTP status and a stable machine code.
+
+Stages raise these; only `arengine.http` turns them into responses, so no stage imports FastAPI.
+"""
+
+from __future__ import annotations
+
+
+class ArengineError(Exception):
+    """Base class: `status` is the HTTP status, `code` a stable identifier for clients."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class CorruptAudio(ArengineError):
+    """The upload is not decodable audio (truncated, damaged, lying header)."""
+
+    status = 400
+    code = "corrupt_audio"
+
+
+class TooLarge(ArengineError):
+    """The upload or the recording exceeds a configured cap."""
+
+    status = 413
+    code = "too_large"
+
+
+class UnsupportedFormat(ArengineError):
+    """The container, codec or content type is not one arengine decodes."""
+
+    status = 415
+    code = "unsupported_format"
+
+
+class InvalidInput(ArengineError):
+    """A parameter, a form field or a property of the audio is outside what is accepted."""
+
+    status = 422
+    code = "invalid_input"
+
+
+class UnknownModel(ArengineError):
+    """The requested model is not loaded."""
+
+    status = 404
+    code = "unknown_model"
+
+
+class NotReady(ArengineError):
+    """The server is starting (models not loaded) or stopping."""
+
+    status = 503
+    code = "not_ready"
+
+
+class StageFailed(ArengineError):
+    """A pipeline stage failed on valid input: a server fault, reported with stage and request id."""
+
+    status = 500
+    code = "stage_failed"
+
+    def __init__(self, stage: str, request_id: str, cause: BaseException) -> None:
+        super().__init__(f"{stage} failed for request {request_id}: {type(cause).__name__}: {cause}")
+        self.stage = stage

@@ -1,0 +1,188 @@
+"""Stage 4, post-processing: per-frame speech probabilities to speech tags, streamed.
+
+A faithful, incremental port of silero-vad's `get_speech_timestamps_from_probs`: probabilities are
+pushed in timestamp order, segment after segment, and the state machine runs across segment
+boundaries, so a cut between segments never splits or duplicates a tag. The defaults are
+silero-vad's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    """One result: `label` between `start` and `end` seconds, with a confidence `score`."""
+
+    start: float
+    end: float
+    label: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechParams:
+    """Thresholds and durations, named and defaulted as in silero-vad's `get_speech_timestamps`."""
+
+    threshold: float = 0.5
+    neg_threshold: float | None = None
+    """Hysteresis: speech ends below this; default `max(threshold - 0.15, 0.01)`."""
+    min_speech_duration_ms: int = 250
+    max_speech_duration_s: float = math.inf
+    min_silence_duration_ms: int = 100
+    speech_pad_ms: int = 30
+    min_silence_at_max_speech: int = 98
+    use_max_poss_sil_at_max_speech: bool = True
+
+
+@dataclass(slots=True)
+class _Speech:
+    start: int
+    end: int
+    score: float
+
+
+class SpeechTagger:
+    """Feed probabilities with `push`, then `finish`; both return the tags that became final.
+
+    >>> tagger = SpeechTagger(SpeechParams(), sample_rate=16000, hop=512)
+    >>> tagger.push(probabilities) + tagger.finish(audio_samples)
+    [Tag(start=0.45, end=1.93, label='speech', score=0.91)]
+    """
+
+    def __init__(self, params: SpeechParams, sample_rate: int, hop: int) -> None:
+        self.sample_rate = sample_rate
+        self.hop = hop
+        rate = sample_rate / 1000
+        self.threshold = params.threshold
+        self.neg_threshold = (max(params.threshold - 0.15, 0.01) if params.neg_threshold is None
+                              else params.neg_threshold)
+        self.min_speech = rate * params.min_speech_duration_ms
+        self.pad = rate * params.speech_pad_ms
+        self.max_speech = sample_rate * params.max_speech_duration_s - hop - 2 * self.pad
+        self.min_silence = rate * params.min_silence_duration_ms
+        self.min_silence_at_max = rate * params.min_silence_at_max_speech
+        self.use_max_poss = params.use_max_poss_sil_at_max_speech
+        self.triggered = False
+        self.start: int | None = None
+        self.temp_end = self.prev_end = self.next_start = 0
+        self.possible_ends: list[tuple[int, int]] = []
+        self.frame = 0
+        self.sum = 0.0
+        self.sum_at: dict[int, float] = {}
+        """Sum of probabilities before a sample that may become a boundary; gives tag scores."""
+        self.pending: _Speech | None = None
+        """The last raw speech: final once the next one (or the end) fixes its padding."""
+
+    def push(self, probabilities: Iterable[float]) -> list[Tag]:
+        """Run the state machine over the next frames; return tags that can no longer change."""
+        out: list[Tag] = []
+        for probability in probabilities:
+            self._step(self.frame * self.hop, float(probability), out)
+            self.sum += float(probability)
+            self.frame += 1
+        return out
+
+    def finish(self, audio_samples: int) -> list[Tag]:
+        """End of the recording (`audio_samples` at the model's rate): flush the last tags."""
+        out: list[Tag] = []
+        self._mark(audio_samples)
+        if self.start is not None and audio_samples - self.start > self.min_speech:
+            self._close(audio_samples, out)
+        if self.pending is not None:
+            self.pending.end = int(min(audio_samples, self.pending.end + self.pad))
+            out.append(self._tag(self.pending))
+            self.pending = None
+        return out
+
+    def _step(self, sample: int, probability: float, out: list[Tag]) -> None:
+        if probability >= self.threshold and self.temp_end:
+            silence = sample - self.temp_end
+            if silence > self.min_silence_at_max:
+                self._mark(sample)
+                self.possible_ends.append((self.temp_end, silence))
+            self.temp_end = 0
+            if self.next_start < self.prev_end:
+                self.next_start = self._mark(sample)
+        if probability >= self.threshold and not self.triggered:
+            self.triggered = True
+            self.start = self._mark(sample)
+            return
+        if self.triggered and self.start is not None and sample - self.start > self.max_speech:
+            if self._cut_at_max_speech(sample, out):
+                return
+        if probability < self.neg_threshold and self.triggered:
+            if not self.temp_end:
+                self.temp_end = self._mark(sample)
+            silence_now = sample - self.temp_end
+            if not self.use_max_poss and silence_now > self.min_silence_at_max:
+                self.prev_end = self.temp_end
+            if silence_now < self.min_silence:
+                return
+            if self.start is not None and self.temp_end - self.start > self.min_speech:
+                self._close(self.temp_end, out)
+            self._reset(triggered=False)
+
+    def _cut_at_max_speech(self, sample: int, out: list[Tag]) -> bool:
+        """silero-vad's cut of an over-long speech; True when the frame needs no more work."""
+        if self.use_max_poss and self.possible_ends:
+            self.prev_end, silence = max(self.possible_ends, key=lambda end: end[1])
+            self._close(self.prev_end, out)
+            self.next_start = self.prev_end + silence
+            keep_going = self.next_start < self.prev_end + sample
+            restart = self.next_start
+            self._reset(triggered=keep_going)
+            self.start = restart if keep_going else None
+            return False
+        if self.prev_end:
+            self._close(self.prev_end, out)
+            keep_going = self.next_start >= self.prev_end
+            restart = self.next_start
+            self._reset(triggered=keep_going)
+            self.start = restart if keep_going else None
+            return False
+        self._close(self._mark(sample), out)
+        self._reset(triggered=False)
+        return True
+
+    def _reset(self, *, triggered: bool) -> None:
+        self.start = None
+        self.prev_end = self.next_start = self.temp_end = 0
+        self.possible_ends = []
+        self.triggered = triggered
+
+    def _mark(self, sample: int) -> int:
+        self.sum_at[sample] = self.sum
+        return sample
+
+    def _close(self, end: int, out: list[Tag]) -> None:
+        """A raw speech ended: pad it against the previous one, which is then final."""
+        assert self.start is not None
+        frames = max((end - self.start) / self.hop, 1.0)
+        score = (self.sum_at.get(end, self.sum) - self.sum_at.get(self.start, 0.0)) / frames
+        speech = _Speech(self.start, end, score)
+        self.start = None
+        if self.pending is None:  # the first speech of the recording
+            speech.start = int(max(0, speech.start - self.pad))
+        else:
+            self._pad_between(self.pending, speech)
+            out.append(self._tag(self.pending))
+        self.pending = speech
+        self.sum_at = {k: v for k, v in self.sum_at.items() if k >= end}
+
+    def _pad_between(self, first: _Speech, second: _Speech) -> None:
+        silence = second.start - first.end
+        if silence < 2 * self.pad:
+            first.end += int(silence // 2)
+            second.start = int(max(0, second.start - silence // 2))
+        else:
+            first.end = int(first.end + self.pad)
+            second.start = int(max(0, second.start - self.pad))
+
+    def _tag(self, speech: _Speech) -> Tag:
+        return Tag(start=round(speech.start / self.sample_rate, 3),
+                   end=round(speech.end / self.sample_rate, 3),
+                   label="speech", score=round(min(max(speech.score, 0.0), 1.0), 4))

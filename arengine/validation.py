@@ -1,0 +1,108 @@
+"""Stage 1, validation: probe an upload and reject what cannot be processed, before heavy work."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import soundfile as sf
+
+from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
+
+FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF", "FLAC", "OGG", "MP3"})
+"""Containers arengine decodes (libsndfile's names)."""
+
+_PCM_BYTES = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4,
+              "DOUBLE": 8, "ULAW": 1, "ALAW": 1}
+SUBTYPES = frozenset({*_PCM_BYTES, "IMA_ADPCM", "MS_ADPCM", "VORBIS", "OPUS",
+                      "MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III"})
+"""Codecs arengine decodes (libsndfile's names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AudioLimits:
+    """What a recording may be; built from the settings."""
+
+    max_duration_s: float
+    max_channels: int
+    min_sample_rate: int
+    max_sample_rate: int
+
+
+@dataclass(frozen=True, slots=True)
+class AudioInfo:
+    """What the header of an accepted upload says."""
+
+    format: str
+    subtype: str
+    sample_rate: int
+    channels: int
+    frames: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate
+
+
+def probe(path: Path, limits: AudioLimits) -> AudioInfo:
+    """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
+
+    >>> probe(Path("speech.flac"), limits).format
+    'FLAC'
+    """
+    size = os.path.getsize(path)
+    if size == 0:
+        raise InvalidInput("the uploaded file is empty", code="empty_file")
+    info = _read_header(path)
+    checked = AudioInfo(format=info.format, subtype=info.subtype, sample_rate=int(info.samplerate),
+                        channels=int(info.channels), frames=max(int(info.frames), 0))
+    _check_codec(checked)
+    _check_shape(checked, limits)
+    _check_frames(checked, size, limits)
+    return checked
+
+
+def _read_header(path: Path) -> sf._SoundFileInfo:
+    try:
+        return sf.info(str(path))
+    except sf.LibsndfileError as error:
+        text = str(error.error_string)
+        if "not recognised" in text or "unknown format" in text.lower():
+            raise UnsupportedFormat(
+                f"not a recognised audio file; accepted containers: {', '.join(sorted(FORMATS))}"
+            ) from None
+        raise CorruptAudio(f"the audio header cannot be read: {text}") from None
+    except (RuntimeError, ValueError) as error:
+        raise CorruptAudio(f"the audio header cannot be read: {error}") from None
+
+
+def _check_codec(info: AudioInfo) -> None:
+    if info.format not in FORMATS:
+        raise UnsupportedFormat(f"container {info.format} is not accepted; accepted: "
+                                f"{', '.join(sorted(FORMATS))}")
+    if info.subtype not in SUBTYPES:
+        raise UnsupportedFormat(f"codec {info.subtype} is not accepted; accepted: "
+                                f"{', '.join(sorted(SUBTYPES))}")
+
+
+def _check_shape(info: AudioInfo, limits: AudioLimits) -> None:
+    if not 1 <= info.channels <= limits.max_channels:
+        raise InvalidInput(f"{info.channels} channels; accepted: 1 to {limits.max_channels}",
+                           code="unsupported_channels")
+    if not limits.min_sample_rate <= info.sample_rate <= limits.max_sample_rate:
+        raise InvalidInput(f"sample rate {info.sample_rate} Hz; accepted: {limits.min_sample_rate} "
+                           f"to {limits.max_sample_rate} Hz", code="unsupported_sample_rate")
+
+
+def _check_frames(info: AudioInfo, size: int, limits: AudioLimits) -> None:
+    if info.duration_s > limits.max_duration_s:
+        raise TooLarge(f"the recording lasts {info.duration_s:.1f} s; the limit is "
+                       f"{limits.max_duration_s:g} s", code="audio_too_long")
+    sample_bytes = _PCM_BYTES.get(info.subtype)
+    # Uncompressed audio cannot hold more frames than its bytes: a header that says otherwise lies.
+    if sample_bytes is not None and info.frames * info.channels * sample_bytes > size:
+        raise CorruptAudio(f"the header declares {info.frames} frames, more than the "
+                           f"{size}-byte file can hold", code="truncated_audio")
+    if info.frames == 0:
+        raise InvalidInput("the recording has no audio frames", code="empty_audio")

@@ -18,7 +18,9 @@ BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
 
 
-def read_blocks(path: Path, max_frames: int, block_frames: int = BLOCK_FRAMES) -> Iterator[np.ndarray]:
+def read_blocks(
+    path: Path, max_frames: int, block_frames: int = BLOCK_FRAMES
+) -> Iterator[np.ndarray]:
     """Yield `(frames, channels)` float32 blocks; stop with `TooLarge` past `max_frames`.
 
     The cap is counted on decoded frames, not taken from the header, so a small compressed file
@@ -30,8 +32,11 @@ def read_blocks(path: Path, max_frames: int, block_frames: int = BLOCK_FRAMES) -
             while (block := _read(audio, block_frames)) is not None:
                 decoded += len(block)
                 if decoded > max_frames:
-                    raise TooLarge(f"the recording decodes to more than {max_frames} frames "
-                                   f"({max_frames / audio.samplerate:g} s)", code="audio_too_long")
+                    raise TooLarge(
+                        f"the recording decodes to more than {max_frames} frames "
+                        f"({max_frames / audio.samplerate:g} s)",
+                        code="audio_too_long",
+                    )
                 yield block
     except sf.LibsndfileError as error:
         raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
@@ -50,7 +55,9 @@ def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
     for block in blocks:
         mono = block[:, 0] if block.shape[1] == 1 else block.mean(axis=1, dtype=np.float32)
         if not np.isfinite(mono).all():
-            raise InvalidInput("the audio contains NaN or infinite samples", code="non_finite_audio")
+            raise InvalidInput(
+                "the audio contains NaN or infinite samples", code="non_finite_audio"
+            )
         yield np.clip(mono, -1.0, 1.0)
 
 

@@ -62,11 +62,13 @@ class NotReady(ArengineError):
 
 
 class StageFailed(ArengineError):
-    """A pipeline stage failed on valid input: a server fault, reported with stage and request id."""
+    """A stage failed on valid input: a server fault, reported with stage and request id."""
 
     status = 500
     code = "stage_failed"
 
     def __init__(self, stage: str, request_id: str, cause: BaseException) -> None:
-        super().__init__(f"{stage} failed for request {request_id}: {type(cause).__name__}: {cause}")
+        super().__init__(
+            f"{stage} failed for request {request_id}: {type(cause).__name__}: {cause}"
+        )
         self.stage = stage

@@ -92,8 +92,13 @@ class Segmenter:
         samples = np.zeros(plan.context + preroll + frames * plan.hop, dtype=np.float32)
         available = self._buffer[first : first + len(samples)]
         samples[: len(available)] = available
-        segment = Segment(index=self._index, first_frame=start // plan.hop,
-                          skip_frames=preroll // plan.hop, frames=frames, samples=samples)
+        segment = Segment(
+            index=self._index,
+            first_frame=start // plan.hop,
+            skip_frames=preroll // plan.hop,
+            frames=frames,
+            samples=samples,
+        )
         self._index += 1
         self._drop_before(start + plan.segment_samples - plan.preroll_frames * plan.hop)
         return segment

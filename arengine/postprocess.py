@@ -58,8 +58,11 @@ class SpeechTagger:
         self.hop = hop
         rate = sample_rate / 1000
         self.threshold = params.threshold
-        self.neg_threshold = (max(params.threshold - 0.15, 0.01) if params.neg_threshold is None
-                              else params.neg_threshold)
+        self.neg_threshold = (
+            max(params.threshold - 0.15, 0.01)
+            if params.neg_threshold is None
+            else params.neg_threshold
+        )
         self.min_speech = rate * params.min_speech_duration_ms
         self.pad = rate * params.speech_pad_ms
         self.max_speech = sample_rate * params.max_speech_duration_s - hop - 2 * self.pad
@@ -111,9 +114,9 @@ class SpeechTagger:
             self.triggered = True
             self.start = self._mark(sample)
             return
-        if self.triggered and self.start is not None and sample - self.start > self.max_speech:
-            if self._cut_at_max_speech(sample, out):
-                return
+        over_long = self.start is not None and sample - self.start > self.max_speech
+        if self.triggered and over_long and self._cut_at_max_speech(sample, out):
+            return
         if probability < self.neg_threshold and self.triggered:
             if not self.temp_end:
                 self.temp_end = self._mark(sample)
@@ -183,6 +186,9 @@ class SpeechTagger:
             second.start = int(max(0, second.start - self.pad))
 
     def _tag(self, speech: _Speech) -> Tag:
-        return Tag(start=round(speech.start / self.sample_rate, 3),
-                   end=round(speech.end / self.sample_rate, 3),
-                   label="speech", score=round(min(max(speech.score, 0.0), 1.0), 4))
+        return Tag(
+            start=round(speech.start / self.sample_rate, 3),
+            end=round(speech.end / self.sample_rate, 3),
+            label="speech",
+            score=round(min(max(speech.score, 0.0), 1.0), 4),
+        )

@@ -17,20 +17,76 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ARENGINE_", frozen=True, extra="forbid")
 
-    host: str = Field("127.0.0.1", description="Interface to bind; anything but loopback is an explicit choice.")
+    host: str = Field(
+        "127.0.0.1", description="Interface to bind; anything but loopback is an explicit choice."
+    )
     port: int = Field(8000, ge=1, le=65535, description="TCP port to listen on.")
-    engine_threads: int = Field(0, ge=0, le=1024, description="Engine worker threads; 0 means the CPUs available to the process (affinity mask and cgroup quota).")
-    intra_op_threads: int = Field(1, ge=1, le=1024, description="LibTorch intra-op threads (1 avoids oversubscription; higher only for experiments).")
-    inter_op_threads: int = Field(1, ge=1, le=1024, description="LibTorch inter-op threads (1 avoids oversubscription; higher only for experiments).")
-    segment_s: float = Field(30.0, ge=1.0, le=600.0, description="Length of the segments a recording is cut into, in seconds.")
-    preroll_s: float = Field(2.0, ge=0.0, le=60.0, description="Audio before each segment fed to the model so a segment does not start cold, in seconds.")
-    segments_ahead: int = Field(4, ge=1, le=256, description="Decoded segments a request may hold ahead of the workers; bounds memory per request.")
-    max_upload_bytes: int = Field(2 * 1024**3, ge=1024, description="Largest accepted upload, in bytes (413 above it).")
-    max_duration_s: float = Field(4 * 3600.0, gt=0, description="Longest accepted recording, in seconds, checked from the header and while decoding (413 above it).")
-    max_channels: int = Field(8, ge=1, le=64, description="Most audio channels accepted (422 above it).")
-    min_sample_rate: int = Field(8000, ge=1000, description="Lowest accepted sample rate in Hz (422 below it).")
-    max_sample_rate: int = Field(192000, le=768000, description="Highest accepted sample rate in Hz (422 above it).")
-    upload_dir: Path | None = Field(None, description="Directory for spooled uploads; default: the system temporary directory.")
-    jemalloc: bool = Field(True, description="Re-execute `serve` with the system jemalloc preloaded when it is installed.")
-    malloc_conf: str = Field("background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000", description="MALLOC_CONF given to jemalloc when arengine preloads it.")
-    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level: critical, error, warning, info or debug.")
+    engine_threads: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Engine worker threads; 0 means the CPUs available to the process (affinity mask and cgroup quota).",
+    )
+    intra_op_threads: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="LibTorch intra-op threads (1 avoids oversubscription; higher only for experiments).",
+    )
+    inter_op_threads: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="LibTorch inter-op threads (1 avoids oversubscription; higher only for experiments).",
+    )
+    segment_s: float = Field(
+        30.0,
+        ge=1.0,
+        le=600.0,
+        description="Length of the segments a recording is cut into, in seconds.",
+    )
+    preroll_s: float = Field(
+        2.0,
+        ge=0.0,
+        le=60.0,
+        description="Audio before each segment fed to the model so a segment does not start cold, in seconds.",
+    )
+    segments_ahead: int = Field(
+        4,
+        ge=1,
+        le=256,
+        description="Decoded segments a request may hold ahead of the workers; bounds memory per request.",
+    )
+    max_upload_bytes: int = Field(
+        2 * 1024**3, ge=1024, description="Largest accepted upload, in bytes (413 above it)."
+    )
+    max_duration_s: float = Field(
+        4 * 3600.0,
+        gt=0,
+        description="Longest accepted recording, in seconds, checked from the header and while decoding (413 above it).",
+    )
+    max_channels: int = Field(
+        8, ge=1, le=64, description="Most audio channels accepted (422 above it)."
+    )
+    min_sample_rate: int = Field(
+        8000, ge=1000, description="Lowest accepted sample rate in Hz (422 below it)."
+    )
+    max_sample_rate: int = Field(
+        192000, le=768000, description="Highest accepted sample rate in Hz (422 above it)."
+    )
+    upload_dir: Path | None = Field(
+        None, description="Directory for spooled uploads; default: the system temporary directory."
+    )
+    jemalloc: bool = Field(
+        True,
+        description="Re-execute `serve` with the system jemalloc preloaded when it is installed.",
+    )
+    malloc_conf: str = Field(
+        "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:1000",
+        description="MALLOC_CONF given to jemalloc when arengine preloads it.",
+    )
+    log_level: str = Field(
+        "info",
+        pattern="^(critical|error|warning|info|debug)$",
+        description="Log level: critical, error, warning, info or debug.",
+    )

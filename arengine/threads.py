@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 
-def available_cpus(cgroup_root: Path = Path("/sys/fs/cgroup"),
-                   proc_self: Path = Path("/proc/self")) -> int:
+def available_cpus(
+    cgroup_root: Path = Path("/sys/fs/cgroup"), proc_self: Path = Path("/proc/self")
+) -> int:
     """CPUs this process may run on: the affinity mask, capped by a cgroup CPU quota (rounded up).
 
     A container on a 64-core host limited to 2 CPUs gets 2.
@@ -79,8 +81,7 @@ def configure_torch(intra_op: int, inter_op: int) -> TorchThreads:
 
     torch.set_num_threads(intra_op)
     if torch.get_num_interop_threads() != inter_op:
-        try:
+        # Refused once the pool has started: the effective value returned below tells the truth.
+        with contextlib.suppress(RuntimeError):
             torch.set_num_interop_threads(inter_op)
-        except RuntimeError:
-            pass  # already started: the effective value below tells the truth
     return TorchThreads(intra_op=torch.get_num_threads(), inter_op=torch.get_num_interop_threads())

@@ -13,10 +13,26 @@ from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFor
 FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF", "FLAC", "OGG", "MP3"})
 """Containers arengine decodes (libsndfile's names)."""
 
-_PCM_BYTES = {"PCM_S8": 1, "PCM_U8": 1, "PCM_16": 2, "PCM_24": 3, "PCM_32": 4, "FLOAT": 4,
-              "DOUBLE": 8, "ULAW": 1, "ALAW": 1}
-SUBTYPES = frozenset({*_PCM_BYTES, "IMA_ADPCM", "MS_ADPCM", "VORBIS", "OPUS",
-                      "MPEG_LAYER_I", "MPEG_LAYER_II", "MPEG_LAYER_III"})
+SUBTYPES = frozenset(
+    {
+        "PCM_S8",
+        "PCM_U8",
+        "PCM_16",
+        "PCM_24",
+        "PCM_32",
+        "FLOAT",
+        "DOUBLE",
+        "ULAW",
+        "ALAW",
+        "IMA_ADPCM",
+        "MS_ADPCM",
+        "VORBIS",
+        "OPUS",
+        "MPEG_LAYER_I",
+        "MPEG_LAYER_II",
+        "MPEG_LAYER_III",
+    }
+)
 """Codecs arengine decodes (libsndfile's names)."""
 
 
@@ -51,15 +67,19 @@ def probe(path: Path, limits: AudioLimits) -> AudioInfo:
     >>> probe(Path("speech.flac"), limits).format
     'FLAC'
     """
-    size = os.path.getsize(path)
-    if size == 0:
+    if os.path.getsize(path) == 0:
         raise InvalidInput("the uploaded file is empty", code="empty_file")
     info = _read_header(path)
-    checked = AudioInfo(format=info.format, subtype=info.subtype, sample_rate=int(info.samplerate),
-                        channels=int(info.channels), frames=max(int(info.frames), 0))
+    checked = AudioInfo(
+        format=info.format,
+        subtype=info.subtype,
+        sample_rate=int(info.samplerate),
+        channels=int(info.channels),
+        frames=max(int(info.frames), 0),
+    )
     _check_codec(checked)
     _check_shape(checked, limits)
-    _check_frames(checked, size, limits)
+    _check_frames(checked, limits)
     return checked
 
 
@@ -79,30 +99,37 @@ def _read_header(path: Path) -> sf._SoundFileInfo:
 
 def _check_codec(info: AudioInfo) -> None:
     if info.format not in FORMATS:
-        raise UnsupportedFormat(f"container {info.format} is not accepted; accepted: "
-                                f"{', '.join(sorted(FORMATS))}")
+        raise UnsupportedFormat(
+            f"container {info.format} is not accepted; accepted: {', '.join(sorted(FORMATS))}"
+        )
     if info.subtype not in SUBTYPES:
-        raise UnsupportedFormat(f"codec {info.subtype} is not accepted; accepted: "
-                                f"{', '.join(sorted(SUBTYPES))}")
+        raise UnsupportedFormat(
+            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}"
+        )
 
 
 def _check_shape(info: AudioInfo, limits: AudioLimits) -> None:
     if not 1 <= info.channels <= limits.max_channels:
-        raise InvalidInput(f"{info.channels} channels; accepted: 1 to {limits.max_channels}",
-                           code="unsupported_channels")
+        raise InvalidInput(
+            f"{info.channels} channels; accepted: 1 to {limits.max_channels}",
+            code="unsupported_channels",
+        )
     if not limits.min_sample_rate <= info.sample_rate <= limits.max_sample_rate:
-        raise InvalidInput(f"sample rate {info.sample_rate} Hz; accepted: {limits.min_sample_rate} "
-                           f"to {limits.max_sample_rate} Hz", code="unsupported_sample_rate")
+        raise InvalidInput(
+            f"sample rate {info.sample_rate} Hz; accepted: {limits.min_sample_rate} "
+            f"to {limits.max_sample_rate} Hz",
+            code="unsupported_sample_rate",
+        )
 
 
-def _check_frames(info: AudioInfo, size: int, limits: AudioLimits) -> None:
+def _check_frames(info: AudioInfo, limits: AudioLimits) -> None:
+    # libsndfile already clamps an uncompressed file's frames to its bytes; a compressed header
+    # (a FLAC total_samples, say) may still lie upwards, which the decode-time cap also catches.
     if info.duration_s > limits.max_duration_s:
-        raise TooLarge(f"the recording lasts {info.duration_s:.1f} s; the limit is "
-                       f"{limits.max_duration_s:g} s", code="audio_too_long")
-    sample_bytes = _PCM_BYTES.get(info.subtype)
-    # Uncompressed audio cannot hold more frames than its bytes: a header that says otherwise lies.
-    if sample_bytes is not None and info.frames * info.channels * sample_bytes > size:
-        raise CorruptAudio(f"the header declares {info.frames} frames, more than the "
-                           f"{size}-byte file can hold", code="truncated_audio")
+        raise TooLarge(
+            f"the recording lasts {info.duration_s:.1f} s; the limit is "
+            f"{limits.max_duration_s:g} s",
+            code="audio_too_long",
+        )
     if info.frames == 0:
         raise InvalidInput("the recording has no audio frames", code="empty_audio")

@@ -40,10 +40,12 @@ class Engine:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.pool = EnginePool(settings.engine_threads or available_cpus())
-        self.limits = AudioLimits(max_duration_s=settings.max_duration_s,
-                                  max_channels=settings.max_channels,
-                                  min_sample_rate=settings.min_sample_rate,
-                                  max_sample_rate=settings.max_sample_rate)
+        self.limits = AudioLimits(
+            max_duration_s=settings.max_duration_s,
+            max_channels=settings.max_channels,
+            min_sample_rate=settings.min_sample_rate,
+            max_sample_rate=settings.max_sample_rate,
+        )
         self.models: dict[str, LoadedModel] = {}
         self._ready = threading.Event()
 
@@ -58,10 +60,15 @@ class Engine:
         recognizer = SpeechRecognizer(model, self.settings.segment_s, self.settings.preroll_s)
         loaded = time.perf_counter()
         recognizer.warm_up()
-        self.models[recognizer.name] = LoadedModel(recognizer, loaded - started,
-                                                   time.perf_counter() - loaded)
-        log.info("model %s loaded in %.2f s, warmed up in %.2f s", recognizer.name,
-                 loaded - started, time.perf_counter() - loaded)
+        self.models[recognizer.name] = LoadedModel(
+            recognizer, loaded - started, time.perf_counter() - loaded
+        )
+        log.info(
+            "model %s loaded in %.2f s, warmed up in %.2f s",
+            recognizer.name,
+            loaded - started,
+            time.perf_counter() - loaded,
+        )
         self._ready.set()
 
     def recognize(self, path: Path, model: str, params: SpeechParams, request_id: str) -> Job:
@@ -70,10 +77,19 @@ class Engine:
             raise NotReady("the models are still loading; retry shortly")
         loaded = self.models.get(model)
         if loaded is None:
-            raise UnknownModel(f"unknown model {model!r}; loaded models: {', '.join(sorted(self.models))}")
-        return self.pool.submit(JobSpec(request_id=request_id, path=path, recognizer=loaded.recognizer,
-                                        params=params, limits=self.limits,
-                                        segments_ahead=self.settings.segments_ahead))
+            raise UnknownModel(
+                f"unknown model {model!r}; loaded models: {', '.join(sorted(self.models))}"
+            )
+        return self.pool.submit(
+            JobSpec(
+                request_id=request_id,
+                path=path,
+                recognizer=loaded.recognizer,
+                params=params,
+                limits=self.limits,
+                segments_ahead=self.settings.segments_ahead,
+            )
+        )
 
     def close(self) -> None:
         self._ready.clear()

@@ -98,6 +98,11 @@ class Job:
         self._tagger: SpeechTagger = spec.recognizer.tagger(spec.params)
         self._tags: list[Tag] = []
 
+    @property
+    def held_segments(self) -> int:
+        """Decoded segments not yet post-processed: the audio this job holds in memory."""
+        return self._undelivered
+
     def take(self) -> Task | None:
         """The next runnable task, or None; inference first so decoded audio does not pile up."""
         with self._lock:
@@ -120,8 +125,11 @@ class Job:
             return functools.partial(self._run, "validation", self._validate)
         if self._ready:
             return functools.partial(self._run, "inference", self._infer, self._ready.popleft())
-        if (not self._decoding and self._segment_count is None
-                and self._undelivered < self.spec.segments_ahead):
+        if (
+            not self._decoding
+            and self._segment_count is None
+            and self._undelivered < self.spec.segments_ahead
+        ):
             self._decoding = True
             return functools.partial(self._run, "features", self._decode)
         return None
@@ -213,9 +221,13 @@ class Job:
             tags = tuple(self._tags + self._tagger.finish(self._segments.total_samples or 0))
             seconds = self._seconds
             seconds["postprocess"] += time.perf_counter() - started
-        timings = Timings(validation_s=seconds["validation"], features_s=seconds["features"],
-                          inference_s=seconds["inference"], postprocess_s=seconds["postprocess"],
-                          total_s=time.perf_counter() - self._started)
+        timings = Timings(
+            validation_s=seconds["validation"],
+            features_s=seconds["features"],
+            inference_s=seconds["inference"],
+            postprocess_s=seconds["postprocess"],
+            total_s=time.perf_counter() - self._started,
+        )
         self.future.set_result(Result(self.spec.recognizer.name, self._info, tags, timings))
 
     def _fail(self, error: ArengineError) -> None:

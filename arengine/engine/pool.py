@@ -31,8 +31,10 @@ class EnginePool:
         self._jobs: deque[Job] = deque()
         self._stopping = False
         self._busy = 0
-        self._workers = [threading.Thread(target=self._work, name=f"arengine-engine-{i}", daemon=True)
-                         for i in range(threads)]
+        self._workers = [
+            threading.Thread(target=self._work, name=f"arengine-engine-{i}", daemon=True)
+            for i in range(threads)
+        ]
         for worker in self._workers:
             worker.start()
 

@@ -8,6 +8,7 @@ segment at once, and only the LSTM walks the sequence, in one call.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -78,10 +79,14 @@ class SpeechModel(nn.Module):
         from importlib.resources import files
 
         archive = Path(str(files("silero_vad.data").joinpath("silero_vad.jit")))
-        packaged = torch.jit.load(str(archive), map_location="cpu").state_dict()
-        names = {"stft_conv.weight": "_model.stft.forward_basis_buffer",
-                 "final_conv.weight": "_model.decoder.decoder.2.weight",
-                 "final_conv.bias": "_model.decoder.decoder.2.bias"}
+        with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript; we only read weights
+            warnings.simplefilter("ignore", DeprecationWarning)
+            packaged = torch.jit.load(str(archive), map_location="cpu").state_dict()  # type: ignore[no-untyped-call]
+        names = {
+            "stft_conv.weight": "_model.stft.forward_basis_buffer",
+            "final_conv.weight": "_model.decoder.decoder.2.weight",
+            "final_conv.bias": "_model.decoder.decoder.2.bias",
+        }
         for i in range(4):
             for kind in ("weight", "bias"):
                 names[f"conv{i + 1}.{kind}"] = f"_model.encoder.{i}.reparam_conv.{kind}"
@@ -105,15 +110,19 @@ class SpeechRecognizer:
 
     kind = "speech"
     sample_rate = SAMPLE_RATE
-    labels = ("speech",)
+    labels: tuple[str, ...] = ("speech",)
 
-    def __init__(self, model: nn.Module, segment_s: float, preroll_s: float,
-                 name: str = "speech") -> None:
+    def __init__(
+        self, model: nn.Module, segment_s: float, preroll_s: float, name: str = "speech"
+    ) -> None:
         self.name = name
         self._model = model
-        self.plan = SegmentPlan(hop=WINDOW, context=CONTEXT,
-                                segment_frames=max(1, round(segment_s * SAMPLE_RATE / WINDOW)),
-                                preroll_frames=round(preroll_s * SAMPLE_RATE / WINDOW))
+        self.plan = SegmentPlan(
+            hop=WINDOW,
+            context=CONTEXT,
+            segment_frames=max(1, round(segment_s * SAMPLE_RATE / WINDOW)),
+            preroll_frames=round(preroll_s * SAMPLE_RATE / WINDOW),
+        )
 
     def features(self, segment: Segment) -> Tensor:
         return torch.from_numpy(segment.samples).unsqueeze(0)
@@ -121,7 +130,8 @@ class SpeechRecognizer:
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
         with torch.inference_mode():
             probabilities = self._model(features)[0]
-        return probabilities[segment.skip_frames :].numpy()
+        scores: np.ndarray = probabilities[segment.skip_frames :].numpy()
+        return scores
 
     def tagger(self, params: SpeechParams) -> SpeechTagger:
         return SpeechTagger(params, sample_rate=SAMPLE_RATE, hop=WINDOW)

@@ -1,0 +1,3 @@
+from arengine.cli import main
+
+main()

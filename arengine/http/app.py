@@ -1,0 +1,112 @@
+"""The FastAPI application: lifespan (engine start, model loading, shutdown) and error mapping."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from arengine import __version__
+from arengine.engine.engine import Engine
+from arengine.errors import ArengineError
+from arengine.http import routes
+from arengine.settings import Settings
+
+log = logging.getLogger(__name__)
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The application for `settings`; the engine starts and the models load in its lifespan.
+
+    >>> uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = Engine(settings)
+        app.state.engine = engine
+        # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
+        threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
+        try:
+            yield
+        finally:
+            engine.close()
+
+    app = FastAPI(
+        title="arengine",
+        version=__version__,
+        lifespan=lifespan,
+        description="Timestamped tags from audio files of any length.",
+    )
+    app.state.settings = settings
+    app.include_router(routes.router)
+    app.add_exception_handler(ArengineError, _arengine_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    app.add_middleware(RequestIdMiddleware)
+    return app
+
+
+def _load(engine: Engine) -> None:
+    try:
+        engine.load_models()
+    except Exception:
+        log.exception("loading the models failed; the server stays not ready")
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    """The one error body: `{"error": {"code": ..., "message": ...}}`."""
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+
+
+async def _arengine_error(request: Request, error: ArengineError) -> JSONResponse:
+    return error_response(error.status, error.code, error.message)
+
+
+async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
+        for e in error.errors()
+    )
+    return error_response(422, "invalid_parameter", problems)
+
+
+async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+    return error_response(error.status_code, code, str(error.detail))
+
+
+class RequestIdMiddleware:
+    """Accept a sane `X-Request-ID` or make one; expose it as `scope["state"]` and echo it back."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)

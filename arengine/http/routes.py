@@ -1,0 +1,156 @@
+"""The HTTP endpoints: recognition, model and server info, liveness and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+import torch
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from arengine import __version__
+from arengine.allocator import active_allocator
+from arengine.engine.engine import Engine
+from arengine.errors import NotReady, UnknownModel
+from arengine.http.schemas import (
+    ErrorResponse,
+    InfoResponse,
+    ModelOut,
+    ModelsResponse,
+    RecognizeQuery,
+    RecognizeResponse,
+)
+from arengine.http.uploads import UploadLimits, check_declared_length, spool
+from arengine.settings import Settings
+from arengine.threads import available_cpus
+
+router = APIRouter()
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in [
+        (400, "Corrupt or undecodable audio, malformed body"),
+        (404, "Unknown model"),
+        (413, "Upload or recording over a configured cap"),
+        (415, "Unsupported container, codec or content type"),
+        (422, "Invalid parameter, missing file field, or audio outside the accepted shape"),
+        (500, "A pipeline stage failed (names the stage and the request id)"),
+        (503, "Models still loading or server stopping"),
+    ]
+}
+_AUDIO_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            },
+            "audio/*": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+}
+
+
+def _engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
+
+
+@router.post(
+    "/v1/recognize", response_model=RecognizeResponse, responses=_ERRORS, openapi_extra=_AUDIO_BODY
+)
+async def recognize(
+    request: Request, query: Annotated[RecognizeQuery, Query()]
+) -> RecognizeResponse:
+    """Tag one audio file (multipart field `file`, or a raw body with an audio content type)."""
+    engine = _engine(request)
+    settings: Settings = request.app.state.settings
+    if not engine.ready:
+        raise NotReady("the models are still loading; retry shortly")
+    if query.model not in engine.models:
+        raise UnknownModel(
+            f"unknown model {query.model!r}; loaded models: {', '.join(sorted(engine.models))}"
+        )
+    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    check_declared_length(request.headers.get("content-length"), limits)
+    upload = await spool(
+        request.stream(), request.headers.get("content-type"), limits, settings.upload_dir
+    )
+    try:
+        job = engine.recognize(
+            upload.path, query.model, query.speech_params(), request.state.request_id
+        )
+        try:
+            result = await asyncio.wrap_future(job.future)
+        finally:
+            if not job.future.done():
+                job.cancel()
+    finally:
+        upload.path.unlink(missing_ok=True)
+    return RecognizeResponse.of(result)
+
+
+@router.get("/v1/models", response_model=ModelsResponse)
+async def models(request: Request) -> ModelsResponse:
+    """The loaded models and their parameters."""
+    return ModelsResponse(
+        models=[
+            ModelOut(
+                name=name,
+                kind=loaded.recognizer.kind,
+                labels=list(loaded.recognizer.labels),
+                sample_rate=loaded.recognizer.sample_rate,
+                segment_s=loaded.recognizer.plan.segment_samples / loaded.recognizer.sample_rate,
+                preroll_s=loaded.recognizer.plan.preroll_frames
+                * loaded.recognizer.plan.hop
+                / loaded.recognizer.sample_rate,
+                load_s=round(loaded.load_s, 4),
+                warm_up_s=round(loaded.warm_up_s, 4),
+            )
+            for name, loaded in sorted(_engine(request).models.items())
+        ]
+    )
+
+
+@router.get("/v1/info", response_model=InfoResponse)
+async def info(request: Request) -> InfoResponse:
+    """Versions, the active allocator, and the effective thread settings."""
+    engine = _engine(request)
+    settings = engine.settings
+    return InfoResponse(
+        version=__version__,
+        torch_version=torch.__version__,
+        allocator=active_allocator(),
+        engine_threads=engine.pool.threads,
+        cpus_available=available_cpus(),
+        intra_op_threads=torch.get_num_threads(),
+        inter_op_threads=torch.get_num_interop_threads(),
+        ready=engine.ready,
+        limits={
+            "max_upload_bytes": settings.max_upload_bytes,
+            "max_duration_s": settings.max_duration_s,
+            "max_channels": settings.max_channels,
+            "min_sample_rate": settings.min_sample_rate,
+            "max_sample_rate": settings.max_sample_rate,
+            "segments_ahead": settings.segments_ahead,
+        },
+    )
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"model": ErrorResponse}})
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: models loaded and warmed up."""
+    if not _engine(request).ready:
+        raise NotReady("the models are still loading")
+    return JSONResponse({"status": "ready"})

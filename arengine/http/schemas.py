@@ -1,0 +1,144 @@
+"""Pydantic models of the HTTP API: the only place pydantic meets the pipeline's dataclasses."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from arengine.engine.job import Result
+from arengine.postprocess import SpeechParams
+
+
+class RecognizeQuery(BaseModel):
+    """Query parameters of `POST /v1/recognize`; unset thresholds keep silero-vad's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        "speech",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Name of a loaded model (see GET /v1/models).",
+    )
+    threshold: float = Field(
+        0.5, gt=0, lt=1, description="Speech starts at or above this probability."
+    )
+    neg_threshold: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Speech ends below this probability (default threshold - 0.15).",
+    )
+    min_speech_duration_ms: int = Field(
+        250, ge=0, le=60_000, description="Shorter speech is dropped."
+    )
+    max_speech_duration_s: float | None = Field(
+        None, gt=0, description="Longer speech is split at its longest pause (default: no limit)."
+    )
+    min_silence_duration_ms: int = Field(
+        100, ge=0, le=60_000, description="Shorter pauses do not end speech."
+    )
+    speech_pad_ms: int = Field(
+        30, ge=0, le=10_000, description="Padding added to each side of a tag."
+    )
+
+    def speech_params(self) -> SpeechParams:
+        return SpeechParams(
+            threshold=self.threshold,
+            neg_threshold=self.neg_threshold,
+            min_speech_duration_ms=self.min_speech_duration_ms,
+            max_speech_duration_s=self.max_speech_duration_s or math.inf,
+            min_silence_duration_ms=self.min_silence_duration_ms,
+            speech_pad_ms=self.speech_pad_ms,
+        )
+
+
+class AudioOut(BaseModel):
+    duration_s: float
+    sample_rate: int
+    channels: int
+    format: str
+    subtype: str
+
+
+class TagOut(BaseModel):
+    start: float = Field(description="Seconds from the start of the recording.")
+    end: float
+    label: str
+    score: float = Field(description="Mean model probability over the tag, 0 to 1.")
+
+
+class TimingsOut(BaseModel):
+    validation_s: float
+    features_s: float
+    inference_s: float
+    postprocess_s: float
+    total_s: float
+
+
+class RecognizeResponse(BaseModel):
+    model: str
+    audio: AudioOut
+    tags: list[TagOut]
+    timings: TimingsOut
+
+    @classmethod
+    def of(cls, result: Result) -> RecognizeResponse:
+        info = result.audio
+        return cls(
+            model=result.model,
+            audio=AudioOut(
+                duration_s=round(info.duration_s, 6),
+                sample_rate=info.sample_rate,
+                channels=info.channels,
+                format=info.format,
+                subtype=info.subtype,
+            ),
+            tags=[
+                TagOut(start=t.start, end=t.end, label=t.label, score=t.score) for t in result.tags
+            ],
+            timings=TimingsOut(
+                **{
+                    name: round(getattr(result.timings, name), 6)
+                    for name in TimingsOut.model_fields
+                }
+            ),
+        )
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable identifier.")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class ModelOut(BaseModel):
+    name: str
+    kind: str
+    labels: list[str]
+    sample_rate: int
+    segment_s: float
+    preroll_s: float
+    load_s: float
+    warm_up_s: float
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelOut]
+
+
+class InfoResponse(BaseModel):
+    version: str
+    torch_version: str
+    allocator: str
+    engine_threads: int
+    cpus_available: int
+    intra_op_threads: int
+    inter_op_threads: int
+    ready: bool
+    limits: dict[str, float | int]

@@ -1,0 +1,219 @@
+"""Uploads spooled to a temporary file while they stream in, with the byte cap counted as they do.
+
+Two shapes are accepted: `multipart/form-data` with one part named `file`, or a raw body with an
+audio content type. Nothing is held in memory beyond one chunk; the file is the caller's to delete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from arengine.errors import ArengineError, CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
+
+FILE_FIELD = "file"
+RAW_TYPES = ("audio/", "application/octet-stream", "application/ogg", "video/ogg")
+"""Content types accepted for a raw body."""
+
+
+@dataclass(frozen=True, slots=True)
+class UploadLimits:
+    """Caps on what a client may send."""
+
+    max_bytes: int
+    max_parts: int = 16
+    max_field_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A spooled upload: `path` is a private temporary file; `filename` is only reported."""
+
+    path: Path
+    size: int
+    filename: str | None
+
+
+def check_declared_length(content_length: str | None, limits: UploadLimits) -> None:
+    """Refuse a body whose `Content-Length` is malformed or over the cap, before reading it."""
+    if content_length is None:
+        return
+    if not content_length.isdigit():
+        raise InvalidInput(
+            f"Content-Length {content_length[:32]!r} is not a byte count", code="bad_content_length"
+        )
+    if int(content_length) > limits.max_bytes:
+        raise TooLarge(
+            f"the body is {content_length} bytes; the limit is {limits.max_bytes}",
+            code="upload_too_large",
+        )
+
+
+async def spool(
+    body: AsyncIterator[bytes],
+    content_type: str | None,
+    limits: UploadLimits,
+    directory: Path | None,
+) -> Upload:
+    """Write the audio of a request body to a temporary file in `directory`."""
+    media_type, options = parse_options_header(content_type or "")
+    media = media_type.decode("latin-1").lower()
+    fd, name = tempfile.mkstemp(prefix="arengine-", suffix=".upload", dir=directory)
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as target:
+            if media == "multipart/form-data":
+                boundary = options.get(b"boundary")
+                if not boundary:
+                    raise CorruptAudio("multipart body without a boundary", code="bad_multipart")
+                filename, size = await _MultipartSpooler(boundary, target, limits).run(body)
+            elif media.startswith(RAW_TYPES):
+                filename, size = None, await _copy(body, target, limits)
+            else:
+                raise UnsupportedFormat(
+                    f"content type {media or 'none'!r}: send multipart/form-data with a "
+                    f"{FILE_FIELD!r} field, or a raw body with an audio/* content type",
+                    code="unsupported_media_type",
+                )
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return Upload(path=path, size=size, filename=filename)
+
+
+async def _copy(body: AsyncIterator[bytes], target: BinaryIO, limits: UploadLimits) -> int:
+    size = 0
+    async for chunk in body:
+        size += len(chunk)
+        _check_size(size, limits)
+        target.write(chunk)
+    return size
+
+
+def _check_size(size: int, limits: UploadLimits) -> None:
+    if size > limits.max_bytes:
+        raise TooLarge(
+            f"the upload passed the limit of {limits.max_bytes} bytes", code="upload_too_large"
+        )
+
+
+class _MultipartSpooler:
+    """python-multipart callbacks that write the `file` part and only count the others."""
+
+    def __init__(self, boundary: bytes, target: BinaryIO, limits: UploadLimits) -> None:
+        self._target = target
+        self._limits = limits
+        self._parser = MultipartParser(
+            boundary,
+            {
+                "on_part_begin": self._on_part_begin,
+                "on_header_field": self._on_header_field,
+                "on_header_value": self._on_header_value,
+                "on_header_end": self._on_header_end,
+                "on_headers_finished": self._on_headers_finished,
+                "on_part_data": self._on_part_data,
+            },
+        )
+        self._parts = 0
+        self._field = bytearray()
+        self._value = bytearray()
+        self._disposition = b""
+        self._names: list[str] = []
+        self._writing = False
+        self._found = False
+        self._filename: str | None = None
+        self._part_bytes = 0
+        self._size = 0
+        self._error: ArengineError | None = None
+
+    async def run(self, body: AsyncIterator[bytes]) -> tuple[str | None, int]:
+        total = 0
+        async for chunk in body:
+            total += len(chunk)
+            _check_size(total, self._limits)
+            try:
+                self._parser.write(chunk)
+            except MultipartParseError as error:
+                raise CorruptAudio(
+                    f"malformed multipart body: {error}", code="bad_multipart"
+                ) from None
+            if self._error is not None:
+                raise self._error
+        with contextlib.suppress(MultipartParseError):
+            self._parser.finalize()
+        if not self._found:
+            got = ", ".join(repr(name) for name in self._names) or "no parts"
+            raise InvalidInput(
+                f"expected a multipart field named {FILE_FIELD!r}; got {got}", code="missing_file"
+            )
+        return self._filename, self._size
+
+    def _fail(self, error: ArengineError) -> None:
+        self._error = self._error or error
+
+    def _on_part_begin(self) -> None:
+        self._parts += 1
+        self._disposition = b""
+        self._writing = False
+        self._part_bytes = 0
+        if self._parts > self._limits.max_parts:
+            self._fail(
+                TooLarge(
+                    f"more than {self._limits.max_parts} multipart parts", code="too_many_parts"
+                )
+            )
+
+    def _on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._field += data[start:end]
+
+    def _on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._value += data[start:end]
+
+    def _on_header_end(self) -> None:
+        if bytes(self._field).lower() == b"content-disposition":
+            self._disposition = bytes(self._value)
+        self._field.clear()
+        self._value.clear()
+
+    def _on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        name = options.get(b"name", b"").decode("utf-8", "replace")
+        self._names.append(name[:64])
+        if name != FILE_FIELD:
+            if b"filename" in options:
+                self._fail(
+                    InvalidInput(
+                        f"expected the audio in a multipart field named "
+                        f"{FILE_FIELD!r}, got {name[:64]!r}",
+                        code="missing_file",
+                    )
+                )
+            return
+        if self._found:
+            self._fail(InvalidInput(f"send exactly one {FILE_FIELD!r} part", code="too_many_files"))
+            return
+        self._found = self._writing = True
+        filename = options.get(b"filename")
+        self._filename = filename.decode("utf-8", "replace")[:255] if filename else None
+
+    def _on_part_data(self, data: bytes, start: int, end: int) -> None:
+        if self._writing:
+            self._target.write(data[start:end])
+            self._size += end - start
+            return
+        self._part_bytes += end - start
+        if self._part_bytes > self._limits.max_field_bytes:
+            self._fail(
+                TooLarge(
+                    f"a form field passed {self._limits.max_field_bytes} bytes",
+                    code="field_too_large",
+                )
+            )

@@ -1,0 +1,88 @@
+"""Real audio for the tests: espeak-ng speech, tones, noise and silence, in every container."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+FORMATS = {  # extension: (libsndfile format, subtype)
+    "wav": ("WAV", "PCM_16"),
+    "flac": ("FLAC", "PCM_16"),
+    "ogg": ("OGG", "VORBIS"),
+    "opus": ("OGG", "OPUS"),
+    "mp3": ("MP3", "MPEG_LAYER_III"),
+}
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A written file and the seconds where it holds speech."""
+
+    path: Path
+    speech: list[tuple[float, float]]
+    duration_s: float
+
+
+def speak(text: str, folder: Path, voice: str = "en") -> tuple[np.ndarray, int]:
+    """espeak-ng's speech for `text`, trimmed to where its energy is, as float32."""
+    if shutil.which("espeak-ng") is None:
+        raise RuntimeError("espeak-ng is missing: run deploy/setup.sh --test")
+    out = folder / f"espeak-{abs(hash((text, voice)))}.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-w", str(out), text], check=True)
+    audio, rate = sf.read(out, dtype="float32")
+    loud = np.flatnonzero(np.abs(audio) > 0.02)
+    return audio[loud[0] : loud[-1] + 1], rate
+
+
+def compose(
+    pieces: list[tuple[str, float]],
+    rate: int,
+    folder: Path,
+    phrases: list[np.ndarray],
+    phrase_rate: int,
+) -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """Silence, tone, noise and speech pieces in order; returns audio and the speech intervals.
+
+    `pieces` is a list of (kind, seconds) with kind in silence, tone, noise, speech (seconds
+    ignored for speech: the next phrase is used whole).
+    """
+    rng = np.random.default_rng(7)
+    parts: list[np.ndarray] = []
+    speech: list[tuple[float, float]] = []
+    at = 0.0
+    phrase = 0
+    for kind, seconds in pieces:
+        n = int(seconds * rate)
+        if kind == "silence":
+            piece = np.zeros(n, np.float32)
+        elif kind == "tone":
+            piece = 0.3 * np.sin(2 * np.pi * 440 * np.arange(n) / rate).astype(np.float32)
+        elif kind == "noise":
+            piece = (0.05 * rng.standard_normal(n)).astype(np.float32)
+        else:
+            piece = soxr.resample(phrases[phrase % len(phrases)], phrase_rate, rate).astype(
+                np.float32
+            )
+            phrase += 1
+            speech.append((at, at + len(piece) / rate))
+        parts.append(piece)
+        at += len(piece) / rate
+    return np.concatenate(parts), speech
+
+
+def write(audio: np.ndarray, rate: int, path: Path, channels: int = 1) -> Path:
+    """Write mono `audio` duplicated to `channels`, in the container named by the extension."""
+    fmt, subtype = FORMATS[path.suffix[1:]]
+    frames = np.repeat(audio[:, None], channels, axis=1) * np.linspace(1.0, 0.6, channels)
+    # libsndfile crashes writing long OGG in one call; blocks of a few thousand frames work.
+    with sf.SoundFile(path, "w", rate, channels, subtype, format=fmt) as out:
+        for start in range(0, len(frames), 4096):
+            out.write(frames[start : start + 4096].astype(np.float32))
+    return path

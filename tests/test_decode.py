@@ -1,0 +1,69 @@
+"""Decoding: block by block, mono mix, a real resampler, caps counted while decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from arengine.decode import decode, read_blocks, resample, to_mono
+from arengine.errors import InvalidInput, TooLarge
+
+
+def _tone(freq: float, rate: int, seconds: float) -> np.ndarray:
+    return (0.5 * np.sin(2 * np.pi * freq * np.arange(int(rate * seconds)) / rate)).astype(
+        np.float32
+    )
+
+
+def _peak_hz(audio: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(audio * np.hanning(len(audio))))
+    return float(np.argmax(spectrum) * rate / len(audio))
+
+
+def test_resampling_keeps_frequencies_and_removes_what_cannot_be_kept() -> None:
+    rate = 44100
+    kept = np.concatenate(
+        list(resample(iter(np.array_split(_tone(3000, rate, 2), 37)), rate, 16000))
+    )
+    assert len(kept) == pytest.approx(32000, abs=2)
+    assert _peak_hz(kept, 16000) == pytest.approx(3000, abs=5)
+    # 11 kHz is above the 8 kHz Nyquist limit: a naive decimation would alias it to 5 kHz.
+    gone = np.concatenate(list(resample(iter([_tone(11000, rate, 2)]), rate, 16000)))
+    assert np.sqrt(np.mean(gone[1000:-1000] ** 2)) < 0.01
+
+
+def test_channels_are_averaged() -> None:
+    block = np.stack([np.full(10, 0.2, np.float32), np.full(10, 0.6, np.float32)], axis=1)
+    (mono,) = to_mono(iter([block]))
+    assert mono.dtype == np.float32
+    assert np.allclose(mono, 0.4)
+
+
+def test_non_finite_samples_are_refused() -> None:
+    block = np.zeros((100, 1), np.float32)
+    block[50] = np.nan
+    with pytest.raises(InvalidInput, match="NaN or infinite"):
+        list(to_mono(iter([block])))
+
+
+def test_float_samples_beyond_full_scale_are_clipped() -> None:
+    (mono,) = to_mono(iter([np.array([[1e30], [-3.0], [0.5]], np.float32)]))
+    assert mono.tolist() == [1.0, -1.0, 0.5]
+
+
+def test_duration_cap_is_counted_on_decoded_frames(tmp_path: Path) -> None:
+    path = tmp_path / "long.flac"
+    sf.write(path, np.zeros(50_000, np.float32), 8000)
+    with pytest.raises(TooLarge, match="more than 20000 frames"):
+        list(read_blocks(path, max_frames=20_000, block_frames=4096))
+
+
+def test_decode_chain_gives_mono_at_the_model_rate(tmp_path: Path) -> None:
+    path = tmp_path / "stereo.wav"
+    sf.write(path, np.stack([_tone(440, 48000, 1.5)] * 2, axis=1), 48000)
+    out = np.concatenate(list(decode(path, 48000, 16000, max_frames=10**9)))
+    assert len(out) == pytest.approx(24000, abs=2)
+    assert _peak_hz(out, 16000) == pytest.approx(440, abs=2)

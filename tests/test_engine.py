@@ -1,0 +1,191 @@
+"""The engine: accuracy against silero-vad's sequential path, fairness, bounded memory, faults."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from silero_vad import get_speech_timestamps, load_silero_vad
+
+from arengine.engine.job import Cancelled, JobSpec, Result
+from arengine.engine.pool import EnginePool
+from arengine.errors import StageFailed
+from arengine.features import Segment
+from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.postprocess import SpeechParams, Tag
+from arengine.validation import AudioLimits
+from tests.conftest import RecordingFactory
+
+LIMITS = AudioLimits(
+    max_duration_s=4 * 3600, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+)
+
+
+class SlowRecognizer(SpeechRecognizer):
+    """The real recognizer, slowed or broken on demand, counting what it holds."""
+
+    def __init__(
+        self, model: SpeechModel, delay_s: float = 0.0, fail: bool = False, segment_s: float = 5.0
+    ) -> None:
+        super().__init__(model, segment_s=segment_s, preroll_s=1.0)
+        self.delay_s = delay_s
+        self.fail = fail
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
+        self.gate.wait()
+        if self.fail:
+            raise RuntimeError("the model broke")
+        time.sleep(self.delay_s)
+        return super().infer(features, segment)
+
+
+def _spec(
+    path: Path, recognizer: SpeechRecognizer, request_id: str = "r", ahead: int = 4
+) -> JobSpec:
+    return JobSpec(
+        request_id=request_id,
+        path=path,
+        recognizer=recognizer,
+        params=SpeechParams(),
+        limits=LIMITS,
+        segments_ahead=ahead,
+    )
+
+
+def _frame_f1(ours: list[Tag], theirs: list[dict[str, int]], samples: int) -> float:
+    def mask(intervals: list[tuple[float, float]]) -> np.ndarray:
+        out = np.zeros(samples, bool)
+        for start, end in intervals:
+            out[int(start) : int(end)] = True
+        return out
+
+    a = mask([(t.start * 16000, t.end * 16000) for t in ours])
+    b = mask([(d["start"], d["end"]) for d in theirs])
+    return float(2 * (a & b).sum() / (a.sum() + b.sum()))
+
+
+@pytest.fixture
+def long_recording(recording: RecordingFactory):
+    pieces = [
+        p
+        for i in range(24)
+        for p in [("silence", 0.4 + (i % 5) * 0.7), ("speech", 0), ("noise", 0.3 * (i % 2))]
+    ]
+    return recording("long.wav", rate=16000, pieces=pieces)
+
+
+def test_segmented_concurrent_path_agrees_with_silero_sequential(
+    speech_model, long_recording
+) -> None:
+    pool = EnginePool(threads=3)
+    try:
+        recognizer = SpeechRecognizer(speech_model, segment_s=4.0, preroll_s=2.0)
+        result = pool.submit(_spec(long_recording.path, recognizer)).future.result(timeout=120)
+    finally:
+        pool.close()
+    audio, _ = sf.read(long_recording.path, dtype="float32")
+    reference = get_speech_timestamps(torch.from_numpy(audio), load_silero_vad())
+    f1 = _frame_f1(list(result.tags), reference, len(audio))
+    # Measured 0.998 with 4 s segments and 2 s pre-roll (BENCHMARKS.md has the long-file figure).
+    assert f1 >= 0.98, f1
+    assert abs(len(result.tags) - len(reference)) <= 2
+    assert [t.start for t in result.tags] == sorted(t.start for t in result.tags)
+    assert result.audio.duration_s == pytest.approx(long_recording.duration_s)
+
+
+def test_same_answer_with_one_thread_and_many(speech_model, long_recording) -> None:
+    answers = []
+    for threads in (1, 4):
+        pool = EnginePool(threads=threads)
+        try:
+            recognizer = SpeechRecognizer(speech_model, segment_s=3.0, preroll_s=1.0)
+            answers.append(pool.submit(_spec(long_recording.path, recognizer)).future.result(60))
+        finally:
+            pool.close()
+    assert answers[0].tags == answers[1].tags
+
+
+def test_a_short_clip_does_not_wait_behind_a_long_recording(
+    speech_model, recording, tmp_path
+) -> None:
+    long = recording("long.wav", pieces=[("noise", 120.0)])
+    short = recording("short.wav", pieces=[("silence", 0.5), ("speech", 0), ("silence", 0.5)])
+    recognizer = SlowRecognizer(speech_model, delay_s=0.02, segment_s=2.0)
+    pool = EnginePool(threads=2)
+    done: dict[str, float] = {}
+
+    def finished(name: str):
+        return lambda future: done.setdefault(name, time.perf_counter())
+
+    try:
+        started = time.perf_counter()
+        long_job = pool.submit(_spec(long.path, recognizer, "long"))
+        long_job.future.add_done_callback(finished("long"))
+        time.sleep(0.1)
+        short_job = pool.submit(_spec(short.path, recognizer, "short"))
+        short_job.future.add_done_callback(finished("short"))
+        assert short_job.future.result(60).tags
+        long_job.future.result(120)
+    finally:
+        pool.close()
+    # 60 long segments at >= 20 ms on 2 threads take >= 0.6 s; the clip needs 2-3 segment turns.
+    assert done["short"] - started < 0.4 * (done["long"] - started)
+
+
+def test_decoding_stays_a_bounded_number_of_segments_ahead(speech_model, recording) -> None:
+    long = recording("long.wav", pieces=[("noise", 60.0)])
+    recognizer = SlowRecognizer(speech_model, segment_s=1.0)
+    recognizer.gate.clear()  # inference stalls: decoding must stop after `ahead` segments
+    pool = EnginePool(threads=3)
+    try:
+        job = pool.submit(_spec(long.path, recognizer, ahead=3))
+        time.sleep(0.5)
+        held = job.held_segments
+        recognizer.gate.set()
+        result = job.future.result(60)
+    finally:
+        pool.close()
+    assert held == 3
+    assert job.held_segments == 0
+    assert result.tags == ()
+
+
+def test_a_failing_model_fails_its_request_only(speech_model, recording) -> None:
+    clip = recording("clip.wav")
+    pool = EnginePool(threads=2)
+    try:
+        broken = pool.submit(_spec(clip.path, SlowRecognizer(speech_model, fail=True), "bad-1"))
+        with pytest.raises(StageFailed, match="inference failed for request bad-1"):
+            broken.future.result(30)
+        for _ in range(50):
+            pool.submit(_spec(clip.path, SlowRecognizer(speech_model, fail=True)))
+        good: Future[Result] = pool.submit(_spec(clip.path, SlowRecognizer(speech_model))).future
+        assert len(good.result(30).tags) == 2
+    finally:
+        pool.close()
+    assert pool.busy == 0
+
+
+def test_cancel_drops_the_remaining_work(speech_model, recording) -> None:
+    long = recording("long.wav", pieces=[("noise", 60.0)])
+    recognizer = SlowRecognizer(speech_model, delay_s=0.05, segment_s=1.0)
+    pool = EnginePool(threads=2)
+    try:
+        job = pool.submit(_spec(long.path, recognizer))
+        time.sleep(0.2)
+        job.cancel()
+        with pytest.raises(Cancelled):
+            job.future.result(5)
+        time.sleep(0.2)
+        assert pool.busy == 0
+        assert pool.active_jobs == 0
+    finally:
+        pool.close()

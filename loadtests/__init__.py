@@ -1,0 +1,1 @@
+"""Benchmarks and load tools for arengine; results are published in BENCHMARKS.md."""

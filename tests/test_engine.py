@@ -94,7 +94,7 @@ def test_segmented_concurrent_path_agrees_with_silero_sequential(
     audio, _ = sf.read(long_recording.path, dtype="float32")
     reference = get_speech_timestamps(torch.from_numpy(audio), load_silero_vad())
     f1 = _frame_f1(list(result.tags), reference, len(audio))
-    # Measured 0.998 with 4 s segments and 2 s pre-roll (BENCHMARKS.md has the long-file figure).
+    # Measured 0.997 with 4 s segments and 2 s pre-roll (BENCHMARKS.md has the long-file figure).
     assert f1 >= 0.98, f1
     assert abs(len(result.tags) - len(reference)) <= 2
     assert [t.start for t in result.tags] == sorted(t.start for t in result.tags)

@@ -28,7 +28,6 @@ import torch
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.models.speech import CONTEXT, WINDOW, SpeechModel, SpeechRecognizer
-from arengine.postprocess import SpeechParams
 from arengine.threads import available_cpus
 from arengine.validation import AudioLimits
 
@@ -91,9 +90,7 @@ def arengine_engine(path: Path, threads: int) -> Intervals:
         max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
     )
     try:
-        result = pool.submit(
-            JobSpec("bench", path, recognizer, SpeechParams(), limits, 4)
-        ).future.result()
+        result = pool.submit(JobSpec("bench", path, recognizer, {}, limits, 4)).future.result()
     finally:
         pool.close()
     return [(t.start, t.end) for t in result.tags]

@@ -18,7 +18,7 @@ from arengine.engine.pool import EnginePool
 from arengine.errors import StageFailed
 from arengine.features import Segment
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess import SpeechParams, Tag
+from arengine.postprocess import Tag
 from arengine.validation import AudioLimits
 from tests.conftest import RecordingFactory
 
@@ -54,7 +54,7 @@ def _spec(
         request_id=request_id,
         path=path,
         recognizer=recognizer,
-        params=SpeechParams(),
+        overrides={},
         limits=LIMITS,
         segments_ahead=ahead,
     )

@@ -284,6 +284,8 @@ def test_service_endpoints(server: Server) -> None:
     assert [m["name"] for m in models] == ["speech"]
     assert models[0]["sample_rate"] == 16000 and models[0]["labels"] == ["speech"]
     assert models[0]["segment_s"] == pytest.approx(4.0, abs=0.02)
+    assert models[0]["parameters"]["threshold"] == 0.5
+    assert models[0]["parameters"]["min_silence_duration_ms"] == 100
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert "/v1/recognize" in schema["paths"]
     _assert_error(missing, 404, "not_found")

@@ -8,7 +8,8 @@ import random
 import pytest
 from silero_vad import get_speech_timestamps_from_probs
 
-from arengine.postprocess import SpeechParams, SpeechTagger, Tag
+from arengine.postprocess import Tag
+from arengine.postprocess.speech import SpeechParams, SpeechTagger
 
 
 def _probabilities(rng: random.Random, n: int) -> list[float]:

@@ -11,9 +11,8 @@ from pathlib import Path
 from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import NotReady, UnknownModel
-from arengine.models.recognizer import Recognizer
+from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess import SpeechParams
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 from arengine.validation import AudioLimits
@@ -34,7 +33,7 @@ class Engine:
     """Admits requests, runs them on the shared pool, holds the models.
 
     >>> engine = Engine(Settings()); engine.load_models()
-    >>> engine.recognize(Path("talk.flac"), "speech", SpeechParams(), "r1").future.result()
+    >>> engine.recognize(Path("talk.flac"), "speech", {"threshold": 0.6}, "r1").future.result()
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -71,25 +70,29 @@ class Engine:
         )
         self._ready.set()
 
-    def recognize(self, path: Path, model: str, params: SpeechParams, request_id: str) -> Job:
-        """Admit one file; the result (or the error) arrives on the returned job's future."""
+    def check(self, model: str, overrides: Overrides) -> Recognizer:
+        """The recognizer for `model` if the request can be admitted; raises the reason if not."""
         if not self.ready:
             raise NotReady("the models are still loading; retry shortly")
         loaded = self.models.get(model)
         if loaded is None:
-            raise UnknownModel(
-                f"unknown model {model!r}; loaded models: {', '.join(sorted(self.models))}"
-            )
-        return self.pool.submit(
-            JobSpec(
-                request_id=request_id,
-                path=path,
-                recognizer=loaded.recognizer,
-                params=params,
-                limits=self.limits,
-                segments_ahead=self.settings.segments_ahead,
-            )
+            known = ", ".join(sorted(self.models))
+            raise UnknownModel(f"unknown model {model!r}; loaded models: {known}")
+        loaded.recognizer.tagger(overrides)  # validates the overrides before any upload is read
+        return loaded.recognizer
+
+    def recognize(self, path: Path, model: str, overrides: Overrides, request_id: str) -> Job:
+        """Admit one file; the result (or the error) arrives on the returned job's future."""
+        recognizer = self.check(model, overrides)
+        spec = JobSpec(
+            request_id=request_id,
+            path=path,
+            recognizer=recognizer,
+            overrides=overrides,
+            limits=self.limits,
+            segments_ahead=self.settings.segments_ahead,
         )
+        return self.pool.submit(spec)
 
     def close(self) -> None:
         self._ready.clear()

@@ -23,8 +23,8 @@ import numpy as np
 from arengine.decode import decode
 from arengine.errors import ArengineError, StageFailed
 from arengine.features import Segment, Segmenter
-from arengine.models.recognizer import Recognizer
-from arengine.postprocess import SpeechParams, SpeechTagger, Tag
+from arengine.models.recognizer import Overrides, Recognizer
+from arengine.postprocess import Tag, Tagger
 from arengine.validation import AudioInfo, AudioLimits, probe
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class JobSpec:
     request_id: str
     path: Path
     recognizer: Recognizer
-    params: SpeechParams
+    overrides: Overrides
     limits: AudioLimits
     segments_ahead: int
 
@@ -95,7 +95,7 @@ class Job:
         self._next_post = 0
         self._undelivered = 0
         """Segments decoded and not yet post-processed: what bounds this job's memory."""
-        self._tagger: SpeechTagger = spec.recognizer.tagger(spec.params)
+        self._tagger: Tagger = spec.recognizer.tagger(spec.overrides)
         self._tags: list[Tag] = []
 
     @property

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
-from arengine.errors import NotReady, UnknownModel
+from arengine.errors import NotReady
 from arengine.http.schemas import (
     ErrorResponse,
     InfoResponse,
@@ -70,21 +70,15 @@ async def recognize(
     """Tag one audio file (multipart field `file`, or a raw body with an audio content type)."""
     engine = _engine(request)
     settings: Settings = request.app.state.settings
-    if not engine.ready:
-        raise NotReady("the models are still loading; retry shortly")
-    if query.model not in engine.models:
-        raise UnknownModel(
-            f"unknown model {query.model!r}; loaded models: {', '.join(sorted(engine.models))}"
-        )
+    overrides = query.overrides()
+    engine.check(query.model, overrides)  # before reading the body: refuse fast
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
     upload = await spool(
         request.stream(), request.headers.get("content-type"), limits, settings.upload_dir
     )
     try:
-        job = engine.recognize(
-            upload.path, query.model, query.speech_params(), request.state.request_id
-        )
+        job = engine.recognize(upload.path, query.model, overrides, request.state.request_id)
         try:
             result = await asyncio.wrap_future(job.future)
         finally:
@@ -111,6 +105,7 @@ async def models(request: Request) -> ModelsResponse:
                 / loaded.recognizer.sample_rate,
                 load_s=round(loaded.load_s, 4),
                 warm_up_s=round(loaded.warm_up_s, 4),
+                parameters=loaded.recognizer.defaults(),
             )
             for name, loaded in sorted(_engine(request).models.items())
         ]

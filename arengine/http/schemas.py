@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from arengine.engine.job import Result
-from arengine.postprocess import SpeechParams
 
 
 class RecognizeQuery(BaseModel):
@@ -22,8 +19,8 @@ class RecognizeQuery(BaseModel):
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="Name of a loaded model (see GET /v1/models).",
     )
-    threshold: float = Field(
-        0.5, gt=0, lt=1, description="Speech starts at or above this probability."
+    threshold: float | None = Field(
+        None, gt=0, lt=1, description="A tag starts at or above this score (speech default 0.5)."
     )
     neg_threshold: float | None = Field(
         None,
@@ -31,28 +28,25 @@ class RecognizeQuery(BaseModel):
         lt=1,
         description="Speech ends below this probability (default threshold - 0.15).",
     )
-    min_speech_duration_ms: int = Field(
-        250, ge=0, le=60_000, description="Shorter speech is dropped."
+    min_speech_duration_ms: int | None = Field(
+        None, ge=0, le=60_000, description="Shorter speech is dropped (default 250)."
     )
     max_speech_duration_s: float | None = Field(
         None, gt=0, description="Longer speech is split at its longest pause (default: no limit)."
     )
-    min_silence_duration_ms: int = Field(
-        100, ge=0, le=60_000, description="Shorter pauses do not end speech."
+    min_silence_duration_ms: int | None = Field(
+        None, ge=0, le=60_000, description="Shorter pauses do not end speech (default 100)."
     )
-    speech_pad_ms: int = Field(
-        30, ge=0, le=10_000, description="Padding added to each side of a tag."
+    speech_pad_ms: int | None = Field(
+        None,
+        ge=0,
+        le=10_000,
+        description="Padding added to each side of a speech tag (default 30).",
     )
 
-    def speech_params(self) -> SpeechParams:
-        return SpeechParams(
-            threshold=self.threshold,
-            neg_threshold=self.neg_threshold,
-            min_speech_duration_ms=self.min_speech_duration_ms,
-            max_speech_duration_s=self.max_speech_duration_s or math.inf,
-            min_silence_duration_ms=self.min_silence_duration_ms,
-            speech_pad_ms=self.speech_pad_ms,
-        )
+    def overrides(self) -> dict[str, float]:
+        """The post-processing parameters the client set; the model's defaults fill the rest."""
+        return self.model_dump(exclude_none=True, exclude={"model"})
 
 
 class AudioOut(BaseModel):
@@ -126,6 +120,7 @@ class ModelOut(BaseModel):
     preroll_s: float
     load_s: float
     warm_up_s: float
+    parameters: dict[str, float] = Field(description="Post-processing defaults; override them in the query.")
 
 
 class ModelsResponse(BaseModel):

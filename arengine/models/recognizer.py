@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from arengine.features import Segment, SegmentPlan
-from arengine.postprocess import SpeechParams, SpeechTagger
+from arengine.postprocess import Tagger
+
+Overrides = Mapping[str, float]
+"""Post-processing parameters a client set explicitly; the others keep the model's defaults."""
 
 
 class Recognizer(Protocol):
@@ -25,9 +29,13 @@ class Recognizer(Protocol):
         ...
 
     def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
-        """Stage 3: one score per output frame of the segment (pre-roll frames dropped)."""
+        """Stage 3: scores for each output frame of the segment (pre-roll frames dropped)."""
         ...
 
-    def tagger(self, params: SpeechParams) -> SpeechTagger:
-        """Stage 4: a fresh post-processor for one request."""
+    def tagger(self, overrides: Overrides) -> Tagger:
+        """Stage 4: a fresh post-processor for one request; `InvalidInput` for a bad override."""
+        ...
+
+    def defaults(self) -> dict[str, float]:
+        """The post-processing parameters and their defaults, as `GET /v1/models` shows them."""
         ...

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from arengine.features import Segment, SegmentPlan
-from arengine.postprocess import SpeechParams, SpeechTagger
+from arengine.models.recognizer import Overrides
+from arengine.postprocess.speech import SpeechParams, SpeechTagger
 
 SAMPLE_RATE = 16000
 WINDOW = 512
@@ -133,8 +134,11 @@ class SpeechRecognizer:
         scores: np.ndarray = probabilities[segment.skip_frames :].numpy()
         return scores
 
-    def tagger(self, params: SpeechParams) -> SpeechTagger:
-        return SpeechTagger(params, sample_rate=SAMPLE_RATE, hop=WINDOW)
+    def tagger(self, overrides: Overrides) -> SpeechTagger:
+        return SpeechTagger(SpeechParams.of(overrides), sample_rate=SAMPLE_RATE, hop=WINDOW)
+
+    def defaults(self) -> dict[str, float]:
+        return SpeechParams().as_dict()
 
     def warm_up(self) -> None:
         """One call on silence, so the first request does not pay for lazy initialisation."""

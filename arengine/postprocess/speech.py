@@ -1,4 +1,4 @@
-"""Stage 4, post-processing: per-frame speech probabilities to speech tags, streamed.
+"""Speech tags from per-frame speech probabilities, streamed.
 
 A faithful, incremental port of silero-vad's `get_speech_timestamps_from_probs`: probabilities are
 pushed in timestamp order, segment after segment, and the state machine runs across segment
@@ -8,19 +8,13 @@ silero-vad's.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class Tag:
-    """One result: `label` between `start` and `end` seconds, with a confidence `score`."""
-
-    start: float
-    end: float
-    label: str
-    score: float
+from arengine.errors import InvalidInput
+from arengine.postprocess import Tag
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +30,28 @@ class SpeechParams:
     speech_pad_ms: int = 30
     min_silence_at_max_speech: int = 98
     use_max_poss_sil_at_max_speech: bool = True
+
+    @classmethod
+    def of(cls, overrides: Mapping[str, float]) -> SpeechParams:
+        """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
+        accepted = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - accepted)
+        if unknown:
+            raise InvalidInput(
+                f"{', '.join(unknown)} does not apply to speech models; accepted: "
+                f"{', '.join(sorted(accepted))}",
+                code="invalid_parameter",
+            )
+        return cls(**overrides)  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, float]:
+        """As numbers: `max_speech_duration_s` 0 is no limit, `neg_threshold` -1 is automatic."""
+        out = dataclasses.asdict(self)
+        out["max_speech_duration_s"] = (
+            0 if math.isinf(self.max_speech_duration_s) else out["max_speech_duration_s"]
+        )
+        out["neg_threshold"] = -1 if self.neg_threshold is None else self.neg_threshold
+        return {k: float(v) for k, v in out.items()}
 
 
 @dataclass(slots=True)

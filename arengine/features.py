@@ -23,6 +23,8 @@ class SegmentPlan:
     """Samples before the first frame that the model sees (zeros at the recording's start)."""
     segment_frames: int
     preroll_frames: int
+    lookahead: int = 0
+    """Samples after the last frame that the model sees (zeros at the recording's end)."""
 
     @property
     def segment_samples(self) -> int:
@@ -41,7 +43,7 @@ class Segment:
     frames: int
     """Output frames that belong to this segment."""
     samples: np.ndarray
-    """`context + (skip_frames + frames) * hop` float32 samples."""
+    """`context + (skip_frames + frames) * hop + lookahead` float32 samples."""
 
 
 class Segmenter:
@@ -82,14 +84,16 @@ class Segmenter:
         plan = self._plan
         start = self._index * plan.segment_samples
         preroll = min(plan.preroll_frames * plan.hop, start)
-        self._fill(start + plan.segment_samples + plan.context)
+        self._fill(start + plan.segment_samples + plan.context + plan.lookahead)
         new_samples = min(self._audio_samples - start, plan.segment_samples)
         if new_samples <= 0:
             self.total_samples = self._audio_samples
             raise StopIteration
         frames = -(-new_samples // plan.hop)
         first = start - preroll - self._buffer_start
-        samples = np.zeros(plan.context + preroll + frames * plan.hop, dtype=np.float32)
+        samples = np.zeros(
+            plan.context + preroll + frames * plan.hop + plan.lookahead, dtype=np.float32
+        )
         available = self._buffer[first : first + len(samples)]
         samples[: len(available)] = available
         segment = Segment(

@@ -15,8 +15,11 @@ def _blocks(audio: np.ndarray, size: int):
 
 @pytest.mark.parametrize("length", [1, 511, 512, 5000, 40_960, 40_961, 123_457])
 @pytest.mark.parametrize("block", [100, 4096, 65536])
-def test_segments_tile_the_stream(length: int, block: int) -> None:
-    plan = SegmentPlan(hop=512, context=64, segment_frames=20, preroll_frames=3)
+@pytest.mark.parametrize("lookahead", [0, 352])
+def test_segments_tile_the_stream(length: int, block: int, lookahead: int) -> None:
+    plan = SegmentPlan(
+        hop=512, context=64, segment_frames=20, preroll_frames=3, lookahead=lookahead
+    )
     audio = np.arange(1, length + 1, dtype=np.float32)
     segmenter = Segmenter(_blocks(audio, block), plan)
     segments = list(segmenter)
@@ -25,7 +28,7 @@ def test_segments_tile_the_stream(length: int, block: int) -> None:
     for segment in segments:
         start = segment.first_frame * 512
         assert segment.index == start // plan.segment_samples
-        assert len(segment.samples) == 64 + (segment.skip_frames + segment.frames) * 512
+        assert len(segment.samples) == 64 + (segment.skip_frames + segment.frames) * 512 + lookahead
         # The model input is exactly the stream (zero-padded before 0 and after the end).
         padded = np.concatenate([np.zeros(64, np.float32), audio, np.zeros(1024, np.float32)])
         first = start - segment.skip_frames * 512

@@ -120,7 +120,9 @@ class ModelOut(BaseModel):
     preroll_s: float
     load_s: float
     warm_up_s: float
-    parameters: dict[str, float] = Field(description="Post-processing defaults; override them in the query.")
+    parameters: dict[str, float] = Field(
+        description="Post-processing defaults; override them in the query."
+    )
 
 
 class ModelsResponse(BaseModel):

@@ -39,17 +39,20 @@ class Settings(BaseSettings):
         le=1024,
         description="LibTorch inter-op threads (1 avoids oversubscription; higher only for experiments).",
     )
-    segment_s: float = Field(
-        30.0,
+    models_dir: Path | None = Field(
+        None,
+        description="Folder of model sub-folders, each with a manifest.toml; default: the repository's models/.",
+    )
+    models: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_.,-]+$",
+        description="Comma-separated names of the models to load; default: every model in the folder.",
+    )
+    segment_s: float | None = Field(
+        None,
         ge=1.0,
         le=600.0,
-        description="Length of the segments a recording is cut into, in seconds.",
-    )
-    preroll_s: float = Field(
-        2.0,
-        ge=0.0,
-        le=60.0,
-        description="Audio before each segment fed to the model so a segment does not start cold, in seconds.",
+        description="Segment length in seconds for every model, overriding the manifests (for experiments).",
     )
     segments_ahead: int = Field(
         4,

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import NotReady, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, LoadFailure, load_models
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 from arengine.validation import AudioLimits
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    """A model ready to serve, and what loading it cost."""
-
-    recognizer: Recognizer
-    load_s: float
-    warm_up_s: float
 
 
 class Engine:
@@ -46,6 +35,7 @@ class Engine:
             max_sample_rate=settings.max_sample_rate,
         )
         self.models: dict[str, LoadedModel] = {}
+        self.failures: list[LoadFailure] = []
         self._ready = threading.Event()
 
     @property
@@ -53,22 +43,15 @@ class Engine:
         return self._ready.is_set()
 
     def load_models(self) -> None:
-        """Load and warm up every model; the engine is ready when this returns."""
-        started = time.perf_counter()
-        model = SpeechModel.from_silero_package()
-        recognizer = SpeechRecognizer(model, self.settings.segment_s, self.settings.preroll_s)
-        loaded = time.perf_counter()
-        recognizer.warm_up()
-        self.models[recognizer.name] = LoadedModel(
-            recognizer, loaded - started, time.perf_counter() - loaded
-        )
-        log.info(
-            "model %s loaded in %.2f s, warmed up in %.2f s",
-            recognizer.name,
-            loaded - started,
-            time.perf_counter() - loaded,
-        )
-        self._ready.set()
+        """Load and warm up the models; ready when this returns with at least one loaded."""
+        settings = self.settings
+        names = settings.models.split(",") if settings.models else None
+        folder = settings.models_dir or DEFAULT_MODELS_DIR
+        self.models, self.failures = load_models(folder, names, settings.segment_s)
+        if self.models:
+            self._ready.set()
+        else:
+            log.error("no model could be loaded from %s: the server stays not ready", folder)
 
     def check(self, model: str, overrides: Overrides) -> Recognizer:
         """The recognizer for `model` if the request can be admitted; raises the reason if not."""

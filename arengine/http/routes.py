@@ -15,6 +15,7 @@ from arengine.engine.engine import Engine
 from arengine.errors import NotReady
 from arengine.http.schemas import (
     ErrorResponse,
+    FailureOut,
     InfoResponse,
     ModelOut,
     ModelsResponse,
@@ -92,23 +93,13 @@ async def recognize(
 @router.get("/v1/models", response_model=ModelsResponse)
 async def models(request: Request) -> ModelsResponse:
     """The loaded models and their parameters."""
+    engine = _engine(request)
     return ModelsResponse(
-        models=[
-            ModelOut(
-                name=name,
-                kind=loaded.recognizer.kind,
-                labels=list(loaded.recognizer.labels),
-                sample_rate=loaded.recognizer.sample_rate,
-                segment_s=loaded.recognizer.plan.segment_samples / loaded.recognizer.sample_rate,
-                preroll_s=loaded.recognizer.plan.preroll_frames
-                * loaded.recognizer.plan.hop
-                / loaded.recognizer.sample_rate,
-                load_s=round(loaded.load_s, 4),
-                warm_up_s=round(loaded.warm_up_s, 4),
-                parameters=loaded.recognizer.defaults(),
-            )
-            for name, loaded in sorted(_engine(request).models.items())
-        ]
+        models=[ModelOut.of(loaded) for _, loaded in sorted(engine.models.items())],
+        unavailable=[
+            FailureOut(manifest=str(failure.path), reason=failure.reason)
+            for failure in engine.failures
+        ],
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from arengine.engine.job import Result
+from arengine.models.registry import LoadedModel
 
 
 class RecognizeQuery(BaseModel):
@@ -118,15 +119,38 @@ class ModelOut(BaseModel):
     sample_rate: int
     segment_s: float
     preroll_s: float
+    weights_sha256: str
     load_s: float
     warm_up_s: float
     parameters: dict[str, float] = Field(
         description="Post-processing defaults; override them in the query."
     )
 
+    @classmethod
+    def of(cls, loaded: LoadedModel) -> ModelOut:
+        recognizer, plan = loaded.recognizer, loaded.recognizer.plan
+        return cls(
+            name=recognizer.name,
+            kind=recognizer.kind,
+            labels=list(recognizer.labels),
+            sample_rate=recognizer.sample_rate,
+            segment_s=plan.segment_samples / recognizer.sample_rate,
+            preroll_s=plan.preroll_frames * plan.hop / recognizer.sample_rate,
+            weights_sha256=loaded.manifest.weights_sha256,
+            load_s=round(loaded.load_s, 4),
+            warm_up_s=round(loaded.warm_up_s, 4),
+            parameters=recognizer.defaults(),
+        )
+
+
+class FailureOut(BaseModel):
+    manifest: str
+    reason: str
+
 
 class ModelsResponse(BaseModel):
     models: list[ModelOut]
+    unavailable: list[FailureOut] = Field(description="Models that failed to load, and why.")
 
 
 class InfoResponse(BaseModel):

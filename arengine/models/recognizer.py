@@ -36,6 +36,10 @@ class Recognizer(Protocol):
         """Stage 4: a fresh post-processor for one request; `InvalidInput` for a bad override."""
         ...
 
+    def warm_up(self) -> None:
+        """One call at load time, so the first request does not pay for lazy initialisation."""
+        ...
+
     def defaults(self) -> dict[str, float]:
         """The post-processing parameters and their defaults, as `GET /v1/models` shows them."""
         ...

@@ -71,15 +71,19 @@ class SpeechModel(nn.Module):
 
     @classmethod
     def from_silero_package(cls) -> SpeechModel:
-        """Copy the weights of the TorchScript model shipped in the installed `silero-vad` package.
-
-        The archive is loaded only from the package's own data folder, never from a user path. The
-        package's `silero_vad_16k.safetensors` is not used: in silero-vad 6.2.3 it holds different
-        weights from the package's TorchScript and ONNX models (probabilities differ by up to 0.96).
-        """
+        """The model with the weights of the installed `silero-vad` package."""
         from importlib.resources import files
 
-        archive = Path(str(files("silero_vad.data").joinpath("silero_vad.jit")))
+        return cls.from_silero_archive(Path(str(files("silero_vad.data") / "silero_vad.jit")))
+
+    @classmethod
+    def from_silero_archive(cls, archive: Path) -> SpeechModel:
+        """Copy the weights of silero-vad's TorchScript model (`silero_vad.jit`).
+
+        Manifests may point only at the copy inside the installed package, never at a user path.
+        The package's `silero_vad_16k.safetensors` is not used: in silero-vad 6.2.3 it holds other
+        weights than the package's TorchScript and ONNX models (probabilities differ by up to 0.96).
+        """
         with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript; we only read weights
             warnings.simplefilter("ignore", DeprecationWarning)
             packaged = torch.jit.load(str(archive), map_location="cpu").state_dict()  # type: ignore[no-untyped-call]
@@ -114,10 +118,16 @@ class SpeechRecognizer:
     labels: tuple[str, ...] = ("speech",)
 
     def __init__(
-        self, model: nn.Module, segment_s: float, preroll_s: float, name: str = "speech"
+        self,
+        model: nn.Module,
+        segment_s: float,
+        preroll_s: float,
+        name: str = "speech",
+        params: SpeechParams | None = None,
     ) -> None:
         self.name = name
         self._model = model
+        self._params = params or SpeechParams()
         self.plan = SegmentPlan(
             hop=WINDOW,
             context=CONTEXT,
@@ -135,10 +145,11 @@ class SpeechRecognizer:
         return scores
 
     def tagger(self, overrides: Overrides) -> SpeechTagger:
-        return SpeechTagger(SpeechParams.of(overrides), sample_rate=SAMPLE_RATE, hop=WINDOW)
+        params = self._params.with_overrides(overrides)
+        return SpeechTagger(params, sample_rate=SAMPLE_RATE, hop=WINDOW)
 
     def defaults(self) -> dict[str, float]:
-        return SpeechParams().as_dict()
+        return self._params.as_dict()
 
     def warm_up(self) -> None:
         """One call on silence, so the first request does not pay for lazy initialisation."""

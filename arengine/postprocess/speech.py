@@ -31,10 +31,9 @@ class SpeechParams:
     min_silence_at_max_speech: int = 98
     use_max_poss_sil_at_max_speech: bool = True
 
-    @classmethod
-    def of(cls, overrides: Mapping[str, float]) -> SpeechParams:
+    def with_overrides(self, overrides: Mapping[str, float]) -> SpeechParams:
         """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        accepted = {f.name for f in dataclasses.fields(cls)}
+        accepted = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(overrides) - accepted)
         if unknown:
             raise InvalidInput(
@@ -42,7 +41,7 @@ class SpeechParams:
                 f"{', '.join(sorted(accepted))}",
                 code="invalid_parameter",
             )
-        return cls(**overrides)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **overrides)  # type: ignore[arg-type]
 
     def as_dict(self) -> dict[str, float]:
         """As numbers: `max_speech_duration_s` 0 is no limit, `neg_threshold` -1 is automatic."""

@@ -1,0 +1,138 @@
+"""Build, train and export a small classifier that arengine serves: tones versus noise bursts.
+
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones
+    .venv/bin/arengine serve --models-dir models      # now serves `tones` beside `speech`
+    curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
+
+It synthesises its own training audio, computes the same log-mel features the server computes
+(`arengine.mel.LogMel`, with the manifest's parameters), trains for a few seconds, and writes
+`model.pt` (TorchScript) and `manifest.toml` into the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from arengine.mel import LogMel, MelParams
+
+RATE = 16000
+WINDOW_S = 0.5
+HOP_S = 0.25
+LABELS = ("tone", "noise")
+MEL = MelParams(n_fft=512, hop=160, n_mels=32, fmin=50.0, fmax=8000.0, log_offset=1e-6)
+
+
+class TinyClassifier(nn.Module):
+    """Log-mel `(batch, mels, frames)` -> one logit per label."""
+
+    def __init__(self, mels: int, labels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(mels, 16, kernel_size=3, padding=1)
+        self.out = nn.Linear(16, labels)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.conv(features)).mean(dim=2)
+        return self.out(hidden)
+
+
+def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Windows of tones, noise, both, or near-silence, with their 0/1 targets per label."""
+    n = int(WINDOW_S * RATE)
+    t = np.arange(n) / RATE
+    windows, targets = [], []
+    for _ in range(count):
+        tone, noise = rng.random() < 0.5, rng.random() < 0.5
+        x = rng.normal(0, 0.001, n)
+        if tone:
+            x += rng.uniform(0.1, 0.5) * np.sin(2 * np.pi * rng.uniform(200, 3000) * t)
+        if noise:
+            x += rng.uniform(0.05, 0.3) * rng.standard_normal(n)
+        windows.append(x.astype(np.float32))
+        targets.append([float(tone), float(noise)])
+    return np.stack(windows), np.array(targets, np.float32)
+
+
+def train(seconds: float = 5.0, seed: int = 0) -> TinyClassifier:
+    """Train on freshly synthesised windows until `seconds` have passed."""
+    import time
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    mel = LogMel(RATE, MEL)
+    model = TinyClassifier(MEL.n_mels, len(LABELS))
+    optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
+    loss = nn.BCEWithLogitsLoss()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        windows, targets = synthesize(64, rng)
+        optimiser.zero_grad()
+        error = loss(model(mel(torch.from_numpy(windows))), torch.from_numpy(targets))
+        error.backward()
+        optimiser.step()
+    return model.eval()
+
+
+MANIFEST = """\
+# A classifier trained by models/examples/tone_vs_noise.py.
+name = "{name}"
+kind = "classifier"
+sample_rate = {rate}
+labels = {labels}
+
+[segments]
+length_s = 30.0
+
+[features]
+type = "log_mel"
+n_fft = {mel.n_fft}
+hop = {mel.hop}
+n_mels = {mel.n_mels}
+fmin = {mel.fmin}
+fmax = {mel.fmax}
+log_offset = {mel.log_offset}
+
+[model]
+activation = "sigmoid"
+window_s = {window_s}
+hop_s = {hop_s}
+
+[weights]
+file = "model.pt"
+
+[postprocess]
+threshold = 0.5
+min_duration_ms = 250
+merge_gap_ms = 250
+"""
+
+
+def export(model: nn.Module, folder: Path, name: str) -> None:
+    """Write `model.pt` (TorchScript) and `manifest.toml` into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(torch.jit.script(model), str(folder / "model.pt"))
+    labels = "[" + ", ".join(f'"{label}"' for label in LABELS) + "]"
+    (folder / "manifest.toml").write_text(
+        MANIFEST.format(
+            name=name, rate=RATE, labels=labels, mel=MEL, window_s=WINDOW_S, hop_s=HOP_S
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("folder", type=Path, help="output model folder, e.g. models/tones")
+    parser.add_argument("--seconds", type=float, default=5.0, help="training time")
+    args = parser.parse_args()
+    export(train(args.seconds), args.folder, args.folder.name)
+    print(f"wrote {args.folder}/model.pt and manifest.toml")
+
+
+if __name__ == "__main__":
+    main()

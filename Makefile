@@ -7,6 +7,6 @@ serve:
 
 test:
 	deploy/setup.sh --test
-	.venv/bin/ruff check arengine tests loadtests
+	.venv/bin/ruff check arengine tests loadtests models
 	.venv/bin/mypy
 	.venv/bin/pytest

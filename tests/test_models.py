@@ -107,6 +107,14 @@ def test_the_trained_classifier_tags_tones_and_noise_at_the_right_times(
     assert response.status_code == 200, response.text
     tags = response.json()["tags"]
     assert [tag["label"] for tag in tags] == ["tone", "noise"]
+    with (tmp_path / "beeps.flac").open("rb") as body:
+        strict = httpx.post(
+            server.url + "/v1/recognize",
+            files={"file": body},
+            timeout=60,
+            params={"model": "tones", "min_duration_ms": 2500},
+        )
+    assert strict.json()["tags"] == []  # both runs last about 2 s
     for tag, (start, end) in zip(tags, [(1.0, 3.0), (4.0, 6.0)], strict=True):
         assert tag["start"] == pytest.approx(start, abs=0.3)
         assert tag["end"] == pytest.approx(end, abs=0.35)

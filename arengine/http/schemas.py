@@ -45,6 +45,19 @@ class RecognizeQuery(BaseModel):
         description="Padding added to each side of a speech tag (default 30).",
     )
 
+    min_duration_ms: int | None = Field(
+        None,
+        ge=0,
+        le=3_600_000,
+        description="Classifier and pitch models: shorter tags are dropped.",
+    )
+    merge_gap_ms: int | None = Field(
+        None,
+        ge=0,
+        le=3_600_000,
+        description="Classifier models: runs of the same label this close merge.",
+    )
+
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
         return self.model_dump(exclude_none=True, exclude={"model"})

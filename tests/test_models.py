@@ -112,7 +112,7 @@ def test_the_trained_classifier_tags_tones_and_noise_at_the_right_times(
             server.url + "/v1/recognize",
             files={"file": body},
             timeout=60,
-            params={"model": "tones", "min_duration_ms": 2500},
+            params={"model": "tones", "min_duration_ms": 4000},
         )
     assert strict.json()["tags"] == []  # both runs last 2 to 3 s
     for tag, (start, end) in zip(tags, [(1.0, 3.0), (4.0, 6.0)], strict=True):

@@ -81,8 +81,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    import uvicorn
-
+    from arengine.http import server
     from arengine.http.app import create_app
     from arengine.threads import available_cpus, configure_torch
 
@@ -95,10 +94,4 @@ def serve(settings: Settings, argv: list[str]) -> None:
         settings.engine_threads or available_cpus(),
         available_cpus(),
     )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=30,
-    )
+    server.run(create_app(settings), settings)

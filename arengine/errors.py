@@ -61,6 +61,41 @@ class NotReady(ArengineError):
     code = "not_ready"
 
 
+class Unauthorized(ArengineError):
+    """No API key, or not one of the configured keys."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class BodyTimeout(ArengineError):
+    """The client stopped sending its body."""
+
+    status = 408
+    code = "body_timeout"
+
+
+class Overloaded(ArengineError):
+    """Admission control: the server holds as much pending work as it is allowed; retry later."""
+
+    status = 503
+    code = "overloaded"
+
+
+class DeadlineExceeded(ArengineError):
+    """The request's deadline passed; its remaining work was dropped."""
+
+    status = 504
+    code = "deadline_exceeded"
+
+
+class Cancelled(ArengineError):
+    """The client went away or the server is stopping; nobody reads this job's answer."""
+
+    status = 499
+    code = "cancelled"
+
+
 class StageFailed(ArengineError):
     """A stage failed on valid input: a server fault, reported with stage and request id."""
 

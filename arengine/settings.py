@@ -80,6 +80,47 @@ class Settings(BaseSettings):
     upload_dir: Path | None = Field(
         None, description="Directory for spooled uploads; default: the system temporary directory."
     )
+    max_pending_requests: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="Recognition requests admitted at once (uploading or processing); beyond it 503 with Retry-After.",
+    )
+    request_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=86_400,
+        description="Deadline of a recognition request in seconds (504 past it); clients may ask for less with timeout_s.",
+    )
+    body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest wait for the next chunk of a request body, in seconds (408 past it).",
+    )
+    shutdown_delay_s: float = Field(
+        2.0,
+        ge=0,
+        le=300,
+        description="On SIGTERM, seconds of 503 on /readyz before the listener closes (lets load balancers drain).",
+    )
+    shutdown_timeout_s: float = Field(
+        60.0,
+        ge=0,
+        le=3600,
+        description="On SIGTERM, seconds in-flight requests get to finish before the process exits.",
+    )
+    api_keys: str | None = Field(
+        None,
+        description="Comma-separated API keys; when set, every endpoint but /healthz and /readyz needs Authorization: Bearer <key>.",
+    )
+    metrics_public: bool = Field(
+        True,
+        description="Serve /metrics without an API key (for Prometheus inside a private network).",
+    )
+    cors_origins: str | None = Field(
+        None, description="Comma-separated origins allowed by CORS; CORS is off when unset."
+    )
     jemalloc: bool = Field(
         True,
         description="Re-execute `serve` with the system jemalloc preloaded when it is installed.",

@@ -13,9 +13,9 @@ import soundfile as sf
 import torch
 from silero_vad import get_speech_timestamps, load_silero_vad
 
-from arengine.engine.job import Cancelled, JobSpec, Result
+from arengine.engine.job import JobSpec, Result
 from arengine.engine.pool import EnginePool
-from arengine.errors import StageFailed
+from arengine.errors import Cancelled, StageFailed
 from arengine.features import Segment
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess import Tag

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
-from arengine.errors import NotReady, UnknownModel
+from arengine.errors import NotReady, Overloaded, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, LoadFailure, load_models
 from arengine.settings import Settings
@@ -37,10 +39,39 @@ class Engine:
         self.models: dict[str, LoadedModel] = {}
         self.failures: list[LoadFailure] = []
         self._ready = threading.Event()
+        self._draining = False
+        self._pending = 0
+        self._admission = threading.Lock()
 
     @property
     def ready(self) -> bool:
-        return self._ready.is_set()
+        """Models loaded and not shutting down."""
+        return self._ready.is_set() and not self._draining
+
+    @property
+    def pending_requests(self) -> int:
+        """Recognition requests admitted and not yet answered (uploading or processing)."""
+        return self._pending
+
+    @contextmanager
+    def admitted(self) -> Iterator[None]:
+        """Hold one of `max_pending_requests` slots for a request's life; `Overloaded` if none."""
+        with self._admission:
+            if self._pending >= self.settings.max_pending_requests:
+                raise Overloaded(
+                    f"{self._pending} requests are pending, the limit is "
+                    f"{self.settings.max_pending_requests}; retry shortly"
+                )
+            self._pending += 1
+        try:
+            yield
+        finally:
+            with self._admission:
+                self._pending -= 1
+
+    def drain(self) -> None:
+        """Shutting down: not ready, no new requests; admitted ones finish."""
+        self._draining = True
 
     def load_models(self) -> None:
         """Load and warm up the models; ready when this returns with at least one loaded."""
@@ -55,6 +86,8 @@ class Engine:
 
     def check(self, model: str, overrides: Overrides) -> Recognizer:
         """The recognizer for `model` if the request can be admitted; raises the reason if not."""
+        if self._draining:
+            raise NotReady("the server is shutting down")
         if not self.ready:
             raise NotReady("the models are still loading; retry shortly")
         loaded = self.models.get(model)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from arengine.decode import decode
-from arengine.errors import ArengineError, StageFailed
+from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.features import Segment, Segmenter
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.postprocess import Tag, Tagger
@@ -51,13 +51,6 @@ class Result:
     audio: AudioInfo
     tags: tuple[Tag, ...]
     timings: Timings
-
-
-class Cancelled(ArengineError):
-    """The client went away or the server is stopping; nobody reads this job's answer."""
-
-    status = 499
-    code = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The FastAPI application: lifespan (engine start, model loading, shutdown) and error mapping."""
+"""The FastAPI application: lifespan (engine start, model loading, shutdown) and middleware."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.engine.engine import Engine
-from arengine.errors import ArengineError
 from arengine.http import routes
+from arengine.http.auth import ApiKeyMiddleware
+from arengine.http.errors import install_error_handlers
 from arengine.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -50,9 +49,17 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.include_router(routes.router)
-    app.add_exception_handler(ArengineError, _arengine_error)  # type: ignore[arg-type]
-    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
-    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    install_error_handlers(app)
+    if settings.api_keys:
+        public = ["/healthz", "/readyz", *(["/metrics"] if settings.metrics_public else [])]
+        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys.split(","), public_paths=public)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins.split(","),
+            allow_methods=["GET", "POST"],
+            allow_headers=["*"],
+        )
     app.add_middleware(RequestIdMiddleware)
     return app
 
@@ -62,29 +69,6 @@ def _load(engine: Engine) -> None:
         engine.load_models()
     except Exception:
         log.exception("loading the models failed; the server stays not ready")
-
-
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    """The one error body: `{"error": {"code": ..., "message": ...}}`."""
-    headers = {"Retry-After": "1"} if status == 503 else None
-    return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
-
-
-async def _arengine_error(request: Request, error: ArengineError) -> JSONResponse:
-    return error_response(error.status, error.code, error.message)
-
-
-async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
-        for e in error.errors()
-    )
-    return error_response(422, "invalid_parameter", problems)
-
-
-async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
-    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    return error_response(error.status_code, code, str(error.detail))
 
 
 class RequestIdMiddleware:

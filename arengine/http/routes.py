@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Annotated, Any
 
 import torch
@@ -12,7 +14,8 @@ from fastapi.responses import JSONResponse
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
-from arengine.errors import NotReady
+from arengine.engine.job import Job, Result
+from arengine.errors import Cancelled, DeadlineExceeded, NotReady
 from arengine.http.schemas import (
     ErrorResponse,
     FailureOut,
@@ -27,6 +30,7 @@ from arengine.settings import Settings
 from arengine.threads import available_cpus
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": description}
@@ -36,8 +40,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (413, "Upload or recording over a configured cap"),
         (415, "Unsupported container, codec or content type"),
         (422, "Invalid parameter, missing file field, or audio outside the accepted shape"),
+        (401, "API keys are configured and the request has none of them"),
+        (408, "The client stopped sending its body"),
         (500, "A pipeline stage failed (names the stage and the request id)"),
-        (503, "Models still loading or server stopping"),
+        (503, "Models still loading, server stopping, or too many pending requests (Retry-After)"),
+        (504, "The request's deadline passed"),
     ]
 }
 _AUDIO_BODY = {
@@ -69,25 +76,58 @@ async def recognize(
     request: Request, query: Annotated[RecognizeQuery, Query()]
 ) -> RecognizeResponse:
     """Tag one audio file (multipart field `file`, or a raw body with an audio content type)."""
+    started = time.monotonic()
     engine = _engine(request)
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
+    timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     engine.check(query.model, overrides)  # before reading the body: refuse fast
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
-    upload = await spool(
-        request.stream(), request.headers.get("content-type"), limits, settings.upload_dir
-    )
-    try:
-        job = engine.recognize(upload.path, query.model, overrides, request.state.request_id)
+    with engine.admitted():
+        upload = await spool(
+            request.stream(),
+            request.headers.get("content-type"),
+            limits,
+            settings.upload_dir,
+            settings.body_timeout_s,
+        )
         try:
-            result = await asyncio.wrap_future(job.future)
+            job = engine.recognize(upload.path, query.model, overrides, request.state.request_id)
+            remaining = timeout - (time.monotonic() - started)
+            result = await _outcome(request, job, remaining)
         finally:
-            if not job.future.done():
-                job.cancel()
-    finally:
-        upload.path.unlink(missing_ok=True)
+            upload.path.unlink(missing_ok=True)
     return RecognizeResponse.of(result)
+
+
+async def _outcome(request: Request, job: Job, timeout: float) -> Result:
+    """The job's result; cancels it when the deadline passes or the client goes away."""
+    result: asyncio.Future[Any] = asyncio.wrap_future(job.future)
+    gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {result, gone}, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        gone.cancel()
+        if not job.future.done():
+            job.cancel()
+    if result in done:
+        outcome: Result = result.result()
+        return outcome
+    if gone in done:
+        log.info("request %s: client disconnected, remaining work cancelled", job.spec.request_id)
+        raise Cancelled("the client disconnected")
+    raise DeadlineExceeded(
+        f"the request's deadline of {timeout:.1f} s passed; its remaining work was dropped"
+    )
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.get("/v1/models", response_model=ModelsResponse)
@@ -117,6 +157,8 @@ async def info(request: Request) -> InfoResponse:
         intra_op_threads=torch.get_num_threads(),
         inter_op_threads=torch.get_num_interop_threads(),
         ready=engine.ready,
+        pending_requests=engine.pending_requests,
+        active_jobs=engine.pool.active_jobs,
         limits={
             "max_upload_bytes": settings.max_upload_bytes,
             "max_duration_s": settings.max_duration_s,

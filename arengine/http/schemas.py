@@ -20,6 +20,12 @@ class RecognizeQuery(BaseModel):
         pattern=r"^[A-Za-z0-9_.-]+$",
         description="Name of a loaded model (see GET /v1/models).",
     )
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        le=86_400,
+        description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
+    )
     threshold: float | None = Field(
         None, gt=0, lt=1, description="A tag starts at or above this score (speech default 0.5)."
     )
@@ -60,7 +66,7 @@ class RecognizeQuery(BaseModel):
 
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude={"model"})
+        return self.model_dump(exclude_none=True, exclude={"model", "timeout_s"})
 
 
 class AudioOut(BaseModel):
@@ -175,4 +181,8 @@ class InfoResponse(BaseModel):
     intra_op_threads: int
     inter_op_threads: int
     ready: bool
+    pending_requests: int = Field(description="Recognition requests admitted and not yet answered.")
+    active_jobs: int = Field(
+        description="Requests inside the engine (validated, decoding or inferring)."
+    )
     limits: dict[str, float | int]

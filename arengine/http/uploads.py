@@ -6,6 +6,7 @@ audio content type. Nothing is held in memory beyond one chunk; the file is the 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -16,8 +17,17 @@ from typing import BinaryIO
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect
 
-from arengine.errors import ArengineError, CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.errors import (
+    ArengineError,
+    BodyTimeout,
+    Cancelled,
+    CorruptAudio,
+    InvalidInput,
+    TooLarge,
+    UnsupportedFormat,
+)
 
 FILE_FIELD = "file"
 RAW_TYPES = ("audio/", "application/octet-stream", "application/ogg", "video/ogg")
@@ -62,31 +72,52 @@ async def spool(
     content_type: str | None,
     limits: UploadLimits,
     directory: Path | None,
+    idle_timeout_s: float,
 ) -> Upload:
-    """Write the audio of a request body to a temporary file in `directory`."""
+    """Write the audio of a request body to a temporary file in `directory`.
+
+    The file is removed if anything goes wrong, the client disconnecting included.
+    """
     media_type, options = parse_options_header(content_type or "")
     media = media_type.decode("latin-1").lower()
+    boundary = options.get(b"boundary")
+    if media == "multipart/form-data" and not boundary:
+        raise CorruptAudio("multipart body without a boundary", code="bad_multipart")
+    if media != "multipart/form-data" and not media.startswith(RAW_TYPES):
+        raise UnsupportedFormat(
+            f"content type {media or 'none'!r}: send multipart/form-data with a "
+            f"{FILE_FIELD!r} field, or a raw body with an audio/* content type",
+            code="unsupported_media_type",
+        )
+    chunks = _paced(body, idle_timeout_s)
     fd, name = tempfile.mkstemp(prefix="arengine-", suffix=".upload", dir=directory)
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as target:
-            if media == "multipart/form-data":
-                boundary = options.get(b"boundary")
-                if not boundary:
-                    raise CorruptAudio("multipart body without a boundary", code="bad_multipart")
-                filename, size = await _MultipartSpooler(boundary, target, limits).run(body)
-            elif media.startswith(RAW_TYPES):
-                filename, size = None, await _copy(body, target, limits)
+            if boundary and media == "multipart/form-data":
+                filename, size = await _MultipartSpooler(boundary, target, limits).run(chunks)
             else:
-                raise UnsupportedFormat(
-                    f"content type {media or 'none'!r}: send multipart/form-data with a "
-                    f"{FILE_FIELD!r} field, or a raw body with an audio/* content type",
-                    code="unsupported_media_type",
-                )
+                filename, size = None, await _copy(chunks, target, limits)
+    except ClientDisconnect:
+        path.unlink(missing_ok=True)
+        raise Cancelled("the client disconnected during the upload") from None
     except BaseException:
         path.unlink(missing_ok=True)
         raise
     return Upload(path=path, size=size, filename=filename)
+
+
+async def _paced(body: AsyncIterator[bytes], idle_timeout_s: float) -> AsyncIterator[bytes]:
+    """The body's chunks; `BodyTimeout` when the client sends nothing for `idle_timeout_s`."""
+    chunks = aiter(body)
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(chunks), idle_timeout_s)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise BodyTimeout(f"no body data for {idle_timeout_s:g} s") from None
+        yield chunk
 
 
 async def _copy(body: AsyncIterator[bytes], target: BinaryIO, limits: UploadLimits) -> int:

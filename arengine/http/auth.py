@@ -1,0 +1,39 @@
+"""Optional API keys: `Authorization: Bearer <key>`, compared in constant time, as plain ASGI."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from arengine.errors import Unauthorized
+from arengine.http.errors import error_response
+
+
+class ApiKeyMiddleware:
+    """Refuse every HTTP request outside `public_paths` that lacks one of `keys` (401)."""
+
+    def __init__(self, app: ASGIApp, keys: Iterable[str], public_paths: Iterable[str]) -> None:
+        self.app = app
+        self.keys = [key.encode() for key in keys if key]
+        self.public_paths = frozenset(public_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.public_paths or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        error = Unauthorized("send Authorization: Bearer <API key>")
+        response = error_response(error.status, error.code, error.message)
+        response.headers["WWW-Authenticate"] = 'Bearer realm="arengine"'
+        await response(scope, receive, send)
+
+    def _allowed(self, scope: Scope) -> bool:
+        header = dict(scope["headers"]).get(b"authorization", b"")
+        scheme, _, token = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not token:
+            return False
+        matched = False
+        for key in self.keys:  # every key is compared, so timing does not tell which one matched
+            matched |= hmac.compare_digest(token.strip(), key)
+        return matched

@@ -1,4 +1,4 @@
-"""Limits, admission control, deadlines, disconnects, API keys and shutdown, against real servers."""
+"""Limits, admission, deadlines, disconnects, API keys and shutdown, against real servers."""
 
 from __future__ import annotations
 

@@ -81,8 +81,11 @@ async def spool(
     media_type, options = parse_options_header(content_type or "")
     media = media_type.decode("latin-1").lower()
     boundary = options.get(b"boundary")
-    if media == "multipart/form-data" and not boundary:
-        raise CorruptAudio("multipart body without a boundary", code="bad_multipart")
+    if media == "multipart/form-data" and not 1 <= len(boundary or b"") <= 70:
+        # RFC 2046 allows 1 to 70 characters; longer ones are an attack on the parser.
+        raise CorruptAudio(
+            "the multipart boundary must be 1 to 70 characters", code="bad_multipart"
+        )
     if media != "multipart/form-data" and not media.startswith(RAW_TYPES):
         raise UnsupportedFormat(
             f"content type {media or 'none'!r}: send multipart/form-data with a "

@@ -90,7 +90,9 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
     try:
         sock.settimeout(10)
         started = time.monotonic()
-        reply = sock.recv(65536).decode("latin-1")
+        reply = ""
+        while "}}" not in reply and (chunk := sock.recv(65536)):
+            reply += chunk.decode("latin-1")
     finally:
         sock.close()
     assert reply.startswith("HTTP/1.1 408")
@@ -103,7 +105,7 @@ def test_deadline_gives_504_and_drops_the_work(server: Server, long_file: Path) 
     with long_file.open("rb") as body:
         response = httpx.post(
             server.url + "/v1/recognize",
-            params={"timeout_s": 0.2},
+            params={"timeout_s": 0.5},
             files={"file": body},
             timeout=60,
         )

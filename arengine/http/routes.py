@@ -94,20 +94,21 @@ async def recognize(
         )
         try:
             job = engine.recognize(upload.path, query.model, overrides, request.state.request_id)
-            remaining = timeout - (time.monotonic() - started)
-            result = await _outcome(request, job, remaining)
+            result = await _outcome(request, job, started + timeout)
         finally:
             upload.path.unlink(missing_ok=True)
     return RecognizeResponse.of(result)
 
 
-async def _outcome(request: Request, job: Job, timeout: float) -> Result:
-    """The job's result; cancels it when the deadline passes or the client goes away."""
+async def _outcome(request: Request, job: Job, deadline: float) -> Result:
+    """The job's result; cancels it when the `deadline` (monotonic) passes or the client leaves."""
     result: asyncio.Future[Any] = asyncio.wrap_future(job.future)
     gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
     try:
         done, _ = await asyncio.wait(
-            {result, gone}, timeout=max(timeout, 0.0), return_when=asyncio.FIRST_COMPLETED
+            {result, gone},
+            timeout=max(deadline - time.monotonic(), 0.0),
+            return_when=asyncio.FIRST_COMPLETED,
         )
     finally:
         gone.cancel()
@@ -119,9 +120,7 @@ async def _outcome(request: Request, job: Job, timeout: float) -> Result:
     if gone in done:
         log.info("request %s: client disconnected, remaining work cancelled", job.spec.request_id)
         raise Cancelled("the client disconnected")
-    raise DeadlineExceeded(
-        f"the request's deadline of {timeout:.1f} s passed; its remaining work was dropped"
-    )
+    raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
 
 
 async def _disconnected(request: Request) -> None:

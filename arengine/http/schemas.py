@@ -22,7 +22,7 @@ class RecognizeQuery(BaseModel):
     )
     timeout_s: float | None = Field(
         None,
-        gt=0,
+        ge=0.5,
         le=86_400,
         description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
     )

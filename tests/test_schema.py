@@ -1,0 +1,38 @@
+"""Property-based testing of the OpenAPI schema with schemathesis: no 5xx, responses match it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+from tests.conftest import Server, start_server, stop_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    running = start_server(tmp_path_factory.mktemp("srv"), "--max-upload-bytes", "2000000")
+    yield running
+    stop_server(running)
+
+
+def test_the_api_honours_its_schema(server: Server) -> None:
+    api = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    tested = []
+    for result in api.get_all_operations():
+        operation = result.ok()
+
+        @given(case=operation.as_strategy())
+        @settings(
+            max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), database=None
+        )
+        def check(case: schemathesis.Case) -> None:
+            # A schema cannot say "valid audio": random bytes are schema-valid and rightly refused.
+            case.call_and_validate(excluded_checks=[positive_data_acceptance])
+
+        check()
+        tested.append(operation.label)
+    assert "POST /v1/recognize" in tested

@@ -1,0 +1,51 @@
+"""atheris fuzz target for the probe and decode path: any bytes give audio or an ArengineError.
+
+Briefly in the test suite (tests/test_fuzz.py); longer by hand, with a corpus folder:
+
+    .venv/bin/python tests/fuzz/decode_target.py -runs=200000 -max_len=65536 /tmp/corpus
+
+A crash (any other exception, a hang, or a signal) is a bug: add the input as a regression test.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import atheris
+
+with atheris.instrument_imports():
+    from arengine.decode import decode
+    from arengine.errors import ArengineError
+    from arengine.features import Segmenter, SegmentPlan
+    from arengine.validation import AudioLimits, probe
+
+LIMITS = AudioLimits(
+    max_duration_s=60, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+)
+PLAN = SegmentPlan(hop=512, context=64, segment_frames=64, preroll_frames=8)
+FOLDER = Path(tempfile.mkdtemp(prefix="arengine-fuzz-"))
+
+
+def test_one_input(data: bytes) -> None:
+    path = FOLDER / "input"
+    path.write_bytes(data)
+    try:
+        info = probe(path, LIMITS)
+        max_frames = int(LIMITS.max_duration_s * info.sample_rate)
+        for segment in Segmenter(decode(path, info.sample_rate, 16000, max_frames), PLAN):
+            assert segment.samples.dtype.name == "float32"
+    except ArengineError:
+        pass
+
+
+def main() -> None:
+    atheris.Setup(sys.argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

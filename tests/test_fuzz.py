@@ -1,0 +1,30 @@
+"""A short atheris run of the probe and decode path, seeded with every container."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tests.audio import FORMATS, write
+
+TARGET = Path(__file__).parent / "fuzz" / "decode_target.py"
+
+
+def test_fuzzing_the_decode_path_finds_no_crash(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    tone = (0.3 * np.sin(np.arange(8000) / 5)).astype(np.float32)
+    for extension in FORMATS:
+        rate = 48000 if extension == "opus" else 8000
+        write(tone, rate, corpus / f"seed.{extension}", channels=2)
+    done = subprocess.run(
+        [sys.executable, str(TARGET), "-runs=3000", "-max_len=20000", "-timeout=20", str(corpus)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Done 3000 runs" in done.stderr

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,6 +33,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Every handler is async and heavy work runs on the engine pool: AnyIO's worker threads
+        # (40 by default) are never needed for more than a few small blocking calls.
+        to_thread.current_default_thread_limiter().total_tokens = 4
         engine = Engine(settings)
         app.state.engine = engine
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.

@@ -11,7 +11,15 @@ import torch
 
 from arengine.errors import InvalidInput
 from arengine.features import Segmenter
-from arengine.models.pitch import HOP, WINDOW, Crepe, PitchRecognizer, decode, normalise
+from arengine.models.pitch import (
+    CHUNK_FRAMES,
+    HOP,
+    WINDOW,
+    Crepe,
+    PitchRecognizer,
+    decode,
+    normalise,
+)
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
 RATE = 16000
@@ -128,6 +136,17 @@ def test_frame_i_is_the_window_centred_on_sample_i_hop(recognizer: PitchRecogniz
         assert scores.dtype == np.float32
         frames += segment.frames
     assert frames == -(-len(audio) // HOP)
+
+
+def test_infer_in_chunks_equals_one_call(crepe: Crepe) -> None:
+    recognizer = PitchRecognizer(WEIGHTS, segment_s=3.0)
+    audio = np.concatenate([tone(261.63, 1.5, overtones=2), tone(392.0, 1.7)])
+    segment = next(iter(Segmenter(iter([audio]), recognizer.plan)))
+    assert segment.frames == 300 > CHUNK_FRAMES
+    features = recognizer.features(segment)
+    with torch.inference_mode():
+        whole = decode(crepe(features)).numpy()
+    assert np.allclose(recognizer.infer(features, segment), whole, rtol=1e-5, atol=1e-6)
 
 
 def test_recognizer_contract(recognizer: PitchRecognizer) -> None:

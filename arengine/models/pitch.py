@@ -30,6 +30,10 @@ CENTS_OFFSET = 1997.3794084376191
 _CHANNELS = (1, 128, 16, 16, 16, 32, 64)
 """Tiny capacity: `full` is 1, 1024, 128, 128, 128, 256, 512."""
 _BN_EPS = 0.0010000000474974513
+CHUNK_FRAMES = 128
+"""Frames per forward call. The first layer's output is 128 KiB a frame, 390 MB for a 30 s segment
+in one call; in chunks of 128 it is 17 MB, and throughput is the same or better (measured:
+~840 frames/s per core at 128, ~800 for 3000 frames in one call)."""
 
 
 class Crepe(nn.Module):
@@ -155,9 +159,13 @@ class PitchRecognizer:
         return normalise(frames)
 
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
+        frames = features[segment.skip_frames :]
         with torch.inference_mode():
-            scores = decode(self._model(features[segment.skip_frames :]))
-        result: np.ndarray = scores.numpy()
+            chunks = [
+                decode(self._model(frames[i : i + CHUNK_FRAMES]))
+                for i in range(0, len(frames), CHUNK_FRAMES)
+            ]
+        result: np.ndarray = torch.cat(chunks).numpy()
         return result
 
     def tagger(self, overrides: Overrides) -> NoteTagger:

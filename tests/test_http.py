@@ -32,6 +32,7 @@ def _assert_finds_speech(tags: list[dict], speech: list[tuple[float, float]]) ->
     assert len(tags) == len(speech), (tags, speech)
     for tag, (start, end) in zip(tags, speech, strict=True):
         assert tag["label"] == "speech"
+        assert "frequency_hz" not in tag
         assert tag["start"] == pytest.approx(start, abs=0.3)
         assert tag["end"] == pytest.approx(end, abs=0.4)
         assert 0.5 < tag["score"] <= 1.0
@@ -281,11 +282,13 @@ def test_service_endpoints(server: Server) -> None:
     assert info["engine_threads"] == info["cpus_available"] >= 1
     assert info["allocator"] in ("jemalloc", "glibc")
     assert info["ready"] is True
-    assert [m["name"] for m in models] == ["speech"]
-    assert models[0]["sample_rate"] == 16000 and models[0]["labels"] == ["speech"]
-    assert models[0]["segment_s"] == pytest.approx(4.0, abs=0.02)
-    assert models[0]["parameters"]["threshold"] == 0.5
-    assert models[0]["parameters"]["min_silence_duration_ms"] == 100
+    assert [m["name"] for m in models] == ["pitch", "speech"]
+    models = {m["name"]: m for m in models}
+    assert models["speech"]["sample_rate"] == 16000 and models["speech"]["labels"] == ["speech"]
+    assert models["pitch"]["labels"][0] == "C1" and len(models["pitch"]["labels"]) == 84
+    assert models["speech"]["segment_s"] == pytest.approx(4.0, abs=0.02)
+    assert models["speech"]["parameters"]["threshold"] == 0.5
+    assert models["speech"]["parameters"]["min_silence_duration_ms"] == 100
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert "/v1/recognize" in schema["paths"]
     _assert_error(missing, 404, "not_found")

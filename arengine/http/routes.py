@@ -70,7 +70,11 @@ def _engine(request: Request) -> Engine:
 
 
 @router.post(
-    "/v1/recognize", response_model=RecognizeResponse, responses=_ERRORS, openapi_extra=_AUDIO_BODY
+    "/v1/recognize",
+    response_model=RecognizeResponse,
+    response_model_exclude_none=True,
+    responses=_ERRORS,
+    openapi_extra=_AUDIO_BODY,
 )
 async def recognize(
     request: Request, query: Annotated[RecognizeQuery, Query()]

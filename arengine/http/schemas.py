@@ -64,6 +64,13 @@ class RecognizeQuery(BaseModel):
         description="Classifier models: runs of the same label this close merge.",
     )
 
+    median_frames: int | None = Field(
+        None,
+        ge=1,
+        le=101,
+        description="Pitch models: odd width of the median filter over 10 ms frames.",
+    )
+
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
         return self.model_dump(exclude_none=True, exclude={"model", "timeout_s"})
@@ -82,6 +89,9 @@ class TagOut(BaseModel):
     end: float
     label: str
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
+    frequency_hz: float | None = Field(
+        None, description="Pitch models: mean frequency of the note."
+    )
 
 
 class TimingsOut(BaseModel):
@@ -111,7 +121,14 @@ class RecognizeResponse(BaseModel):
                 subtype=info.subtype,
             ),
             tags=[
-                TagOut(start=t.start, end=t.end, label=t.label, score=t.score) for t in result.tags
+                TagOut(
+                    start=t.start,
+                    end=t.end,
+                    label=t.label,
+                    score=t.score,
+                    frequency_hz=t.frequency_hz,
+                )
+                for t in result.tags
             ],
             timings=TimingsOut(
                 **{

@@ -66,9 +66,11 @@ def _checked(path: Path, data: dict[str, Any]) -> Manifest:
         raise ManifestError(path, f"name {name!r} must match {_NAME.pattern}")
     if kind not in KINDS:
         raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    labels = data.get("labels")
-    if not isinstance(labels, list) or not labels or not all(isinstance(x, str) for x in labels):
-        raise ManifestError(path, "labels must be a non-empty list of strings")
+    labels = data.get("labels", [] if kind == "pitch" else None)
+    if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+        raise ManifestError(path, "labels must be a list of strings")
+    if not labels and kind != "pitch":  # a pitch model's labels are the note names
+        raise ManifestError(path, f"a {kind} model needs its labels")
     rate = data.get("sample_rate")
     if not isinstance(rate, int) or not 8000 <= rate <= 192000:
         raise ManifestError(path, f"sample_rate {rate!r} must be an integer from 8000 to 192000")

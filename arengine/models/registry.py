@@ -17,9 +17,11 @@ from arengine.errors import ArengineError
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer, load_torchscript
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
+from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess.labels import LabelParams
+from arengine.postprocess.notes import NotesParams
 from arengine.postprocess.speech import SpeechParams
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,13 @@ def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
+def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
+    params = NotesParams().with_overrides(manifest.postprocess)
+    return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,
+    "pitch": _pitch,
     "classifier": _classifier,
 }

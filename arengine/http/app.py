@@ -9,16 +9,22 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
+from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.errors import ArengineError
 from arengine.http import routes
+from arengine.http.access import AccessLogMiddleware
+from arengine.memory import Jemalloc
+from arengine.metrics import Metrics
 from arengine.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,10 +37,13 @@ def create_app(settings: Settings) -> FastAPI:
     >>> uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)
     """
 
+    metrics = Metrics(CollectorRegistry())
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(settings)
+        engine = Engine(settings, metrics)
         app.state.engine = engine
+        _watch(metrics, engine)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
@@ -49,12 +58,29 @@ def create_app(settings: Settings) -> FastAPI:
         description="Timestamped tags from audio files of any length.",
     )
     app.state.settings = settings
+    app.state.metrics = metrics
     app.include_router(routes.router)
     app.add_exception_handler(ArengineError, _arengine_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(AccessLogMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app
+
+
+def _watch(metrics: Metrics, engine: Engine) -> None:
+    allocator = active_allocator()
+    metrics.watch(engine.pool, Jemalloc.load() if allocator == "jemalloc" else None)
+    metrics.build.info(
+        {
+            "version": __version__,
+            "torch_version": torch.__version__,
+            "allocator": allocator,
+            "intra_op_threads": str(torch.get_num_threads()),
+            "inter_op_threads": str(torch.get_num_interop_threads()),
+            "engine_threads": str(engine.pool.threads),
+        }
+    )
 
 
 def _load(engine: Engine) -> None:
@@ -70,7 +96,14 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
+def _count_refusal(request: Request, status: int, code: str) -> None:
+    if 400 <= status < 500 or status == 503:
+        metrics: Metrics = request.app.state.metrics
+        metrics.reject(code)
+
+
 async def _arengine_error(request: Request, error: ArengineError) -> JSONResponse:
+    _count_refusal(request, error.status, error.code)
     return error_response(error.status, error.code, error.message)
 
 
@@ -79,11 +112,13 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
         f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
         for e in error.errors()
     )
+    _count_refusal(request, 422, "invalid_parameter")
     return error_response(422, "invalid_parameter", problems)
 
 
 async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+    _count_refusal(request, error.status_code, code)
     return error_response(error.status_code, code, str(error.detail))
 
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated, Any
 
 import torch
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
-from arengine.errors import NotReady
+from arengine.engine.job import Result
+from arengine.errors import ArengineError, NotReady
 from arengine.http.schemas import (
     ErrorResponse,
     FailureOut,
@@ -23,6 +26,8 @@ from arengine.http.schemas import (
     RecognizeResponse,
 )
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
+from arengine.metrics import Metrics
+from arengine.models.recognizer import Overrides
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 
@@ -69,17 +74,41 @@ async def recognize(
     request: Request, query: Annotated[RecognizeQuery, Query()]
 ) -> RecognizeResponse:
     """Tag one audio file (multipart field `file`, or a raw body with an audio content type)."""
+    started = time.perf_counter()
     engine = _engine(request)
-    settings: Settings = request.app.state.settings
     overrides = query.overrides()
     engine.check(query.model, overrides)  # before reading the body: refuse fast
+    request.state.model = query.model  # a loaded model's name: a bounded label value
+    metrics: Metrics = request.app.state.metrics
+    status = 500
+    result: Result | None = None
+    try:
+        result = await _recognize(request, engine, query.model, overrides)
+        status = 200
+    except ArengineError as error:
+        status = error.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away
+        raise
+    finally:
+        seconds = time.perf_counter() - started
+        audio_s = None if result is None else result.audio.duration_s
+        metrics.observe_request(query.model, status, seconds, audio_s)
+    request.state.result = result  # for the access log
+    return RecognizeResponse.of(result)
+
+
+async def _recognize(request: Request, engine: Engine, model: str, overrides: Overrides) -> Result:
+    """Spool the upload, run it on the engine, delete the spooled file whatever happens."""
+    settings: Settings = request.app.state.settings
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
     upload = await spool(
         request.stream(), request.headers.get("content-type"), limits, settings.upload_dir
     )
     try:
-        job = engine.recognize(upload.path, query.model, overrides, request.state.request_id)
+        job = engine.recognize(upload.path, model, overrides, request.state.request_id)
         try:
             result = await asyncio.wrap_future(job.future)
         finally:
@@ -87,7 +116,7 @@ async def recognize(
                 job.cancel()
     finally:
         upload.path.unlink(missing_ok=True)
-    return RecognizeResponse.of(result)
+    return result
 
 
 @router.get("/v1/models", response_model=ModelsResponse)
@@ -126,6 +155,13 @@ async def info(request: Request) -> InfoResponse:
             "segments_ahead": settings.segments_ahead,
         },
     )
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    """Prometheus exposition text (a plain `def`: collecting runs in the thread pool)."""
+    registry = request.app.state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/healthz")

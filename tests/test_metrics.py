@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from arengine.memory import JEMALLOC_STATS
 from arengine.metrics import STAGES, Metrics
 from tests.conftest import RecordingFactory, Server
 
@@ -201,3 +204,22 @@ def test_each_request_logs_one_json_line_with_its_id(
     timings = response.json()["timings"]
     assert line["timings"] == pytest.approx(timings, abs=1e-5)
     assert line["rtf"] == pytest.approx(clip.duration_s / timings["total_s"], rel=0.01)
+
+
+def test_the_dashboard_queries_only_metrics_that_exist(metrics: Metrics) -> None:
+    dashboard = json.loads(Path("deploy/grafana/arengine.json").read_text())
+    metrics.observe_request("speech", 200, seconds=1.0, audio_s=1.0)
+    metrics.observe_stage("speech", "inference", 0.1)
+    metrics.observe_queue_wait("speech", 0.1)
+    metrics.reject("empty_file")
+    metrics.watch(_Pool())
+    exposed = {s.name for family in metrics.registry.collect() for s in family.samples}
+    exposed |= {f"arengine_jemalloc_{name}_bytes" for name in JEMALLOC_STATS}
+    variables = {v["name"] for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
+    assert variables == {"datasource"}
+    targets = [target for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(dashboard["panels"]) >= 10
+    for target in targets:
+        assert target["datasource"]["uid"] == "${datasource}"
+        names = set(re.findall(r"arengine_[a-z_]+", target["expr"]))
+        assert names and names <= exposed, target["expr"]

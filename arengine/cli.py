@@ -71,27 +71,27 @@ def main(argv: Sequence[str] | None = None) -> None:
 def serve(settings: Settings, argv: list[str]) -> None:
     """Run the server; re-executes once under jemalloc first when it is wanted and installed."""
     from arengine.allocator import active_allocator, reexec_with_jemalloc
+    from arengine.logs import configure as configure_logging
 
     if settings.jemalloc:
         reexec_with_jemalloc(argv, settings.malloc_conf)
     # OpenMP reads this when torch loads; set before the import so no pool starts wider.
     os.environ.setdefault("OMP_NUM_THREADS", str(settings.intra_op_threads))
     os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level)
 
     from arengine.http import server
     from arengine.http.app import create_app
     from arengine.threads import available_cpus, configure_torch
 
     threads = configure_torch(settings.intra_op_threads, settings.inter_op_threads)
-    log.info(
-        "allocator=%s intra_op_threads=%d inter_op_threads=%d engine_threads=%d cpus=%d",
-        active_allocator(),
-        threads.intra_op,
-        threads.inter_op,
-        settings.engine_threads or available_cpus(),
-        available_cpus(),
-    )
+    fields = {
+        "allocator": active_allocator(),
+        "intra_op_threads": threads.intra_op,
+        "inter_op_threads": threads.inter_op,
+        "engine_threads": settings.engine_threads or available_cpus(),
+        "cpus": available_cpus(),
+    }
+    message = " ".join(f"{key}={value}" for key, value in fields.items())
+    log.info("starting: %s", message, extra={"fields": fields})
     server.run(create_app(settings), settings)

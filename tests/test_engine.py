@@ -189,3 +189,49 @@ def test_cancel_drops_the_remaining_work(speech_model, recording) -> None:
         assert pool.active_jobs == 0
     finally:
         pool.close()
+
+
+class _Observations:
+    """A StageObserver that keeps every call."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stages: list[tuple[str, str, float]] = []
+        self.waits: list[tuple[str, float]] = []
+
+    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
+        with self.lock:
+            self.stages.append((model, stage, seconds))
+
+    def observe_queue_wait(self, model: str, seconds: float) -> None:
+        with self.lock:
+            self.waits.append((model, seconds))
+
+    def seconds(self, stage: str) -> list[float]:
+        return [s for _, name, s in self.stages if name == stage]
+
+
+def test_the_observer_sees_every_task_and_sums_to_the_timings(speech_model, recording) -> None:
+    clip = recording("observed.wav", pieces=[("speech", 0), ("silence", 12.0)])
+    observed = _Observations()
+    pool = EnginePool(threads=3, observer=observed)
+    try:
+        result = pool.submit(_spec(clip.path, SlowRecognizer(speech_model))).future.result()
+    finally:
+        pool.close()
+    segments = int(np.ceil(clip.duration_s / 5.0))
+    assert {model for model, _, _ in observed.stages} == {"speech"}
+    assert len(observed.seconds("validation")) == 1
+    assert len(observed.seconds("inference")) == segments
+    assert len(observed.waits) == segments
+    assert all(seconds >= 0 for _, seconds in observed.waits)
+    # Decode tasks (one per segment, plus the one that finds the end) and one extraction each.
+    assert len(observed.seconds("features")) == 2 * segments + 1
+    timings = result.timings
+    for stage, total in [
+        ("validation", timings.validation_s),
+        ("features", timings.features_s),
+        ("inference", timings.inference_s),
+        ("postprocess", timings.postprocess_s),
+    ]:
+        assert sum(observed.seconds(stage)) == pytest.approx(total, abs=1e-9), stage

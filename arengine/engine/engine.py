@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from arengine.engine.job import Job, JobSpec
+from arengine.engine.observer import StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import NotReady, Overloaded, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
@@ -27,9 +28,9 @@ class Engine:
     >>> engine.recognize(Path("talk.flac"), "speech", {"threshold": 0.6}, "r1").future.result()
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
         self.settings = settings
-        self.pool = EnginePool(settings.engine_threads or available_cpus())
+        self.pool = EnginePool(settings.engine_threads or available_cpus(), observer)
         self.limits = AudioLimits(
             max_duration_s=settings.max_duration_s,
             max_channels=settings.max_channels,

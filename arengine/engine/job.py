@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from arengine.decode import decode
+from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.features import Segment, Segmenter
 from arengine.models.recognizer import Overrides, Recognizer
@@ -68,8 +69,11 @@ class JobSpec:
 class Job:
     """The per-request state machine; the pool calls `take`, everything else is internal."""
 
-    def __init__(self, spec: JobSpec, wake: Callable[[], None]) -> None:
+    def __init__(
+        self, spec: JobSpec, wake: Callable[[], None], observer: StageObserver | None = None
+    ) -> None:
         self.spec = spec
+        self._observer: StageObserver = observer or NullObserver()
         self.future: Future[Result] = Future()
         self._wake = wake
         self._lock = threading.Lock()
@@ -83,7 +87,8 @@ class Job:
         self._info: AudioInfo | None = None
         self._segments: Segmenter | None = None
         self._segment_count: int | None = None
-        self._ready: deque[Segment] = deque()
+        self._ready: deque[tuple[Segment, float]] = deque()
+        """Decoded segments waiting for inference, with the perf_counter time each was queued."""
         self._results: dict[int, np.ndarray] = {}
         self._next_post = 0
         self._undelivered = 0
@@ -95,6 +100,11 @@ class Job:
     def held_segments(self) -> int:
         """Decoded segments not yet post-processed: the audio this job holds in memory."""
         return self._undelivered
+
+    @property
+    def queued_segments(self) -> int:
+        """Decoded segments waiting for an engine thread to start their inference."""
+        return len(self._ready)
 
     def take(self) -> Task | None:
         """The next runnable task, or None; inference first so decoded audio does not pile up."""
@@ -117,7 +127,7 @@ class Job:
             self._validating = True
             return functools.partial(self._run, "validation", self._validate)
         if self._ready:
-            return functools.partial(self._run, "inference", self._infer, self._ready.popleft())
+            return functools.partial(self._run, "inference", self._infer, *self._ready.popleft())
         if (
             not self._decoding
             and self._segment_count is None
@@ -149,20 +159,24 @@ class Job:
         info = probe(spec.path, spec.limits)
         max_frames = int(spec.limits.max_duration_s * info.sample_rate)
         blocks = decode(spec.path, info.sample_rate, spec.recognizer.sample_rate, max_frames)
+        seconds = time.perf_counter() - started
         with self._lock:
             self._info = info
             self._segments = Segmenter(blocks, spec.recognizer.plan)
-            self._seconds["validation"] += time.perf_counter() - started
+            self._seconds["validation"] += seconds
+        self._observe("validation", seconds)
 
     def _decode(self) -> None:
         started = time.perf_counter()
         assert self._segments is not None  # set by validation, which always runs first
         segment = next(self._segments, None)
+        decoded = time.perf_counter()
+        self._observe("features", decoded - started)
         with self._lock:
-            self._seconds["features"] += time.perf_counter() - started
+            self._seconds["features"] += decoded - started
             self._decoding = False
             if segment is not None:
-                self._ready.append(segment)
+                self._ready.append((segment, decoded))
                 self._undelivered += 1
                 return
             self._segment_count = self._segments.index
@@ -170,15 +184,19 @@ class Job:
         if complete:
             self._complete()
 
-    def _infer(self, segment: Segment) -> None:
+    def _infer(self, segment: Segment, queued: float) -> None:
         recognizer = self.spec.recognizer
         started = time.perf_counter()
+        self._observer.observe_queue_wait(recognizer.name, started - queued)
         features = recognizer.features(segment)
         extracted = time.perf_counter()
         scores = recognizer.infer(features, segment)
+        inferred = time.perf_counter()
+        self._observe("features", extracted - started)
+        self._observe("inference", inferred - extracted)
         with self._lock:
             self._seconds["features"] += extracted - started
-            self._seconds["inference"] += time.perf_counter() - extracted
+            self._seconds["inference"] += inferred - extracted
             self._results[segment.index] = scores
             if self._draining:
                 return
@@ -198,9 +216,11 @@ class Job:
                 self._undelivered -= 1
             started = time.perf_counter()
             tags = self._tagger.push(scores)
+            seconds = time.perf_counter() - started
+            self._observe("postprocess", seconds)
             with self._lock:
                 self._tags.extend(tags)
-                self._seconds["postprocess"] += time.perf_counter() - started
+                self._seconds["postprocess"] += seconds
         if complete:
             self._complete()
 
@@ -212,8 +232,10 @@ class Job:
                 return
             self.finished = True
             tags = tuple(self._tags + self._tagger.finish(self._segments.total_samples or 0))
+            finishing = time.perf_counter() - started
             seconds = self._seconds
-            seconds["postprocess"] += time.perf_counter() - started
+            seconds["postprocess"] += finishing
+        self._observe("postprocess", finishing)
         timings = Timings(
             validation_s=seconds["validation"],
             features_s=seconds["features"],
@@ -222,6 +244,9 @@ class Job:
             total_s=time.perf_counter() - self._started,
         )
         self.future.set_result(Result(self.spec.recognizer.name, self._info, tags, timings))
+
+    def _observe(self, stage: str, seconds: float) -> None:
+        self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)
 
     def _fail(self, error: ArengineError) -> None:
         with self._lock:

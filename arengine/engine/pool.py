@@ -11,6 +11,7 @@ import threading
 from collections import deque
 
 from arengine.engine.job import Job, JobSpec, Task
+from arengine.engine.observer import NullObserver, StageObserver
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +24,11 @@ class EnginePool:
     (Tag(start=0.45, end=1.93, label='speech', score=0.91),)
     """
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, observer: StageObserver | None = None) -> None:
         if threads < 1:
             raise ValueError(f"engine threads must be at least 1, got {threads}")
         self.threads = threads
+        self._observer: StageObserver = observer or NullObserver()
         self._condition = threading.Condition()
         self._jobs: deque[Job] = deque()
         self._stopping = False
@@ -40,7 +42,7 @@ class EnginePool:
 
     def submit(self, spec: JobSpec) -> Job:
         """Queue a request; its tasks interleave with every other job's."""
-        job = Job(spec, self.wake)
+        job = Job(spec, self.wake, self._observer)
         with self._condition:
             if self._stopping:
                 raise RuntimeError("the engine pool is closed")
@@ -63,6 +65,18 @@ class EnginePool:
         """Jobs admitted and not finished."""
         with self._condition:
             return sum(not job.finished for job in self._jobs)
+
+    @property
+    def queued_segments(self) -> int:
+        """Decoded segments waiting for inference, across the active jobs."""
+        with self._condition:
+            return sum(job.queued_segments for job in self._jobs if not job.finished)
+
+    @property
+    def held_segments(self) -> int:
+        """Decoded segments not yet post-processed, across the active jobs."""
+        with self._condition:
+            return sum(job.held_segments for job in self._jobs if not job.finished)
 
     def close(self) -> None:
         """Cancel what is queued, let running tasks end, join the threads."""

@@ -9,16 +9,22 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import torch
 from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
+from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.http import routes
+from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import install_error_handlers
+from arengine.memory import Jemalloc
+from arengine.metrics import Metrics
 from arengine.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,13 +37,16 @@ def create_app(settings: Settings) -> FastAPI:
     >>> uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)
     """
 
+    metrics = Metrics(CollectorRegistry())
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Every handler is async and heavy work runs on the engine pool: AnyIO's worker threads
         # (40 by default) are never needed for more than a few small blocking calls.
         to_thread.current_default_thread_limiter().total_tokens = 4
-        engine = Engine(settings)
+        engine = Engine(settings, metrics)
         app.state.engine = engine
+        _watch(metrics, engine)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
@@ -52,6 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
         description="Timestamped tags from audio files of any length.",
     )
     app.state.settings = settings
+    app.state.metrics = metrics
     app.include_router(routes.router)
     install_error_handlers(app)
     if settings.api_keys:
@@ -64,8 +74,24 @@ def create_app(settings: Settings) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(AccessLogMiddleware)
+    app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app
+
+
+def _watch(metrics: Metrics, engine: Engine) -> None:
+    allocator = active_allocator()
+    metrics.watch(engine.pool, Jemalloc.load() if allocator == "jemalloc" else None)
+    metrics.build.info(
+        {
+            "version": __version__,
+            "torch_version": torch.__version__,
+            "allocator": allocator,
+            "intra_op_threads": str(torch.get_num_threads()),
+            "inter_op_threads": str(torch.get_num_interop_threads()),
+            "engine_threads": str(engine.pool.threads),
+        }
+    )
 
 
 def _load(engine: Engine) -> None:

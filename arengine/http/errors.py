@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from arengine.errors import ArengineError
+from arengine.metrics import Metrics
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -23,7 +24,14 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
+def _count_refusal(request: Request, status: int, code: str) -> None:
+    if 400 <= status < 500 or status == 503:
+        metrics: Metrics = request.app.state.metrics
+        metrics.reject(code)
+
+
 async def _arengine_error(request: Request, error: ArengineError) -> JSONResponse:
+    _count_refusal(request, error.status, error.code)
     return error_response(error.status, error.code, error.message)
 
 
@@ -32,9 +40,11 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
         f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
         for e in error.errors()
     )
+    _count_refusal(request, 422, "invalid_parameter")
     return error_response(422, "invalid_parameter", problems)
 
 
 async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+    _count_refusal(request, error.status_code, code)
     return error_response(error.status_code, code, str(error.detail))

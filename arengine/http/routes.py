@@ -9,13 +9,14 @@ from typing import Annotated, Any
 
 import torch
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job, Result
-from arengine.errors import Cancelled, DeadlineExceeded, NotReady
+from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
 from arengine.http.schemas import (
     ErrorResponse,
     FailureOut,
@@ -26,6 +27,8 @@ from arengine.http.schemas import (
     RecognizeResponse,
 )
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
+from arengine.metrics import Metrics
+from arengine.models.recognizer import Overrides
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 
@@ -86,6 +89,31 @@ async def recognize(
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     engine.check(query.model, overrides)  # before reading the body: refuse fast
+    request.state.model = query.model  # a loaded model's name: a bounded label value
+    metrics: Metrics = request.app.state.metrics
+    status = 500
+    result: Result | None = None
+    try:
+        result = await _recognize(request, engine, query.model, overrides, started + timeout)
+        status = 200
+    except ArengineError as error:
+        status = error.status
+        raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away
+        raise
+    finally:
+        audio_s = None if result is None else result.audio.duration_s
+        metrics.observe_request(query.model, status, time.monotonic() - started, audio_s)
+    request.state.result = result  # for the access log
+    return RecognizeResponse.of(result)
+
+
+async def _recognize(
+    request: Request, engine: Engine, model: str, overrides: Overrides, deadline: float
+) -> Result:
+    """Admit, spool the upload, run it on the engine; the spooled file is always deleted."""
+    settings: Settings = request.app.state.settings
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
     with engine.admitted():
@@ -97,11 +125,10 @@ async def recognize(
             settings.body_timeout_s,
         )
         try:
-            job = engine.recognize(upload.path, query.model, overrides, request.state.request_id)
-            result = await _outcome(request, job, started + timeout)
+            job = engine.recognize(upload.path, model, overrides, request.state.request_id)
+            return await _outcome(request, job, deadline)
         finally:
             upload.path.unlink(missing_ok=True)
-    return RecognizeResponse.of(result)
 
 
 async def _outcome(request: Request, job: Job, deadline: float) -> Result:
@@ -171,6 +198,13 @@ async def info(request: Request) -> InfoResponse:
             "segments_ahead": settings.segments_ahead,
         },
     )
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    """Prometheus exposition text (a plain `def`: collecting runs in the thread pool)."""
+    registry = request.app.state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/healthz")

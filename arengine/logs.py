@@ -1,0 +1,38 @@
+"""Logs as one JSON object per line, so that a log pipeline needs no parsing rules.
+
+Structured fields travel in `extra={"fields": {...}}` and become keys of the object.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"time", "level", "logger", "message", **fields}` on one line.
+
+    >>> logging.getLogger("arengine").info("started", extra={"fields": {"engine_threads": 4}})
+    {"time": "2025-01-01T12:00:00.000+00:00", "level": "INFO", "logger": "arengine", ...}
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def configure(level: str) -> None:
+    """Send every `logging` record (except uvicorn's own, which it formats) to stderr as JSON."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level.upper(), handlers=[handler])

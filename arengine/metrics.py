@@ -1,0 +1,205 @@
+"""Prometheus metrics, bound to a registry the application owns; nothing is created on import.
+
+The engine reports through `StageObserver` (which `Metrics` implements); gauges that describe the
+engine and the process are read when Prometheus scrapes, so they cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from arengine.memory import Jemalloc, resident_memory
+
+STAGES = ("validation", "features", "inference", "postprocess")
+REJECTION_CODES = frozenset(
+    {
+        "audio_too_long",
+        "bad_content_length",
+        "bad_multipart",
+        "cancelled",
+        "corrupt_audio",
+        "empty_audio",
+        "empty_file",
+        "field_too_large",
+        "invalid_input",
+        "invalid_parameter",
+        "method_not_allowed",
+        "missing_file",
+        "non_finite_audio",
+        "not_found",
+        "not_ready",
+        "too_large",
+        "too_many_files",
+        "too_many_parts",
+        "unknown_model",
+        "unsupported_channels",
+        "unsupported_format",
+        "unsupported_media_type",
+        "unsupported_sample_rate",
+        "upload_too_large",
+    }
+)
+"""Values of the `reason` label; any other code counts as `other`, so the series stay bounded."""
+
+_STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_AUDIO_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400)
+
+
+class EngineState(Protocol):
+    """What the engine gauges read (`EnginePool` provides it)."""
+
+    @property
+    def threads(self) -> int: ...
+    @property
+    def busy(self) -> int: ...
+    @property
+    def queued_segments(self) -> int: ...
+    @property
+    def active_jobs(self) -> int: ...
+    @property
+    def held_segments(self) -> int: ...
+
+
+class Metrics:
+    """Every arengine metric, registered on `registry`.
+
+    >>> metrics = Metrics(CollectorRegistry())
+    >>> metrics.observe_request("speech", 200, seconds=0.8, audio_s=60.0)
+    >>> generate_latest(metrics.registry)
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "arengine_requests",
+            "Recognition requests by model and HTTP status.",
+            ["model", "status"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "arengine_request_duration_seconds",
+            "Wall time of recognition requests.",
+            ["model"],
+            buckets=_REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.audio_seconds = Counter(
+            "arengine_audio_seconds",
+            "Seconds of audio recognised by successful requests.",
+            ["model"],
+            registry=registry,
+        )
+        self.audio_duration = Histogram(
+            "arengine_audio_duration_seconds",
+            "Duration of the audio of successful requests.",
+            ["model"],
+            buckets=_AUDIO_BUCKETS,
+            registry=registry,
+        )
+        self.stage_duration = Histogram(
+            "arengine_stage_duration_seconds",
+            "Time of one engine task (one segment) per stage.",
+            ["model", "stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=registry,
+        )
+        self.queue_wait = Histogram(
+            "arengine_queue_wait_seconds",
+            "Time a decoded segment waits for an engine thread.",
+            ["model"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "arengine_rejected_requests",
+            "Requests refused with a 4xx or 503, by error code.",
+            ["reason"],
+            registry=registry,
+        )
+        self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
+        registry.register(ProcessMemoryCollector())
+
+    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
+        self.stage_duration.labels(model, stage).observe(seconds)
+
+    def observe_queue_wait(self, model: str, seconds: float) -> None:
+        self.queue_wait.labels(model).observe(seconds)
+
+    def observe_request(
+        self, model: str, status: int, seconds: float, audio_s: float | None = None
+    ) -> None:
+        """One recognition request; `audio_s` is the audio's duration when it succeeded."""
+        self.requests.labels(model, str(status)).inc()
+        self.request_duration.labels(model).observe(seconds)
+        if audio_s is not None:
+            self.audio_seconds.labels(model).inc(audio_s)
+            self.audio_duration.labels(model).observe(audio_s)
+
+    def reject(self, code: str) -> None:
+        """A request refused with error `code` (a 4xx or 503)."""
+        self.rejected.labels(code if code in REJECTION_CODES else "other").inc()
+
+    def watch(self, engine: EngineState, jemalloc: Jemalloc | None = None) -> None:
+        """Report `engine`'s gauges, and jemalloc's statistics when it is given."""
+        self.registry.register(EngineCollector(engine))
+        if jemalloc is not None:
+            self.registry.register(JemallocCollector(jemalloc))
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class EngineCollector(Collector):
+    """Engine gauges, read from the pool at scrape time."""
+
+    def __init__(self, engine: EngineState) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterable[Metric]:
+        engine = self._engine
+        yield _gauge("arengine_engine_threads", "Engine worker threads.", engine.threads)
+        yield _gauge("arengine_engine_busy_threads", "Engine threads running a task.", engine.busy)
+        yield _gauge(
+            "arengine_queued_segments",
+            "Decoded segments waiting for inference.",
+            engine.queued_segments,
+        )
+        yield _gauge(
+            "arengine_inflight_requests",
+            "Requests admitted to the engine and not finished.",
+            engine.active_jobs,
+        )
+        yield _gauge(
+            "arengine_held_segments",
+            "Decoded segments held in memory, not yet post-processed.",
+            engine.held_segments,
+        )
+
+
+class ProcessMemoryCollector(Collector):
+    """Resident set size and its peak, from /proc/self/status."""
+
+    def collect(self) -> Iterator[Metric]:
+        memory = resident_memory()
+        for key, what in [("resident", "Resident set size"), ("peak_resident", "Peak RSS")]:
+            if key in memory:
+                yield _gauge(f"arengine_process_{key}_memory_bytes", f"{what}.", memory[key])
+
+
+class JemallocCollector(Collector):
+    """jemalloc's allocated, active, resident, retained and mapped bytes."""
+
+    def __init__(self, jemalloc: Jemalloc) -> None:
+        self._jemalloc = jemalloc
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in self._jemalloc.stats().items():
+            yield _gauge(f"arengine_jemalloc_{name}_bytes", f"jemalloc stats.{name}.", value)

@@ -1,0 +1,67 @@
+# syntax=docker/dockerfile:1
+# arengine: audio-recognition inference server.
+#   docker build -t arengine . && docker run -p 8000:8000 arengine
+# Two stages: `build` runs deploy/setup.sh (the README's set-up, the path the tests exercise) into
+# /opt/venv; `runtime` gets only the venv, the sources and the system jemalloc, and runs as a
+# non-root user with nothing to write outside /tmp (so a read-only root filesystem works).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+# torch==2.13.0 must be the CPU build: PyPI's default Linux wheel pulls CUDA packages, the
+# PyTorch CPU index has the same version as +cpu (which `==2.13.0` matches and pip prefers).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV ARENGINE_VENV=/opt/venv \
+    PIP_EXTRA_INDEX_URL=${TORCH_INDEX_URL} \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY deploy/setup.sh deploy/setup.sh
+COPY arengine arengine
+COPY models models
+# The same command as `make serve`'s set-up. The install is editable (as in the README), so the
+# package stays at /app, which is where it resolves its models/ folder; /app is copied as is.
+RUN deploy/setup.sh \
+    && /opt/venv/bin/python -m compileall -q /app/arengine
+
+FROM ${PYTHON_IMAGE} AS runtime
+# System packages through the same script and package list (libjemalloc2), nothing else.
+COPY deploy/setup.sh /app/deploy/setup.sh
+RUN /app/deploy/setup.sh --system-only \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 arengine \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+       --shell /usr/sbin/nologin arengine \
+    && install -d -o 10001 -g 10001 -m 0700 /tmp/arengine
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /app /app
+
+# jemalloc: `arengine serve` re-executes itself once with LD_PRELOAD of the system libjemalloc.so.2
+# and MALLOC_CONF from ARENGINE_MALLOC_CONF (tests/test_allocator.py covers it). We rely on that
+# rather than a fixed LD_PRELOAD here: it finds the library on amd64 and arm64 alike (a wrong fixed
+# path makes ld.so complain in every process), the MALLOC_CONF default lives in one place
+# (arengine/settings.py), and /v1/info and the start-up log report the allocator actually active.
+# OMP/MKL at 1: the engine runs N single-threaded inferences side by side (N = ARENGINE_ENGINE_THREADS,
+# default the cgroup CPU quota); wider OpenMP pools would oversubscribe the CPUs.
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    OMP_NUM_THREADS=1 \
+    MKL_NUM_THREADS=1 \
+    ARENGINE_HOST=0.0.0.0 \
+    ARENGINE_PORT=8000 \
+    ARENGINE_JEMALLOC=true \
+    ARENGINE_MODELS_DIR=/app/models \
+    ARENGINE_UPLOAD_DIR=/tmp/arengine
+
+# Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
+USER 10001:10001
+WORKDIR /app
+EXPOSE 8000
+# uvicorn drains in-flight requests on SIGTERM (30 s graceful timeout in arengine/cli.py).
+STOPSIGNAL SIGTERM
+# Liveness only (/healthz); readiness (/readyz, models warmed) is for the orchestrator. No curl in
+# slim images: Python's urllib raises, so exits non-zero, on a refused connection or a non-2xx.
+HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('ARENGINE_PORT', '8000'), timeout=4)"]
+ENTRYPOINT ["arengine", "serve"]

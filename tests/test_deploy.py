@@ -1,0 +1,502 @@
+"""Deployment files: Dockerfile, compose stack and Kubernetes manifests, checked offline.
+
+No container is built or started here; the files are parsed and their properties and cross-file
+invariants asserted, and the Kubernetes manifests validated against the Kubernetes JSON schemas
+shipped by the `kubernetes-validate` package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from arengine.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKERFILE = ROOT / "Dockerfile"
+SETUP = ROOT / "deploy" / "setup.sh"
+COMPOSE = ROOT / "deploy" / "compose" / "docker-compose.yml"
+K8S = ROOT / "deploy" / "kubernetes"
+KUBERNETES_VERSION = "1.33.0"
+LABELS = {"app.kubernetes.io/name": "arengine", "app.kubernetes.io/component": "server"}
+
+
+# --- a small Dockerfile parser ---------------------------------------------------------------
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    value: str
+
+    def json_args(self) -> list[str] | None:
+        """The exec-form arguments (`["a", "b"]`), or None for the shell form."""
+        if self.value.startswith("["):
+            parsed = json.loads(self.value)
+            assert isinstance(parsed, list)
+            return [str(item) for item in parsed]
+        return None
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[Instruction] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[Instruction]:
+        return [i for i in self.instructions if i.keyword == keyword]
+
+    def env(self) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for instruction in self.all("ENV"):
+            for pair in shlex.split(instruction.value):
+                key, sep, value = pair.partition("=")
+                assert sep, f"ENV without `=`: {instruction.value!r}"
+                values[key] = value
+        return values
+
+
+@dataclass
+class Dockerfile:
+    args: dict[str, str]
+    stages: list[Stage]
+
+    def stage(self, name: str) -> Stage:
+        return next(stage for stage in self.stages if stage.name == name)
+
+
+def parse_dockerfile(text: str) -> Dockerfile:
+    """Instructions grouped by stage, comments dropped, `\\` continuations joined, ARGs expanded."""
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#") or (not line and not pending):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1].rstrip() + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    assert not pending, "Dockerfile ends inside a line continuation"
+
+    args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, value = line.partition(" ")
+        keyword, value = keyword.upper(), value.strip()
+        if keyword == "FROM":
+            words = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), value)
+            parts = words.split()
+            name = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+            stages.append(Stage(base=parts[0], name=name))
+        elif not stages:
+            assert keyword == "ARG", f"only ARG may precede the first FROM, not {keyword}"
+            name, _, default = value.partition("=")
+            args[name] = default
+        else:
+            stages[-1].instructions.append(Instruction(keyword, value))
+    return Dockerfile(args=args, stages=stages)
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> Dockerfile:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+def test_parser_joins_continuations_and_expands_args() -> None:
+    parsed = parse_dockerfile(
+        "ARG BASE=python:3.11-slim-bookworm\n# comment\nFROM ${BASE} AS build\n"
+        "RUN a \\\n    && b\nENV X=1 \\\n    Y='two words'\nFROM ${BASE}\nUSER 1:1\n"
+    )
+    assert [s.base for s in parsed.stages] == ["python:3.11-slim-bookworm"] * 2
+    assert parsed.stage("build").all("RUN")[0].value == "a && b"
+    assert parsed.stage("build").env() == {"X": "1", "Y": "two words"}
+    assert parsed.stages[1].name is None
+    assert parsed.stages[1].all("USER")[0].value == "1:1"
+
+
+def test_dockerfile_is_multi_stage_on_slim_bookworm(dockerfile: Dockerfile) -> None:
+    assert len(dockerfile.stages) >= 2
+    assert all(stage.base == "python:3.11-slim-bookworm" for stage in dockerfile.stages)
+    runtime = dockerfile.stages[-1]
+    copied = [i.value for i in runtime.all("COPY") if i.value.startswith("--from=")]
+    assert any("/opt/venv" in value for value in copied), "the venv comes from the build stage"
+
+
+def _setup_runs(stage: Stage) -> list[list[str]]:
+    """Each `deploy/setup.sh` command of a stage's RUN lines, as argument lists."""
+    runs = []
+    for instruction in stage.all("RUN"):
+        for command in re.split(r"&&|;", instruction.value):
+            words = shlex.split(command)
+            if words and words[0].endswith("deploy/setup.sh"):
+                runs.append(words)
+    return runs
+
+
+def _readme_setup_commands() -> dict[str, list[str]]:
+    """The README's commands (`make serve`, `make test`) resolved to their setup.sh lines."""
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    commands = {}
+    for target in re.findall(r"^make (\w+)", readme, flags=re.M):
+        body = re.search(rf"^{target}:\n((?:\t.*\n)+)", makefile, flags=re.M)
+        assert body, f"README promises `make {target}`, the Makefile has no such target"
+        setup = [line.split() for line in body.group(1).split("\n") if "deploy/setup.sh" in line]
+        assert len(setup) == 1, f"`make {target}` must run deploy/setup.sh exactly once"
+        commands[target] = setup[0]
+    return commands
+
+
+def test_image_is_set_up_by_the_readme_setup_script(dockerfile: Dockerfile) -> None:
+    promised = _readme_setup_commands()
+    assert promised["serve"] == ["deploy/setup.sh"], "the README's serve set-up"
+    build = dockerfile.stages[0]
+    assert _setup_runs(build) == [promised["serve"]], "build stage runs the serve set-up as is"
+    assert build.env()["ARENGINE_VENV"] == "/opt/venv"
+    runtime = dockerfile.stages[-1]
+    assert [words[1:] for words in _setup_runs(runtime)] == [["--system-only"]]
+    every_run = " ".join(i.value for s in dockerfile.stages for i in s.all("RUN"))
+    assert "pip install" not in every_run, "packages are installed only by deploy/setup.sh"
+    assert "apt-get install" not in every_run, "system packages only through deploy/setup.sh"
+    # Everything setup.sh reads (pyproject, README, package, models) is copied before it runs.
+    copied = " ".join(i.value for i in build.all("COPY"))
+    for needed in ("pyproject.toml", "README.md", "deploy/setup.sh", "arengine", "models"):
+        assert needed in copied
+
+
+def test_dockerignore_lets_in_what_the_build_copies() -> None:
+    rules = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert rules[0] == "*", "allow-list: ignore everything first"
+    allowed = {rule[1:].rstrip("/") for rule in rules if rule.startswith("!")}
+    assert {"pyproject.toml", "README.md", "deploy/setup.sh", "arengine", "models"} <= allowed
+    assert ".venv" not in allowed
+
+
+def test_runtime_stage_runs_as_non_root_with_jemalloc(dockerfile: Dockerfile) -> None:
+    runtime = dockerfile.stages[-1]
+    user = runtime.all("USER")[-1].value.split(":")[0]
+    assert user not in {"root", "0"}
+    assert user.isdigit(), "numeric USER lets Kubernetes verify runAsNonRoot"
+    env = runtime.env()
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert env["MKL_NUM_THREADS"] == "1"
+    assert env["ARENGINE_HOST"] == "0.0.0.0"
+    assert env["ARENGINE_UPLOAD_DIR"].startswith("/tmp/")
+    # jemalloc: either preloaded directly or left to `arengine serve`'s re-execution, in which
+    # case it must be installed (setup.sh's package list) and not switched off.
+    if "LD_PRELOAD" in env:
+        assert "libjemalloc.so.2" in env["LD_PRELOAD"]
+    else:
+        assert env.get("ARENGINE_JEMALLOC", "true").lower() in {"1", "true", "yes", "on"}
+        assert "libjemalloc2" in SETUP.read_text()
+    runs = " ".join(i.value for i in runtime.all("RUN"))
+    assert "/tmp/arengine" in runs or env["ARENGINE_UPLOAD_DIR"] == "/tmp", "upload dir exists"
+
+
+def test_runtime_settings_are_valid_settings(
+    dockerfile: Dockerfile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = dockerfile.stages[-1].env()
+    arengine_env = {k: v for k, v in env.items() if k.startswith("ARENGINE_")}
+    for key in arengine_env:
+        assert key[len("ARENGINE_") :].lower() in Settings.model_fields, key
+    for key, value in arengine_env.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.host == "0.0.0.0"
+    assert settings.jemalloc
+
+
+def test_entrypoint_port_signal_and_healthcheck(dockerfile: Dockerfile) -> None:
+    runtime = dockerfile.stages[-1]
+    entrypoint = runtime.all("ENTRYPOINT")[-1].json_args()
+    assert entrypoint == ["arengine", "serve"]
+    assert runtime.all("EXPOSE")[-1].value.split() == ["8000"]
+    assert runtime.env()["ARENGINE_PORT"] == "8000"
+    assert runtime.all("STOPSIGNAL")[-1].value == "SIGTERM"
+    healthcheck = runtime.all("HEALTHCHECK")[-1].value
+    command = healthcheck.split(" CMD ", 1)[1].strip()
+    args = json.loads(command)
+    assert args[:2] == ["python", "-c"]
+    assert "/healthz" in args[2]
+    compile(args[2], "<healthcheck>", "exec")
+
+
+def test_setup_system_only_installs_no_venv(tmp_path: Path) -> None:
+    """`--system-only` stops after the system packages (here all reported installed)."""
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    dpkg = fake_bin / "dpkg-query"
+    dpkg.write_text("#!/bin/sh\nprintf 'install ok installed'\n")
+    dpkg.chmod(0o755)
+    venv = tmp_path / "venv"
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "ARENGINE_VENV": str(venv)}
+    env["PYTHON"] = "false"  # creating a venv would fail loudly
+    done = subprocess.run(
+        [str(SETUP), "--system-only"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert not venv.exists()
+    wrong = subprocess.run(
+        [str(SETUP), "--bogus"], env=env, capture_output=True, text=True, check=False
+    )
+    assert wrong.returncode == 2
+    assert "unknown option" in wrong.stderr
+
+
+# --- compose ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_compose_server_is_read_only_with_cpu_limit_matching_threads(
+    compose: dict[str, Any],
+) -> None:
+    server = compose["services"]["arengine"]
+    assert server["build"]["context"] == "../.."
+    assert (COMPOSE.parent / server["build"]["context"] / "Dockerfile").is_file()
+    env = server["environment"]
+    assert env["ARENGINE_HOST"] == "0.0.0.0"
+    assert server["read_only"] is True
+    tmpfs_targets = [entry.split(":")[0] for entry in server["tmpfs"]]
+    assert env["ARENGINE_UPLOAD_DIR"] in tmpfs_targets
+    cpus = float(server["deploy"]["resources"]["limits"]["cpus"])
+    assert cpus == int(env["ARENGINE_ENGINE_THREADS"]) >= 1
+    assert server["deploy"]["resources"]["limits"]["memory"]
+    assert "8000:8000" in server["ports"]
+
+
+def test_compose_prometheus_scrapes_arengine_metrics(compose: dict[str, Any]) -> None:
+    prometheus = compose["services"]["prometheus"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in prometheus["volumes"]}
+    source = COMPOSE.parent / mounts["/etc/prometheus/prometheus.yml"]
+    config = yaml.safe_load(source.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    job = jobs["arengine"]
+    assert job.get("metrics_path", "/metrics") == "/metrics"
+    targets = [t for static in job["static_configs"] for t in static["targets"]]
+    assert targets == ["arengine:8000"]
+    assert "arengine" in compose["services"]
+
+
+def test_compose_grafana_is_provisioned(compose: dict[str, Any]) -> None:
+    grafana = compose["services"]["grafana"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in grafana["volumes"]}
+    provisioning = COMPOSE.parent / mounts["/etc/grafana/provisioning"]
+    datasources = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())
+    source = datasources["datasources"][0]
+    assert source["type"] == "prometheus"
+    assert source["url"] == "http://prometheus:9090"
+    assert "prometheus" in compose["services"]
+    providers = yaml.safe_load((provisioning / "dashboards" / "arengine.yml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    # The provider reads the folder that deploy/grafana/ (arengine.json's folder) is mounted at.
+    dashboards_source = next(host for target, host in mounts.items() if target == path)
+    assert (COMPOSE.parent / dashboards_source).resolve() == ROOT / "deploy" / "grafana"
+
+
+def _compose_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(
+        ["docker", "compose", "version"], capture_output=True, text=True, check=False
+    )
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _compose_available(), reason="no docker client with the compose plugin")
+def test_docker_compose_config_accepts_the_file() -> None:
+    done = subprocess.run(
+        ["docker", "compose", "-f", str(COMPOSE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+# --- Kubernetes ------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict[str, Any]:
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert len(documents) == 1, f"{path.name}: one resource per file"
+    document = documents[0]
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.fixture(scope="module")
+def kustomization() -> dict[str, Any]:
+    return _load(K8S / "kustomization.yaml")
+
+
+@pytest.fixture(scope="module")
+def resources(kustomization: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The resources `kubectl apply -k` applies, by kind."""
+    loaded = [_load(K8S / name) for name in kustomization["resources"]]
+    by_kind = {resource["kind"]: resource for resource in loaded}
+    assert len(by_kind) == len(loaded), "one resource of each kind"
+    return by_kind
+
+
+def test_kustomization_lists_every_manifest(kustomization: dict[str, Any]) -> None:
+    manifests = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == manifests
+    assert not any(name.startswith("optional/") for name in kustomization["resources"])
+
+
+def _builtin_manifests() -> list[Path]:
+    return [
+        path
+        for path in sorted(K8S.rglob("*.yaml"))
+        if path.name != "kustomization.yaml"
+        and not _load(path)["apiVersion"].startswith("monitoring.coreos.com/")
+    ]
+
+
+@pytest.mark.parametrize("path", _builtin_manifests(), ids=lambda p: str(p.relative_to(K8S)))
+def test_manifest_matches_kubernetes_schema(path: Path) -> None:
+    try:
+        kubernetes_validate.validate(_load(path), KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as error:
+        pytest.fail(f"{path.name}: {str(error).splitlines()[0]} at {list(error.path)}")
+
+
+def test_schema_validation_rejects_a_misspelt_field() -> None:
+    deployment = _load(K8S / "deployment.yaml")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["readinesProbe"] = container.pop("readinessProbe")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def _container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container = containers[0]
+    assert isinstance(container, dict)
+    return container
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container["env"]}
+
+
+def test_deployment_cpu_equals_engine_threads(
+    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    container = _container(resources["Deployment"])
+    env = _env(container)
+    threads = int(env["ARENGINE_ENGINE_THREADS"])
+    assert threads >= 1
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    assert str(requests["cpu"]) == str(limits["cpu"]) == str(threads)
+    assert requests["memory"] == limits["memory"]
+    for key, value in env.items():
+        assert key[len("ARENGINE_") :].lower() in Settings.model_fields, key
+        monkeypatch.setenv(key, value)
+    assert Settings().engine_threads == threads
+
+
+def test_deployment_probes_and_shutdown(resources: dict[str, dict[str, Any]]) -> None:
+    deployment = resources["Deployment"]
+    container = _container(deployment)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports["http"] == int(_env(container)["ARENGINE_PORT"])
+    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] in ("http", ports["http"])
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 60
+    sleep = container["lifecycle"]["preStop"]["exec"]["command"]
+    assert sleep[0] == "sleep"
+    # preStop sleep plus uvicorn's 30 s graceful drain fit in the grace period.
+    assert int(sleep[1]) + 30 < pod["terminationGracePeriodSeconds"]
+
+
+def test_deployment_security_and_writable_upload_dir(resources: dict[str, dict[str, Any]]) -> None:
+    deployment = resources["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = _container(deployment)
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    upload_dir = _env(container)["ARENGINE_UPLOAD_DIR"]
+    assert "emptyDir" in volumes[mounts[upload_dir]]
+    # The image's user is the pod's user.
+    image_user = parse_dockerfile(DOCKERFILE.read_text()).stages[-1].all("USER")[-1].value
+    assert image_user.split(":")[0] == str(pod["securityContext"]["runAsUser"])
+
+
+def test_labels_and_selectors_match(resources: dict[str, dict[str, Any]]) -> None:
+    deployment, service = resources["Deployment"], resources["Service"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector == LABELS
+    assert selector.items() <= pod_labels.items()
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    pdb = resources["PodDisruptionBudget"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    container_ports = {p["name"]: p["containerPort"] for p in _container(deployment)["ports"]}
+    for port in service["spec"]["ports"]:
+        assert port["targetPort"] in container_ports
+
+
+def test_service_monitor_selects_the_service(resources: dict[str, dict[str, Any]]) -> None:
+    monitor, service = resources["ServiceMonitor"], resources["Service"]
+    # Structural check of the CRD (its schema is not among the built-in Kubernetes ones).
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor) <= {"apiVersion", "kind", "metadata", "spec"}
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", monitor["metadata"]["name"])
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    port_names = {port["name"] for port in service["spec"]["ports"]}
+    assert monitor["spec"]["endpoints"]
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert set(endpoint) <= {"port", "path", "interval", "scrapeTimeout", "scheme"}
+        assert endpoint["port"] in port_names
+        assert endpoint["path"] == "/metrics"
+
+
+def test_autoscalers_target_the_deployment(resources: dict[str, dict[str, Any]]) -> None:
+    deployment = resources["Deployment"]
+    assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
+    default = resources["HorizontalPodAutoscaler"]
+    queue = _load(K8S / "optional" / "hpa-queue-depth.yaml")
+    for hpa in (default, queue):
+        assert hpa["apiVersion"] == "autoscaling/v2"
+        target = hpa["spec"]["scaleTargetRef"]
+        assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+        assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    assert default["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert queue["spec"]["metrics"][0]["pods"]["metric"]["name"] == "arengine_queued_segments"
+    pdb = resources["PodDisruptionBudget"]
+    assert pdb["spec"]["maxUnavailable"] < default["spec"]["minReplicas"]

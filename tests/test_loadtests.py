@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import soundfile as sf
 
+from loadtests.memory_over_time import growth
 from loadtests.peers import frame_f1
 from loadtests.recordings import write_recording
+from loadtests.thread_sweep import cpu_seconds
 
 
 @pytest.mark.parametrize(
@@ -31,3 +35,20 @@ def test_frame_f1() -> None:
     assert frame_f1([(1.0, 2.0)], [(1.0, 2.0)], 3.0) == 1.0
     assert frame_f1([(0.0, 1.0)], [(2.0, 3.0)], 3.0) == 0.0
     assert frame_f1([(0.0, 2.0)], [(1.0, 2.0)], 3.0) == pytest.approx(2 * 100 / 300)
+
+
+def test_growth_compares_the_documented_windows() -> None:
+    seconds = np.arange(0, 20 * 60, 1.0)
+    flat = np.full_like(seconds, 300.0)
+    assert growth(seconds, flat) == (0.0, "last 5 min vs min 5-10")
+    rising = 300.0 + seconds / 60  # +1 MiB a minute
+    percent, _ = growth(seconds, rising)
+    assert percent == pytest.approx(100 * (317.5 / 307.5 - 1), rel=1e-3)
+    short = np.arange(0, 90, 1.0)
+    assert growth(short, np.full_like(short, 10.0))[1] == "last third vs middle third"
+
+
+def test_cpu_seconds_of_this_process_increase() -> None:
+    before = cpu_seconds(os.getpid())
+    sum(i * i for i in range(2_000_000))
+    assert cpu_seconds(os.getpid()) > before

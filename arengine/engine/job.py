@@ -80,6 +80,8 @@ class Job:
         self._started = time.perf_counter()
         self._seconds = {"validation": 0.0, "features": 0.0, "inference": 0.0, "postprocess": 0.0}
         self.finished = False
+        self.served_s = 0.0
+        """Engine seconds this job's tasks have taken; the pool serves the least-served first."""
         self._running = 0
         self._validating = False
         self._decoding = False
@@ -138,6 +140,7 @@ class Job:
         return None
 
     def _run(self, stage: str, work: Callable[..., None], *args: object) -> None:
+        started = time.perf_counter()
         try:
             work(*args)
         except ArengineError as error:
@@ -147,6 +150,7 @@ class Job:
             self._fail(StageFailed(stage, self.spec.request_id, error))
         finally:
             with self._lock:
+                self.served_s += time.perf_counter() - started
                 self._running -= 1
                 idle = self.finished and self._running == 0
             if idle:

@@ -1,7 +1,7 @@
-"""The engine pool: a fixed set of threads serving every job, round-robin, one task at a time.
+"""The engine pool: a fixed set of threads serving every job, one task at a time.
 
-Round-robin over jobs is what keeps a 5-second clip from waiting behind the hundreds of segments
-of a 2-hour recording: each job gets a turn per task, however much work it has queued.
+The least-served job goes first: that is what keeps a 5-second clip from waiting behind the
+hundreds of segments of a 2-hour recording, however much work the recording has queued.
 """
 
 from __future__ import annotations
@@ -90,12 +90,14 @@ class EnginePool:
             worker.join()
 
     def _take(self) -> Task | None:
-        """Next task in round-robin order over jobs; drops finished jobs. Caller holds the lock."""
-        for _ in range(len(self._jobs)):
-            job = self._jobs.popleft()
-            if job.finished:
-                continue
-            self._jobs.append(job)
+        """The next task of the job with the least engine time so far; caller holds the lock.
+
+        Least attained service: a clip that has just arrived has had none, so its few tasks go
+        before the next segment of a recording that has had seconds; jobs that arrived together
+        alternate. Finished jobs are dropped here.
+        """
+        self._jobs = deque(job for job in self._jobs if not job.finished)
+        for job in sorted(self._jobs, key=lambda job: job.served_s):
             task = job.take()
             if task is not None:
                 return task

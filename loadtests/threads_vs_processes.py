@@ -1,0 +1,108 @@
+"""Threads versus processes: one server with N engine threads against N single-thread servers.
+
+    python -m loadtests.threads_vs_processes loadtests/out/35min.wav [--n 2] [--rounds 2]
+
+Both set-ups get the same load (N clients, each posting the recording `--rounds` times; in the
+process set-up each client has its own server) and intra-op 1. Reported: wall time, throughput
+(audio seconds per second) and the sum of the servers' peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import soundfile as sf
+
+from arengine.threads import available_cpus
+from loadtests.memory_vs_length import peak_rss_mib
+
+
+def start(port: int, threads: int) -> subprocess.Popen[bytes]:
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "arengine",
+            "serve",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--models",
+            "speech",
+            "--engine-threads",
+            str(threads),
+        ]
+    )
+    for _ in range(600):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("server did not start")
+
+
+def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
+    def client(port: int) -> None:
+        for _ in range(rounds):
+            httpx.post(
+                f"http://127.0.0.1:{port}/v1/recognize", files={"file": data}, timeout=3600
+            ).raise_for_status()
+
+    workers = [
+        threading.Thread(target=client, args=(ports[i % len(ports)],)) for i in range(clients)
+    ]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return time.perf_counter() - started
+
+
+def measure(path: Path, n: int, rounds: int, processes: bool) -> tuple[float, float]:
+    ports = [8850 + i for i in range(n if processes else 1)]
+    servers = [start(port, 1 if processes else n) for port in ports]
+    try:
+        wall = load(ports, n, path.read_bytes(), rounds)
+        return wall, sum(peak_rss_mib(server.pid) for server in servers)
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--n", type=int, default=available_cpus())
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    audio = sf.info(str(args.path)).duration * args.n * args.rounds
+    print("| set-up | wall s | throughput (x real time) | total peak RSS MiB |")
+    print("|---|---|---|---|")
+    results = {}
+    for processes in (False, True):
+        wall, rss = measure(args.path, args.n, args.rounds, processes)
+        name = (
+            f"{args.n} processes x 1 engine thread"
+            if processes
+            else f"1 process x {args.n} engine threads"
+        )
+        results[processes] = rss
+        print(f"| {name} | {wall:.1f} | {audio / wall:.0f}x | {rss:.0f} |", flush=True)
+    print(f"\nRSS ratio threads/processes: {results[False] / results[True]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

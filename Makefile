@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up first, so each works on a fresh machine.
-.PHONY: serve test
+.PHONY: serve test bench
 
 serve:
 	deploy/setup.sh
@@ -10,3 +10,9 @@ test:
 	.venv/bin/ruff check arengine tests loadtests models
 	.venv/bin/mypy
 	.venv/bin/pytest
+
+# Benchmarks (not tests): quick versions of every experiment; FULL=1 for the published lengths.
+bench:
+	deploy/setup.sh --test
+	.venv/bin/pip install -q -e '.[bench]'
+	loadtests/bench.sh

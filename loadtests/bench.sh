@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make bench`: quick versions of every experiment in BENCHMARKS.md (under 10 minutes on 2 cores).
+# FULL=1 make bench runs the published lengths (35 min and 2 h recordings, 20 min memory runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=.venv/bin/python
+out=loadtests/out
+mkdir -p "$out"
+if [ "${FULL:-0}" = 1 ]; then long=35; huge=120; minutes=20; else long=5; huge=20; minutes=1; fi
+
+step() { printf '\n## %s\n\n' "$1"; }
+$py -m loadtests.recordings "$out/long.wav" --minutes "$long"
+$py -m loadtests.recordings "$out/short.wav" --minutes 5
+$py -m loadtests.recordings "$out/huge.wav" --minutes "$huge"
+$py -m loadtests.recordings "$out/huge.flac" --minutes "$huge" --rate 44100 --channels 2
+$py -m loadtests.recordings "$out/pitch.wav" --minutes 2
+
+step "Thread sweep, speech";        $py -m loadtests.thread_sweep "$out/long.wav" --out "$out"
+step "Thread sweep, pitch";         $py -m loadtests.thread_sweep "$out/pitch.wav" --model pitch --out "$out"
+step "Peers";                       $py -m loadtests.peers "$out/long.wav" --http
+step "Memory against length";       $py -m loadtests.memory_vs_length "$out/short.wav" "$out/huge.wav" "$out/huge.flac"
+step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"
+step "Short clips under load";      $py -m loadtests.short_under_load "$out/huge.wav" --clips 40
+step "Pitch throughput";            $py -m loadtests.pitch_throughput --seconds 60
+step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
+step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
+$py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,8 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtests.memory_vs_length import peak_rss_mib
-from loadtests.soak import rss_mib
+from loadtests.server import memory_mib, start_server
 
 
 def growth(seconds: np.ndarray, rss: np.ndarray) -> tuple[float, str]:
@@ -46,22 +43,7 @@ def growth(seconds: np.ndarray, rss: np.ndarray) -> tuple[float, str]:
 
 def run(args: argparse.Namespace) -> None:
     flags = ["--no-jemalloc"] if args.no_jemalloc else []
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "arengine",
-            "serve",
-            "--port",
-            str(args.port),
-            "--log-level",
-            "warning",
-            "--models",
-            "speech",
-            *flags,
-        ]
-    )
-    url = f"http://127.0.0.1:{args.port}"
+    server, url = start_server(args.port, "--models", "speech", *flags)
     stop = threading.Event()
     done = [0]
 
@@ -74,21 +56,14 @@ def run(args: argparse.Namespace) -> None:
 
     samples = []
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
         workers = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
         for worker in workers:
             worker.start()
         started = time.monotonic()
         while (elapsed := time.monotonic() - started) < args.minutes * 60:
-            samples.append((elapsed, rss_mib(server.pid)))
+            samples.append((elapsed, memory_mib(server.pid)))
             time.sleep(1.0)
-        peak = peak_rss_mib(server.pid)
+        peak = memory_mib(server.pid, "VmHWM")
         stop.set()
     finally:
         server.terminate()

@@ -9,54 +9,23 @@ peak RSS again. Memory independent of length means the two peaks barely differ.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import soundfile as sf
 
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM")
+from loadtests.server import memory_mib, running_server
 
 
 def measure(path: Path, port: int, extra: list[str]) -> tuple[float, float, float]:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "arengine",
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            *extra,
-        ]
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        before = peak_rss_mib(server.pid)
+    with running_server(port, *extra) as (server, url):
+        before = memory_mib(server.pid, "VmHWM")
         started = time.perf_counter()
         with path.open("rb") as body:
             response = httpx.post(url + "/v1/recognize", files={"file": body}, timeout=7200)
         response.raise_for_status()
-        return before, peak_rss_mib(server.pid), time.perf_counter() - started
-    finally:
-        server.terminate()
-        server.wait()
+        return before, memory_mib(server.pid, "VmHWM"), time.perf_counter() - started
 
 
 def main() -> None:

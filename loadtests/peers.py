@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -30,6 +29,7 @@ from arengine.engine.pool import EnginePool
 from arengine.models.speech import CONTEXT, WINDOW, SpeechModel, SpeechRecognizer
 from arengine.threads import available_cpus
 from arengine.validation import AudioLimits
+from loadtests.server import start_server
 
 Intervals = list[tuple[float, float]]
 
@@ -98,17 +98,8 @@ def arengine_engine(path: Path, threads: int) -> Intervals:
 
 def arengine_http(path: Path) -> Intervals:
     port = 8790
-    server = subprocess.Popen(
-        [sys.executable, "-m", "arengine", "serve", "--port", str(port), "--log-level", "warning"]
-    )
+    server, url = start_server(port)
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
         with path.open("rb") as body:
             started = time.perf_counter()
             response = httpx.post(url + "/v1/recognize", files={"file": body}, timeout=3600)

@@ -10,8 +10,6 @@ p50/p95/p99 for both phases. Bounded: a fixed number of clips, against loopback 
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -22,6 +20,7 @@ import numpy as np
 import soundfile as sf
 
 from loadtests.recordings import phrases
+from loadtests.server import start_server
 
 
 def percentiles(values: list[float]) -> str:
@@ -50,27 +49,8 @@ def main() -> None:
     clip = folder / "clip.wav"
     speech = phrases(16000)[0][: 5 * 16000]
     sf.write(clip, np.concatenate([speech, np.zeros(5 * 16000 - len(speech), np.float32)]), 16000)
-    url = f"http://127.0.0.1:{args.port}"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "arengine",
-            "serve",
-            "--port",
-            str(args.port),
-            "--log-level",
-            "warning",
-        ]
-    )
+    server, url = start_server(args.port)
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
         alone = [post(url, clip) for _ in range(args.clips)]
         stop = threading.Event()
         long_done: list[float] = []

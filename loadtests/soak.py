@@ -14,8 +14,6 @@ import argparse
 import collections
 import csv
 import random
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -24,15 +22,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from loadtests.memory_vs_length import peak_rss_mib
 from loadtests.recordings import write_recording
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
+from loadtests.server import memory_mib, start_server
 
 
 def inputs(folder: Path) -> list[tuple[str, bytes]]:
@@ -63,20 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     corpus = inputs(Path(tempfile.mkdtemp()))
     flags = ["--no-jemalloc"] if args.no_jemalloc else []
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "arengine",
-            "serve",
-            "--port",
-            str(args.port),
-            "--log-level",
-            "warning",
-            *flags,
-        ]
-    )
-    url = f"http://127.0.0.1:{args.port}"
+    server, url = start_server(args.port, *flags)
     statuses: collections.Counter[str] = collections.Counter()
     latencies: list[float] = []
     stop = threading.Event()
@@ -94,21 +72,14 @@ def main() -> None:
 
     samples: list[tuple[float, float]] = []
     try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
         workers = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
         for worker in workers:
             worker.start()
         started = time.monotonic()
         while (elapsed := time.monotonic() - started) < args.minutes * 60:
-            samples.append((elapsed, rss_mib(server.pid)))
+            samples.append((elapsed, memory_mib(server.pid)))
             time.sleep(1.0)
-        peak = peak_rss_mib(server.pid)
+        peak = memory_mib(server.pid, "VmHWM")
         stop.set()
         for worker in workers:
             worker.join()

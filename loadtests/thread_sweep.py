@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
 from arengine.threads import available_cpus
+from loadtests.server import running_server
 
 
 def cpu_seconds(pid: int) -> float:
@@ -45,31 +44,7 @@ def run_cell(
             str(available_cpus()),
         ]
         env.pop("OMP_NUM_THREADS", None)
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "arengine",
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--models",
-            model,
-            *flags,
-        ],
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                if httpx.get(url + "/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+    with running_server(port, "--models", model, *flags, env=env) as (server, url):
         data = path.read_bytes()
         cpu_before, started = cpu_seconds(server.pid), time.perf_counter()
         response = httpx.post(
@@ -78,9 +53,6 @@ def run_cell(
         response.raise_for_status()
         wall = time.perf_counter() - started
         return wall, (cpu_seconds(server.pid) - cpu_before) / wall / available_cpus()
-    finally:
-        server.terminate()
-        server.wait()
 
 
 def plot(rows: list[dict[str, str]], out: Path, title: str) -> None:

@@ -10,8 +10,7 @@ process set-up each client has its own server) and intra-op 1. Reported: wall ti
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -20,34 +19,7 @@ import httpx
 import soundfile as sf
 
 from arengine.threads import available_cpus
-from loadtests.memory_vs_length import peak_rss_mib
-
-
-def start(port: int, threads: int) -> subprocess.Popen[bytes]:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "arengine",
-            "serve",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--models",
-            "speech",
-            "--engine-threads",
-            str(threads),
-        ]
-    )
-    for _ in range(600):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("server did not start")
+from loadtests.server import memory_mib, running_server
 
 
 def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
@@ -70,14 +42,16 @@ def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
 
 def measure(path: Path, n: int, rounds: int, processes: bool) -> tuple[float, float]:
     ports = [8850 + i for i in range(n if processes else 1)]
-    servers = [start(port, 1 if processes else n) for port in ports]
-    try:
+    threads = "1" if processes else str(n)
+    with contextlib.ExitStack() as stack:
+        servers = [
+            stack.enter_context(
+                running_server(port, "--models", "speech", "--engine-threads", threads)
+            )[0]
+            for port in ports
+        ]
         wall = load(ports, n, path.read_bytes(), rounds)
-        return wall, sum(peak_rss_mib(server.pid) for server in servers)
-    finally:
-        for server in servers:
-            server.terminate()
-            server.wait()
+        return wall, sum(memory_mib(server.pid, "VmHWM") for server in servers)
 
 
 def main() -> None:

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from arengine.settings import Settings
 
 log = logging.getLogger("arengine")
+ENV_ONLY = frozenset({"api_keys"})
+"""Settings that are secrets: a flag would show them in every user's `ps`."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,9 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the HTTP server",
         description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
-        epilog="example: arengine serve --port 8080 --engine-threads 4",
+        epilog="example: arengine serve --port 8080 --engine-threads 4\n"
+        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for name, field in Settings.model_fields.items():
+        if name in ENV_ONLY:
+            continue
         flag = "--" + name.replace("_", "-")
         help_text = f"{field.description} [env ARENGINE_{name.upper()}, default {field.default}]"
         if field.annotation is bool:

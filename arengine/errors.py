@@ -75,6 +75,13 @@ class BodyTimeout(ArengineError):
     code = "body_timeout"
 
 
+class InsufficientStorage(ArengineError):
+    """The upload could not be spooled: the upload directory is full or unwritable."""
+
+    status = 507
+    code = "insufficient_storage"
+
+
 class Overloaded(ArengineError):
     """Admission control: the server holds as much pending work as it is allowed; retry later."""
 
@@ -103,7 +110,6 @@ class StageFailed(ArengineError):
     code = "stage_failed"
 
     def __init__(self, stage: str, request_id: str, cause: BaseException) -> None:
-        super().__init__(
-            f"{stage} failed for request {request_id}: {type(cause).__name__}: {cause}"
-        )
+        # The cause goes to the log, never to the client: it may name server paths or internals.
+        super().__init__(f"{stage} failed for request {request_id}; the server log has the cause")
         self.stage = stage

@@ -15,12 +15,12 @@ from prometheus_client.registry import Collector
 
 from arengine.memory import Jemalloc, resident_memory
 
-STAGES = ("validation", "features", "inference", "postprocess")
 REJECTION_CODES = frozenset(
     {
         "audio_too_long",
         "bad_content_length",
         "bad_multipart",
+        "body_timeout",
         "cancelled",
         "corrupt_audio",
         "empty_audio",
@@ -33,9 +33,11 @@ REJECTION_CODES = frozenset(
         "non_finite_audio",
         "not_found",
         "not_ready",
+        "overloaded",
         "too_large",
         "too_many_files",
         "too_many_parts",
+        "unauthorized",
         "unknown_model",
         "unsupported_channels",
         "unsupported_format",

@@ -112,7 +112,7 @@ class Settings(BaseSettings):
     )
     api_keys: str | None = Field(
         None,
-        description="Comma-separated API keys; when set, every endpoint but /healthz and /readyz needs Authorization: Bearer <key>.",
+        description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>.",
     )
     metrics_public: bool = Field(
         True,

@@ -36,6 +36,10 @@ SUBTYPES = frozenset(
 """Codecs arengine decodes (libsndfile's names)."""
 
 
+_UNKNOWN = 2**62
+"""libsndfile reports 2**63 - 1 frames when a header does not say."""
+
+
 @dataclass(frozen=True, slots=True)
 class AudioLimits:
     """What a recording may be; built from the settings."""
@@ -125,6 +129,13 @@ def _check_shape(info: AudioInfo, limits: AudioLimits) -> None:
 def _check_frames(info: AudioInfo, limits: AudioLimits) -> None:
     # libsndfile already clamps an uncompressed file's frames to its bytes; a compressed header
     # (a FLAC total_samples, say) may still lie upwards, which the decode-time cap also catches.
+    if info.frames >= _UNKNOWN:
+        # A FLAC written to a pipe has total_samples 0; libsndfile then cannot seek it to decode.
+        raise CorruptAudio(
+            "the header does not state the recording's length (written to a "
+            "pipe?); re-encode it to a file",
+            code="unknown_length",
+        )
     if info.duration_s > limits.max_duration_s:
         raise TooLarge(
             f"the recording lasts {info.duration_s:.1f} s; the limit is "

@@ -152,7 +152,9 @@ def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes) -
 
 
 def test_api_keys(tmp_path: Path) -> None:
-    running = start_server(tmp_path, "--api-keys", "key-one,key-two", "--no-metrics-public")
+    running = start_server(
+        tmp_path, "--no-metrics-public", env={"ARENGINE_API_KEYS": "key-one,key-two"}
+    )
     try:
         with httpx.Client(base_url=running.url) as client:
             missing = client.get("/v1/models")
@@ -166,6 +168,7 @@ def test_api_keys(tmp_path: Path) -> None:
     assert missing.json()["error"]["code"] == "unauthorized"
     assert right.status_code == 200
     assert open_paths == [200, 200]
+    assert "key-one" not in " ".join(running.process.args)  # type: ignore[arg-type]
 
 
 def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: Path) -> None:
@@ -204,3 +207,26 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     running.process.send_signal(signal.SIGTERM)
     assert running.process.wait(10) == 0
     assert time.monotonic() - started < 5
+
+
+def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
+    path = tmp_path / "clip.wav"
+    sf.write(path, np.zeros(16000 * 3, np.float32), 16000)
+    data = path.read_bytes()
+    running = start_server(tmp_path, "--shutdown-delay-s", "1.0")
+    port = int(running.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(data) + data[:1000]
+        )
+        assert _wait_until(lambda: _info(running)["pending_requests"] == 1, 5)
+        running.process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        sock.sendall(data[1000:])
+        sock.settimeout(20)
+        reply = b""
+        while b"}}" not in reply and (chunk := sock.recv(65536)):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
+    assert running.process.wait(30) == 0

@@ -54,6 +54,13 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, text in broken.items():
         (folder / name).mkdir()
         (folder / name / "manifest.toml").write_text(text)
+    # A pitch model whose weights are a Git LFS pointer, not a checkpoint: torch.load's
+    # UnpicklingError must not stop the models sorted after it (speech, tones) from loading.
+    (folder / "bad-weights").mkdir()
+    (folder / "bad-weights" / "manifest.toml").write_text(
+        (DEFAULT_MODELS_DIR / "pitch" / "manifest.toml").read_text().replace('"pitch"', '"lfs"', 1)
+    )
+    (folder / "bad-weights" / "tiny.pth").write_text("version https://git-lfs.github.com/spec/v1\n")
     shutil.copy(folder / "tones" / "model.pt", folder / "wrong-shape" / "model.pt")
     return folder
 
@@ -73,7 +80,15 @@ def test_every_model_loads_or_is_reported_with_its_reason(server: Server) -> Non
     assert len(tones["weights_sha256"]) == 64
     assert tones["parameters"]["min_duration_ms"] == 250
     reasons = {Path(f["manifest"]).parent.name: f["reason"] for f in listing["unavailable"]}
-    assert set(reasons) == {"bad-toml", "missing-weights", "escape", "wrong-shape", "bad-kind"}
+    assert set(reasons) == {
+        "bad-toml",
+        "missing-weights",
+        "escape",
+        "wrong-shape",
+        "bad-kind",
+        "bad-weights",
+    }
+    assert "Unpickling" in reasons["bad-weights"]
     assert "cannot read TOML" in reasons["bad-toml"]
     assert "does not exist" in reasons["missing-weights"]
     assert "outside" in reasons["escape"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.errors import InvalidInput, TooLarge, UnsupportedFormat
+from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
 from arengine.validation import AudioLimits, probe
 from tests.audio import FORMATS, write
 
@@ -63,6 +63,18 @@ def test_a_header_claiming_more_than_the_file_holds(tmp_path: Path) -> None:
     data[40:44] = struct.pack("<I", 0xFFFFFFF0)  # the data chunk claims ~4 GiB
     path.write_bytes(bytes(data))
     assert probe(path, LIMITS).frames == 1000  # libsndfile counts the bytes that are there
+
+
+def test_a_flac_of_unknown_length_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "piped.flac"
+    sf.write(path, np.zeros(3 * 16000, np.float32), 16000)
+    data = bytearray(path.read_bytes())
+    (packed,) = struct.unpack(">Q", data[18:26])
+    data[18:26] = struct.pack(">Q", packed & ~(2**36 - 1))  # total_samples 0: "unknown"
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptAudio) as caught:
+        probe(path, LIMITS)
+    assert caught.value.code == "unknown_length"
 
 
 def test_a_flac_claiming_huge_total_samples(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ class Engine:
     """Admits requests, runs them on the shared pool, holds the models.
 
     >>> engine = Engine(Settings()); engine.load_models()
-    >>> engine.recognize(Path("talk.flac"), "speech", {"threshold": 0.6}, "r1").future.result()
+    >>> speech = engine.check("speech", {"threshold": 0.6})
+    >>> engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1").future.result()
     """
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
@@ -98,9 +99,13 @@ class Engine:
         loaded.recognizer.tagger(overrides)  # validates the overrides before any upload is read
         return loaded.recognizer
 
-    def recognize(self, path: Path, model: str, overrides: Overrides, request_id: str) -> Job:
-        """Admit one file; the result (or the error) arrives on the returned job's future."""
-        recognizer = self.check(model, overrides)
+    def recognize(
+        self, path: Path, recognizer: Recognizer, overrides: Overrides, request_id: str
+    ) -> Job:
+        """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
+
+        Not checked again: a request admitted before a shutdown began is allowed to finish.
+        """
         spec = JobSpec(
             request_id=request_id,
             path=path,

@@ -146,8 +146,9 @@ class Job:
         except ArengineError as error:
             self._fail(error)
         except Exception as error:
-            log.exception("stage %s failed for request %s", stage, self.spec.request_id)
-            self._fail(StageFailed(stage, self.spec.request_id, error))
+            if not self.finished:  # after a cancel, a task may trip over its deleted upload
+                log.exception("stage %s failed for request %s", stage, self.spec.request_id)
+                self._fail(StageFailed(stage, self.spec.request_id, error))
         finally:
             with self._lock:
                 self.served_s += time.perf_counter() - started
@@ -229,17 +230,21 @@ class Job:
             self._complete()
 
     def _complete(self) -> None:
+        """Called once, by the task that saw the last segment post-processed. Everything that can
+        fail runs before `finished` is set, so a failure here still reaches `_fail`."""
         started = time.perf_counter()
         assert self._segments is not None and self._info is not None
+        total = self._segments.total_samples or 0
+        tags = tuple(self._tags + self._tagger.finish(total))
+        finishing = time.perf_counter() - started
+        self._observe("postprocess", finishing)
+        info = self._info
         with self._lock:
             if self.finished:
                 return
             self.finished = True
-            tags = tuple(self._tags + self._tagger.finish(self._segments.total_samples or 0))
-            finishing = time.perf_counter() - started
             seconds = self._seconds
             seconds["postprocess"] += finishing
-        self._observe("postprocess", finishing)
         timings = Timings(
             validation_s=seconds["validation"],
             features_s=seconds["features"],
@@ -247,7 +252,7 @@ class Job:
             postprocess_s=seconds["postprocess"],
             total_s=time.perf_counter() - self._started,
         )
-        self.future.set_result(Result(self.spec.recognizer.name, self._info, tags, timings))
+        self.future.set_result(Result(self.spec.recognizer.name, info, tags, timings))
 
     def _observe(self, stage: str, seconds: float) -> None:
         self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)

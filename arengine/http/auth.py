@@ -24,6 +24,7 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         error = Unauthorized("send Authorization: Bearer <API key>")
+        scope["app"].state.metrics.reject(error.code)
         response = error_response(error.status, error.code, error.message)
         response.headers["WWW-Authenticate"] = 'Bearer realm="arengine"'
         await response(scope, receive, send)

@@ -28,7 +28,7 @@ from arengine.http.schemas import (
 )
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
 from arengine.metrics import Metrics
-from arengine.models.recognizer import Overrides
+from arengine.models.recognizer import Overrides, Recognizer
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 
@@ -88,13 +88,13 @@ async def recognize(
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
-    engine.check(query.model, overrides)  # before reading the body: refuse fast
+    recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
     request.state.model = query.model  # a loaded model's name: a bounded label value
     metrics: Metrics = request.app.state.metrics
     status = 500
     result: Result | None = None
     try:
-        result = await _recognize(request, engine, query.model, overrides, started + timeout)
+        result = await _recognize(request, engine, recognizer, overrides, started + timeout)
         status = 200
     except ArengineError as error:
         status = error.status
@@ -110,7 +110,7 @@ async def recognize(
 
 
 async def _recognize(
-    request: Request, engine: Engine, model: str, overrides: Overrides, deadline: float
+    request: Request, engine: Engine, recognizer: Recognizer, overrides: Overrides, deadline: float
 ) -> Result:
     """Admit, spool the upload, run it on the engine; the spooled file is always deleted."""
     settings: Settings = request.app.state.settings
@@ -125,7 +125,7 @@ async def _recognize(
             settings.body_timeout_s,
         )
         try:
-            job = engine.recognize(upload.path, model, overrides, request.state.request_id)
+            job = engine.recognize(upload.path, recognizer, overrides, request.state.request_id)
             return await _outcome(request, job, deadline)
         finally:
             upload.path.unlink(missing_ok=True)
@@ -145,6 +145,8 @@ async def _outcome(request: Request, job: Job, deadline: float) -> Result:
         gone.cancel()
         if not job.future.done():
             job.cancel()
+            # The cancelled job's exception is expected: read it so asyncio does not log it.
+            result.add_done_callback(lambda future: future.cancelled() or future.exception())
     if result in done:
         outcome: Result = result.result()
         return outcome

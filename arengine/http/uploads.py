@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from arengine.errors import (
     BodyTimeout,
     Cancelled,
     CorruptAudio,
+    InsufficientStorage,
     InvalidInput,
     TooLarge,
     UnsupportedFormat,
@@ -93,7 +95,10 @@ async def spool(
             code="unsupported_media_type",
         )
     chunks = _paced(body, idle_timeout_s)
-    fd, name = tempfile.mkstemp(prefix="arengine-", suffix=".upload", dir=directory)
+    try:
+        fd, name = tempfile.mkstemp(prefix="arengine-", suffix=".upload", dir=directory)
+    except OSError as error:
+        raise _no_room(error) from None
     path = Path(name)
     try:
         with os.fdopen(fd, "wb") as target:
@@ -104,10 +109,18 @@ async def spool(
     except ClientDisconnect:
         path.unlink(missing_ok=True)
         raise Cancelled("the client disconnected during the upload") from None
+    except OSError as error:
+        path.unlink(missing_ok=True)
+        raise _no_room(error) from None
     except BaseException:
         path.unlink(missing_ok=True)
         raise
     return Upload(path=path, size=size, filename=filename)
+
+
+def _no_room(error: OSError) -> InsufficientStorage:
+    reason = "the upload directory is full" if error.errno == errno.ENOSPC else "it is unwritable"
+    return InsufficientStorage(f"the upload could not be stored: {reason}")
 
 
 async def _paced(body: AsyncIterator[bytes], idle_timeout_s: float) -> AsyncIterator[bytes]:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from arengine.errors import ArengineError
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer, load_torchscript
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
@@ -62,7 +61,7 @@ def load_models(
             if manifest.name in loaded:
                 raise ManifestError(path, f"model name {manifest.name!r} is already taken")
             loaded[manifest.name] = _load(manifest, segment_s)
-        except (ArengineError, ValueError, TypeError, KeyError, RuntimeError, OSError) as error:
+        except Exception as error:  # a boundary: one bad model never stops the others
             reason = (
                 error.reason
                 if isinstance(error, ManifestError)
@@ -77,10 +76,7 @@ def load_models(
 
 def _load(manifest: Manifest, segment_s: float | None) -> LoadedModel:
     started = time.perf_counter()
-    build = BUILDERS.get(manifest.kind)
-    if build is None:
-        raise ManifestError(manifest.path, f"kind {manifest.kind!r} cannot be served by this build")
-    recognizer = build(manifest, segment_s or manifest.segment_s)
+    recognizer = BUILDERS[manifest.kind](manifest, segment_s or manifest.segment_s)
     loaded = time.perf_counter()
     recognizer.warm_up()
     warmed = time.perf_counter()

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arengine.errors import InvalidInput
-from arengine.postprocess import Tag
+from arengine.postprocess import Tag, check_overrides
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,14 +26,7 @@ class LabelParams:
 
     def with_overrides(self, overrides: Mapping[str, float]) -> LabelParams:
         """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        accepted = {"threshold", "min_duration_ms", "merge_gap_ms"}
-        unknown = sorted(set(overrides) - accepted)
-        if unknown:
-            raise InvalidInput(
-                f"{', '.join(unknown)} does not apply to classifier models; "
-                f"accepted: {', '.join(sorted(accepted))}",
-                code="invalid_parameter",
-            )
+        check_overrides("classifier", overrides, {"threshold", "min_duration_ms", "merge_gap_ms"})
         changed = dataclasses.replace(self, **overrides)  # type: ignore[arg-type]
         # A client's threshold applies to every label.
         return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from arengine.errors import InvalidInput
-from arengine.postprocess import Tag
+from arengine.postprocess import Tag, check_overrides
 
 NAMES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 LOWEST_MIDI = 24
@@ -82,14 +82,7 @@ class NotesParams:
 
     def with_overrides(self, overrides: Mapping[str, float]) -> NotesParams:
         """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        accepted = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(overrides) - accepted)
-        if unknown:
-            raise InvalidInput(
-                f"{', '.join(unknown)} does not apply to pitch models; accepted: "
-                f"{', '.join(sorted(accepted))}",
-                code="invalid_parameter",
-            )
+        check_overrides("pitch", overrides, (f.name for f in dataclasses.fields(self)))
         values = dict(overrides)
         if "median_frames" in values:
             width = values["median_frames"]

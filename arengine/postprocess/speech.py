@@ -13,8 +13,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from arengine.errors import InvalidInput
-from arengine.postprocess import Tag
+from arengine.postprocess import Tag, check_overrides
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,14 +32,7 @@ class SpeechParams:
 
     def with_overrides(self, overrides: Mapping[str, float]) -> SpeechParams:
         """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        accepted = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(overrides) - accepted)
-        if unknown:
-            raise InvalidInput(
-                f"{', '.join(unknown)} does not apply to speech models; accepted: "
-                f"{', '.join(sorted(accepted))}",
-                code="invalid_parameter",
-            )
+        check_overrides("speech", overrides, (f.name for f in dataclasses.fields(self)))
         return dataclasses.replace(self, **overrides)  # type: ignore[arg-type]
 
     def as_dict(self) -> dict[str, float]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from arengine.engine.job import Job, JobSpec
+from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import NotReady, Overloaded, UnknownModel
@@ -98,8 +98,18 @@ class Engine:
         loaded.recognizer.tagger(overrides)  # validates the overrides before any upload is read
         return loaded.recognizer
 
-    def recognize(self, path: Path, model: str, overrides: Overrides, request_id: str) -> Job:
-        """Admit one file; the result (or the error) arrives on the returned job's future."""
+    def recognize(
+        self,
+        path: Path,
+        model: str,
+        overrides: Overrides,
+        request_id: str,
+        on_tags: TagListener | None = None,
+    ) -> Job:
+        """Admit one file; the result (or the error) arrives on the returned job's future.
+
+        `on_tags`, if given, hears the tags in order as soon as each is final.
+        """
         recognizer = self.check(model, overrides)
         spec = JobSpec(
             request_id=request_id,
@@ -108,6 +118,7 @@ class Engine:
             overrides=overrides,
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
+            on_tags=on_tags,
         )
         return self.pool.submit(spec)
 

@@ -31,6 +31,8 @@ from arengine.validation import AudioInfo, AudioLimits, probe
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
+TagListener = Callable[[list[Tag]], None]
+"""Called with each batch of tags as soon as they are final, in timestamp order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ class JobSpec:
     overrides: Overrides
     limits: AudioLimits
     segments_ahead: int
+    on_tags: TagListener | None = None
+    """Optional: hears the tags as they become final (from an engine thread, one call at a time)."""
 
 
 class Job:
@@ -221,6 +225,7 @@ class Job:
             with self._lock:
                 self._tags.extend(tags)
                 self._seconds["postprocess"] += seconds
+            self._announce(tags)
         if complete:
             self._complete()
 
@@ -231,11 +236,13 @@ class Job:
             if self.finished:
                 return
             self.finished = True
-            tags = tuple(self._tags + self._tagger.finish(self._segments.total_samples or 0))
+            last = self._tagger.finish(self._segments.total_samples or 0)
+            tags = tuple(self._tags + last)
             finishing = time.perf_counter() - started
             seconds = self._seconds
             seconds["postprocess"] += finishing
         self._observe("postprocess", finishing)
+        self._announce(last)
         timings = Timings(
             validation_s=seconds["validation"],
             features_s=seconds["features"],
@@ -244,6 +251,11 @@ class Job:
             total_s=time.perf_counter() - self._started,
         )
         self.future.set_result(Result(self.spec.recognizer.name, self._info, tags, timings))
+
+    def _announce(self, tags: list[Tag]) -> None:
+        """Tell the listener; `_drain` and `_complete` never overlap, so calls stay in order."""
+        if tags and self.spec.on_tags is not None and not self.future.done():
+            self.spec.on_tags(tags)
 
     def _observe(self, stage: str, seconds: float) -> None:
         self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)

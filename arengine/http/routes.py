@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Annotated, Any
 
 import torch
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
@@ -17,6 +22,7 @@ from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job, Result
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
+from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate, tag_dict
 from arengine.http.schemas import (
     ErrorResponse,
     FailureOut,
@@ -29,6 +35,7 @@ from arengine.http.schemas import (
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides
+from arengine.postprocess import Tag
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 
@@ -81,16 +88,23 @@ def _engine(request: Request) -> Engine:
 )
 async def recognize(
     request: Request, query: Annotated[RecognizeQuery, Query()]
-) -> RecognizeResponse:
-    """Tag one audio file (multipart field `file`, or a raw body with an audio content type)."""
+) -> RecognizeResponse | Response:
+    """Tag one audio file (multipart field `file`, or a raw body with an audio content type).
+
+    The answer is JSON unless `format` (or the `Accept` header) asks for another format, or for
+    `application/x-ndjson`: one tag per line as soon as it is final, then a summary line.
+    """
     started = time.monotonic()
     engine = _engine(request)
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
+    output = query.format or negotiate(request.headers.get("accept")) or "json"
     engine.check(query.model, overrides)  # before reading the body: refuse fast
     request.state.model = query.model  # a loaded model's name: a bounded label value
     metrics: Metrics = request.app.state.metrics
+    if output == STREAM:
+        return await _stream(request, engine, query.model, overrides, started, started + timeout)
     status = 500
     result: Result | None = None
     try:
@@ -106,7 +120,23 @@ async def recognize(
         audio_s = None if result is None else result.audio.duration_s
         metrics.observe_request(query.model, status, time.monotonic() - started, audio_s)
     request.state.result = result  # for the access log
-    return RecognizeResponse.of(result)
+    if output == "json" and query.format is None:  # the plain API answer, not a download
+        return RecognizeResponse.of(result)
+    return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+
+
+def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
+    """`result` as a file in `fmt`, named after the upload."""
+    stem = re.sub(r"[^A-Za-z0-9._ -]", "_", Path(upload_name or "").stem).strip(" .")
+    name = f"{stem or 'recording'}.{fmt.extension}"
+    media_type = fmt.media_type
+    if media_type.startswith("text/"):
+        media_type += "; charset=utf-8"
+    return Response(
+        fmt.render(result, stem or "recording"),
+        media_type=media_type,
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 async def _recognize(
@@ -124,6 +154,7 @@ async def _recognize(
             settings.upload_dir,
             settings.body_timeout_s,
         )
+        request.state.upload_name = upload.filename
         try:
             job = engine.recognize(upload.path, model, overrides, request.state.request_id)
             return await _outcome(request, job, deadline)
@@ -152,6 +183,166 @@ async def _outcome(request: Request, job: Job, deadline: float) -> Result:
         log.info("request %s: client disconnected, remaining work cancelled", job.spec.request_id)
         raise Cancelled("the client disconnected")
     raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
+
+
+async def _stream(
+    request: Request,
+    engine: Engine,
+    model: str,
+    overrides: Overrides,
+    started: float,
+    deadline: float,
+) -> Response:
+    """Admit, spool and submit as `_recognize` does, then stream the tags as NDJSON.
+
+    Until the first tag (or the result) is known, a failure is an ordinary error response with
+    its status; after that it becomes a last `{"error": ...}` line.
+    """
+    settings: Settings = request.app.state.settings
+    metrics: Metrics = request.app.state.metrics
+    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    check_declared_length(request.headers.get("content-length"), limits)
+    cleanup = ExitStack()
+    try:
+        cleanup.enter_context(engine.admitted())
+        upload = await spool(
+            request.stream(),
+            request.headers.get("content-type"),
+            limits,
+            settings.upload_dir,
+            settings.body_timeout_s,
+        )
+        cleanup.callback(upload.path.unlink, missing_ok=True)
+        feed = _TagFeed()
+        job = engine.recognize(
+            upload.path, model, overrides, request.state.request_id, feed.listener()
+        )
+        cleanup.callback(_stop, job)
+        feed.watch(job)
+        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+        try:
+            first = await feed.next(deadline, gone)
+        finally:
+            gone.cancel()
+    except BaseException as error:
+        cleanup.close()
+        status = error.status if isinstance(error, ArengineError) else 500
+        if isinstance(error, asyncio.CancelledError):
+            status = 499
+        metrics.observe_request(model, status, time.monotonic() - started, None)
+        raise
+
+    done = False
+
+    def finish(status: int, result: Result | None) -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        cleanup.close()
+        audio_s = None if result is None else result.audio.duration_s
+        metrics.observe_request(model, status, time.monotonic() - started, audio_s)
+        request.state.result = result  # for the access log
+
+    lines = _lines(feed, first, deadline, finish)
+    return _TagStream(lines, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
+
+
+def _stop(job: Job) -> None:
+    if not job.future.done():
+        job.cancel()
+
+
+class _TagFeed:
+    """Tags from an engine thread to the event loop, and the job's result when it is done."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[list[Tag]] = asyncio.Queue()
+        self._result: asyncio.Future[Result] | None = None
+
+    def listener(self) -> Callable[[list[Tag]], None]:
+        def hear(tags: list[Tag]) -> None:  # runs on an engine thread
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, tags)
+
+        return hear
+
+    def watch(self, job: Job) -> None:
+        self._result = asyncio.wrap_future(job.future)
+
+    async def next(
+        self, deadline: float, gone: asyncio.Future[Any] | None = None
+    ) -> list[Tag] | Result:
+        """The next batch of final tags, or the result once the job is done (with every tag)."""
+        assert self._result is not None  # watch() comes right after submitting
+        if not self._queue.empty():
+            return self._queue.get_nowait()
+        getter = asyncio.ensure_future(self._queue.get())
+        waiting: set[asyncio.Future[Any]] = {getter, self._result}
+        if gone is not None:
+            waiting.add(gone)
+        try:
+            done, _ = await asyncio.wait(
+                waiting,
+                timeout=max(deadline - time.monotonic(), 0.0),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            getter.cancel()
+        if getter in done:
+            tags: list[Tag] = getter.result()
+            return tags
+        if self._result in done:
+            return self._result.result()
+        if gone is not None and gone in done:
+            raise Cancelled("the client disconnected")
+        raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
+
+
+async def _lines(
+    feed: _TagFeed,
+    first: list[Tag] | Result,
+    deadline: float,
+    finish: Callable[[int, Result | None], None],
+) -> AsyncIterator[bytes]:
+    """NDJSON: the tags in order, then `{"summary": ...}` or `{"error": ...}`."""
+    event, sent, status, result = first, 0, 499, None
+    try:
+        while isinstance(event, list):
+            yield _ndjson([tag_dict(tag) for tag in event])
+            sent += len(event)
+            event = await feed.next(deadline)
+        result = event
+        yield _ndjson([tag_dict(tag) for tag in result.tags[sent:]])
+        body = RecognizeResponse.of(result).model_dump(exclude_none=True, exclude={"tags"})
+        yield _ndjson([{"summary": {**body, "tag_count": len(result.tags)}}])
+        status = 200
+    except ArengineError as error:
+        status = error.status
+        log.info("request stream ended by %s: %s", error.code, error.message)
+        yield _ndjson([{"error": {"code": error.code, "message": error.message}}])
+    finally:
+        finish(status, result)
+
+
+def _ndjson(items: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(item).encode() + b"\n" for item in items)
+
+
+class _TagStream(StreamingResponse):
+    """A streaming response that releases the request's resources even if it never starts."""
+
+    def __init__(
+        self, lines: AsyncIterator[bytes], release: Callable[[], None], media_type: str
+    ) -> None:
+        super().__init__(lines, media_type=media_type)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 async def _disconnected(request: Request) -> None:

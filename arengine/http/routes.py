@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
 
 import torch
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
@@ -22,7 +20,7 @@ from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job, Result
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
-from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate, tag_dict
+from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
 from arengine.http.schemas import (
     ErrorResponse,
     FailureOut,
@@ -32,10 +30,10 @@ from arengine.http.schemas import (
     RecognizeQuery,
     RecognizeResponse,
 )
+from arengine.http.streaming import TagFeed, TagStream, lines, stop
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides
-from arengine.postprocess import Tag
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 
@@ -213,11 +211,11 @@ async def _stream(
             settings.body_timeout_s,
         )
         cleanup.callback(upload.path.unlink, missing_ok=True)
-        feed = _TagFeed()
+        feed = TagFeed()
         job = engine.recognize(
             upload.path, model, overrides, request.state.request_id, feed.listener()
         )
-        cleanup.callback(_stop, job)
+        cleanup.callback(stop, job)
         feed.watch(job)
         gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
         try:
@@ -244,105 +242,8 @@ async def _stream(
         metrics.observe_request(model, status, time.monotonic() - started, audio_s)
         request.state.result = result  # for the access log
 
-    lines = _lines(feed, first, deadline, finish)
-    return _TagStream(lines, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
-
-
-def _stop(job: Job) -> None:
-    if not job.future.done():
-        job.cancel()
-
-
-class _TagFeed:
-    """Tags from an engine thread to the event loop, and the job's result when it is done."""
-
-    def __init__(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._queue: asyncio.Queue[list[Tag]] = asyncio.Queue()
-        self._result: asyncio.Future[Result] | None = None
-
-    def listener(self) -> Callable[[list[Tag]], None]:
-        def hear(tags: list[Tag]) -> None:  # runs on an engine thread
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, tags)
-
-        return hear
-
-    def watch(self, job: Job) -> None:
-        self._result = asyncio.wrap_future(job.future)
-
-    async def next(
-        self, deadline: float, gone: asyncio.Future[Any] | None = None
-    ) -> list[Tag] | Result:
-        """The next batch of final tags, or the result once the job is done (with every tag)."""
-        assert self._result is not None  # watch() comes right after submitting
-        if not self._queue.empty():
-            return self._queue.get_nowait()
-        getter = asyncio.ensure_future(self._queue.get())
-        waiting: set[asyncio.Future[Any]] = {getter, self._result}
-        if gone is not None:
-            waiting.add(gone)
-        try:
-            done, _ = await asyncio.wait(
-                waiting,
-                timeout=max(deadline - time.monotonic(), 0.0),
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-        finally:
-            getter.cancel()
-        if getter in done:
-            tags: list[Tag] = getter.result()
-            return tags
-        if self._result in done:
-            return self._result.result()
-        if gone is not None and gone in done:
-            raise Cancelled("the client disconnected")
-        raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
-
-
-async def _lines(
-    feed: _TagFeed,
-    first: list[Tag] | Result,
-    deadline: float,
-    finish: Callable[[int, Result | None], None],
-) -> AsyncIterator[bytes]:
-    """NDJSON: the tags in order, then `{"summary": ...}` or `{"error": ...}`."""
-    event, sent, status, result = first, 0, 499, None
-    try:
-        while isinstance(event, list):
-            yield _ndjson([tag_dict(tag) for tag in event])
-            sent += len(event)
-            event = await feed.next(deadline)
-        result = event
-        yield _ndjson([tag_dict(tag) for tag in result.tags[sent:]])
-        body = RecognizeResponse.of(result).model_dump(exclude_none=True, exclude={"tags"})
-        yield _ndjson([{"summary": {**body, "tag_count": len(result.tags)}}])
-        status = 200
-    except ArengineError as error:
-        status = error.status
-        log.info("request stream ended by %s: %s", error.code, error.message)
-        yield _ndjson([{"error": {"code": error.code, "message": error.message}}])
-    finally:
-        finish(status, result)
-
-
-def _ndjson(items: list[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps(item).encode() + b"\n" for item in items)
-
-
-class _TagStream(StreamingResponse):
-    """A streaming response that releases the request's resources even if it never starts."""
-
-    def __init__(
-        self, lines: AsyncIterator[bytes], release: Callable[[], None], media_type: str
-    ) -> None:
-        super().__init__(lines, media_type=media_type)
-        self._release = release
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
+    stream = lines(feed, first, deadline, finish)
+    return TagStream(stream, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
 
 
 async def _disconnected(request: Request) -> None:

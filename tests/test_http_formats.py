@@ -156,7 +156,7 @@ def test_stream_sends_tags_before_the_job_finishes(slow_server: Server, long_rec
     assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(tags))
     first_at = lines[0][0] - started
     total = summary["timings"]["total_s"]
-    assert total > 2.0, "the recording is too short to show streaming"
+    assert total > 1.0, "the recording is too short to show streaming"
     assert first_at < total / 4, (first_at, total)
     # Tags keep arriving while the job runs: the last one long after the first.
     assert lines[-2][0] - lines[0][0] > total / 2
@@ -168,7 +168,7 @@ def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording)
         client.stream(
             "POST",
             "/v1/recognize",
-            params={"timeout_s": 1.0},
+            params={"timeout_s": 0.5},
             headers={"Accept": "application/x-ndjson"},
             files={"file": ("long.flac", long_recording.read_bytes())},
         ) as response,

@@ -1,4 +1,5 @@
-"""The command line: `arengine serve`, with one flag per setting, generated from `Settings`."""
+"""The command line: `arengine serve` (one flag per setting, generated from `Settings`),
+`arengine recognize` (files through an in-process engine) and `arengine models`."""
 
 from __future__ import annotations
 
@@ -6,22 +7,52 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from arengine.formats import FORMATS
 from arengine.settings import Settings
 
 log = logging.getLogger("arengine")
 ENV_ONLY = frozenset({"api_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
+ENGINE_SETTINGS = (
+    "engine_threads",
+    "intra_op_threads",
+    "inter_op_threads",
+    "models_dir",
+    "models",
+    "segment_s",
+    "segments_ahead",
+    "max_duration_s",
+)
+"""The settings `recognize` and `models` take: those of the engine, not of the HTTP server."""
+
+RECOGNIZE_EXAMPLES = (
+    """examples:
+  arengine recognize talk.flac                       # talk.json in the current folder
+  arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
+  arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
+  arengine recognize songs/ --model pitch --format raven
+
+formats: """
+    + ", ".join(f"{f.name} (.{f.extension})" for f in FORMATS.values())
+    + """
+exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="arengine", description="Audio-recognition inference server."
+        prog="arengine",
+        description="Audio-recognition inference server and command-line tagger.",
+        epilog="examples:\n  arengine serve --port 8080\n  arengine recognize calls/ --format csv"
+        "\n  arengine models\nRun `arengine COMMAND --help` for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
@@ -32,13 +63,47 @@ def build_parser() -> argparse.ArgumentParser:
         "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    for name, field in Settings.model_fields.items():
+    _add_setting_flags(serve, Settings.model_fields)
+    recognize = commands.add_parser(
+        "recognize",
+        help="tag audio files in-process, one output file per input",
+        description="Tag audio files (and the audio files under folders) with an in-process "
+        "engine, a few files at a time, writing <out>/<stem>.<ext> for each.",
+        epilog=RECOGNIZE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
+    recognize.add_argument("--model", default="speech", help="model name (default: speech)")
+    recognize.add_argument(
+        "--format", default="json", choices=list(FORMATS), help="output format (default: json)"
+    )
+    recognize.add_argument(
+        "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
+    )
+    recognize.add_argument(
+        "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
+    )
+    _add_setting_flags(recognize, ENGINE_SETTINGS)
+    models = commands.add_parser(
+        "models",
+        help="list the models that load",
+        description="Load the models and list them: name, kind, label count, sample rate.",
+        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_setting_flags(models, ("models_dir", "models", "segment_s"))
+    return parser
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+    for name in names:
         if name in ENV_ONLY:
             continue
+        field = Settings.model_fields[name]
         flag = "--" + name.replace("_", "-")
         help_text = f"{field.description} [env ARENGINE_{name.upper()}, default {field.default}]"
         if field.annotation is bool:
-            serve.add_argument(
+            parser.add_argument(
                 flag,
                 dest=name,
                 action=argparse.BooleanOptionalAction,
@@ -46,14 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
                 help=help_text,
             )
         else:
-            serve.add_argument(
+            parser.add_argument(
                 flag,
                 dest=name,
                 type=_flag_type(field.annotation),
                 default=argparse.SUPPRESS,
                 help=help_text,
             )
-    return parser
 
 
 def _flag_type(annotation: Any) -> Any:
@@ -66,12 +130,17 @@ def _flag_type(annotation: Any) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
+    options = {name: args.pop(name) for name in list(args) if name not in Settings.model_fields}
     try:
         settings = Settings(**args)
     except ValidationError as error:
         sys.exit(f"arengine: invalid settings:\n{error}")
     if command == "serve":
         serve(settings, list(sys.argv[1:] if argv is None else argv))
+    elif command == "recognize":
+        sys.exit(recognize(settings, **options))
+    elif command == "models":
+        sys.exit(list_models(settings))
 
 
 def serve(settings: Settings, argv: list[str]) -> None:
@@ -101,3 +170,71 @@ def serve(settings: Settings, argv: list[str]) -> None:
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
     server.run(create_app(settings), settings)
+
+
+def _engine(settings: Settings) -> Any:
+    """An in-process engine with its models loaded, torch threads pinned as `serve` does."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.intra_op_threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
+    logging.basicConfig(level=logging.WARNING, format="arengine: %(levelname)s: %(message)s")
+
+    from arengine.engine.engine import Engine
+    from arengine.threads import configure_torch
+
+    configure_torch(settings.intra_op_threads, settings.inter_op_threads)
+    engine = Engine(settings)
+    engine.load_models()
+    for failure in engine.failures:
+        print(f"arengine: model {failure.path} unavailable: {failure.reason}", file=sys.stderr)
+    return engine
+
+
+def recognize(
+    settings: Settings, inputs: list[Path], model: str, format: str, out: Path, jobs: int
+) -> int:
+    """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
+    from arengine.batch import expand, recognize_files
+    from arengine.formats import get_format
+
+    files = expand(inputs)
+    if not files:
+        print("arengine: no audio files found in the inputs", file=sys.stderr)
+        return 2
+    if jobs < 1:
+        print("arengine: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    engine = _engine(settings)
+    try:
+        if model not in engine.models:
+            known = ", ".join(sorted(engine.models)) or "none"
+            print(f"arengine: unknown model {model!r}; loaded models: {known}", file=sys.stderr)
+            return 2
+        failures = recognize_files(engine, files, model, get_format(format), out, jobs)
+    finally:
+        engine.close()
+    if failures:
+        print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def list_models(settings: Settings) -> int:
+    """Print the models that load, one per line; 1 if none did."""
+    engine = _engine(settings)
+    try:
+        rows = [("name", "kind", "labels", "sample_rate")]
+        for name, loaded in sorted(engine.models.items()):
+            recognizer = loaded.recognizer
+            rows.append(
+                (name, recognizer.kind, str(len(recognizer.labels)), str(recognizer.sample_rate))
+            )
+    finally:
+        engine.close()
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return 0 if engine.models else 1

@@ -11,8 +11,9 @@ import pytest
 
 from arengine.allocator import find_jemalloc
 from arengine.cli import build_parser, main
+from arengine.formats import FORMATS
 from arengine.settings import Settings
-from tests.conftest import start_server, stop_server
+from tests.conftest import RecordingFactory, start_server, stop_server
 
 
 def _settings_from(argv: list[str]) -> Settings:
@@ -71,3 +72,82 @@ def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
         assert info["intra_op_threads"] == 1
         if expected == "jemalloc":
             assert "allocator=jemalloc" in server.log.read_text()
+
+
+def _arengine(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arengine", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    inputs = tmp_path / "in"
+    (inputs / "nested").mkdir(parents=True)
+    clips = [recording(f"talk{i}.{ext}") for i, ext in enumerate(["flac", "wav", "mp3"])]
+    for clip in clips[:2]:
+        clip.path.rename(inputs / clip.path.name)
+    clips[2].path.rename(inputs / "nested" / clips[2].path.name)
+    (inputs / "broken.wav").write_bytes(b"RIFF....WAVEfmt " + b"\x00" * 64)
+    (inputs / "notes.md").write_text("not audio, not picked from a folder")
+    out = tmp_path / "out"
+    done = _arengine(
+        "recognize", str(inputs), str(tmp_path / "missing.flac"), "--format", "vtt",
+        "--out", str(out), "--jobs", "2", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["talk0.vtt", "talk1.vtt", "talk2.vtt"]
+    for clip in clips:
+        tags = FORMATS["vtt"].parse((out / f"{clip.path.stem}.vtt").read_text())
+        assert len(tags) == len(clip.speech) == 2
+        for tag, (start, end) in zip(tags, clip.speech, strict=True):
+            assert tag.start == pytest.approx(start, abs=0.3)
+            assert tag.end == pytest.approx(end, abs=0.4)
+    err = done.stderr
+    assert "2 of 5 files failed" in err
+    assert "broken.wav" in err and "missing.flac" in err
+    assert err.count("FAILED") == 2
+    assert "[5/5]" in err and "overall: 5/5 files" in err
+    assert "RTF" in err and "ETA" in err
+    assert done.stdout == ""
+
+
+def test_recognize_exits_0_when_all_succeed(tmp_path: Path, recording: RecordingFactory) -> None:
+    clip = recording("ok.flac")
+    done = _arengine("recognize", str(clip.path), "--format", "csv", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    header, *rows = (tmp_path / "ok.csv").read_text().splitlines()
+    assert header == "start,end,label,score"
+    assert len(rows) == 2
+
+
+def test_recognize_usage_errors(tmp_path: Path) -> None:
+    assert _arengine("recognize", str(tmp_path), cwd=tmp_path).returncode == 2  # no audio
+    bad_format = _arengine("recognize", "x.wav", "--format", "xml", cwd=tmp_path)
+    assert bad_format.returncode == 2
+    assert "csv" in bad_format.stderr
+    (tmp_path / "a.wav").write_bytes(b"")
+    bad_model = _arengine("recognize", "a.wav", "--model", "nope", cwd=tmp_path)
+    assert bad_model.returncode == 2
+    assert "unknown model 'nope'" in bad_model.stderr
+
+
+def test_models_lists_name_kind_labels_and_rate(tmp_path: Path) -> None:
+    done = _arengine("models", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert rows[0] == ["name", "kind", "labels", "sample_rate"]
+    assert ["speech", "speech", "1", "16000"] in rows
+
+
+@pytest.mark.parametrize("command", ["recognize", "models", "serve"])
+def test_every_command_has_help_with_examples(command: str, tmp_path: Path) -> None:
+    done = _arengine(command, "--help", cwd=tmp_path)
+    assert done.returncode == 0
+    assert "example" in done.stdout
+    assert f"arengine {command}" in done.stdout

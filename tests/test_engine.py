@@ -235,3 +235,55 @@ def test_the_observer_sees_every_task_and_sums_to_the_timings(speech_model, reco
         ("postprocess", timings.postprocess_s),
     ]:
         assert sum(observed.seconds(stage)) == pytest.approx(total, abs=1e-9), stage
+
+
+def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
+    speech_model, long_recording
+) -> None:
+    recognizer = SlowRecognizer(speech_model, delay_s=0.02, segment_s=2.0)
+    heard: list[tuple[float, list[Tag]]] = []
+    lock = threading.Lock()
+
+    def listen(tags: list[Tag]) -> None:
+        with lock:
+            heard.append((time.perf_counter(), tags))
+
+    pool = EnginePool(threads=4)
+    try:
+        spec = JobSpec(
+            request_id="listen",
+            path=long_recording.path,
+            recognizer=recognizer,
+            overrides={},
+            limits=LIMITS,
+            segments_ahead=4,
+            on_tags=listen,
+        )
+        job = pool.submit(spec)
+        result = job.future.result(timeout=120)
+        finished = time.perf_counter()
+    finally:
+        pool.close()
+    assert all(batch for _, batch in heard), "the listener is never called with no tags"
+    assert [tag for _, batch in heard for tag in batch] == list(result.tags)
+    assert len(heard) > 5, "tags arrive in many batches, not all at the end"
+    assert heard[0][0] < finished - result.timings.total_s / 2
+
+
+def test_a_cancelled_job_tells_the_listener_nothing_more(speech_model, recording) -> None:
+    clip = recording("talk.wav")
+    recognizer = SlowRecognizer(speech_model)
+    recognizer.gate.clear()
+    heard: list[list[Tag]] = []
+    pool = EnginePool(threads=2)
+    try:
+        spec = JobSpec("c", clip.path, recognizer, {}, LIMITS, 4, on_tags=heard.append)
+        job = pool.submit(spec)
+        job.cancel()
+        recognizer.gate.set()
+        with pytest.raises(Cancelled):
+            job.future.result(timeout=30)
+        time.sleep(0.2)
+    finally:
+        pool.close()
+    assert heard == []

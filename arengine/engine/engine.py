@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from arengine.engine.job import Job, JobSpec
+from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import NotReady, Overloaded, UnknownModel
@@ -100,11 +100,17 @@ class Engine:
         return loaded.recognizer
 
     def recognize(
-        self, path: Path, recognizer: Recognizer, overrides: Overrides, request_id: str
+        self,
+        path: Path,
+        recognizer: Recognizer,
+        overrides: Overrides,
+        request_id: str,
+        on_tags: TagListener | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
+        `on_tags`, if given, hears the tags in order as soon as each is final.
         """
         spec = JobSpec(
             request_id=request_id,
@@ -113,6 +119,7 @@ class Engine:
             overrides=overrides,
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
+            on_tags=on_tags,
         )
         return self.pool.submit(spec)
 

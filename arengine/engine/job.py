@@ -31,6 +31,8 @@ from arengine.validation import AudioInfo, AudioLimits, probe
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
+TagListener = Callable[[list[Tag]], None]
+"""Called with each batch of tags as soon as they are final, in timestamp order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,8 @@ class JobSpec:
     overrides: Overrides
     limits: AudioLimits
     segments_ahead: int
+    on_tags: TagListener | None = None
+    """Optional: hears the tags as they become final (from an engine thread, one call at a time)."""
 
 
 class Job:
@@ -226,6 +230,7 @@ class Job:
             with self._lock:
                 self._tags.extend(tags)
                 self._seconds["postprocess"] += seconds
+            self._announce(tags)
         if complete:
             self._complete()
 
@@ -235,7 +240,8 @@ class Job:
         started = time.perf_counter()
         assert self._segments is not None and self._info is not None
         total = self._segments.total_samples or 0
-        tags = tuple(self._tags + self._tagger.finish(total))
+        last = self._tagger.finish(total)
+        tags = tuple(self._tags + last)
         finishing = time.perf_counter() - started
         self._observe("postprocess", finishing)
         info = self._info
@@ -245,6 +251,7 @@ class Job:
             self.finished = True
             seconds = self._seconds
             seconds["postprocess"] += finishing
+        self._announce(last)
         timings = Timings(
             validation_s=seconds["validation"],
             features_s=seconds["features"],
@@ -253,6 +260,11 @@ class Job:
             total_s=time.perf_counter() - self._started,
         )
         self.future.set_result(Result(self.spec.recognizer.name, info, tags, timings))
+
+    def _announce(self, tags: list[Tag]) -> None:
+        """Tell the listener; `_drain` and `_complete` never overlap, so calls stay in order."""
+        if tags and self.spec.on_tags is not None and not self.future.done():
+            self.spec.on_tags(tags)
 
     def _observe(self, stage: str, seconds: float) -> None:
         self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
-from arengine.http import routes
+from arengine.http import routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import install_error_handlers
@@ -63,9 +63,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.include_router(routes.router)
+    app.include_router(web.router)
     install_error_handlers(app)
     if settings.api_keys:
-        public = ["/healthz", "/readyz", *(["/metrics"] if settings.metrics_public else [])]
+        public = ["/healthz", "/readyz", *web.PUBLIC_PATHS]
+        public += ["/metrics"] if settings.metrics_public else []
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys.split(","), public_paths=public)
     if settings.cors_origins:
         app.add_middleware(

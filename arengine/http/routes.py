@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Annotated, Any
 
 import torch
@@ -17,6 +20,7 @@ from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job, Result
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
+from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
 from arengine.http.schemas import (
     ErrorResponse,
     FailureOut,
@@ -26,6 +30,7 @@ from arengine.http.schemas import (
     RecognizeQuery,
     RecognizeResponse,
 )
+from arengine.http.streaming import TagFeed, TagStream, lines, stop
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
@@ -81,16 +86,23 @@ def _engine(request: Request) -> Engine:
 )
 async def recognize(
     request: Request, query: Annotated[RecognizeQuery, Query()]
-) -> RecognizeResponse:
-    """Tag one audio file (multipart field `file`, or a raw body with an audio content type)."""
+) -> RecognizeResponse | Response:
+    """Tag one audio file (multipart field `file`, or a raw body with an audio content type).
+
+    The answer is JSON unless `format` (or the `Accept` header) asks for another format, or for
+    `application/x-ndjson`: one tag per line as soon as it is final, then a summary line.
+    """
     started = time.monotonic()
     engine = _engine(request)
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
+    output = query.format or negotiate(request.headers.get("accept")) or "json"
     recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
     request.state.model = query.model  # a loaded model's name: a bounded label value
     metrics: Metrics = request.app.state.metrics
+    if output == STREAM:
+        return await _stream(request, engine, recognizer, overrides, started, started + timeout)
     status = 500
     result: Result | None = None
     try:
@@ -106,7 +118,23 @@ async def recognize(
         audio_s = None if result is None else result.audio.duration_s
         metrics.observe_request(query.model, status, time.monotonic() - started, audio_s)
     request.state.result = result  # for the access log
-    return RecognizeResponse.of(result)
+    if output == "json" and query.format is None:  # the plain API answer, not a download
+        return RecognizeResponse.of(result)
+    return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+
+
+def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
+    """`result` as a file in `fmt`, named after the upload."""
+    stem = re.sub(r"[^A-Za-z0-9._ -]", "_", Path(upload_name or "").stem).strip(" .")
+    name = f"{stem or 'recording'}.{fmt.extension}"
+    media_type = fmt.media_type
+    if media_type.startswith("text/"):
+        media_type += "; charset=utf-8"
+    return Response(
+        fmt.render(result, stem or "recording"),
+        media_type=media_type,
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 async def _recognize(
@@ -124,6 +152,7 @@ async def _recognize(
             settings.upload_dir,
             settings.body_timeout_s,
         )
+        request.state.upload_name = upload.filename
         try:
             job = engine.recognize(upload.path, recognizer, overrides, request.state.request_id)
             return await _outcome(request, job, deadline)
@@ -154,6 +183,69 @@ async def _outcome(request: Request, job: Job, deadline: float) -> Result:
         log.info("request %s: client disconnected, remaining work cancelled", job.spec.request_id)
         raise Cancelled("the client disconnected")
     raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
+
+
+async def _stream(
+    request: Request,
+    engine: Engine,
+    recognizer: Recognizer,
+    overrides: Overrides,
+    started: float,
+    deadline: float,
+) -> Response:
+    """Admit, spool and submit as `_recognize` does, then stream the tags as NDJSON.
+
+    Until the first tag (or the result) is known, a failure is an ordinary error response with
+    its status; after that it becomes a last `{"error": ...}` line.
+    """
+    settings: Settings = request.app.state.settings
+    metrics: Metrics = request.app.state.metrics
+    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    check_declared_length(request.headers.get("content-length"), limits)
+    cleanup = ExitStack()
+    try:
+        cleanup.enter_context(engine.admitted())
+        upload = await spool(
+            request.stream(),
+            request.headers.get("content-type"),
+            limits,
+            settings.upload_dir,
+            settings.body_timeout_s,
+        )
+        cleanup.callback(upload.path.unlink, missing_ok=True)
+        feed = TagFeed()
+        job = engine.recognize(
+            upload.path, recognizer, overrides, request.state.request_id, feed.listener()
+        )
+        cleanup.callback(stop, job)
+        feed.watch(job)
+        gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
+        try:
+            first = await feed.next(deadline, gone)
+        finally:
+            gone.cancel()
+    except BaseException as error:
+        cleanup.close()
+        status = error.status if isinstance(error, ArengineError) else 500
+        if isinstance(error, asyncio.CancelledError):
+            status = 499
+        metrics.observe_request(recognizer.name, status, time.monotonic() - started, None)
+        raise
+
+    done = False
+
+    def finish(status: int, result: Result | None) -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        cleanup.close()
+        audio_s = None if result is None else result.audio.duration_s
+        metrics.observe_request(recognizer.name, status, time.monotonic() - started, audio_s)
+        request.state.result = result  # for the access log
+
+    stream = lines(feed, first, deadline, finish)
+    return TagStream(stream, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
 
 
 async def _disconnected(request: Request) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from arengine.engine.job import Result
+from arengine.formats import STREAM, get_format
 from arengine.models.registry import LoadedModel
 
 
@@ -25,6 +26,12 @@ class RecognizeQuery(BaseModel):
         ge=0.5,
         le=86_400,
         description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
+    )
+    format: str | None = Field(
+        None,
+        max_length=16,
+        description="Response format: json (default), csv, txt (Audacity labels), raven, rttm, "
+        "vtt, srt, or ndjson (tags streamed as they are final). Default: from the Accept header.",
     )
     threshold: float | None = Field(
         None, gt=0, lt=1, description="A tag starts at or above this score (speech default 0.5)."
@@ -71,9 +78,16 @@ class RecognizeQuery(BaseModel):
         description="Pitch models: odd width of the median filter over 10 ms frames.",
     )
 
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, name: str | None) -> str | None:
+        if name is not None and name != STREAM:
+            get_format(name)  # ValueError listing the formats: a 422
+        return name
+
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude={"model", "timeout_s"})
+        return self.model_dump(exclude_none=True, exclude={"model", "timeout_s", "format"})
 
 
 class AudioOut(BaseModel):

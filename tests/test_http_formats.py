@@ -1,0 +1,187 @@
+"""End to end: other formats by query or `Accept`, and the NDJSON tag stream, on a real server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from arengine.formats import FORMATS
+from tests.conftest import RecordingFactory, Server, start_server, stop_server
+
+
+def _post(server: Server, path: Path, headers: dict[str, str] | None = None, **params: object):
+    with server.client() as client, path.open("rb") as body:
+        return client.post(
+            "/v1/recognize", params=params, headers=headers, files={"file": (path.name, body)}
+        )
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_every_format_by_query(server: Server, recording: RecordingFactory, name: str) -> None:
+    clip = recording("my talk.flac")
+    expected = _post(server, clip.path).json()["tags"]
+    assert len(expected) == 2
+    response = _post(server, clip.path, format=name)
+    assert response.status_code == 200, response.text
+    fmt = FORMATS[name]
+    assert response.headers["content-type"].split(";")[0] == fmt.media_type
+    assert response.headers["content-disposition"] == (
+        f'attachment; filename="my talk.{fmt.extension}"'
+    )
+    tags = fmt.parse(response.text)
+    assert [t.label for t in tags] == [t["label"] for t in expected]
+    for got, want in zip(tags, expected, strict=True):
+        assert got.start == pytest.approx(want["start"], abs=fmt.precision_s)
+        assert got.end == pytest.approx(want["end"], abs=fmt.precision_s)
+
+
+@pytest.mark.parametrize(
+    ("accept", "name"),
+    [("text/csv", "csv"), ("text/vtt", "vtt"), ("application/x-subrip", "srt")],
+)
+def test_format_by_accept_header(server: Server, recording, accept: str, name: str) -> None:
+    clip = recording("clip.wav")
+    response = _post(server, clip.path, headers={"Accept": accept})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith(FORMATS[name].media_type)
+    assert len(FORMATS[name].parse(response.text)) == 2
+
+
+def test_json_stays_the_default(server: Server, recording) -> None:
+    clip = recording("clip.wav")
+    for headers in (None, {"Accept": "*/*"}, {"Accept": "image/png"}):
+        response = _post(server, clip.path, headers=headers)
+        assert response.headers["content-type"] == "application/json"
+        assert "content-disposition" not in response.headers
+        assert set(response.json()) == {"model", "audio", "tags", "timings"}
+
+
+def test_raw_body_is_named_recording(server: Server, recording) -> None:
+    clip = recording("raw.flac")
+    with server.client() as client:
+        response = client.post(
+            "/v1/recognize",
+            params={"format": "rttm"},
+            content=clip.path.read_bytes(),
+            headers={"Content-Type": "audio/flac"},
+        )
+    assert response.headers["content-disposition"] == 'attachment; filename="recording.rttm"'
+    assert response.text.startswith("SPEAKER recording 1 ")
+
+
+def test_unknown_format_is_refused_with_the_list(server: Server, recording) -> None:
+    clip = recording("clip.wav")
+    response = _post(server, clip.path, format="xml")
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "invalid_parameter"
+    assert "json, csv, txt, raven, rttm, vtt, srt, ndjson" in response.json()["error"]["message"]
+
+
+def _stream_lines(server: Server, path: Path, **params: object) -> Iterator[tuple[float, dict]]:
+    with (
+        server.client() as client,
+        client.stream(
+            "POST",
+            "/v1/recognize",
+            params=params,
+            headers={"Accept": "application/x-ndjson"},
+            files={"file": (path.name, path.read_bytes())},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "application/x-ndjson"
+        for line in response.iter_lines():
+            yield time.monotonic(), json.loads(line)
+
+
+def test_stream_matches_the_json_answer(server: Server, recording) -> None:
+    clip = recording(
+        "clip.flac", pieces=[p for _ in range(4) for p in [("silence", 3.0), ("speech", 0)]]
+    )
+    expected = _post(server, clip.path).json()
+    lines = [line for _, line in _stream_lines(server, clip.path)]
+    assert lines[:-1] == expected["tags"]
+    summary = lines[-1]["summary"]
+    assert summary["tag_count"] == len(expected["tags"]) == 4
+    assert summary["model"] == "speech"
+    assert summary["audio"] == expected["audio"]
+    assert set(summary["timings"]) == set(expected["timings"])
+
+
+def test_stream_errors_before_the_first_line_are_plain_errors(server: Server, tmp_path) -> None:
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF" + b"\x00" * 100)
+    ndjson = {"Accept": "application/x-ndjson"}
+    response = _post(server, bad, headers=ndjson)
+    assert response.status_code in (400, 415)
+    assert set(response.json()) == {"error"}
+    response = _post(server, bad, headers=ndjson, model="nope")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "unknown_model"
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("slow")
+    running = start_server(
+        tmp, "--segment-s", "5", "--engine-threads", "1", "--upload-dir", str(tmp)
+    )
+    yield running
+    stop_server(running)
+
+
+@pytest.fixture
+def long_recording(recording) -> Path:
+    """About 20 minutes at 8 kHz: a phrase every 25 s."""
+    pieces = [p for _ in range(44) for p in [("silence", 24.0), ("speech", 0)]]
+    clip = recording("long.flac", rate=8000, pieces=pieces)
+    assert clip.duration_s > 1150
+    return clip.path
+
+
+def test_stream_sends_tags_before_the_job_finishes(slow_server: Server, long_recording) -> None:
+    started = time.monotonic()
+    lines = list(_stream_lines(slow_server, long_recording))
+    summary = lines[-1][1]["summary"]
+    tags = [line for _, line in lines[:-1]]
+    assert summary["tag_count"] == len(tags) >= 44
+    starts = [tag["start"] for tag in tags]
+    assert starts == sorted(starts)
+    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(tags))
+    first_at = lines[0][0] - started
+    total = summary["timings"]["total_s"]
+    assert total > 1.0, "the recording is too short to show streaming"
+    assert first_at < total / 4, (first_at, total)
+    # Tags keep arriving while the job runs: the last one long after the first.
+    assert lines[-2][0] - lines[0][0] > total / 2
+
+
+def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording) -> None:
+    with (
+        slow_server.client() as client,
+        client.stream(
+            "POST",
+            "/v1/recognize",
+            params={"timeout_s": 0.5},
+            headers={"Accept": "application/x-ndjson"},
+            files={"file": ("long.flac", long_recording.read_bytes())},
+        ) as response,
+    ):
+        if response.status_code == 504:
+            response.read()
+            assert response.json()["error"]["code"] == "deadline_exceeded"
+            return
+        lines = [json.loads(line) for line in response.iter_lines()]
+    assert response.status_code == 200
+    assert lines[-1] == {
+        "error": {"code": "deadline_exceeded", "message": lines[-1]["error"]["message"]}
+    }
+    assert all("summary" not in line for line in lines)
+    # The server is free again: a normal request works.
+    assert httpx.get(slow_server.url + "/readyz").status_code == 200

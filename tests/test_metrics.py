@@ -12,8 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from arengine.memory import JEMALLOC_STATS
-from arengine.metrics import STAGES, Metrics
+from arengine.metrics import Metrics
 from tests.conftest import RecordingFactory, Server
+
+STAGES = ("validation", "features", "inference", "postprocess")
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -16,7 +16,7 @@ $py -m loadtests.recordings "$out/huge.flac" --minutes "$huge" --rate 44100 --ch
 $py -m loadtests.recordings "$out/pitch.wav" --minutes 2
 
 step "Thread sweep, speech";        $py -m loadtests.thread_sweep "$out/long.wav" --out "$out"
-step "Thread sweep, pitch";         $py -m loadtests.thread_sweep "$out/pitch.wav" --model pitch --out "$out"
+step "Thread sweep, pitch";         $py -m loadtests.thread_sweep "$out/pitch.wav" --model pitch --segment-s 5 --out "$out"
 step "Peers";                       $py -m loadtests.peers "$out/long.wav" --http
 step "Memory against length";       $py -m loadtests.memory_vs_length "$out/short.wav" "$out/huge.wav" "$out/huge.flac"
 step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"

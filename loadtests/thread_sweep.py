@@ -29,9 +29,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run_cell(
-    path: Path, model: str, engine: int, intra: int | None, port: int
+    path: Path, model: str, engine: int, intra: int | None, port: int, extra: list[str]
 ) -> tuple[float, float]:
-    flags = ["--engine-threads", str(engine)]
+    flags = ["--engine-threads", str(engine), *extra]
     env = dict(os.environ)
     if intra is not None:
         flags += ["--intra-op-threads", str(intra), "--inter-op-threads", str(intra)]
@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--model", default="speech")
     parser.add_argument("--intra", default="1,2,4", help="intra-op thread counts")
     parser.add_argument("--out", type=Path, default=Path("loadtests/out"))
+    parser.add_argument("--segment-s", help="segment length for every model (more parallel work)")
     args = parser.parse_args()
     cpus = available_cpus()
     cells: list[tuple[int, int | None]] = [
@@ -98,7 +99,8 @@ def main() -> None:
     print("| engine threads | intra-op | seconds | CPU utilisation |")
     print("|---|---|---|---|")
     for n, (engine, intra) in enumerate(cells):
-        wall, utilisation = run_cell(args.path, args.model, engine, intra, 8800 + n)
+        extra = ["--segment-s", args.segment_s] if args.segment_s else []
+        wall, utilisation = run_cell(args.path, args.model, engine, intra, 8800 + n, extra)
         row = {
             "engine_threads": str(engine),
             "intra_op": "default" if intra is None else str(intra),

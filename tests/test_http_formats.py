@@ -130,7 +130,7 @@ def test_stream_errors_before_the_first_line_are_plain_errors(server: Server, tm
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("slow")
     running = start_server(
-        tmp, "--segment-s", "5", "--engine-threads", "1", "--upload-dir", str(tmp)
+        tmp, "--segment-s", "2", "--engine-threads", "1", "--upload-dir", str(tmp)
     )
     yield running
     stop_server(running)

@@ -46,6 +46,8 @@ class TagFeed:
 
     def watch(self, job: Job) -> None:
         self._result = asyncio.wrap_future(job.future)
+        # A cancelled job's exception is expected: read it so asyncio does not log it.
+        self._result.add_done_callback(lambda future: future.cancelled() or future.exception())
 
     async def next(
         self, deadline: float, gone: asyncio.Future[Any] | None = None

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import csv
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from loadtests.server import memory_mib, start_server
+from loadtests.server import sample_memory, start_server
 
 
 def growth(seconds: np.ndarray, rss: np.ndarray) -> tuple[float, str]:
@@ -54,16 +53,11 @@ def run(args: argparse.Namespace) -> None:
                 http.post(url + "/v1/recognize", files={"file": data}).raise_for_status()
                 done[0] += 1
 
-    samples = []
     try:
         workers = [threading.Thread(target=client, daemon=True) for _ in range(args.clients)]
         for worker in workers:
             worker.start()
-        started = time.monotonic()
-        while (elapsed := time.monotonic() - started) < args.minutes * 60:
-            samples.append((elapsed, memory_mib(server.pid)))
-            time.sleep(1.0)
-        peak = memory_mib(server.pid, "VmHWM")
+        samples, peak = sample_memory(server.pid, args.minutes)
         stop.set()
     finally:
         server.terminate()

@@ -63,3 +63,13 @@ def memory_mib(pid: int, field: str = "VmRSS") -> float:
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError(f"no {field} for process {pid}")
+
+
+def sample_memory(pid: int, minutes: float) -> tuple[list[tuple[float, float]], float]:
+    """RSS of `pid` every second for `minutes`: (seconds, MiB) samples and the peak RSS."""
+    samples = []
+    started = time.monotonic()
+    while (elapsed := time.monotonic() - started) < minutes * 60:
+        samples.append((elapsed, memory_mib(pid)))
+        time.sleep(1.0)
+    return samples, memory_mib(pid, "VmHWM")

@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from loadtests.recordings import write_recording
-from loadtests.server import memory_mib, start_server
+from loadtests.server import sample_memory, start_server
 
 
 def inputs(folder: Path) -> list[tuple[str, bytes]]:
@@ -70,16 +70,11 @@ def main() -> None:
                 if kind == "good" and response.status_code == 200:
                     latencies.append(time.perf_counter() - started)
 
-    samples: list[tuple[float, float]] = []
     try:
         workers = [threading.Thread(target=client, args=(i,)) for i in range(args.clients)]
         for worker in workers:
             worker.start()
-        started = time.monotonic()
-        while (elapsed := time.monotonic() - started) < args.minutes * 60:
-            samples.append((elapsed, memory_mib(server.pid)))
-            time.sleep(1.0)
-        peak = memory_mib(server.pid, "VmHWM")
+        samples, peak = sample_memory(server.pid, args.minutes)
         stop.set()
         for worker in workers:
             worker.join()

@@ -1,42 +1,112 @@
 """Decoding as a chain of small generators: file blocks -> mono -> resampled, all float32.
 
 Each generator holds one block at a time, so memory does not depend on the recording's length.
+Two decoders feed the chain (libsndfile for uncompressed containers, FFmpeg for the rest) under
+one policy for what goes wrong, counted while decoding rather than trusted from a header:
+
+- more than `max_frames`, a packet decoding to more than `MAX_PACKET_BYTES`, or a change of
+  sample rate or channels midway: refused (413, 413, 422);
+- damaged packets: skipped and counted in the result's warnings; more than `MAX_BAD_PACKETS`
+  (and more than 5 % of the packets): refused as corrupt (400);
+- a file that ends early (a read error after audio was decoded, or fewer frames than an exact
+  header states): what was decoded is returned, with `truncated` and a warning;
+- a header that states less than the file holds: everything is decoded, with a warning.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+import av
 import numpy as np
 import soundfile as sf
 import soxr
 
+from arengine import ffmpeg, sniff
 from arengine.errors import CorruptAudio, InvalidInput, TooLarge
+from arengine.validation import AudioInfo
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
 
+MAX_PACKET_BYTES = 16 << 20
+"""Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
+
+MAX_BAD_PACKETS = 8
+"""Damaged packets tolerated (skipped and reported) before the stream counts as corrupt."""
+
+
+@dataclass(slots=True)
+class DecodeReport:
+    """What decoding found; filled in by the decoder, read once it is exhausted."""
+
+    frames: int = 0
+    truncated: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def finish(self, info: AudioInfo) -> AudioInfo:
+        """`info` with the decoded length, and what decoding found, for the result."""
+        warnings = list(self.warnings)
+        if info.length_trusted and info.frames and self.frames > info.frames + info.sample_rate:
+            warnings.append(
+                f"the header states {info.duration_s:.1f} s; all "
+                f"{self.frames / info.sample_rate:.1f} s in the file were decoded"
+            )
+        tolerance = max(info.sample_rate, info.frames // 100)
+        truncated = self.truncated or (
+            info.length_trusted and self.frames < info.frames - tolerance
+        )
+        if truncated and not self.truncated:
+            warnings.append(
+                f"the header states {info.duration_s:.1f} s but the file ends at "
+                f"{self.frames / info.sample_rate:.1f} s: the result covers what is there"
+            )
+        return replace(info, frames=self.frames, truncated=truncated, warnings=tuple(warnings))
+
 
 def read_blocks(
-    path: Path, max_frames: int, block_frames: int = BLOCK_FRAMES
+    path: Path,
+    info: AudioInfo,
+    max_frames: int,
+    report: DecodeReport | None = None,
+    block_frames: int = BLOCK_FRAMES,
 ) -> Iterator[np.ndarray]:
     """Yield `(frames, channels)` float32 blocks; stop with `TooLarge` past `max_frames`.
 
     The cap is counted on decoded frames, not taken from the header, so a small compressed file
     that decodes to hours is stopped after `max_frames`.
     """
-    decoded = 0
+    report = report if report is not None else DecodeReport()
+    reader = _ffmpeg_blocks if info.decoder == sniff.FFMPEG else _sndfile_blocks
+    for block in reader(path, info, report, block_frames):
+        report.frames += len(block)
+        if report.frames > max_frames:
+            raise TooLarge(
+                f"the recording decodes to more than {max_frames} frames "
+                f"({max_frames / info.sample_rate:g} s)",
+                code="audio_too_long",
+            )
+        yield block
+    if report.frames == 0:
+        raise InvalidInput("the recording has no audio frames", code="empty_audio")
+
+
+def _sndfile_blocks(
+    path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
+) -> Iterator[np.ndarray]:
+    header = sniff.wav_header(path) if info.format.startswith("WAV") else None
+    if header is not None and header.data_present < header.data_bytes:
+        report.truncated = True
+        report.warnings.append(
+            f"the WAV header states {header.data_bytes} bytes of audio but the file holds "
+            f"{header.data_present}: the result covers what is there"
+        )
     try:
         with sf.SoundFile(str(path)) as audio:
             while (block := _read(audio, block_frames)) is not None:
-                decoded += len(block)
-                if decoded > max_frames:
-                    raise TooLarge(
-                        f"the recording decodes to more than {max_frames} frames "
-                        f"({max_frames / audio.samplerate:g} s)",
-                        code="audio_too_long",
-                    )
                 yield block
     except sf.LibsndfileError as error:
         raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
@@ -50,6 +120,75 @@ def _read(audio: sf.SoundFile, frames: int) -> np.ndarray | None:
     return block if len(block) else None
 
 
+def _ffmpeg_blocks(
+    path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
+) -> Iterator[np.ndarray]:
+    """FFmpeg's frames gathered into blocks of about `block_frames`."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for frame in _ffmpeg_frames(path, info, report):
+        pending.append(frame)
+        held += len(frame)
+        if held >= block_frames:
+            yield np.concatenate(pending)
+            pending, held = [], 0
+    if pending:
+        yield np.concatenate(pending)
+
+
+def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterator[np.ndarray]:
+    bad = total = 0
+    decoded = 0
+    with ffmpeg.open_upload(path) as container:
+        context: Any = container.streams[info.stream].codec_context
+        for packet, error in ffmpeg.packets(container, info.stream):
+            if error is not None:
+                _stopped_early(report, decoded / info.sample_rate, error)
+                break
+            total += 1
+            try:
+                frames = context.decode(packet)
+            except av.error.FFmpegError:
+                bad += 1
+                if bad > MAX_BAD_PACKETS and bad * 20 > total:
+                    raise CorruptAudio(
+                        f"the audio stream is damaged: {bad} of {total} packets cannot be decoded"
+                    ) from None
+                continue
+            out = [_checked(frame, info, decoded) for frame in frames]
+            if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
+                raise TooLarge(
+                    f"one packet decodes to more than {MAX_PACKET_BYTES >> 20} MiB",
+                    code="decode_bomb",
+                )
+            for block in out:
+                decoded += len(block)
+                yield block
+    if bad:
+        report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
+
+
+def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
+    channels = len(frame.layout.channels)
+    if frame.sample_rate != info.sample_rate or channels != info.channels:
+        raise InvalidInput(
+            f"the stream changes from {info.sample_rate} Hz, {info.channels} channel(s) to "
+            f"{frame.sample_rate} Hz, {channels} channel(s) at {decoded / info.sample_rate:.1f} s; "
+            "accepted: one sample rate and channel count per recording",
+            code="audio_format_changed",
+        )
+    return ffmpeg.to_float32(frame)
+
+
+def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+    if at_s == 0:
+        raise CorruptAudio(f"the audio cannot be read: {error}") from None
+    report.truncated = True
+    report.warnings.append(
+        f"the file cannot be read after {at_s:.1f} s ({error}): the result covers what was decoded"
+    )
+
+
 def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
     """Average the channels; reject non-finite samples; clip float audio to [-1, 1]."""
     for block in blocks:
@@ -61,7 +200,9 @@ def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         yield np.clip(mono, -1.0, 1.0)
 
 
-def resample(blocks: Iterator[np.ndarray], rate_in: int, rate_out: int) -> Iterator[np.ndarray]:
+def resample(
+    blocks: Iterator[np.ndarray], rate_in: int, rate_out: int
+) -> Generator[np.ndarray, None, None]:
     """Resample a mono stream with soxr (band-limited, high quality), block by block."""
     if rate_in == rate_out:
         yield from blocks
@@ -76,6 +217,36 @@ def resample(blocks: Iterator[np.ndarray], rate_in: int, rate_out: int) -> Itera
         yield tail
 
 
-def decode(path: Path, rate_in: int, rate_out: int, max_frames: int) -> Iterator[np.ndarray]:
-    """The whole chain: mono float32 blocks at `rate_out` from a file probed at `rate_in`."""
-    return resample(to_mono(read_blocks(path, max_frames)), rate_in, rate_out)
+class Decoding:
+    """The whole chain for one upload: mono float32 blocks at `rate_out`; `info()` at the end.
+
+    >>> blocks = Decoding(path, probe(path, limits), 16000, max_frames)
+    >>> audio = np.concatenate(list(blocks)); blocks.info().duration_s
+    """
+
+    def __init__(self, path: Path, info: AudioInfo, rate_out: int, max_frames: int) -> None:
+        self._probed = info
+        self.report = DecodeReport()
+        blocks = read_blocks(path, info, max_frames, self.report)
+        self._chain: Generator[np.ndarray, None, None] = resample(
+            to_mono(blocks), info.sample_rate, rate_out
+        )
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return next(self._chain)
+
+    def close(self) -> None:
+        """Stop decoding and release the file."""
+        self._chain.close()
+
+    def info(self) -> AudioInfo:
+        """What was decoded: the probed info with the decoded length, truncation and warnings."""
+        return self.report.finish(self._probed)
+
+
+def decode(path: Path, info: AudioInfo, rate_out: int, max_frames: int) -> Decoding:
+    """The whole chain: mono float32 blocks at `rate_out` from a file probed as `info`."""
+    return Decoding(path, info, rate_out, max_frames)

@@ -47,6 +47,10 @@ def result_dict(result: Result) -> dict[str, Any]:
             "channels": info.channels,
             "format": info.format,
             "subtype": info.subtype,
+            "decoder": info.decoder,
+            "stream": info.stream,
+            "truncated": info.truncated,
+            "warnings": list(info.warnings),
         },
         "tags": [tag_dict(tag) for tag in result.tags],
         "timings": {

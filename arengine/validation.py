@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import av
 import soundfile as sf
 
+from arengine import ffmpeg, sniff
 from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
 
-FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF", "FLAC", "OGG", "MP3"})
-"""Containers arengine decodes (libsndfile's names)."""
+FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF"})
+"""Containers libsndfile decodes (its names); everything else goes through FFmpeg."""
 
 SUBTYPES = frozenset(
     {
@@ -26,18 +28,16 @@ SUBTYPES = frozenset(
         "ALAW",
         "IMA_ADPCM",
         "MS_ADPCM",
-        "VORBIS",
-        "OPUS",
-        "MPEG_LAYER_I",
-        "MPEG_LAYER_II",
-        "MPEG_LAYER_III",
     }
 )
-"""Codecs arengine decodes (libsndfile's names)."""
+"""Codecs libsndfile decodes in those containers (its names)."""
 
+ACCEPTED = ", ".join(sorted({*ffmpeg.DEMUXERS.values(), *FORMATS}))
+"""Every container accepted, as named in messages."""
 
-_UNKNOWN = 2**62
-"""libsndfile reports 2**63 - 1 frames when a header does not say."""
+TRUSTED_LENGTH = frozenset({"flac", "mov"})
+"""Where a header's length is exact (sample counts or tables), so a claim over the cap is refused
+before decoding. Elsewhere (an MP3 without a Xing header, Matroska's Duration) it is a guess."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,60 +52,146 @@ class AudioLimits:
 
 @dataclass(frozen=True, slots=True)
 class AudioInfo:
-    """What the header of an accepted upload says."""
+    """What an accepted upload holds: from its header at validation, from decoding in a result.
+
+    `format` and `subtype` are the container and codec as a user knows them ("MP4/MOV", "AAC";
+    libsndfile's names such as "PCM_16" for WAV); `frames` is the header's claim (0 if none) until
+    decoding ends, then the frames decoded.
+    """
 
     format: str
     subtype: str
     sample_rate: int
     channels: int
     frames: int
+    decoder: str = sniff.LIBSNDFILE
+    """Which library decodes it: `libsndfile` or `ffmpeg`."""
+    stream: int = 0
+    """The container's index of the decoded stream."""
+    length_trusted: bool = True
+    truncated: bool = False
+    """The file ends before its header says it does: the result covers what was there."""
+    warnings: tuple[str, ...] = ()
+    """What decoding found and how it was handled (never audio dropped silently)."""
 
     @property
     def duration_s(self) -> float:
         return self.frames / self.sample_rate
 
 
-def probe(path: Path, limits: AudioLimits) -> AudioInfo:
+def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioInfo:
     """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
+
+    `stream` picks the n-th audio stream (0-based) of a file that has several; the first otherwise.
 
     >>> probe(Path("speech.flac"), limits).format
     'FLAC'
     """
     if os.path.getsize(path) == 0:
         raise InvalidInput("the uploaded file is empty", code="empty_file")
-    info = _read_header(path)
-    checked = AudioInfo(
-        format=info.format,
-        subtype=info.subtype,
-        sample_rate=int(info.samplerate),
-        channels=int(info.channels),
-        frames=max(int(info.frames), 0),
-    )
-    _check_codec(checked)
-    _check_shape(checked, limits)
-    _check_frames(checked, limits)
-    return checked
+    head = sniff.head(path)
+    found = sniff.describe(head)
+    if found in sniff.PLAYLISTS:
+        raise UnsupportedFormat(f"found {found}, not audio; accepted containers: {ACCEPTED}")
+    if sniff.is_pcm_container(head):
+        if stream:
+            raise InvalidInput(
+                f"a {found} file has one audio stream; stream accepts 0", code="unknown_stream"
+            )
+        info = _probe_sndfile(path, limits)
+    else:
+        info = _probe_ffmpeg(path, found, stream)
+        if info.format == "FLAC":  # FFmpeg estimates a length the header leaves out
+            claim = sniff.flac_total_samples(head)
+            info = replace(info, frames=claim, length_trusted=claim > 0)
+    _check_shape(info, limits)
+    _check_frames(info, limits)
+    return info
 
 
-def _read_header(path: Path) -> sf._SoundFileInfo:
+def _probe_sndfile(path: Path, limits: AudioLimits) -> AudioInfo:
     try:
-        return sf.info(str(path))
-    except sf.LibsndfileError as error:
-        text = str(error.error_string)
-        if "not recognised" in text or "unknown format" in text.lower():
+        header = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, ValueError) as error:
+        _explain_wav(path, limits)
+        text = getattr(error, "error_string", None) or str(error)
+        raise CorruptAudio(f"the WAV/AIFF header cannot be read: {text}") from None
+    info = AudioInfo(
+        format=header.format,
+        subtype=header.subtype,
+        sample_rate=int(header.samplerate),
+        channels=int(header.channels),
+        frames=max(int(header.frames), 0),
+    )
+    _check_codec(info)
+    return info
+
+
+def _explain_wav(path: Path, limits: AudioLimits) -> None:
+    """libsndfile refuses a WAV whose rate or channels are 0 with "SF_INFO struct incomplete":
+    say what the header holds instead, as for any other rate or channel count."""
+    header = sniff.wav_header(path)
+    if header is not None:
+        _check_shape(AudioInfo("WAV", "", header.sample_rate, header.channels, 0), limits)
+
+
+def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInfo:
+    try:
+        with ffmpeg.open_upload(path) as container:
+            demuxer = ffmpeg.demuxer_name(container)
+            index = _pick_stream(ffmpeg.audio_streams(container), len(container.streams), stream)
+            choice = ffmpeg.describe_stream(container, index)
+    except av.error.FFmpegError as error:
+        if found is None:
             raise UnsupportedFormat(
-                f"not a recognised audio file; accepted containers: {', '.join(sorted(FORMATS))}"
+                f"not a recognised audio file; accepted containers: {ACCEPTED}"
             ) from None
-        raise CorruptAudio(f"the audio header cannot be read: {text}") from None
-    except (RuntimeError, ValueError) as error:
-        raise CorruptAudio(f"the audio header cannot be read: {error}") from None
+        raise CorruptAudio(
+            f"the file looks like {found} but FFmpeg cannot read its header ({error.strerror})"
+        ) from None
+    if demuxer is None or choice.decoder not in ffmpeg.DECODERS:
+        accepted = ", ".join(sorted(set(ffmpeg.DECODERS.values())))
+        raise UnsupportedFormat(f"codec {choice.decoder} is not accepted; accepted: {accepted}")
+    return AudioInfo(
+        format=ffmpeg.DEMUXERS[demuxer],
+        subtype=ffmpeg.DECODERS[choice.decoder],
+        sample_rate=choice.sample_rate,
+        channels=choice.channels,
+        frames=choice.claimed_frames,
+        decoder=sniff.FFMPEG,
+        stream=choice.index,
+        length_trusted=demuxer in TRUSTED_LENGTH and choice.claimed_frames > 0,
+    )
+
+
+def _pick_stream(audio: list[int], streams: int, wanted: int | None) -> int:
+    if streams > MAX_STREAMS:
+        raise InvalidInput(
+            f"the file has {streams} streams; accepted: at most {MAX_STREAMS}",
+            code="too_many_streams",
+        )
+    if not audio:
+        raise InvalidInput(
+            f"the file has {streams} stream(s) and none is audio (video is not decoded)",
+            code="no_audio_stream",
+        )
+    if wanted is not None and not 0 <= wanted < len(audio):
+        raise InvalidInput(
+            f"stream {wanted}: the file has {len(audio)} audio stream(s); stream accepts 0 to "
+            f"{len(audio) - 1}",
+            code="unknown_stream",
+        )
+    return audio[wanted or 0]
+
+
+MAX_STREAMS = 64
+"""Streams a container may have: a phone or video recording has a few; hundreds is an attack on
+the demuxer's and the analyser's memory."""
 
 
 def _check_codec(info: AudioInfo) -> None:
     if info.format not in FORMATS:
-        raise UnsupportedFormat(
-            f"container {info.format} is not accepted; accepted: {', '.join(sorted(FORMATS))}"
-        )
+        raise UnsupportedFormat(f"container {info.format} is not accepted; accepted: {ACCEPTED}")
     if info.subtype not in SUBTYPES:
         raise UnsupportedFormat(
             f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}"
@@ -127,20 +213,14 @@ def _check_shape(info: AudioInfo, limits: AudioLimits) -> None:
 
 
 def _check_frames(info: AudioInfo, limits: AudioLimits) -> None:
-    # libsndfile already clamps an uncompressed file's frames to its bytes; a compressed header
-    # (a FLAC total_samples, say) may still lie upwards, which the decode-time cap also catches.
-    if info.frames >= _UNKNOWN:
-        # A FLAC written to a pipe has total_samples 0; libsndfile then cannot seek it to decode.
-        raise CorruptAudio(
-            "the header does not state the recording's length (written to a "
-            "pipe?); re-encode it to a file",
-            code="unknown_length",
-        )
+    # Only a trustworthy claim refuses early; every other length is counted while decoding, and
+    # an empty recording is refused when decoding finds no frames.
+    if not info.length_trusted:
+        return
     if info.duration_s > limits.max_duration_s:
         raise TooLarge(
-            f"the recording lasts {info.duration_s:.1f} s; the limit is "
-            f"{limits.max_duration_s:g} s",
+            f"the header states {info.duration_s:.1f} s; the limit is {limits.max_duration_s:g} s",
             code="audio_too_long",
         )
-    if info.frames == 0:
+    if info.frames == 0 and info.decoder == sniff.LIBSNDFILE:
         raise InvalidInput("the recording has no audio frames", code="empty_audio")

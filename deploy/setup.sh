@@ -14,7 +14,7 @@ packages=(libjemalloc2)
 system_only=""
 for option in "$@"; do
   case "$option" in
-    --test) extras="[test]"; packages+=(espeak-ng chromium) ;;
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg) ;;
     --system-only) system_only=1 ;;
     *) echo "setup: unknown option $option (expected --test and/or --system-only)" >&2; exit 2 ;;
   esac

@@ -19,6 +19,13 @@ FORMATS = {  # extension: (libsndfile format, subtype)
     "mp3": ("MP3", "MPEG_LAYER_III"),
 }
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+REPORTED = {  # extension: (container, codec) as arengine reports them
+    "wav": ("WAV", "PCM_16"),
+    "flac": ("FLAC", "FLAC"),
+    "ogg": ("Ogg", "Vorbis"),
+    "opus": ("Ogg", "Opus"),
+    "mp3": ("MP3", "MP3"),
+}
 
 
 @dataclass(frozen=True)

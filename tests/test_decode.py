@@ -10,6 +10,11 @@ import soundfile as sf
 
 from arengine.decode import decode, read_blocks, resample, to_mono
 from arengine.errors import InvalidInput, TooLarge
+from arengine.validation import AudioLimits, probe
+
+LIMITS = AudioLimits(
+    max_duration_s=3600, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+)
 
 
 def _tone(freq: float, rate: int, seconds: float) -> np.ndarray:
@@ -57,13 +62,14 @@ def test_float_samples_beyond_full_scale_are_clipped() -> None:
 def test_duration_cap_is_counted_on_decoded_frames(tmp_path: Path) -> None:
     path = tmp_path / "long.flac"
     sf.write(path, np.zeros(50_000, np.float32), 8000)
+    info = probe(path, LIMITS)
     with pytest.raises(TooLarge, match="more than 20000 frames"):
-        list(read_blocks(path, max_frames=20_000, block_frames=4096))
+        list(read_blocks(path, info, max_frames=20_000, block_frames=4096))
 
 
 def test_decode_chain_gives_mono_at_the_model_rate(tmp_path: Path) -> None:
     path = tmp_path / "stereo.wav"
     sf.write(path, np.stack([_tone(440, 48000, 1.5)] * 2, axis=1), 48000)
-    out = np.concatenate(list(decode(path, 48000, 16000, max_frames=10**9)))
+    out = np.concatenate(list(decode(path, probe(path, LIMITS), 16000, max_frames=10**9)))
     assert len(out) == pytest.approx(24000, abs=2)
     assert _peak_hz(out, 16000) == pytest.approx(440, abs=2)

@@ -106,11 +106,13 @@ class Engine:
         overrides: Overrides,
         request_id: str,
         on_tags: TagListener | None = None,
+        stream: int | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
-        `on_tags`, if given, hears the tags in order as soon as each is final.
+        `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
+        an audio stream of a file that has several.
         """
         spec = JobSpec(
             request_id=request_id,
@@ -120,6 +122,7 @@ class Engine:
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
             on_tags=on_tags,
+            stream=stream,
         )
         return self.pool.submit(spec)
 

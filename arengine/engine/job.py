@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.decode import decode
+from arengine.decode import Decoding, decode
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.features import Segment, Segmenter
@@ -68,6 +68,8 @@ class JobSpec:
     segments_ahead: int
     on_tags: TagListener | None = None
     """Optional: hears the tags as they become final (from an engine thread, one call at a time)."""
+    stream: int | None = None
+    """Which audio stream of the upload to decode (0-based among its audio streams)."""
 
 
 class Job:
@@ -91,6 +93,7 @@ class Job:
         self._decoding = False
         self._draining = False
         self._info: AudioInfo | None = None
+        self._decoder: Decoding | None = None
         self._segments: Segmenter | None = None
         self._segment_count: int | None = None
         self._ready: deque[tuple[Segment, float]] = deque()
@@ -165,12 +168,13 @@ class Job:
     def _validate(self) -> None:
         started = time.perf_counter()
         spec = self.spec
-        info = probe(spec.path, spec.limits)
+        info = probe(spec.path, spec.limits, spec.stream)
         max_frames = int(spec.limits.max_duration_s * info.sample_rate)
-        blocks = decode(spec.path, info.sample_rate, spec.recognizer.sample_rate, max_frames)
+        blocks = decode(spec.path, info, spec.recognizer.sample_rate, max_frames)
         seconds = time.perf_counter() - started
         with self._lock:
             self._info = info
+            self._decoder = blocks
             self._segments = Segmenter(blocks, spec.recognizer.plan)
             self._seconds["validation"] += seconds
         self._observe("validation", seconds)
@@ -238,13 +242,13 @@ class Job:
         """Called once, by the task that saw the last segment post-processed. Everything that can
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
         started = time.perf_counter()
-        assert self._segments is not None and self._info is not None
+        assert self._segments is not None and self._decoder is not None
         total = self._segments.total_samples or 0
         last = self._tagger.finish(total)
         tags = tuple(self._tags + last)
         finishing = time.perf_counter() - started
         self._observe("postprocess", finishing)
-        info = self._info
+        info = self._decoder.info()  # the decoded length, not the header's claim
         with self._lock:
             if self.finished:
                 return

@@ -100,6 +100,7 @@ async def recognize(
     output = query.format or negotiate(request.headers.get("accept")) or "json"
     recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
     request.state.model = query.model  # a loaded model's name: a bounded label value
+    request.state.stream = query.stream
     metrics: Metrics = request.app.state.metrics
     if output == STREAM:
         return await _stream(request, engine, recognizer, overrides, started, started + timeout)
@@ -154,7 +155,13 @@ async def _recognize(
         )
         request.state.upload_name = upload.filename
         try:
-            job = engine.recognize(upload.path, recognizer, overrides, request.state.request_id)
+            job = engine.recognize(
+                upload.path,
+                recognizer,
+                overrides,
+                request.state.request_id,
+                stream=request.state.stream,
+            )
             return await _outcome(request, job, deadline)
         finally:
             upload.path.unlink(missing_ok=True)
@@ -215,7 +222,12 @@ async def _stream(
         cleanup.callback(upload.path.unlink, missing_ok=True)
         feed = TagFeed()
         job = engine.recognize(
-            upload.path, recognizer, overrides, request.state.request_id, feed.listener()
+            upload.path,
+            recognizer,
+            overrides,
+            request.state.request_id,
+            feed.listener(),
+            stream=request.state.stream,
         )
         cleanup.callback(stop, job)
         feed.watch(job)

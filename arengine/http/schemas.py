@@ -33,6 +33,12 @@ class RecognizeQuery(BaseModel):
         description="Response format: json (default), csv, txt (Audacity labels), raven, rttm, "
         "vtt, srt, or ndjson (tags streamed as they are final). Default: from the Accept header.",
     )
+    stream: int | None = Field(
+        None,
+        ge=0,
+        le=63,
+        description="Which audio stream to decode, 0-based among the file's audio streams (default: the first).",
+    )
     threshold: float | None = Field(
         None, gt=0, lt=1, description="A tag starts at or above this score (speech default 0.5)."
     )
@@ -87,15 +93,29 @@ class RecognizeQuery(BaseModel):
 
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude={"model", "timeout_s", "format"})
+        return self.model_dump(
+            exclude_none=True, exclude={"model", "timeout_s", "format", "stream"}
+        )
 
 
 class AudioOut(BaseModel):
     duration_s: float
     sample_rate: int
     channels: int
-    format: str
-    subtype: str
+    format: str = Field(
+        description="Container as a user knows it: WAV, FLAC, MP3, MP4/MOV, Ogg, ..."
+    )
+    subtype: str = Field(
+        description="Codec: PCM_16 (libsndfile's names for WAV), AAC, Opus, MP3, ..."
+    )
+    decoder: str = Field(description="libsndfile or ffmpeg.")
+    stream: int = Field(description="Index in the container of the decoded audio stream.")
+    truncated: bool = Field(
+        description="The file ends before its header says: the tags cover what was there."
+    )
+    warnings: list[str] = Field(
+        description="What decoding found and how it was handled (damaged packets skipped, a header's length that was wrong)."
+    )
 
 
 class TagOut(BaseModel):
@@ -133,6 +153,10 @@ class RecognizeResponse(BaseModel):
                 channels=info.channels,
                 format=info.format,
                 subtype=info.subtype,
+                decoder=info.decoder,
+                stream=info.stream,
+                truncated=info.truncated,
+                warnings=list(info.warnings),
             ),
             tags=[
                 TagOut(

@@ -35,7 +35,7 @@ def test_one_input(data: bytes) -> None:
     try:
         info = probe(path, LIMITS)
         max_frames = int(LIMITS.max_duration_s * info.sample_rate)
-        for segment in Segmenter(decode(path, info.sample_rate, 16000, max_frames), PLAN):
+        for segment in Segmenter(decode(path, info, 16000, max_frames), PLAN):
             assert segment.samples.dtype.name == "float32"
     except ArengineError:
         pass

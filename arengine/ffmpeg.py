@@ -1,0 +1,171 @@
+"""FFmpeg, through PyAV's bundled libraries, opened as narrowly as it can be.
+
+FFmpeg reads hundreds of formats, some of which open other files or the network (HLS, concat,
+image2, lavfi, sdp/rtp/rtsp, tee, data, subfile). arengine gives it only the spooled upload, as a
+Python file object (never a name FFmpeg could read as a URL); lets it probe only the demuxers in
+`DEMUXERS` and open only the decoders in `DECODERS`; and refuses every nested open a demuxer asks
+for (`_refuse_nested`), so a playlist cannot reach a file or a socket even if it were recognised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import av
+import av.container
+import numpy as np
+
+DEMUXERS: dict[str, str] = {
+    "mov": "MP4/MOV",
+    "matroska": "Matroska/WebM",
+    "ogg": "Ogg",
+    "mp3": "MP3",
+    "flac": "FLAC",
+    "asf": "ASF (WMA)",
+    "amr": "AMR",
+    "aac": "AAC (ADTS)",
+    "wav": "WAV",
+    "aiff": "AIFF",
+    "w64": "W64",
+}
+"""FFmpeg demuxers allowed to open an upload, with the container name a user recognises."""
+
+DECODERS: dict[str, str] = {
+    "aac": "AAC",
+    "mp3float": "MP3",
+    "mp2float": "MP2",
+    "mp1float": "MP1",
+    "opus": "Opus",
+    "vorbis": "Vorbis",
+    "flac": "FLAC",
+    "alac": "ALAC",
+    "wmav1": "WMA v1",
+    "wmav2": "WMA v2",
+    "wmapro": "WMA Pro",
+    "wmalossless": "WMA Lossless",
+    "amrnb": "AMR-NB",
+    "amrwb": "AMR-WB",
+    "ac3": "AC-3",
+    "eac3": "E-AC-3",
+    **{f"pcm_{kind}": f"PCM {kind}" for kind in ("s16le", "s16be", "s24le", "s24be", "s32le")},
+    **{f"pcm_{kind}": f"PCM {kind}" for kind in ("s32be", "f32le", "f32be", "f64le", "u8")},
+    "pcm_s8": "PCM s8",
+    "pcm_mulaw": "mu-law",
+    "pcm_alaw": "A-law",
+    "adpcm_ms": "MS ADPCM",
+    "adpcm_ima_wav": "IMA ADPCM",
+}
+"""FFmpeg audio decoders allowed, with the codec name a user recognises. No video decoder is
+listed, so FFmpeg's stream analysis cannot open one either."""
+
+_OPTIONS = {
+    "format_whitelist": ",".join(DEMUXERS),
+    "codec_whitelist": ",".join(DECODERS),
+    # Every protocol refused by name; the upload itself comes through a file object, not a protocol.
+    "protocol_whitelist": "none",
+    "probesize": str(5 << 20),
+}
+
+
+class NestedOpenRefused(PermissionError):
+    """A demuxer asked to open something other than the upload."""
+
+
+def _refuse_nested(url: str, flags: int, options: dict[str, str]) -> Any:
+    raise NestedOpenRefused(f"nested open of {url[:80]!r} refused")
+
+
+@contextmanager
+def open_upload(path: Path) -> Iterator[av.container.InputContainer]:
+    """The upload at `path`, opened by FFmpeg through a file object; PyAV's errors pass through."""
+    with open(path, "rb") as file:
+        container = av.open(
+            file, "r", options=dict(_OPTIONS), io_open=_refuse_nested, metadata_errors="replace"
+        )
+        try:
+            yield container
+        finally:
+            container.close()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChoice:
+    """The audio stream chosen in an opened container."""
+
+    index: int
+    decoder: str
+    sample_rate: int
+    channels: int
+    claimed_frames: int
+    """Frames the container's header states (0 when it does not say)."""
+
+
+def demuxer_name(container: av.container.InputContainer) -> str | None:
+    """The allowlisted demuxer that opened `container` (FFmpeg names like `mov,mp4,m4a,...`)."""
+    names = container.format.name.split(",")
+    return next((name for name in names if name in DEMUXERS), None)
+
+
+def audio_streams(container: av.container.InputContainer) -> list[int]:
+    """Indices of the audio streams, in order."""
+    return [stream.index for stream in container.streams if stream.type == "audio"]
+
+
+def describe_stream(container: av.container.InputContainer, index: int) -> StreamChoice:
+    """The facts of stream `index` that validation checks."""
+    stream = container.streams[index]
+    context: Any = stream.codec_context
+    decoder = context.codec.name if context is not None else stream.codec.name
+    rate = int(context.sample_rate or 0) if context is not None else 0
+    channels = int(context.channels or 0) if context is not None else 0
+    return StreamChoice(index, decoder, rate, channels, _claimed_frames(container, index, rate))
+
+
+def _claimed_frames(container: av.container.InputContainer, index: int, rate: int) -> int:
+    stream = container.streams[index]
+    if stream.duration and stream.time_base:
+        return max(0, round(stream.duration * stream.time_base * rate))
+    return 0
+
+
+_SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
+
+
+def to_float32(frame: av.AudioFrame) -> np.ndarray:
+    """A decoded frame as `(samples, channels)` float32 in [-1, 1] (integer formats scaled)."""
+    array = frame.to_ndarray()
+    name = frame.format.name
+    channels = len(frame.layout.channels)
+    array = array.T if frame.format.is_planar else array.reshape(-1, channels)
+    kind = name.rstrip("p")
+    if kind == "u8":
+        return ((array.astype(np.float32) - 128.0) / 128.0).astype(np.float32)
+    if kind in _SCALE:
+        return (array / np.float32(_SCALE[kind])).astype(np.float32)
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def packets(
+    container: av.container.InputContainer, index: int
+) -> Iterator[tuple[av.Packet[Any] | None, Exception | None]]:
+    """The packets of stream `index`, then None to flush the decoder; a demuxer error ends the
+    stream and is yielded instead of raised, so the caller decides truncated or corrupt."""
+    stream = container.streams[index]
+    for other in container.streams:
+        if other.index != index:
+            # Video and other tracks: skipped by the demuxer, never decoded.
+            other.discard = av.stream.Discard.all
+    demux = container.demux(stream)
+    while True:
+        try:
+            packet = next(demux)
+        except StopIteration:
+            return
+        except av.error.FFmpegError as error:
+            yield None, error
+            return
+        yield packet, None

@@ -15,7 +15,7 @@ one policy for what goes wrong, counted while decoding rather than trusted from 
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -139,9 +139,11 @@ def _ffmpeg_blocks(
 def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterator[np.ndarray]:
     bad = total = 0
     decoded = 0
-    with ffmpeg.open_upload(path) as container:
+    demuxer = ffmpeg.FORCED.get(info.format)
+    with ffmpeg.open_upload(path, demuxer) as container:
         context: Any = container.streams[info.stream].codec_context
-        for packet, error in ffmpeg.packets(container, info.stream):
+        # Bound late on purpose: the message names where the change was met.
+        for packet, error in _packets(container, info, lambda: decoded):  # noqa: B023
             if error is not None:
                 _stopped_early(report, decoded / info.sample_rate, error)
                 break
@@ -166,6 +168,20 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
                 yield block
     if bad:
         report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
+
+
+def _packets(
+    container: Any, info: AudioInfo, decoded: Callable[[], int]
+) -> Iterator[tuple[Any, Exception | None]]:
+    try:
+        yield from ffmpeg.packets(container, info.stream)
+    except ffmpeg.ParametersChanged:
+        raise InvalidInput(
+            f"the {info.format} stream changes its codec parameters after "
+            f"{decoded() / info.sample_rate:.1f} s; accepted: one sample rate and channel count "
+            "per recording",
+            code="audio_format_changed",
+        ) from None
 
 
 def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:

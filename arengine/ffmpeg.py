@@ -75,16 +75,44 @@ class NestedOpenRefused(PermissionError):
     """A demuxer asked to open something other than the upload."""
 
 
+class ParametersChanged(Exception):
+    """The stream changes its codec parameters midway (a chained Ogg with another rate, say)."""
+
+
 def _refuse_nested(url: str, flags: int, options: dict[str, str]) -> Any:
     raise NestedOpenRefused(f"nested open of {url[:80]!r} refused")
 
 
+FORCED: dict[str, str] = {
+    "MP3": "mp3",
+    "AAC (ADTS)": "aac",
+    "FLAC": "flac",
+    "Ogg": "ogg",
+    "MP4/MOV": "mov",
+    "Matroska/WebM": "matroska",
+    "ASF (WMA/WMV)": "asf",
+    "AMR": "amr",
+}
+"""The demuxer to insist on when FFmpeg's own probe gives up on a file that starts like one of
+these (a 200-byte MP3 holds too few frames for the probe to be sure)."""
+
+
 @contextmanager
-def open_upload(path: Path) -> Iterator[av.container.InputContainer]:
-    """The upload at `path`, opened by FFmpeg through a file object; PyAV's errors pass through."""
+def open_upload(path: Path, demuxer: str | None = None) -> Iterator[av.container.InputContainer]:
+    """The upload at `path`, opened by FFmpeg through a file object; PyAV's errors pass through.
+
+    `demuxer` (one of `DEMUXERS`) skips FFmpeg's probe; otherwise it chooses among `DEMUXERS`.
+    """
+    if demuxer is not None and demuxer not in DEMUXERS:
+        raise ValueError(f"demuxer {demuxer!r} is not allowed; allowed: {', '.join(DEMUXERS)}")
     with open(path, "rb") as file:
         container = av.open(
-            file, "r", options=dict(_OPTIONS), io_open=_refuse_nested, metadata_errors="replace"
+            file,
+            "r",
+            format=demuxer,
+            options=dict(_OPTIONS),
+            io_open=_refuse_nested,
+            metadata_errors="replace",
         )
         try:
             yield container
@@ -165,6 +193,9 @@ def packets(
             packet = next(demux)
         except StopIteration:
             return
+        except av.error.PatchWelcomeError:
+            # FFmpeg's Ogg demuxer stops where a chained stream changes its codec parameters.
+            raise ParametersChanged() from None
         except av.error.FFmpegError as error:
             yield None, error
             return

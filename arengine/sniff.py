@@ -119,3 +119,31 @@ def flac_total_samples(data: bytes) -> int:
         return 0
     (packed,) = struct.unpack(">Q", data[18:26])
     return int(packed & (2**36 - 1))
+
+
+def mp4_box_overrun(path: Path) -> str | None:
+    """The first top-level MP4 box other than `mdat` that claims more bytes than the file holds.
+
+    A cut-short `mdat` is a truncated recording (decoded as far as it goes); any other box that
+    overruns the file is a lie about the index, which FFmpeg would trust when allocating.
+    """
+    size = path.stat().st_size
+    at = 0
+    with open(path, "rb") as file:
+        for _ in range(_MAX_CHUNKS):
+            file.seek(at)
+            header = file.read(16)
+            if len(header) < 8:
+                return None
+            length, kind = struct.unpack(">I", header[:4])[0], header[4:8]
+            if length == 1 and len(header) == 16:
+                length = struct.unpack(">Q", header[8:16])[0]
+            if length == 0:
+                length = size - at
+            if length < 8:
+                return None
+            if at + length > size and kind != b"mdat":
+                name = kind.decode("latin-1")
+                return f"its {name!r} box claims {length} bytes; {size - at} are left in the file"
+            at += length
+    return None

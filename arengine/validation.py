@@ -100,6 +100,9 @@ def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioIn
             )
         info = _probe_sndfile(path, limits)
     else:
+        overrun = sniff.mp4_box_overrun(path) if found == "MP4/MOV" else None
+        if overrun is not None:
+            raise CorruptAudio(f"the MP4 file is damaged or forged: {overrun}")
         info = _probe_ffmpeg(path, found, stream)
         if info.format == "FLAC":  # FFmpeg estimates a length the header leaves out
             claim = sniff.flac_total_samples(head)
@@ -137,19 +140,14 @@ def _explain_wav(path: Path, limits: AudioLimits) -> None:
 
 def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInfo:
     try:
-        with ffmpeg.open_upload(path) as container:
-            demuxer = ffmpeg.demuxer_name(container)
-            index = _pick_stream(ffmpeg.audio_streams(container), len(container.streams), stream)
-            choice = ffmpeg.describe_stream(container, index)
+        demuxer, choice = _open_stream(path, None, stream)
     except av.error.FFmpegError as error:
         if found is None:
             raise UnsupportedFormat(
                 f"not a recognised audio file; accepted containers: {ACCEPTED}"
             ) from None
-        raise CorruptAudio(
-            f"the file looks like {found} but FFmpeg cannot read its header ({error.strerror})"
-        ) from None
-    if demuxer is None or choice.decoder not in ffmpeg.DECODERS:
+        demuxer, choice = _open_again(path, found, stream, error)
+    if choice.decoder not in ffmpeg.DECODERS:
         accepted = ", ".join(sorted(set(ffmpeg.DECODERS.values())))
         raise UnsupportedFormat(f"codec {choice.decoder} is not accepted; accepted: {accepted}")
     return AudioInfo(
@@ -162,6 +160,33 @@ def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInf
         stream=choice.index,
         length_trusted=demuxer in TRUSTED_LENGTH and choice.claimed_frames > 0,
     )
+
+
+def _open_stream(
+    path: Path, demuxer: str | None, stream: int | None
+) -> tuple[str, ffmpeg.StreamChoice]:
+    with ffmpeg.open_upload(path, demuxer) as container:
+        name = ffmpeg.demuxer_name(container)
+        if name is None:  # cannot happen with the whitelist; checked again all the same
+            raise UnsupportedFormat(f"{container.format.name} is not accepted: {ACCEPTED}")
+        index = _pick_stream(ffmpeg.audio_streams(container), len(container.streams), stream)
+        return name, ffmpeg.describe_stream(container, index)
+
+
+def _open_again(
+    path: Path, found: str, stream: int | None, first: av.error.FFmpegError
+) -> tuple[str, ffmpeg.StreamChoice]:
+    """FFmpeg's probe gave up on a file that starts like `found`: insist on that demuxer."""
+    forced = ffmpeg.FORCED.get(found)
+    try:
+        if forced is not None:
+            return _open_stream(path, forced, stream)
+    except av.error.FFmpegError:
+        pass
+    raise CorruptAudio(
+        f"the file starts like {found} but its header cannot be read ({first.strerror}); "
+        "it may be cut short or damaged"
+    ) from None
 
 
 def _pick_stream(audio: list[int], streams: int, wanted: int | None) -> int:

@@ -93,3 +93,16 @@ def write(audio: np.ndarray, rate: int, path: Path, channels: int = 1) -> Path:
         for start in range(0, len(frames), 4096):
             out.write(frames[start : start + 4096].astype(np.float32))
     return path
+
+
+def ffmpeg(*args: str) -> None:
+    """Debian's ffmpeg (installed by deploy/setup.sh --test), only to make test files."""
+    if shutil.which("ffmpeg") is None:
+        raise RuntimeError("ffmpeg is missing: run deploy/setup.sh --test")
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-nostdin", *args], check=True)
+
+
+def sine(path: Path, seconds: float, rate: int, freq: float = 440.0, *args: str) -> Path:
+    """A tone made by ffmpeg's lavfi source and encoded as `args` say, into `path`."""
+    ffmpeg("-f", "lavfi", "-i", f"sine=f={freq}:sample_rate={rate}:d={seconds}", *args, str(path))
+    return path

@@ -32,8 +32,8 @@ from arengine.errors import (
 )
 
 FILE_FIELD = "file"
-RAW_TYPES = ("audio/", "application/octet-stream", "application/ogg", "video/ogg")
-"""Content types accepted for a raw body."""
+RAW_TYPES = ("audio/", "video/", "application/octet-stream", "application/ogg")
+"""Content types accepted for a raw body (video: its audio track is decoded)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,28 +16,14 @@ from typing import TextIO
 
 from arengine.engine.engine import Engine
 from arengine.engine.job import Result
-from arengine.errors import ArengineError
+from arengine.errors import ArengineError, InvalidInput, UnsupportedFormat
 from arengine.formats import Format
-from arengine.validation import probe
+from arengine.validation import AudioLimits, probe
 
-AUDIO_SUFFIXES = frozenset(
-    [
-        ".wav",
-        ".wave",
-        ".flac",
-        ".ogg",
-        ".oga",
-        ".opus",
-        ".mp3",
-        ".aif",
-        ".aiff",
-        ".aifc",
-        ".rf64",
-        ".w64",
-        ".caf",
-    ]
+_ANY_SHAPE = AudioLimits(
+    max_duration_s=float("inf"), max_channels=2**31, min_sample_rate=0, max_sample_rate=2**31
 )
-"""What a folder given on the command line is searched for (files named directly always count)."""
+"""Limits that refuse nothing: sorting a folder only asks whether a file holds audio at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +32,36 @@ class Failure:
     reason: str
 
 
-def expand(inputs: Iterable[Path]) -> list[Path]:
-    """Files as given, and the audio files under each folder (recursively, sorted)."""
+def expand(inputs: Iterable[Path]) -> tuple[list[Path], list[Failure]]:
+    """Files as given, and the files under each folder whose content is audio (recursively,
+    sorted; extensions are not trusted), with the folder files skipped and why."""
     files: list[Path] = []
+    skipped: list[Failure] = []
     for item in inputs:
-        if item.is_dir():
-            files += sorted(
-                p for p in item.rglob("*") if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES
-            )
-        else:
+        if not item.is_dir():
             files.append(item)
-    return files
+            continue
+        for path in sorted(p for p in item.rglob("*") if p.is_file()):
+            reason = not_audio(path)
+            if reason is None:
+                files.append(path)
+            else:
+                skipped.append(Failure(path, reason))
+    return files, skipped
+
+
+def not_audio(path: Path) -> str | None:
+    """Why `path` holds no audio, or None if it does (or seems to: a damaged recording counts as
+    audio, so that it is reported as a failure rather than skipped)."""
+    try:
+        probe(path, _ANY_SHAPE)
+    except UnsupportedFormat as error:
+        return None if error.message.startswith("codec") else error.message
+    except InvalidInput as error:
+        return error.message if error.code in ("empty_file", "no_audio_stream") else None
+    except (ArengineError, OSError):
+        return None
+    return None
 
 
 def output_names(files: list[Path], fmt: Format) -> list[str]:

@@ -9,12 +9,15 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from arengine.formats import FORMATS
 from arengine.settings import Settings
+
+if TYPE_CHECKING:  # the batch module loads torch; `--help` should not
+    from arengine.batch import Failure
 
 log = logging.getLogger("arengine")
 ENV_ONLY = frozenset({"api_keys"})
@@ -196,9 +199,10 @@ def recognize(
     from arengine.batch import expand, recognize_files
     from arengine.formats import get_format
 
-    files = expand(inputs)
+    files, skipped = expand(inputs)
     if not files:
         print("arengine: no audio files found in the inputs", file=sys.stderr)
+        _print_skipped(skipped)
         return 2
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
@@ -212,12 +216,20 @@ def recognize(
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:
         engine.close()
+    _print_skipped(skipped)
     if failures:
         print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
         for failure in failures:
             print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_skipped(skipped: list[Failure]) -> None:
+    if skipped:
+        print(f"arengine: skipped {len(skipped)} file(s) that hold no audio:", file=sys.stderr)
+        for item in skipped:
+            print(f"  {item.path}: {item.reason}", file=sys.stderr)
 
 
 def list_models(settings: Settings) -> int:

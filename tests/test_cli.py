@@ -13,6 +13,7 @@ from arengine.allocator import find_jemalloc
 from arengine.cli import build_parser, main
 from arengine.formats import FORMATS
 from arengine.settings import Settings
+from tests.audio import ffmpeg
 from tests.conftest import RecordingFactory, start_server, stop_server
 
 
@@ -151,3 +152,27 @@ def test_every_command_has_help_with_examples(command: str, tmp_path: Path) -> N
     assert done.returncode == 0
     assert "example" in done.stdout
     assert f"arengine {command}" in done.stdout
+
+
+def test_recognize_probes_folder_contents_and_lists_what_it_skipped(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    clip = recording("talk.wav")
+    ffmpeg("-i", str(clip.path), "-c:a", "aac", str(inputs / "memo.m4a"))
+    ffmpeg("-i", str(clip.path), "-c:a", "libopus", "-f", "webm", str(inputs / "recording"))
+    (inputs / "cover.mp3").write_text("#EXTM3U\nhttp://127.0.0.1:9/a.ts\n")  # not audio
+    (inputs / "notes.txt").write_text("minutes of the meeting")
+    (inputs / "cut.m4a").write_bytes((inputs / "memo.m4a").read_bytes()[:300])  # audio, damaged
+    out = tmp_path / "out"
+    done = _arengine("recognize", str(inputs), "--out", str(out), "--format", "csv", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["memo.csv", "recording.csv"]
+    for name in ("memo.csv", "recording.csv"):
+        assert len((out / name).read_text().splitlines()) == 1 + len(clip.speech)
+    err = done.stderr
+    assert "skipped 2 file(s) that hold no audio" in err
+    assert "cover.mp3: found an HLS/M3U playlist, not audio" in err
+    assert "notes.txt: not a recognised audio file" in err
+    assert "1 of 3 files failed" in err and "cut.m4a" in err

@@ -128,3 +128,12 @@ def test_playlists_posted_as_audio_open_nothing(
         assert response.status_code == 415, response.text
         assert "not audio; accepted containers" in response.json()["error"]["message"]
     assert listener[1:] == []
+
+
+def test_the_page_file_picker_accepts_every_format(server: Server) -> None:
+    page = httpx.get(server.url + "/").text
+    accept = page.split('id="file" type="file" accept="', 1)[1].split('"', 1)[0].split(",")
+    assert {"audio/*", "video/*"} <= set(accept)
+    # Media types are not enough: browsers map .wma, .amr or .mkv to none on some systems.
+    for extension in (".m4a", ".mp4", ".mov", ".mkv", ".webm", ".wma", ".amr", ".opus", ".aac"):
+        assert extension in accept

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
 from arengine.decode import decode
+from arengine.errors import InvalidInput, TooLarge, UnsupportedFormat
 from arengine.validation import AudioLimits, probe
 from tests.audio import FORMATS, REPORTED, write
 

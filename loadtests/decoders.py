@@ -80,9 +80,8 @@ def main() -> None:
     info = sf.info(str(options.source))
     seconds = info.frames / info.samplerate
     print(f"source: {options.source} ({seconds:.0f} s, {info.samplerate} Hz, {info.channels} ch)")
-    print(
-        f"PyAV {av.__version__}, FFmpeg {av.ffmpeg_version_info}, libsndfile {sf.__libsndfile_version__}"
-    )
+    versions = f"PyAV {av.__version__}, FFmpeg {av.ffmpeg_version_info}"
+    print(f"{versions}, libsndfile {sf.__libsndfile_version__}")
     print("| format | libsndfile | FFmpeg | agreement (lag) |")
     print("|---|---|---|---|")
     for name, args in ENCODINGS.items():

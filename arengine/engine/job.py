@@ -24,6 +24,7 @@ from arengine.decode import Decoding, decode
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.features import Segment, Segmenter
+from arengine.lanes import Lane, LaneDecoding, parallel_lanes
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.postprocess import Tag, Tagger
 from arengine.validation import AudioInfo, AudioLimits, probe
@@ -94,6 +95,8 @@ class Job:
         self._draining = False
         self._info: AudioInfo | None = None
         self._decoder: Decoding | None = None
+        self._lanes: LaneDecoding | None = None
+        """Set instead of `_segments` when a long file is decoded from several offsets."""
         self._segments: Segmenter | None = None
         self._segment_count: int | None = None
         self._ready: deque[tuple[Segment, float]] = deque()
@@ -137,6 +140,13 @@ class Job:
             return functools.partial(self._run, "validation", self._validate)
         if self._ready:
             return functools.partial(self._run, "inference", self._infer, *self._ready.popleft())
+        if self._lanes is not None:
+            lane = self._lanes.take(self._next_post + self.spec.segments_ahead)
+            return (
+                None
+                if lane is None
+                else functools.partial(self._run, "features", self._decode_lane, lane)
+            )
         if (
             not self._decoding
             and self._segment_count is None
@@ -170,12 +180,17 @@ class Job:
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream)
         max_frames = int(spec.limits.max_duration_s * info.sample_rate)
-        blocks = decode(spec.path, info, spec.recognizer.sample_rate, max_frames)
+        rate, plan, ahead = spec.recognizer.sample_rate, spec.recognizer.plan, spec.segments_ahead
+        lanes = parallel_lanes(info, plan, rate, ahead)
+        with self._lock:
+            if lanes > 1:  # a long compressed file: decoded from several offsets at once
+                self._lanes = LaneDecoding(spec.path, info, plan, rate, max_frames, lanes, ahead)
+            else:
+                self._decoder = decode(spec.path, info, rate, max_frames)
+                self._segments = Segmenter(self._decoder, plan)
+            self._info = info
         seconds = time.perf_counter() - started
         with self._lock:
-            self._info = info
-            self._decoder = blocks
-            self._segments = Segmenter(blocks, spec.recognizer.plan)
             self._seconds["validation"] += seconds
         self._observe("validation", seconds)
 
@@ -193,6 +208,29 @@ class Job:
                 self._undelivered += 1
                 return
             self._segment_count = self._segments.index
+            complete = not self._draining and self._next_post == self._segment_count
+        if complete:
+            self._complete()
+
+    def _decode_lane(self, lane: Lane) -> None:
+        started = time.perf_counter()
+        assert self._lanes is not None  # set by validation, which always runs first
+        try:
+            segment = self._lanes.produce(lane)
+        except BaseException:
+            with self._lock:
+                self._lanes.abandon(lane)  # the job fails; no end is inferred from this lane
+            raise
+        decoded = time.perf_counter()
+        self._observe("features", decoded - started)
+        with self._lock:
+            self._seconds["features"] += decoded - started
+            self._lanes.release(lane, ended=segment is None)
+            if segment is not None:
+                self._ready.append((segment, decoded))
+                self._undelivered += 1
+                return
+            self._segment_count = self._lanes.segment_count
             complete = not self._draining and self._next_post == self._segment_count
         if complete:
             self._complete()
@@ -242,13 +280,16 @@ class Job:
         """Called once, by the task that saw the last segment post-processed. Everything that can
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
         started = time.perf_counter()
-        assert self._segments is not None and self._decoder is not None
-        total = self._segments.total_samples or 0
+        source = self._lanes or self._segments
+        assert source is not None and (self._decoder or self._lanes) is not None
+        total = source.total_samples or 0
         last = self._tagger.finish(total)
         tags = tuple(self._tags + last)
         finishing = time.perf_counter() - started
         self._observe("postprocess", finishing)
-        info = self._decoder.info()  # the decoded length, not the header's claim
+        decoded = self._lanes or self._decoder
+        assert decoded is not None
+        info = decoded.info()  # the decoded length, not the header's claim
         with self._lock:
             if self.finished:
                 return
@@ -290,5 +331,8 @@ class Job:
         """Close the decoder (and its file) once no task is using it."""
         with self._lock:
             segments, self._segments = self._segments, None
+            lanes, self._lanes = self._lanes, None
         if segments is not None:
             segments.close()
+        if lanes is not None:
+            lanes.close()

@@ -208,8 +208,13 @@ def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
 def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
     """Average the channels; reject non-finite samples; clip float audio to [-1, 1]."""
     for block in blocks:
-        mono = block[:, 0] if block.shape[1] == 1 else block.mean(axis=1, dtype=np.float32)
-        if not np.isfinite(mono).all():
+        mono = block[:, 0].copy()
+        for channel in range(1, block.shape[1]):  # faster than mean() over a strided axis
+            mono += block[:, channel]
+        if block.shape[1] > 1:
+            mono *= np.float32(1 / block.shape[1])
+        # One float64 sum finds a NaN or an infinity without overflowing on finite samples.
+        if not np.isfinite(mono.sum(dtype=np.float64)):
             raise InvalidInput(
                 "the audio contains NaN or infinite samples", code="non_finite_audio"
             )

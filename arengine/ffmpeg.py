@@ -164,17 +164,21 @@ _SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854
 
 
 def to_float32(frame: av.AudioFrame) -> np.ndarray:
-    """A decoded frame as `(samples, channels)` float32 in [-1, 1] (integer formats scaled)."""
+    """A decoded frame as `(samples, channels)` float32 in [-1, 1] (integer formats scaled).
+
+    Planar float frames come back as a transposed view: the caller concatenates them anyway.
+    """
     array = frame.to_ndarray()
-    name = frame.format.name
     channels = len(frame.layout.channels)
     array = array.T if frame.format.is_planar else array.reshape(-1, channels)
-    kind = name.rstrip("p")
+    kind = frame.format.name.rstrip("p")
+    if kind == "flt":
+        return array
     if kind == "u8":
         return ((array.astype(np.float32) - 128.0) / 128.0).astype(np.float32)
     if kind in _SCALE:
         return (array / np.float32(_SCALE[kind])).astype(np.float32)
-    return np.ascontiguousarray(array, dtype=np.float32)
+    return array.astype(np.float32)
 
 
 def packets(

@@ -1,12 +1,13 @@
 """Parallel decoding of one long compressed file: several decoders ("lanes") at once.
 
 A recording is cut into chunks of `chunk_segments` segments. Lane `d` of `P` decodes chunks
-`d, d + P, d + 2P, ...`: it seeks forward to each chunk's start, less the model's pre-roll and
-context and a warm-up for the decoder and the resampler, and discards what comes before the
-chunk's first sample. The samples are those of sequential decoding (FFmpeg's frames carry exact
-timestamps in these containers; `tests/test_lanes.py` compares the tags), and each lane holds one
-decoder and one chunk's blocks, so memory stays bounded: the job still lets no lane run more than
-`segments_ahead` segments ahead of post-processing.
+`d, d + P, d + 2P, ...`: it moves forward to each chunk's start, less the model's pre-roll and
+context and a warm-up for the decoder and the resampler, skipping the packets in between without
+decoding them, and discards what it decodes before the chunk's first sample. The samples are
+those of sequential decoding (FFmpeg's packets carry exact timestamps in these containers;
+`tests/test_lanes.py` compares samples and tags), and each lane holds one decoder and one chunk's
+blocks, so memory stays bounded: the job lets no lane run more than `segments_ahead` segments
+ahead of post-processing.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from arengine.features import Segment, Segmenter, SegmentPlan
 from arengine.validation import AudioInfo
 
 SEEKABLE = frozenset({"mp3", "flac", "mov"})
-"""Demuxers whose timestamps after a seek are sample-exact. Not Matroska (milliseconds), nor Ogg:
-FFmpeg's first Vorbis frame is shorter than its timestamps say, which shifts a seek by 448
-samples (found by `tests/test_lanes.py`); Ogg files are decoded sequentially."""
+"""Demuxers whose packet timestamps are sample-exact. Not Matroska (milliseconds), nor Ogg:
+FFmpeg's first Vorbis frame is shorter than its timestamps say, which shifts a chunk by 448
+samples (found by `tests/test_lanes.py`); those files are decoded sequentially."""
 
 DECODER_WARMUP_S = 1.0
 """Audio decoded and dropped before a chunk: refills MP3's bit reservoir, AAC's and Vorbis'
@@ -244,16 +245,12 @@ def _frames_from(
     """Source frames from frame `start` on, as `(frames, channels)` float32."""
     stream = container.streams[info.stream]
     context = stream.codec_context
-    time_base = stream.time_base
-    base = round((stream.start_time or 0) * time_base * info.sample_rate)
-    from_s = max(0.0, start / info.sample_rate - DECODER_WARMUP_S)
-    if start > 0:
-        try:
-            container.seek(int(from_s / time_base), stream=stream, backward=True)
-        except av.error.FFmpegError:
-            # Past the end, FLAC's seek fails: read from the start instead, skipping packets
-            # before the warm-up without decoding them (the chunk then finds the end).
-            container.seek(0, stream=stream, backward=True)
+    # Integer arithmetic in time-base units: Fractions per packet cost more than decoding.
+    num, den = stream.time_base.numerator * info.sample_rate, stream.time_base.denominator
+    base = ((stream.start_time or 0) * num + den // 2) // den
+    # No seek: a lane only moves forward, so it skips the packets in between without decoding
+    # them (demuxing costs a few percent of decoding; FFmpeg's MP3 seek rescans from the start).
+    skip_to = max(0, start - round(DECODER_WARMUP_S * info.sample_rate) + base) * den // num
     context.flush_buffers()
     checked = False
     at = start
@@ -266,11 +263,7 @@ def _frames_from(
                 f"({error}): the result covers what was decoded"
             )
             return
-        if (
-            packet.pts is not None
-            and packet.duration
-            and ((packet.pts + packet.duration) * time_base < from_s)
-        ):
+        if packet.pts is not None and packet.pts + (packet.duration or 0) < skip_to:
             continue
         try:
             frames = context.decode(packet)
@@ -279,7 +272,7 @@ def _frames_from(
         for frame in frames:
             if frame.pts is None:
                 continue
-            at = round(frame.pts * time_base * info.sample_rate) - base
+            at = (frame.pts * num + den // 2) // den - base
             if not checked and start > 0 and at > start:
                 raise CorruptAudio(f"seeking landed after {start} frames; the file is damaged")
             checked = True

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from arengine.features import Segmenter
+from arengine.segments import Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.threads import available_cpus

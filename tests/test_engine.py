@@ -16,7 +16,7 @@ from silero_vad import get_speech_timestamps, load_silero_vad
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import Cancelled, StageFailed
-from arengine.features import Segment
+from arengine.segments import Segment
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.types import Result, Tag
 from arengine.validation import AudioLimits

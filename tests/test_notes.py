@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arengine.features import Segmenter
+from arengine.segments import Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger, note_name
 from arengine.types import Tag

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from arengine.errors import InvalidInput
-from arengine.features import Segmenter
+from arengine.segments import Segmenter
 from arengine.models.pitch import (
     CHUNK_FRAMES,
     HOP,

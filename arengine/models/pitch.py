@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.features import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger
+from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 WINDOW = 1024

@@ -1,4 +1,4 @@
-"""Stage 2, feature extraction: cut the decoded stream into segments with pre-roll.
+"""Cutting the decoded stream into segments with pre-roll (the first half of stage 2, features).
 
 A segment carries the samples its model call needs: `context` samples of audio context, up to
 `preroll` frames of audio before it (so recurrent state is warm at the segment's start), then the

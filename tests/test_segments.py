@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arengine.features import Segmenter, SegmentPlan
+from arengine.segments import Segmenter, SegmentPlan
 
 
 def _blocks(audio: np.ndarray, size: int):

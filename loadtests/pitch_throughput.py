@@ -15,9 +15,9 @@ import time
 import numpy as np
 import torch
 
-from arengine.segments import Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.segments import Segmenter
 from arengine.threads import available_cpus
 
 

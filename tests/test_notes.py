@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arengine.segments import Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger, note_name
+from arengine.segments import Segmenter
 from arengine.types import Tag
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"

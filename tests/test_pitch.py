@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from arengine.errors import InvalidInput
-from arengine.segments import Segmenter
 from arengine.models.pitch import (
     CHUNK_FRAMES,
     HOP,
@@ -20,6 +19,7 @@ from arengine.models.pitch import (
     decode,
     normalise,
 )
+from arengine.segments import Segmenter
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
 RATE = 16000

@@ -47,6 +47,10 @@ class Tag:
     score: float
     frequency_hz: float | None = None
     """Mean fundamental frequency, for pitch (note) tags only."""
+    midi: int | None = None
+    """MIDI note number (69 is A4), for note tags only."""
+    pitch_bend: tuple[float, ...] | None = None
+    """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,7 +85,12 @@ class BasicPitch(nn.Module):
             tensor = weights[name]
             if tuple(tensor.shape) != shape:
                 raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
-            self.register_buffer(name.replace(".", "_"), tensor.to(torch.float32).contiguous())
+            tensor = tensor.to(torch.float32).contiguous()
+            if tensor.dim() == 4:
+                # oneDNN runs these convolutions about 5x faster channels-last (the 3x39 one:
+                # 84 ms a window contiguous, 17 ms channels-last, one core).
+                tensor = tensor.contiguous(memory_format=torch.channels_last)
+            self.register_buffer(name.replace(".", "_"), tensor)
 
     def _w(self, name: str) -> Tensor:
         tensor: Tensor = getattr(self, name.replace(".", "_"))
@@ -93,6 +98,7 @@ class BasicPitch(nn.Module):
 
     def forward(self, audio: Tensor) -> Activations:
         stack = self.harmonic_stack(self.log_cqt(audio))
+        stack = stack.contiguous(memory_format=torch.channels_last)
         hidden = torch.relu(self._conv(stack, "contour1", padding=(1, 19)))
         contour = torch.sigmoid(self._conv(hidden, "contour2", padding=(2, 2)))
         hidden = torch.relu(self._conv(contour, "note1", stride=(1, 3), padding=(3, 2)))

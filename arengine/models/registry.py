@@ -16,12 +16,14 @@ from pathlib import Path
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer, load_torchscript
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
+from arengine.models.notes import NotesRecognizer
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.params import Params
 from arengine.postprocess.labels import LabelParams
 from arengine.postprocess.notes import NotesParams
+from arengine.postprocess.polyphonic import PolyphonicParams
 from arengine.postprocess.speech import SpeechParams
 
 log = logging.getLogger(__name__)
@@ -131,9 +133,15 @@ def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
+def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
+    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
 PARAMETERS: dict[str, type[Params]] = {
     "speech": SpeechParams,
     "pitch": NotesParams,
+    "notes": PolyphonicParams,
     "classifier": LabelParams,
 }
 """Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
@@ -141,5 +149,6 @@ PARAMETERS: dict[str, type[Params]] = {
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,
     "pitch": _pitch,
+    "notes": _notes,
     "classifier": _classifier,
 }

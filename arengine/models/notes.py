@@ -1,0 +1,101 @@
+"""The notes model kind: basic-pitch's polyphonic transcription, 88 keys, frames at 86 per second.
+
+The recording is cut on one global grid of basic-pitch windows: window `w` covers 43,844 samples
+from sample `142 * 256 * w - 3840`, and its frames 15 .. 156 (the middle 142; basic-pitch also
+drops 15 at each edge) are frames `142 * w ..` of the recording, frame `g` centred on sample
+`256 * g`. A segment is a whole number of windows, so every window, and with it every activation,
+is the same however the recording is segmented and in whatever order segments run. Each window
+is normalised on its own (basic-pitch's NormalizedLog), which is why the windows, not the
+segments, fix the result.
+
+basic-pitch's own `predict()` steps its windows by 36,164 samples (141.27 frames) and corrects
+the drift when it converts frames to seconds; stepping by 142 frames needs no correction.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from arengine.models.basic_pitch import HOP, KEYS, LOWEST_MIDI, SAMPLE_RATE, WINDOW, BasicPitch
+from arengine.models.recognizer import Overrides
+from arengine.postprocess.notes import note_name
+from arengine.postprocess.polyphonic import PolyphonicParams, PolyphonicTagger
+from arengine.segments import Segment, SegmentPlan
+
+EDGE_FRAMES = 15
+"""Frames dropped at each edge of a window, as basic-pitch's `unwrap_output` does."""
+KEPT_FRAMES = 142
+STEP = KEPT_FRAMES * HOP
+"""Samples between windows: 36,352."""
+CONTEXT = EDGE_FRAMES * HOP
+LOOKAHEAD = WINDOW - CONTEXT - STEP
+WINDOWS_PER_CALL = 6
+"""Windows per forward call: the largest activation (onset features) stays near 12 MB."""
+NOTE_LABELS = tuple(note_name(LOWEST_MIDI + key) for key in range(KEYS))
+"""A0 .. C8, the piano's keys."""
+
+
+class NotesRecognizer:
+    """The `notes` model kind: scores are `(frames, 440)`: note, onset and contour activations.
+
+    >>> recognizer = NotesRecognizer(Path("models/notes/nmp.pt"), segment_s=30)
+    >>> recognizer.plan.segment_frames
+    2556
+    """
+
+    kind = "notes"
+    sample_rate = SAMPLE_RATE
+    labels: tuple[str, ...] = NOTE_LABELS
+
+    def __init__(
+        self,
+        weights: Path,
+        segment_s: float,
+        name: str = "notes",
+        params: PolyphonicParams | None = None,
+    ) -> None:
+        self.name = name
+        self._model = BasicPitch.load(weights)
+        self._params = params or PolyphonicParams()
+        windows = max(1, round(segment_s * SAMPLE_RATE / STEP))
+        self.plan = SegmentPlan(
+            hop=HOP,
+            context=CONTEXT,
+            segment_frames=windows * KEPT_FRAMES,
+            preroll_frames=0,
+            lookahead=LOOKAHEAD,
+        )
+
+    def features(self, segment: Segment) -> Tensor:
+        """The segment's `(windows, 43844)` basic-pitch windows (the last one zero-padded)."""
+        windows = -(-segment.frames // KEPT_FRAMES)
+        samples = np.zeros(CONTEXT + windows * STEP + LOOKAHEAD, dtype=np.float32)
+        given = segment.samples[: len(samples)]
+        samples[: len(given)] = given
+        return torch.from_numpy(samples).unfold(0, WINDOW, STEP)
+
+    def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
+        parts = []
+        with torch.inference_mode():
+            for i in range(0, len(features), WINDOWS_PER_CALL):
+                out = self._model(features[i : i + WINDOWS_PER_CALL])
+                both = torch.cat([out.note, out.onset, out.contour], dim=2)
+                parts.append(both[:, EDGE_FRAMES : EDGE_FRAMES + KEPT_FRAMES].reshape(-1, 440))
+        result: np.ndarray = torch.cat(parts)[: segment.frames].numpy()
+        return result
+
+    def tagger(self, overrides: Overrides) -> PolyphonicTagger:
+        return PolyphonicTagger(self._params.with_overrides(overrides), SAMPLE_RATE, HOP)
+
+    def defaults(self) -> dict[str, float]:
+        return self._params.as_dict()
+
+    def warm_up(self) -> None:
+        """One window of a tone, so the first request does not pay for lazy initialisation."""
+        t = torch.arange(WINDOW, dtype=torch.float32) / SAMPLE_RATE
+        with torch.inference_mode():
+            self._model((0.3 * torch.sin(2 * torch.pi * 440 * t)).unsqueeze(0))

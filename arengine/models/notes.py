@@ -1,15 +1,12 @@
 """The notes model kind: basic-pitch's polyphonic transcription, 88 keys, frames at 86 per second.
 
-The recording is cut on one global grid of basic-pitch windows: window `w` covers 43,844 samples
-from sample `142 * 256 * w - 3840`, and its frames 15 .. 156 (the middle 142; basic-pitch also
-drops 15 at each edge) are frames `142 * w ..` of the recording, frame `g` centred on sample
-`256 * g`. A segment is a whole number of windows, so every window, and with it every activation,
-is the same however the recording is segmented and in whatever order segments run. Each window
-is normalised on its own (basic-pitch's NormalizedLog), which is why the windows, not the
-segments, fix the result.
-
-basic-pitch's own `predict()` steps its windows by 36,164 samples (141.27 frames) and corrects
-the drift when it converts frames to seconds; stepping by 142 frames needs no correction.
+The recording is cut on basic-pitch's own grid of windows (its `predict()`): window `w` covers
+43,844 samples from sample `36164 * w - 3840`, and its frames 15 .. 156 (the middle 142, as its
+`unwrap_output` keeps) are the recording's frames `142 * w ..`; frame `142 * w + j` is centred on
+sample `36164 * w + 256 * j`. A segment is a whole number of windows (the plan's "frame" is one
+window), so every activation is the one `predict()` computes, however the recording is segmented
+and in whatever order segments run. Each window is normalised on its own (basic-pitch's
+NormalizedLog), which is why the windows, not the segments, fix the result.
 """
 
 from __future__ import annotations
@@ -23,14 +20,14 @@ from torch import Tensor
 from arengine.models.basic_pitch import HOP, KEYS, LOWEST_MIDI, SAMPLE_RATE, WINDOW, BasicPitch
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.notes import note_name
-from arengine.postprocess.polyphonic import PolyphonicParams, PolyphonicTagger
+from arengine.postprocess.polyphonic import FrameGrid, PolyphonicParams, PolyphonicTagger
 from arengine.segments import Segment, SegmentPlan
 
 EDGE_FRAMES = 15
 """Frames dropped at each edge of a window, as basic-pitch's `unwrap_output` does."""
 KEPT_FRAMES = 142
-STEP = KEPT_FRAMES * HOP
-"""Samples between windows: 36,352."""
+STEP = WINDOW - 2 * EDGE_FRAMES * HOP
+"""Samples between windows: 36,164 (141.27 frames: windows overlap by 30 frames, less 0.73)."""
 CONTEXT = EDGE_FRAMES * HOP
 LOOKAHEAD = WINDOW - CONTEXT - STEP
 WINDOWS_PER_CALL = 6
@@ -43,8 +40,8 @@ class NotesRecognizer:
     """The `notes` model kind: scores are `(frames, 440)`: note, onset and contour activations.
 
     >>> recognizer = NotesRecognizer(Path("models/notes/nmp.pt"), segment_s=30)
-    >>> recognizer.plan.segment_frames
-    2556
+    >>> recognizer.plan.segment_frames  # windows of 36,164 samples: 29.5 s
+    18
     """
 
     kind = "notes"
@@ -63,33 +60,27 @@ class NotesRecognizer:
         self._params = params or PolyphonicParams()
         windows = max(1, round(segment_s * SAMPLE_RATE / STEP))
         self.plan = SegmentPlan(
-            hop=HOP,
-            context=CONTEXT,
-            segment_frames=windows * KEPT_FRAMES,
-            preroll_frames=0,
-            lookahead=LOOKAHEAD,
+            hop=STEP, context=CONTEXT, segment_frames=windows, preroll_frames=0, lookahead=LOOKAHEAD
         )
 
     def features(self, segment: Segment) -> Tensor:
-        """The segment's `(windows, 43844)` basic-pitch windows (the last one zero-padded)."""
-        windows = -(-segment.frames // KEPT_FRAMES)
-        samples = np.zeros(CONTEXT + windows * STEP + LOOKAHEAD, dtype=np.float32)
-        given = segment.samples[: len(samples)]
-        samples[: len(given)] = given
-        return torch.from_numpy(samples).unfold(0, WINDOW, STEP)
+        """The segment's `(windows, 43844)` basic-pitch windows."""
+        return torch.from_numpy(segment.samples).unfold(0, WINDOW, STEP)
 
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
+        """`(142 * windows, 440)` scores: note, onset and contour activations per frame."""
         parts = []
         with torch.inference_mode():
             for i in range(0, len(features), WINDOWS_PER_CALL):
                 out = self._model(features[i : i + WINDOWS_PER_CALL])
                 both = torch.cat([out.note, out.onset, out.contour], dim=2)
                 parts.append(both[:, EDGE_FRAMES : EDGE_FRAMES + KEPT_FRAMES].reshape(-1, 440))
-        result: np.ndarray = torch.cat(parts)[: segment.frames].numpy()
+        result: np.ndarray = torch.cat(parts).numpy()
         return result
 
     def tagger(self, overrides: Overrides) -> PolyphonicTagger:
-        return PolyphonicTagger(self._params.with_overrides(overrides), SAMPLE_RATE, HOP)
+        params = self._params.with_overrides(overrides)
+        return PolyphonicTagger(params, SAMPLE_RATE, FrameGrid(HOP, KEPT_FRAMES, STEP))
 
     def defaults(self) -> dict[str, float]:
         return self._params.as_dict()

@@ -120,6 +120,8 @@ def _claim(energy: np.ndarray, first: int, last: int, key: int) -> None:
 def note_events(frames: np.ndarray, onsets: np.ndarray, params: PolyphonicParams) -> list[Event]:
     """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations."""
     threshold, min_len = params.frame_threshold, params.min_note_frames
+    if len(frames) < 3:  # no onset peak (it needs two neighbours), no note
+        return []
     if params.infer_onsets:
         onsets = inferred_onsets(onsets, frames)
     # scipy's argrelmax along time: strictly above both neighbours; the edges never are.
@@ -173,6 +175,20 @@ def pitch_bends(contour: np.ndarray, event: Event) -> tuple[float, ...]:
     return tuple(float(b) for b in peaks - (centre - low))
 
 
+@dataclass(frozen=True, slots=True)
+class FrameGrid:
+    """Where frames sit: `per_window` frames `hop` apart, windows `step` samples apart."""
+
+    hop: int = 256
+    per_window: int = 142
+    step: int = 36164
+
+    def sample(self, frame: int) -> int:
+        """The sample a frame is centred on."""
+        window, inside = divmod(frame, self.per_window)
+        return window * self.step + inside * self.hop
+
+
 class PolyphonicTagger:
     """Feed `(frames, 440)` activations with `push`, then `finish`; tags in start order.
 
@@ -181,10 +197,12 @@ class PolyphonicTagger:
     [Tag(start=0.499, end=0.998, label='C5', score=0.61, midi=72)]
     """
 
-    def __init__(self, params: PolyphonicParams, sample_rate: int = 22050, hop: int = 256) -> None:
+    def __init__(
+        self, params: PolyphonicParams, sample_rate: int = 22050, grid: FrameGrid | None = None
+    ) -> None:
         self.params = params
         self.sample_rate = sample_rate
-        self.seconds_per_frame = hop / sample_rate
+        self.grid = grid or FrameGrid()
         self._buffer = np.zeros((0, COLUMNS), dtype=np.float32)
         self._start = 0
         """Frame index of `_buffer[0]` in the recording."""
@@ -205,6 +223,11 @@ class PolyphonicTagger:
 
     def finish(self, audio_samples: int) -> list[Tag]:
         """End of the recording (`audio_samples` at 22.05 kHz): the remaining notes."""
+        # Frames centred past the end belong to the last window's zero padding.
+        frames = self._start + len(self._buffer)
+        while frames > self._start and self.grid.sample(frames - 1) >= audio_samples:
+            frames -= 1
+        self._buffer = self._buffer[: frames - self._start]
         tags = self._chunk(len(self._buffer), len(self._buffer))
         end_s = round(audio_samples / self.sample_rate, 3)
         return [tag if tag.end <= end_s else dataclasses.replace(tag, end=end_s) for tag in tags]
@@ -238,8 +261,8 @@ class PolyphonicTagger:
         start, end, key, amplitude = event
         bends = pitch_bends(contour, event) if self.params.pitch_bends else None
         return Tag(
-            start=round((self._start + start) * self.seconds_per_frame, 3),
-            end=round((self._start + end) * self.seconds_per_frame, 3),
+            start=round(self.grid.sample(self._start + start) / self.sample_rate, 3),
+            end=round(self.grid.sample(self._start + end) / self.sample_rate, 3),
             label=note_name(key + LOWEST_MIDI),
             score=round(amplitude, 4),
             midi=key + LOWEST_MIDI,

@@ -7,17 +7,20 @@ while the key's note activation stays over `frame_threshold` (gaps under 11 fram
 claiming that stretch and the neighbouring keys; then the "melodia trick" turns the strongest
 remaining activity into notes. Pitch bends are its `get_pitch_bends`.
 
-That algorithm looks at the whole recording; the tagger runs it on chunks that end inside a quiet
-run (at least `_QUIET` frames with every key under `frame_threshold`). No note can cross such a run
-(its extension stops after 11 quiet frames), so a chunk's notes are the whole recording's notes:
-a segment cut never splits or repeats a note. The chunks overlap by `_MARGIN` quiet frames on each
-side of the cut so that edge effects (onset peaks need a neighbour, the scans stop one frame short
-of a chunk's end) stay in quiet frames; a note belongs to the chunk where it starts. A chunk
-without a quiet run is cut at `_MAX_CHUNK` frames (about 60 s of music without a 0.19 s pause)
-where the fewest keys sound; only there can a note be split.
-
-One difference remains: basic-pitch rescales its inferred onsets by the recording's largest onset
-and frame difference; here by the chunk's.
+That algorithm looks at the whole recording; the tagger runs it on chunks. It handles onsets
+latest first, so a note is shaped only by notes that start after it. Every `_CHUNK` frames (15 s)
+there is a cut: the chunk's notes are those starting before the cut, computed on the frames up
+to `_LOOKAHEAD` (5 s) after it, a lookahead doubled while a note reaches its end (up to 40 s: a
+note sounding longer past a cut is the only one that can split). The next chunk starts `_MARGIN`
+frames before the cut (onset peaks need their neighbours) and keeps the notes from the cut on.
+So a segment cut never splits or repeats a note; the cuts depend only on the frames, so the
+notes do not depend on the segments; and they are the whole recording's notes, except that
+- basic-pitch rescales its inferred onsets by the recording's largest onset and frame rise; here
+  by the chunk's;
+- the melodia trick (off by default) takes the strongest remaining activity of the whole
+  recording first; here of the chunk.
+The last window pushed is never used before `finish`: its frames may be zero padding past the
+recording's end.
 """
 
 from __future__ import annotations
@@ -41,8 +44,12 @@ FRAMES_PER_S = 22050 / 256
 ENERGY_TOL = 11
 """Frames under `frame_threshold` that end a note (basic-pitch's `energy_tol`)."""
 _MARGIN = 4
-_QUIET = 2 * _MARGIN + ENERGY_TOL + 1
-_MAX_CHUNK = 5168
+_CHUNK = 1290
+"""Frames (15 s) from one cut to the next."""
+_LOOKAHEAD = 430
+"""Frames (5 s) after a cut that the notes before it see; doubled while a note reaches its end."""
+_MAX_LOOKAHEAD = 8 * _LOOKAHEAD
+"""40 s: a note still going on then is cut (only such a note can split)."""
 _BEND_TOLERANCE = 25
 _BEND_WINDOW = np.exp(-0.5 * (np.arange(-_BEND_TOLERANCE, _BEND_TOLERANCE + 1) / 5.0) ** 2)
 """scipy's `gaussian(51, std=5)`, as basic-pitch weights the contour for pitch bends."""
@@ -54,15 +61,18 @@ class PolyphonicParams(Params):
 
     kind: ClassVar[str] = "notes"
 
+    # Tuned on FluidR3 renderings (loadtests/notes_tuning.py, seeds the benchmark does not use):
+    # basic-pitch's 0.5 / 0.3 / melodia gave mean note F1 0.73; 0.8 / 0.35 / no melodia 0.88,
+    # mostly from precision (speech and noise made notes; melodia's notes lack onsets).
     onset_threshold: float = param(
-        0.5, "A note starts at an onset activation peak at least this high.", Bounds(0, 1)
+        0.8, "A note starts at an onset activation peak at least this high.", Bounds(0, 1)
     )
     frame_threshold: float = param(
-        0.3, "A note lasts while its note activation stays at least this high.", Bounds(0, 1)
+        0.35, "A note lasts while its note activation stays at least this high.", Bounds(0, 1)
     )
     min_note_ms: float = param(127.7, "Notes this short or shorter are dropped.", Bounds(0, 10_000))
     melodia: int = param(
-        1,
+        0,
         "1: also make notes of strong activity without an onset (basic-pitch's melodia "
         "trick); 0: only from onsets.",
         Bounds(0, 1, whole=True),
@@ -214,12 +224,26 @@ class PolyphonicTagger:
         rows = np.asarray(scores, dtype=np.float32).reshape(-1, COLUMNS)
         self._buffer = np.concatenate([self._buffer, rows])
         tags: list[Tag] = []
-        while (cut := self._cut()) is not None:
-            tags += self._chunk(cut, cut + _MARGIN)
+        while (events := self._next_chunk()) is not None:
+            cut = self._done - self._start + _CHUNK
+            tags += self._tags(events, cut)
             drop = cut - _MARGIN
             self._buffer = self._buffer[drop:].copy()
             self._start += drop
         return tags
+
+    def _next_chunk(self) -> list[Event] | None:
+        """The notes of the next chunk, or None until enough frames are here. Cuts and lookaheads
+        depend only on the frames, never on how they were pushed, so neither do the notes."""
+        cut = self._done - self._start + _CHUNK
+        lookahead = _LOOKAHEAD
+        while cut + lookahead + self.grid.per_window <= len(self._buffer):
+            events = self._events(cut, cut + lookahead)
+            edge = cut + lookahead - ENERGY_TOL
+            if lookahead >= _MAX_LOOKAHEAD or all(end < edge for _, end, _, _ in events):
+                return events
+            lookahead *= 2  # a note may go on past the lookahead
+        return None
 
     def finish(self, audio_samples: int) -> list[Tag]:
         """End of the recording (`audio_samples` at 22.05 kHz): the remaining notes."""
@@ -228,34 +252,22 @@ class PolyphonicTagger:
         while frames > self._start and self.grid.sample(frames - 1) >= audio_samples:
             frames -= 1
         self._buffer = self._buffer[: frames - self._start]
-        tags = self._chunk(len(self._buffer), len(self._buffer))
+        end = len(self._buffer)
+        tags = self._tags(self._events(end, end), end)
         end_s = round(audio_samples / self.sample_rate, 3)
         return [tag if tag.end <= end_s else dataclasses.replace(tag, end=end_s) for tag in tags]
 
-    def _cut(self) -> int | None:
-        """A local frame where the buffer can be cut (see the module doc), or None."""
-        done = self._done - self._start
-        quiet = self._buffer[:, :KEYS].max(axis=1, initial=0.0) < self.params.frame_threshold
-        if len(quiet) >= _QUIET:
-            runs = np.convolve(quiet, np.ones(_QUIET, dtype=int), mode="valid") == _QUIET
-            ends = np.flatnonzero(runs) + _QUIET
-            if len(ends) and ends[-1] - (ENERGY_TOL + 1) > done:
-                return int(ends[-1]) - (ENERGY_TOL + 1)
-        if len(quiet) - done < _MAX_CHUNK:
-            return None
-        # No pause in a minute of music: cut where the fewest keys sound (a note may split).
-        active = self._buffer[done + _MARGIN : -_MARGIN, :KEYS] >= self.params.frame_threshold
-        return done + _MARGIN + int(np.argmin(active.sum(axis=1)))
-
-    def _chunk(self, cut: int, end: int) -> list[Tag]:
-        """Tags of the notes that start in `[_done, cut)`, from the buffer's first `end` frames."""
+    def _events(self, cut: int, end: int) -> list[Event]:
+        """The notes that start in `[done, cut)`, from the buffer's first `end` frames."""
         chunk = self._buffer[:end]
         done = self._done - self._start
         events = note_events(chunk[:, :KEYS], chunk[:, KEYS : 2 * KEYS], self.params)
-        kept = sorted((e for e in events if done <= e[0] < cut), key=lambda e: (e[0], e[2]))
+        return sorted((e for e in events if done <= e[0] < cut), key=lambda e: (e[0], e[2]))
+
+    def _tags(self, events: list[Event], cut: int) -> list[Tag]:
         self._done = self._start + cut
-        contour = chunk[:, 2 * KEYS :]
-        return [self._tag(event, contour) for event in kept]
+        contour = self._buffer[:, 2 * KEYS :]
+        return [self._tag(event, contour) for event in events]
 
     def _tag(self, event: Event, contour: np.ndarray) -> Tag:
         start, end, key, amplitude = event

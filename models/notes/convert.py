@@ -3,15 +3,18 @@
 Run once, in a throwaway environment, never at run time:
 
     python3 -m venv /tmp/convert-venv
-    /tmp/convert-venv/bin/pip install torch==2.13.0 onnx onnxruntime soundfile
+    /tmp/convert-venv/bin/pip install torch==2.13.0 onnx onnxruntime soundfile \
+        librosa "resampy<0.4.3" "setuptools<70" pretty_midi scipy scikit-learn
     pip download basic-pitch==0.4.0 --no-deps -d /tmp/bp && unzip /tmp/bp/*.whl -d /tmp/bp/whl
+    /tmp/convert-venv/bin/pip install --no-deps /tmp/bp/basic_pitch-0.4.0-py2.py3-none-any.whl
     /tmp/convert-venv/bin/python models/notes/convert.py \
         /tmp/bp/whl/basic_pitch/saved_models/icassp_2022/nmp.onnx
 
 It checks the ONNX file's sha256, copies its initializers into a torch state dict (`nmp.pt`,
 names as `arengine.models.basic_pitch.SHAPES`), and writes `reference.npz`: the original model's
 note, onset and contour activations under onnxruntime for `reference.flac` (a FluidR3 rendering,
-one 43,844-sample window), which `tests/models/test_basic_pitch.py` compares against.
+one 43,844-sample window), and basic-pitch's own note events for those activations;
+`tests/test_basic_pitch.py` and `tests/test_polyphonic.py` compare against them.
 """
 
 from __future__ import annotations
@@ -93,7 +96,35 @@ def reference(onnx_path: Path) -> dict[str, np.ndarray]:
         ["StatefulPartitionedCall:1", "StatefulPartitionedCall:2", "StatefulPartitionedCall:0"],
         {"serving_default_input_2:0": audio.reshape(1, -1, 1)},
     )
-    return {"note": note[0], "onset": onset[0], "contour": contour[0]}
+    activations = {"note": note[0], "onset": onset[0], "contour": contour[0]}
+    return activations | events(activations)
+
+
+def events(activations: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """basic-pitch's own note creation on those activations (with and without the melodia trick,
+    its `predict()` thresholds), where the `basic-pitch` package is importable (`--no-deps`)."""
+    try:
+        from basic_pitch.note_creation import output_to_notes_polyphonic
+    except ImportError:
+        print("basic_pitch is not importable: reference.npz gets no note events")
+        return {}
+    out = {}
+    for melodia in (0, 1):
+        notes = output_to_notes_polyphonic(
+            activations["note"].copy(),
+            activations["onset"].copy(),
+            onset_thresh=0.5,
+            frame_thresh=0.3,
+            min_note_len=11,
+            infer_onsets=True,
+            max_freq=None,
+            min_freq=None,
+            melodia_trick=bool(melodia),
+        )
+        out[f"events_melodia{melodia}"] = np.array(
+            [(s, e, p - 21, a) for s, e, p, a in notes], dtype=np.float64
+        ).reshape(-1, 4)
+    return out
 
 
 def main() -> None:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, ServerFactory
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(tmp_path_factory.mktemp("srv"), "--max-upload-bytes", "2000000")
-    yield running
-    stop_server(running)
+def server(serve: ServerFactory) -> Server:
+    return serve("--max-upload-bytes", "2000000")
 
 
 def test_the_api_honours_its_schema(server: Server) -> None:

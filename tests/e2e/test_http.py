@@ -257,13 +257,16 @@ def test_bad_parameters(server: Server, recording, params: dict) -> None:
     _assert_error(_post(server, clip.path, **params), 422, "invalid_parameter")
 
 
-def test_the_server_still_works_after_all_that(server: Server, recording) -> None:
+def test_no_upload_file_is_left_behind_by_errors_or_successes(server: Server, recording) -> None:
+    bad = recording("bad.wav", pieces=[("silence", 1.0)]).path
+    bad.write_bytes(b"PK\x03\x04" + bytes(200))  # a ZIP named .wav: refused after spooling
+    _assert_error(_post(server, bad), 415, "unsupported_format")
+    _assert_error(_post(server, bad, threshold=2), 422, "invalid_parameter")
     clip = recording("after.ogg", rate=22050)
     response = _post(server, clip.path)
     assert response.status_code == 200
     _assert_finds_speech(response.json()["tags"], clip.speech)
-    leftovers = [p for p in Path(server.log.parent).iterdir() if p.suffix == ".upload"]
-    assert leftovers == []
+    assert list(server.upload_dir.iterdir()) == []
 
 
 # Service endpoints.

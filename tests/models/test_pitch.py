@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,9 @@ from arengine.models.pitch import (
     normalise,
 )
 from arengine.segments import Segmenter
+from tests.conftest import ROOT
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
+WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"
 RATE = 16000
 
 

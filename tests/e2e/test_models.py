@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ import soundfile as sf
 
 from arengine.models.manifest import ManifestError, read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, ServerFactory
 
 
 def _example():
@@ -66,10 +65,8 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(tmp_path_factory.mktemp("srv"), "--models-dir", str(models_dir))
-    yield running
-    stop_server(running)
+def server(models_dir: Path, serve: ServerFactory) -> Server:
+    return serve("--models-dir", str(models_dir))
 
 
 def test_every_model_loads_or_is_reported_with_its_reason(server: Server) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -11,8 +9,9 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger, note_name
 from arengine.segments import Segmenter
 from arengine.types import Tag
+from tests.conftest import ROOT
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
+WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"
 RATE = 16000
 MELODY = [("A4", 440.0), ("C5", 523.25), ("E5", 659.26), ("C#4", 277.18)]
 """Four 0.5 s notes starting at 0.3 s, 1.0 s, 1.7 s, 2.4 s, silence between them."""

@@ -5,8 +5,8 @@
     curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
 
 It synthesises its own training audio, computes the same log-mel features the server computes
-(`arengine.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps (a few seconds), and writes
-`model.pt` (TorchScript) and `manifest.toml` into the output folder.
+(`arengine.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps (a few
+seconds), and writes `model.pt` (TorchScript) and `manifest.toml` into the output folder.
 """
 
 from __future__ import annotations

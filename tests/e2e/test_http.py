@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
@@ -78,7 +77,7 @@ def test_speech_is_found_in_every_container(
         "postprocess_s",
         "total_s",
     }
-    assert all(value >= 0 for value in body["timings"].values())
+    assert all(value > 0 for value in body["timings"].values()), body["timings"]
 
 
 def test_tags_are_ordered_and_not_split_across_segments(server: Server, recording) -> None:
@@ -295,4 +294,3 @@ def test_service_endpoints(server: Server) -> None:
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert "/v1/recognize" in schema["paths"]
     _assert_error(missing, 404, "not_found")
-    json.dumps(schema)

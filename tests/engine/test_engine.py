@@ -229,7 +229,6 @@ def test_the_observer_sees_every_task_and_sums_to_the_timings(speech_model, reco
     assert len(observed.seconds("validation")) == 1
     assert len(observed.seconds("inference")) == segments
     assert len(observed.waits) == segments
-    assert all(seconds >= 0 for _, seconds in observed.waits)
     # Decode tasks (one per segment, plus the one that finds the end) and one extraction each.
     assert len(observed.seconds("features")) == 2 * segments + 1
     timings = result.timings

@@ -31,8 +31,12 @@ PHRASES = [
 ]
 
 
+Phrases = tuple[list[np.ndarray], int]
+"""The espeak-ng phrases and their sample rate."""
+
+
 @pytest.fixture(scope="session")
-def phrases(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[np.ndarray], int]:
+def phrases(tmp_path_factory: pytest.TempPathFactory) -> Phrases:
     folder = tmp_path_factory.mktemp("espeak")
     spoken = [
         speak(text, folder, voice)
@@ -50,7 +54,7 @@ RecordingFactory = Callable[..., Recording]
 
 
 @pytest.fixture
-def recording(tmp_path: Path, phrases: tuple[list[np.ndarray], int]) -> RecordingFactory:
+def recording(tmp_path: Path, phrases: Phrases) -> RecordingFactory:
     """Write a recording: `recording("talk.flac", rate=44100, channels=2, pieces=[...])`."""
     default = [
         ("silence", 1.0),

@@ -37,7 +37,8 @@ class TinyClassifier(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.conv(features)).mean(dim=2)
-        return self.out(hidden)
+        logits: torch.Tensor = self.out(hidden)
+        return logits
 
 
 def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -16,8 +17,9 @@ import soundfile as sf
 from tests.conftest import Server, ServerFactory, start_server, stop_server, wait_until
 
 
-def _info(server: Server) -> dict:
-    return httpx.get(server.url + "/v1/info").json()
+def _info(server: Server) -> dict[str, Any]:
+    info: dict[str, Any] = httpx.get(server.url + "/v1/info").json()
+    return info
 
 
 def _slow_upload(server: Server, declared: int = 10_000_000) -> socket.socket:

@@ -6,6 +6,7 @@ import importlib.util
 import shutil
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import numpy as np
@@ -17,7 +18,7 @@ from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from tests.conftest import Server, ServerFactory
 
 
-def _example():
+def _example() -> ModuleType:
     path = DEFAULT_MODELS_DIR / "examples" / "tone_vs_noise.py"
     spec = importlib.util.spec_from_file_location("tone_vs_noise", path)
     assert spec is not None and spec.loader is not None

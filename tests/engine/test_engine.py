@@ -21,6 +21,7 @@ from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.segments import Segment
 from arengine.types import Result, Tag
 from arengine.validation import AudioLimits
+from tests.audio import Recording
 from tests.conftest import RecordingFactory, wait_until
 
 LIMITS = AudioLimits(
@@ -79,7 +80,7 @@ def _frame_f1(ours: list[Tag], theirs: list[dict[str, int]], samples: int) -> fl
 
 
 @pytest.fixture
-def long_recording(recording: RecordingFactory):
+def long_recording(recording: RecordingFactory) -> Recording:
     pieces = [
         p
         for i in range(24)
@@ -89,7 +90,7 @@ def long_recording(recording: RecordingFactory):
 
 
 def test_segmented_concurrent_path_agrees_with_silero_sequential(
-    speech_model, long_recording
+    speech_model: SpeechModel, long_recording: Recording
 ) -> None:
     pool = EnginePool(threads=3)
     try:
@@ -107,7 +108,9 @@ def test_segmented_concurrent_path_agrees_with_silero_sequential(
     assert result.audio.duration_s == pytest.approx(long_recording.duration_s)
 
 
-def test_same_answer_with_one_thread_and_many(speech_model, long_recording) -> None:
+def test_same_answer_with_one_thread_and_many(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
     answers = []
     for threads in (1, 4):
         pool = EnginePool(threads=threads)
@@ -120,7 +123,7 @@ def test_same_answer_with_one_thread_and_many(speech_model, long_recording) -> N
 
 
 def test_a_short_clip_does_not_wait_behind_a_long_recording(
-    speech_model, recording, tmp_path
+    speech_model: SpeechModel, recording: RecordingFactory, tmp_path: Path
 ) -> None:
     long = recording("long.wav", pieces=[("noise", 120.0)])
     short = recording("short.wav", pieces=[("silence", 0.5), ("speech", 0), ("silence", 0.5)])
@@ -143,7 +146,9 @@ def test_a_short_clip_does_not_wait_behind_a_long_recording(
     assert long_calls_when_short_done[0] < 20
 
 
-def test_decoding_stays_a_bounded_number_of_segments_ahead(speech_model, recording) -> None:
+def test_decoding_stays_a_bounded_number_of_segments_ahead(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
     long = recording("long.wav", pieces=[("noise", 60.0)])
     recognizer = SlowRecognizer(speech_model, segment_s=1.0)
     recognizer.gate.clear()  # inference stalls: decoding must stop after `ahead` segments
@@ -162,7 +167,9 @@ def test_decoding_stays_a_bounded_number_of_segments_ahead(speech_model, recordi
     assert result.tags == ()
 
 
-def test_a_failing_model_fails_its_request_only(speech_model, recording) -> None:
+def test_a_failing_model_fails_its_request_only(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
     clip = recording("clip.wav")
     pool = EnginePool(threads=2)
     try:
@@ -178,7 +185,9 @@ def test_a_failing_model_fails_its_request_only(speech_model, recording) -> None
     assert pool.busy == 0
 
 
-def test_cancel_drops_the_remaining_work(speech_model, recording) -> None:
+def test_cancel_drops_the_remaining_work(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
     long = recording("long.wav", pieces=[("noise", 60.0)])
     recognizer = SlowRecognizer(speech_model, delay_s=0.05, segment_s=1.0)
     pool = EnginePool(threads=2)
@@ -216,7 +225,9 @@ class _Observations:
         return [s for _, name, s in self.stages if name == stage]
 
 
-def test_the_observer_sees_every_task_and_sums_to_the_timings(speech_model, recording) -> None:
+def test_the_observer_sees_every_task_and_sums_to_the_timings(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
     clip = recording("observed.wav", pieces=[("speech", 0), ("silence", 12.0)])
     observed = _Observations()
     pool = EnginePool(threads=3, observer=observed)
@@ -242,7 +253,7 @@ def test_the_observer_sees_every_task_and_sums_to_the_timings(speech_model, reco
 
 
 def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
-    speech_model, long_recording
+    speech_model: SpeechModel, long_recording: Recording
 ) -> None:
     recognizer = SlowRecognizer(speech_model, delay_s=0.02, segment_s=2.0)
     heard: list[tuple[int, list[Tag]]] = []
@@ -274,7 +285,9 @@ def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
     assert heard[0][0] < segments / 2, "the first tags came before most segments were inferred"
 
 
-def test_a_cancelled_job_tells_the_listener_nothing_more(speech_model, recording) -> None:
+def test_a_cancelled_job_tells_the_listener_nothing_more(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
     clip = recording("talk.wav")
     recognizer = SlowRecognizer(speech_model)
     recognizer.gate.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ def _wav(seconds: float = 1.0, amplitude: float = 0.0, rate: int = 16000) -> byt
     return buffer.getvalue()
 
 
-def _post(client: InProcessClient, body: bytes, query: str = "") -> tuple[int, dict]:
+def _post(client: InProcessClient, body: bytes, query: str = "") -> tuple[int, dict[str, Any]]:
     response = client.post("/v1/recognize" + query, files={"file": ("clip.wav", body, "audio/wav")})
     return response.status_code, response.json()
 

@@ -39,7 +39,8 @@ def tone(frequency: float, seconds: float, overtones: int = 0) -> np.ndarray:
     """A sine, or a harmonic tone whose k-th overtone has amplitude 1 / (k + 1)."""
     t = np.arange(round(seconds * RATE)) / RATE
     wave = sum(np.sin(2 * np.pi * frequency * (k + 1) * t) / (k + 1) for k in range(overtones + 1))
-    return (0.3 * wave / np.max(np.abs(wave))).astype(np.float32)
+    scaled: np.ndarray = (0.3 * wave / np.max(np.abs(wave))).astype(np.float32)
+    return scaled
 
 
 def _frames(audio: np.ndarray) -> torch.Tensor:

@@ -69,7 +69,9 @@ def _scores(*runs: tuple[float, float, int]) -> np.ndarray:
     return np.concatenate([np.tile([[f, p]], (n, 1)) for f, p, n in runs]).astype(np.float32)
 
 
-def _tag_all(scores: np.ndarray, params: NotesParams | None = None, chunks=None) -> list[Tag]:
+def _tag_all(
+    scores: np.ndarray, params: NotesParams | None = None, chunks: list[int] | None = None
+) -> list[Tag]:
     tagger = NoteTagger(params or NotesParams(), sample_rate=RATE, hop=160)
     tags: list[Tag] = []
     for chunk in np.split(scores, chunks or []):

@@ -22,7 +22,7 @@ from arengine.segments import Segmenter
 from loadtests.notes_vs_basic_pitch import mixed
 from tests.music import Note, f1, polyphonic_piece, render
 
-GRID = {
+GRID: dict[str, list[float]] = {
     "onset_threshold": [0.75, 0.8, 0.85, 0.9],
     "frame_threshold": [0.25, 0.3, 0.35],
     "min_note_ms": [100.0, 127.7, 150.0],

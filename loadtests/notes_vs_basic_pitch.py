@@ -85,12 +85,18 @@ def mixed(
     return np.concatenate(parts), notes
 
 
-def ours(engine: Engine, path: Path, model: str, overrides: dict[str, float]) -> tuple[float, list]:
+Estimate = tuple[float, float, int]
+"""`(start, end, midi)` of one transcribed note."""
+
+
+def ours(
+    engine: Engine, path: Path, model: str, overrides: dict[str, float]
+) -> tuple[float, list[Estimate]]:
     recognizer = engine.check(model, overrides)
     started = time.perf_counter()
     result = engine.recognize(path, recognizer, overrides, "bench").future.result()
     seconds = time.perf_counter() - started
-    notes = []
+    notes: list[Estimate] = []
     for tag in result.tags:
         midi = tag.midi if tag.midi is not None else _midi(tag.frequency_hz)
         notes.append((tag.start, tag.end, midi))
@@ -98,10 +104,10 @@ def ours(engine: Engine, path: Path, model: str, overrides: dict[str, float]) ->
 
 
 def _midi(frequency: float | None) -> int:
-    return round(69 + 12 * np.log2((frequency or 440.0) / 440))
+    return round(69 + 12 * float(np.log2((frequency or 440.0) / 440)))
 
 
-def theirs(python: str, path: Path) -> tuple[float, list]:
+def theirs(python: str, path: Path) -> tuple[float, list[Estimate]]:
     out = subprocess.run(
         [python, "-c", _PREDICT, str(path)],
         check=True,

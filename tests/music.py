@@ -81,7 +81,8 @@ def render(notes: list[Note], folder: Path, rate: int = 22050) -> np.ndarray:
         capture_output=True,
     )
     audio, source = sf.read(wav, dtype="float32", always_2d=True)
-    return soxr.resample(audio.mean(axis=1), source, rate).astype(np.float32)
+    mono: np.ndarray = soxr.resample(audio.mean(axis=1), source, rate).astype(np.float32)
+    return mono
 
 
 def polyphonic_piece(seconds: float, seed: int = 0) -> list[Note]:

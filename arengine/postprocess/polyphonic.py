@@ -202,9 +202,12 @@ class FrameGrid:
 class PolyphonicTagger:
     """Feed `(frames, 440)` activations with `push`, then `finish`; tags in start order.
 
+    >>> scores = np.zeros((300, COLUMNS), np.float32)
+    >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
+    >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
     >>> tagger = PolyphonicTagger(PolyphonicParams())
-    >>> tagger.push(scores) + tagger.finish(audio_samples)
-    [Tag(start=0.499, end=0.998, label='C5', score=0.61, midi=72)]
+    >>> tagger.push(scores) + tagger.finish(300 * 256)
+    [Tag(start=0.232, end=1.393, label='C4', score=0.9, frequency_hz=None, midi=60, pitch_bend=None)]
     """
 
     def __init__(

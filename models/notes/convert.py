@@ -14,7 +14,7 @@ It checks the ONNX file's sha256, copies its initializers into a torch state dic
 names as `arengine.models.basic_pitch.SHAPES`), and writes `reference.npz`: the original model's
 note, onset and contour activations under onnxruntime for `reference.flac` (a FluidR3 rendering,
 one 43,844-sample window), and basic-pitch's own note events for those activations;
-`tests/test_basic_pitch.py` and `tests/test_polyphonic.py` compare against them.
+`tests/models/test_basic_pitch.py` and `tests/postprocess/test_polyphonic.py` compare against them.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def weights(model: onnx.ModelProto) -> dict[str, torch.Tensor]:
         matches = [name for name in arrays if name == prefix or name.startswith(prefix)]
         if len(matches) != 1:
             raise SystemExit(f"{prefix!r} matches {len(matches)} initializers")
-        return arrays[matches[0]]
+        found: np.ndarray = arrays[matches[0]]
+        return found
 
     state = {}
     for ours, theirs in SOURCES.items():
@@ -133,7 +134,7 @@ def main() -> None:
     if digest != SHA256:
         raise SystemExit(f"{onnx_path} has sha256 {digest}, expected basic-pitch 0.4.0's {SHA256}")
     torch.save(weights(onnx.load(str(onnx_path))), HERE / "nmp.pt")
-    np.savez_compressed(HERE / "reference.npz", **reference(onnx_path))
+    np.savez_compressed(HERE / "reference.npz", allow_pickle=False, **reference(onnx_path))
     print(f"wrote {HERE / 'nmp.pt'} and {HERE / 'reference.npz'}")
 
 

@@ -14,7 +14,7 @@ import torch
 
 from arengine.models.basic_pitch import FRAMES, WINDOW, BasicPitch
 
-NOTES = Path(__file__).resolve().parents[1] / "models" / "notes"
+NOTES = Path(__file__).resolve().parents[2] / "models" / "notes"
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,8 @@ def model() -> BasicPitch:
 def clip() -> np.ndarray:
     audio, rate = sf.read(NOTES / "reference.flac", dtype="float32")
     assert rate == 22050 and audio.shape == (WINDOW,)
-    return audio
+    clip: np.ndarray = audio
+    return clip
 
 
 def _run(model: BasicPitch, audio: np.ndarray) -> dict[str, np.ndarray]:

@@ -3,6 +3,7 @@ segments on basic-pitch's window grid."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +22,14 @@ from arengine.postprocess.polyphonic import (
     PolyphonicTagger,
     note_events,
 )
-from arengine.segments import Segmenter
+from arengine.segments import Segment, Segmenter
 from arengine.settings import Settings
 from arengine.types import Tag, tag_dict
 from tests.music import GUITAR, PIANO, STRINGS, Note, f1, polyphonic_piece, render
 
-NOTES = Path(__file__).resolve().parents[1] / "models" / "notes"
-PREDICT = {"onset_threshold": 0.5, "frame_threshold": 0.3, "min_note_ms": 127.7}
+NOTES = Path(__file__).resolve().parents[2] / "models" / "notes"
+PREDICT = PolyphonicParams(onset_threshold=0.5, frame_threshold=0.3, min_note_ms=127.7)
+"""basic-pitch's predict() thresholds."""
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +59,7 @@ def scores(recognizer: NotesRecognizer, piece: tuple[np.ndarray, list[Note]]) ->
     return np.concatenate(parts)
 
 
-def _segments(recognizer: NotesRecognizer, audio: np.ndarray) -> Iterator:
+def _segments(recognizer: NotesRecognizer, audio: np.ndarray) -> Iterator[Segment]:
     return Segmenter(
         iter([audio[i : i + 5000] for i in range(0, len(audio), 5000)]), recognizer.plan
     )
@@ -82,7 +84,7 @@ def test_note_events_equal_basic_pitchs_own(melodia: int) -> None:
     """On the reference window, the port gives basic-pitch's `output_to_notes_polyphonic` events
     (stored by models/notes/convert.py from the package itself)."""
     reference = np.load(NOTES / "reference.npz")
-    params = PolyphonicParams(melodia=melodia, **PREDICT)
+    params = dataclasses.replace(PREDICT, melodia=melodia)
     ours = sorted(note_events(reference["note"], reference["onset"], params))
     theirs = sorted(tuple(row) for row in reference[f"events_melodia{melodia}"])
     assert len(ours) == len(theirs) > 5
@@ -91,7 +93,9 @@ def test_note_events_equal_basic_pitchs_own(melodia: int) -> None:
         assert a == pytest.approx(ta, abs=1e-6)
 
 
-def _whole(scores: np.ndarray, samples: int, params: PolyphonicParams) -> list[tuple]:
+def _whole(
+    scores: np.ndarray, samples: int, params: PolyphonicParams
+) -> list[tuple[float, float, int]]:
     """basic-pitch's note creation on the whole recording at once, as tag times."""
     grid = FrameGrid()
     # The last window's frames past the recording's end are zero padding; the tagger drops them.
@@ -109,7 +113,7 @@ def test_streamed_in_any_pieces_equals_the_whole_recording(
     audio, _ = piece
     rng = np.random.default_rng(0)
     for infer_onsets in (0, 1):
-        params = PolyphonicParams(**PREDICT, melodia=1, infer_onsets=infer_onsets)
+        params = dataclasses.replace(PREDICT, melodia=1, infer_onsets=infer_onsets)
         whole = _whole(scores, len(audio), params)
         for sizes in ([len(scores)], [7] * 400, [KEPT_FRAMES] * 20, list(rng.integers(1, 300, 40))):
             tags = _tags(PolyphonicTagger(params), scores, sizes, len(audio))

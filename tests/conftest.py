@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -92,16 +93,26 @@ class Server:
 
 
 def start_server(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    open_files: int | None = None,
 ) -> Server:
+    """`arengine serve` on a free port; `open_files` sets its RLIMIT_NOFILE (soft and hard)."""
     port = free_port()
     log = tmp_path / f"server-{port}.log"
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "arengine", "serve", "--port", str(port), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            preexec_fn=None if open_files is None else limit,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + 60

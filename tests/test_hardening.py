@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
@@ -58,6 +59,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp_path_factory.mktemp("srv"),
         "--max-pending-requests",
         "2",
+        "--max-uploading-requests",
+        "2",
         "--body-timeout-s",
         "1",
         "--engine-threads",
@@ -67,10 +70,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(running)
 
 
-def test_beyond_the_pending_bound_requests_get_503_with_retry_after_at_once(server: Server) -> None:
+def test_beyond_the_upload_bound_requests_get_503_with_retry_after_at_once(server: Server) -> None:
     slow = [_slow_upload(server), _slow_upload(server)]
     try:
-        assert _wait_until(lambda: _info(server)["pending_requests"] == 2)
+        assert _wait_until(lambda: _info(server)["uploading_requests"] == 2)
         started = time.monotonic()
         response = httpx.post(
             server.url + "/v1/recognize", content=b"RIFF", headers={"Content-Type": "audio/wav"}
@@ -82,7 +85,7 @@ def test_beyond_the_pending_bound_requests_get_503_with_retry_after_at_once(serv
     finally:
         for sock in slow:
             sock.close()
-    assert _wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert _wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
 def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
@@ -98,7 +101,7 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
     assert reply.startswith("HTTP/1.1 408")
     assert "body_timeout" in reply
     assert 0.9 < time.monotonic() - started < 5
-    assert _wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert _wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
 def test_deadline_gives_504_and_drops_the_work(server: Server, long_file: Path) -> None:
@@ -152,23 +155,30 @@ def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes) -
 
 
 def test_api_keys(tmp_path: Path) -> None:
+    # Written as people write lists: a space after the comma.
     running = start_server(
-        tmp_path, "--no-metrics-public", env={"ARENGINE_API_KEYS": "key-one,key-two"}
+        tmp_path, "--no-metrics-public", env={"ARENGINE_API_KEYS": "key-one, key-two "}
     )
     try:
         with httpx.Client(base_url=running.url) as client:
             missing = client.get("/v1/models")
             wrong = client.get("/v1/models", headers={"Authorization": "Bearer key-three"})
-            right = client.get("/v1/models", headers={"Authorization": "Bearer key-two"})
+            first, second = (
+                client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+                for key in ("key-one", "key-two")
+            )
             open_paths = [client.get(path).status_code for path in ("/healthz", "/readyz")]
     finally:
         stop_server(running)
     assert missing.status_code == wrong.status_code == 401
     assert missing.headers["www-authenticate"].startswith("Bearer")
     assert missing.json()["error"]["code"] == "unauthorized"
-    assert right.status_code == 200
+    assert first.status_code == second.status_code == 200
     assert open_paths == [200, 200]
     assert "key-one" not in " ".join(running.process.args)  # type: ignore[arg-type]
+    log = running.log.read_text()
+    assert '"api_keys": 2' in log  # how many keys are active, never which
+    assert "key-one" not in log and "key-two" not in log
 
 
 def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: Path) -> None:
@@ -195,6 +205,7 @@ def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: P
     assert running.process.wait(30) == 0
     assert ready.status_code == 503 and alive.status_code == 200
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "shutting_down"
     assert outcome["in_flight"].status_code == 200
     assert outcome["in_flight"].json()["audio"]["duration_s"] == pytest.approx(1800.0)
 
@@ -220,7 +231,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
             b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data) + data[:1000]
         )
-        assert _wait_until(lambda: _info(running)["pending_requests"] == 1, 5)
+        assert _wait_until(lambda: _info(running)["uploading_requests"] == 1, 5)
         running.process.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         sock.sendall(data[1000:])
@@ -230,3 +241,89 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
     assert running.process.wait(30) == 0
+
+
+def _start_upload(server: Server) -> socket.socket:
+    """An upload that has begun and waits for more: the server holds it as uploading."""
+    sock = _slow_upload(server)
+    assert _wait_until(lambda: _info(server)["uploading_requests"] == 1, 5)
+    return sock
+
+
+def _reply(sock: socket.socket) -> bytes:
+    sock.settimeout(20)
+    reply = b""
+    while b"}}" not in reply and (chunk := sock.recv(65536)):
+        reply += chunk
+    return reply
+
+
+def _assert_shutting_down(reply: bytes) -> None:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), reply[:300]
+    assert b"application/json" in head and b"retry-after: 1" in head.lower()
+    assert json.loads(body)["error"]["code"] == "shutting_down"
+
+
+def test_a_second_signal_answers_an_upload_in_progress_with_503_shutting_down(
+    tmp_path: Path,
+) -> None:
+    running = start_server(tmp_path, "--shutdown-delay-s", "30", "--models", "speech")
+    with _start_upload(running) as sock:
+        running.process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        running.process.send_signal(signal.SIGTERM)
+        reply = _reply(sock)
+    assert running.process.wait(10) == 0
+    _assert_shutting_down(reply)
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+
+
+def test_an_upload_cut_off_by_the_shutdown_timeout_gets_503_shutting_down(tmp_path: Path) -> None:
+    running = start_server(
+        tmp_path,
+        "--shutdown-delay-s",
+        "0",
+        "--shutdown-timeout-s",
+        "1",
+        "--upload-dir",
+        str(tmp_path),
+        "--models",
+        "speech",
+    )
+    with _start_upload(running) as sock:
+        running.process.send_signal(signal.SIGTERM)
+        reply = _reply(sock)
+    assert running.process.wait(10) == 0
+    _assert_shutting_down(reply)
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+    assert not list(tmp_path.glob("arengine-*.upload"))
+
+
+def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path: Path) -> None:
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    others = [uploads / "arengine-notes.txt", uploads / "recording.upload", uploads / "x.wav"]
+    for other in others:
+        other.write_bytes(b"not ours")
+    (uploads / "arengine-linked00.upload").symlink_to(others[0])
+    spooled = lambda: sorted(path.name for path in uploads.glob("arengine-*.upload"))  # noqa: E731
+    args = ("--upload-dir", str(uploads), "--models", "speech", "--min-upload-bytes-per-s", "0")
+    first = start_server(tmp_path, *args)
+    with _start_upload(first):
+        assert _wait_until(lambda: len(spooled()) == 2, 5)
+        # A second server on the directory while the first is alive must not touch its upload.
+        beside = start_server(tmp_path, *args, wait_ready=False)
+        stop_server(beside)
+        assert len(spooled()) == 2 and _info(first)["uploading_requests"] == 1
+        first.process.kill()
+        first.process.wait(10)
+    assert len(spooled()) == 2  # the crash left the partial upload behind
+    again = start_server(tmp_path, *args, wait_ready=False)
+    stop_server(again)
+    assert spooled() == ["arengine-linked00.upload"]  # a symlink is never ours
+    assert all(other.read_bytes() == b"not ours" for other in others)
+    assert "in use by another server: not swept" in beside.log.read_text()
+    assert "removed 1 upload(s) left in" in again.log.read_text()

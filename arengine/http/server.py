@@ -48,6 +48,38 @@ class GracefulServer(uvicorn.Server):
         asyncio.get_running_loop().set_exception_handler(QuietAcceptErrors())
         await super().startup(sockets)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's sequence, except that requests still running when the drain ends (the
+        timeout, or a second signal) are cancelled and given a moment to answer 503 before the
+        engine closes, and the engine closes on a forced exit too (uvicorn skips the lifespan's
+        shutdown then, and its cancelled task logs a traceback)."""
+        log.info("shutting down: listener closed")
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        await asyncio.sleep(0.1)
+        try:
+            await asyncio.wait_for(
+                self._wait_tasks_to_complete(), timeout=self.config.timeout_graceful_shutdown
+            )
+        except TimeoutError:
+            log.warning("shutdown_timeout_s passed with requests still running")
+        await self._cut_off()
+        await self.lifespan.shutdown()
+
+    async def _cut_off(self) -> None:
+        tasks = set(self.server_state.tasks)
+        if not tasks:
+            return
+        log.warning("cutting off %d request(s) still running", len(tasks))
+        for task in tasks:
+            task.cancel()
+        # Each answers 503 `shutting_down` as soon as it runs (InternalErrorMiddleware).
+        await asyncio.wait(tasks, timeout=2.0)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not uvicorn's handler: it re-raises the signal after shutdown, so the exit code would
         # say "killed by SIGTERM" instead of 0.

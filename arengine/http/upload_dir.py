@@ -25,10 +25,8 @@ SPOOLED = re.compile(r"^arengine-[a-z0-9_]{8}\.upload$")
 
 
 class UploadDir:
-    """A claim on an upload directory for a server's life.
-
-    >>> claim = UploadDir.claim(Path("/tmp/arengine")); ...; claim.close()
-    """
+    """A claim on an upload directory for a server's life: `UploadDir.claim(directory)` at
+    start-up, `close()` at the end."""
 
     def __init__(self, lock: int | None, swept: int) -> None:
         self._lock = lock

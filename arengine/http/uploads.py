@@ -53,7 +53,9 @@ class UploadPace:
     """How slowly a body may arrive: a gap of at most `idle_timeout_s`, the whole of it before
     `deadline` (monotonic), and after `grace_s` an average of at least `min_bytes_per_s` (0: any).
 
-    >>> UploadPace(idle_timeout_s=30, deadline=time.monotonic() + 600, min_bytes_per_s=16384)
+    >>> pace = UploadPace(idle_timeout_s=30, deadline=100.0, min_bytes_per_s=16384, grace_s=10)
+    >>> pace.next_wait(started=0.0, now=4.0, received=0)[0]  # the grace period ends at 10 s
+    6.0
     """
 
     idle_timeout_s: float

@@ -12,24 +12,23 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, ServerFactory, start_server, stop_server, wait_until
 
 MIN_RATE = 2000
 GRACE_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(
-        tmp_path_factory.mktemp("slow"),
+def server(serve: ServerFactory) -> Server:
+    return serve(
         "--models",
         "speech",
         "--engine-threads",
@@ -51,8 +50,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--max-connections",
         "12",
     )
-    yield running
-    stop_server(running)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +63,9 @@ def _port(server: Server) -> int:
     return int(server.url.rsplit(":", 1)[1])
 
 
-def _info(server: Server) -> dict:
-    return httpx.get(server.url + "/v1/info").json()
+def _info(server: Server) -> dict[str, Any]:
+    info: dict[str, Any] = httpx.get(server.url + "/v1/info").json()
+    return info
 
 
 def _metric(server: Server, name: str) -> float:
@@ -75,15 +73,6 @@ def _metric(server: Server, name: str) -> float:
     found = re.search(rf"^{name} (\S+)$", text, flags=re.MULTILINE)
     assert found, name
     return float(found.group(1))
-
-
-def _wait_until(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _read_reply(sock: socket.socket, seconds: float = 10.0) -> bytes:
@@ -158,7 +147,7 @@ def test_drippers_do_not_starve_the_engine_and_are_cut_off_after_the_grace_perio
 ) -> None:
     # Two drippers as many as the engine's slots: they hold upload slots only.
     drippers = _drip(server, 2)
-    assert _wait_until(lambda: _info(server)["uploading_requests"] == 2)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 2)
     assert _metric(server, "arengine_uploading_requests") == 2
     assert _metric(server, "arengine_uploading_bytes") > 0
     answer = _post(server, clip)
@@ -169,7 +158,7 @@ def test_drippers_do_not_starve_the_engine_and_are_cut_off_after_the_grace_perio
         dripper.join(15)
         assert _error_of(dripper.reply) == (408, "upload_too_slow"), dripper.reply[:300]
         assert b"bytes/s" in dripper.reply
-    assert _wait_until(lambda: _info(server)["uploading_requests"] == 0)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
     assert _metric(server, "arengine_uploading_bytes") == 0
     assert _metric(server, "arengine_upload_bytes_total") >= len(clip)
 
@@ -178,7 +167,7 @@ def test_when_drippers_fill_the_upload_slots_a_request_is_refused_until_they_are
     server: Server, clip: bytes
 ) -> None:
     drippers = _drip(server, 4)
-    assert _wait_until(lambda: _info(server)["uploading_requests"] == 4)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 4)
     refused = _post(server, clip)
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "overloaded"
@@ -204,7 +193,7 @@ def test_the_deadline_covers_the_upload(server: Server) -> None:
         reply = _read_reply(sock)
     assert _error_of(reply) == (408, "upload_too_slow")
     assert b"deadline" in reply
-    assert _wait_until(lambda: _info(server)["uploading_requests"] == 0)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
 def test_an_idle_connection_is_closed_after_the_header_timeout(server: Server) -> None:
@@ -288,7 +277,7 @@ def test_descriptor_exhaustion_neither_stops_the_server_nor_floods_the_log(
     try:
         for _ in range(300):
             idle.append(socket.create_connection(("127.0.0.1", _port(running))))
-        answered = _wait_until(
+        answered = wait_until(
             lambda: httpx.get(running.url + "/healthz", timeout=2).status_code == 200, 15
         )
     finally:

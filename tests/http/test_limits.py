@@ -1,6 +1,6 @@
 """The HTTP layer's own limits in-process (httpx's ASGI transport against `create_app`): API keys,
-parameters refused before any upload, truncated multipart bodies, admission, shutdown answers,
-and the log guard for descriptor exhaustion."""
+truncated multipart bodies, admission, shutdown answers, and the log guard for descriptor
+exhaustion. (Parameters refused before any upload are in `test_app.py`.)"""
 
 from __future__ import annotations
 
@@ -77,34 +77,6 @@ def test_the_server_refuses_to_start_on_an_empty_key_list(
     with pytest.raises(SystemExit) as exited:
         main(["serve", "--no-jemalloc"])
     assert "API key 1 of 2 is empty" in str(exited.value.code)
-
-
-@pytest.mark.parametrize(
-    ("query", "says"),
-    [
-        ("threshold=NaN", "threshold: Input should be a finite number"),
-        ("threshold=inf", "threshold: Input should be a finite number"),
-        ("max_speech_duration_s=inf", "finite"),
-        ("max_speech_duration_s=1e-300", "max_speech_duration_s must be 0.5 <= x"),
-        ("threshold=0.3&neg_threshold=0.5", "neg_threshold (0.5) must be at most threshold"),
-        ("threshold=0.3&threshold=0.4", "threshold given more than once"),
-    ],
-)
-def test_parameters_are_refused_with_a_message_naming_the_problem(query: str, says: str) -> None:
-    answers: list[httpx.Response] = []
-
-    async def scenario(client: httpx.AsyncClient, app: Any) -> None:
-        headers = {"Content-Type": "audio/wav"}
-        answers.append(
-            await client.post(f"/v1/recognize?{query}", content=b"RIFF", headers=headers)
-        )
-
-    _run(scenario)
-    error = answers[0].json()["error"]
-    assert answers[0].status_code == 422
-    assert error["code"] == "invalid_parameter"
-    assert says in error["message"]
-    assert "less than" not in error["message"]
 
 
 def test_a_multipart_body_without_its_closing_boundary_is_400_not_a_result(tmp_path: Any) -> None:

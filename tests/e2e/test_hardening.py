@@ -332,3 +332,33 @@ def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path
     assert all(other.read_bytes() == b"not ours" for other in others)
     assert "in use by another server: not swept" in beside.log.read_text()
     assert "removed 1 upload(s) left in" in again.log.read_text()
+
+
+def test_a_second_signal_answers_a_request_in_the_engine_with_503_shutting_down(
+    tmp_path: Path, long_silence: Path
+) -> None:
+    running = start_server(
+        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models", "speech"
+    )
+    outcome: dict[str, httpx.Response] = {}
+
+    def post() -> None:
+        with long_silence.open("rb") as body:
+            outcome["in_flight"] = httpx.post(
+                running.url + "/v1/recognize", files={"file": body}, timeout=60
+            )
+
+    poster = threading.Thread(target=post)
+    poster.start()
+    assert wait_until(lambda: _info(running)["active_jobs"] == 1, 10)
+    running.process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    running.process.send_signal(signal.SIGTERM)
+    poster.join(30)
+    assert running.process.wait(10) == 0
+    answer = outcome["in_flight"]
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["error"]["code"] == "shutting_down"
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log

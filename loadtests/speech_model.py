@@ -14,7 +14,6 @@ engine returns with each model.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,6 @@ import numpy as np
 import soundfile as sf
 import torch
 from torch import Tensor, nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from arengine.decode import decode
 from arengine.engine.job import JobSpec
@@ -40,21 +38,14 @@ from arengine.models.speech_reference import ConvSpeechModel
 from arengine.segments import Segmenter
 from arengine.threads import available_cpus
 from arengine.validation import AudioLimits
-from loadtests.peers import frame_f1
+from loadtests.agreement import frame_f1
+from loadtests.roofline import counted_flops, this_cpu
 
 LSTM_FLOPS_PER_WINDOW = 2 * 2 * 128 * 4 * 128
 """Input and recurrent products of one LSTM step (128 in, 128 hidden, 4 gates); the flop counter
 does not see torch's fused mkldnn LSTM kernel, so it is added by hand."""
 FFT_FLOPS_PER_WINDOW = 4 * int(2.5 * 256 * 8)
 """Four 256-point real FFTs at ~2.5 N log2 N each (the flop counter does not count FFTs)."""
-
-
-def cpu_name() -> str:
-    """The CPU's model name, as `lscpu` prints it."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def best_ms(run: Callable[[], object], reps: int) -> float:
@@ -70,10 +61,9 @@ def best_ms(run: Callable[[], object], reps: int) -> float:
 
 def flops_per_window(model: nn.Module, windows: int = 256) -> float:
     """Counted FLOPs of one forward per 512-sample window, LSTM and FFT included."""
-    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
-        model(torch.zeros(1, CONTEXT + windows * WINDOW))
+    counted = counted_flops(model, torch.zeros(1, CONTEXT + windows * WINDOW))
     extra = LSTM_FLOPS_PER_WINDOW + (FFT_FLOPS_PER_WINDOW if isinstance(model, SpeechModel) else 0)
-    return counter.get_total_flops() / windows + extra
+    return counted / windows + extra
 
 
 def fast_steps(model: SpeechModel, x: Tensor) -> dict[str, Callable[[], object]]:
@@ -120,7 +110,7 @@ def profile(windows: int, batches: list[int], reps: int) -> None:
     fast, reference = SpeechModel(weights), ConvSpeechModel(weights)
     rng = np.random.default_rng(0)
     audio_s = windows * WINDOW / 16000
-    print(f"{cpu_name()}, {available_cpus()} CPUs, one thread, torch {torch.__version__}")
+    print(f"{this_cpu().name}, {available_cpus()} CPUs, one thread, torch {torch.__version__}")
     print(f"one segment of {windows} windows ({audio_s:.1f} s); thread CPU ms, best of {reps}\n")
     print("| model | step | ms | share |")
     print("|---|---|---|---|")

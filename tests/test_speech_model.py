@@ -21,8 +21,9 @@ from arengine.models.speech import (
     silero_package_archive,
 )
 from arengine.models.speech_reference import ConvSpeechModel
+from arengine.segments import Segment
 from arengine.validation import AudioLimits
-from loadtests.peers import frame_f1
+from loadtests.agreement import frame_f1
 from tests.conftest import RecordingFactory
 
 
@@ -153,3 +154,22 @@ def test_a_basis_that_is_not_a_hann_dft_is_refused() -> None:
     weights["stft_conv.weight"] = weights["stft_conv.weight"] * 1.01
     with pytest.raises(ValueError, match="not a periodic-Hann-windowed DFT"):
         SpeechModel(weights)
+
+
+def test_a_batch_of_segments_gives_each_segment_its_own_scores(
+    speech_model: SpeechModel, phrases
+) -> None:
+    audio = _speech_16k(phrases)
+    recognizer = SpeechRecognizer(speech_model, segment_s=4.0, preroll_s=1.0)
+    # Unequal lengths (a row without pre-roll, a short last one) are right-padded in the batch.
+    segments = [
+        Segment(0, 0, 0, 125, _windows(audio[: 125 * WINDOW])),
+        Segment(1, 125, 31, 125, _windows(audio[94 * WINDOW : 250 * WINDOW])),
+        Segment(2, 250, 31, 40, _windows(audio[219 * WINDOW : 290 * WINDOW - 7])),
+    ]
+    features = [recognizer.features(segment) for segment in segments]
+    batched = recognizer.infer_batch(features, segments)
+    for scores, feature, segment in zip(batched, features, segments, strict=True):
+        alone = recognizer.infer(feature, segment)
+        assert scores.shape == alone.shape == (segment.frames,)
+        assert np.abs(scores - alone).max() <= 1e-5

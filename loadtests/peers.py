@@ -60,7 +60,10 @@ T = TypeVar("T")
 
 def _timed(run: Callable[[], T], pid: int | None = None) -> tuple[float, float, T]:
     """Wall and CPU seconds of `run` (CPU of process `pid`, this one by default)."""
-    cpu = (lambda: cpu_seconds(pid)) if pid is not None else time.process_time
+
+    def cpu() -> float:
+        return cpu_seconds(pid) if pid is not None else time.process_time()
+
     started, cpu_started = time.perf_counter(), cpu()
     value = run()
     return time.perf_counter() - started, cpu() - cpu_started, value

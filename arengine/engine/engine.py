@@ -24,9 +24,13 @@ log = logging.getLogger(__name__)
 class Engine:
     """Admits requests, runs them on the shared pool, holds the models.
 
-    >>> engine = Engine(Settings()); engine.load_models()
-    >>> speech = engine.check("speech", {"threshold": 0.6})
-    >>> engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1").future.result()
+    Example::
+
+        engine = Engine(Settings())
+        engine.load_models()
+        speech = engine.check("speech", {"threshold": 0.6})
+        job = engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1")
+        result = job.future.result()
     """
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:

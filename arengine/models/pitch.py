@@ -43,7 +43,7 @@ class Crepe(nn.Module):
     Output: `(frames, 360)` activations in [0, 1], one per 20-cent pitch bin.
 
     >>> model = Crepe.load(Path("models/pitch/tiny.pth"))
-    >>> model(normalise(frames)).shape
+    >>> model(normalise(torch.randn(100, 1024))).shape
     torch.Size([100, 360])
     """
 

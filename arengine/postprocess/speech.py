@@ -74,8 +74,10 @@ class SpeechTagger:
     """Feed probabilities with `push`, then `finish`; both return the tags that became final.
 
     >>> tagger = SpeechTagger(SpeechParams(), sample_rate=16000, hop=512)
-    >>> tagger.push(probabilities) + tagger.finish(audio_samples)
-    [Tag(start=0.45, end=1.93, label='speech', score=0.91)]
+    >>> import numpy as np
+    >>> probabilities = np.r_[np.zeros(20), np.full(40, 0.9), np.zeros(20)]  # 32-ms windows
+    >>> tagger.push(probabilities) + tagger.finish(80 * 512)
+    [Tag(start=0.61, end=1.95, label='speech', score=0.9, frequency_hz=None)]
     """
 
     def __init__(self, params: SpeechParams, sample_rate: int, hop: int) -> None:

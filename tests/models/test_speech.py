@@ -24,7 +24,7 @@ from arengine.models.speech_reference import ConvSpeechModel
 from arengine.segments import Segment
 from arengine.validation import AudioLimits
 from loadtests.agreement import frame_f1
-from tests.conftest import RecordingFactory
+from tests.conftest import Phrases, RecordingFactory
 
 
 def _speech_16k(phrases: tuple[list[np.ndarray], int]) -> np.ndarray:
@@ -40,7 +40,9 @@ def _windows(audio: np.ndarray) -> np.ndarray:
     return x
 
 
-def test_matches_the_package_model_on_real_speech(speech_model: SpeechModel, phrases) -> None:
+def test_matches_the_package_model_on_real_speech(
+    speech_model: SpeechModel, phrases: Phrases
+) -> None:
     x = _windows(_speech_16k(phrases))
     reference = load_silero_vad()
     reference.reset_states()
@@ -62,7 +64,7 @@ def test_matches_the_package_model_on_real_speech(speech_model: SpeechModel, phr
 
 
 def test_many_threads_sharing_the_model_match_one_thread(
-    speech_model: SpeechModel, phrases
+    speech_model: SpeechModel, phrases: Phrases
 ) -> None:
     audio = _speech_16k(phrases)
     inputs = [torch.from_numpy(_windows(audio[i * 3000 :]))[None] for i in range(8)]
@@ -88,7 +90,7 @@ def test_many_threads_sharing_the_model_match_one_thread(
         assert torch.equal(out, serial[(worker + round_) % len(inputs)])
 
 
-def test_batch_rows_are_independent(speech_model: SpeechModel, phrases) -> None:
+def test_batch_rows_are_independent(speech_model: SpeechModel, phrases: Phrases) -> None:
     audio = _speech_16k(phrases)[: 20 * WINDOW]
     a, b = _windows(audio), _windows(audio[::-1].copy())
     with torch.no_grad():
@@ -104,7 +106,7 @@ def reference() -> ConvSpeechModel:
 
 
 def test_matches_the_conv_reference_window_by_window(
-    speech_model: SpeechModel, reference: ConvSpeechModel, phrases
+    speech_model: SpeechModel, reference: ConvSpeechModel, phrases: Phrases
 ) -> None:
     audio = _speech_16k(phrases)
     # Three rows of different audio, more windows than one encoder chunk (256), and a tail of
@@ -157,7 +159,7 @@ def test_a_basis_that_is_not_a_hann_dft_is_refused() -> None:
 
 
 def test_a_batch_of_segments_gives_each_segment_its_own_scores(
-    speech_model: SpeechModel, phrases
+    speech_model: SpeechModel, phrases: Phrases
 ) -> None:
     audio = _speech_16k(phrases)
     recognizer = SpeechRecognizer(speech_model, segment_s=4.0, preroll_s=1.0)

@@ -30,6 +30,7 @@ import torch
 
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from arengine.models.speech import WINDOW, SpeechModel, SpeechRecognizer
 from arengine.segments import Segmenter
 from arengine.threads import available_cpus
@@ -104,8 +105,8 @@ def silero_lite(audio: np.ndarray) -> Outcome:
 def arengine_engine(path: Path, threads: int) -> Outcome:
     torch.set_num_threads(1)
     pool = EnginePool(threads)
-    recognizer = SpeechRecognizer(SpeechModel.from_silero_package(), segment_s=30, preroll_s=2)
-    recognizer.warm_up()
+    # The served configuration: the manifest's segments and batch size, warmed up.
+    recognizer = load_models(DEFAULT_MODELS_DIR, ["speech"])[0]["speech"].recognizer
     limits = AudioLimits(
         max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
     )

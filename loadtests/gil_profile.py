@@ -35,7 +35,7 @@ STAGES = {
 def stage_of(frames: list[str]) -> str:
     """The stage of one sampled stack: the innermost engine task on it, else where it runs."""
     for frame in reversed(frames):
-        name = frame.split(" ", 1)[0]
+        name = frame.split(" ", 1)[0].rsplit(".", 1)[-1]
         if name in STAGES and "job.py" in frame:
             return STAGES[name]
     text = ";".join(frames)
@@ -90,7 +90,7 @@ def main() -> None:
     with running_server(8870, "--models", "speech", "--engine-threads", threads) as (server, _):
         recorder = subprocess.Popen(
             [spy, "record", "--gil", "--native", "--threads", "--format", "raw", "--rate",
-             str(args.rate), "--nonblocking", "-o", str(args.out), "-p", str(server.pid)],
+             str(args.rate), "-o", str(args.out), "-p", str(server.pid)],
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         try:

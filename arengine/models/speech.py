@@ -128,8 +128,10 @@ class SpeechModel(nn.Module):
         }
         for i in range(1, 5):
             derived[f"conv{i}_bias"] = weights[f"conv{i}.bias"]
+        # Plain attributes, not buffers: every buffer read goes through nn.Module.__getattr__, which
+        # held the GIL for 12% of a loaded server's GIL-holding samples (loadtests/gil_profile.py).
         for name, tensor in derived.items():
-            self.register_buffer(name, tensor.detach().clone(), persistent=False)
+            object.__setattr__(self, name, tensor.detach().clone())
         self.lstm = nn.LSTM(128, 128, batch_first=True)
         prefix = "lstm."
         self.lstm.load_state_dict(

@@ -13,17 +13,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from arengine.features import Segment
 from arengine.mel import MelParams
-from arengine.models.classifier import ClassifierRecognizer, load_torchscript
+from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
+from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess.labels import LabelParams
 from arengine.postprocess.notes import NotesParams
 from arengine.postprocess.speech import SpeechParams
 
 log = logging.getLogger(__name__)
+
+SPEED_CLIP_S = 4.0
+"""Audio timed at warm-up for the real-time factor: long enough for one 3-s music patch, short
+enough that loading CREPE (about 4x real time per core) stays about a second."""
 
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 """The repository's `models/` folder (the package is installed from the repository)."""
@@ -37,6 +45,9 @@ class LoadedModel:
     manifest: Manifest
     load_s: float
     warm_up_s: float
+    real_time_factor: float
+    """Compute seconds per second of audio, features and inference on one thread, measured at
+    warm-up on `SPEED_CLIP_S` of noise (below 1 is faster than real time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +91,37 @@ def _load(manifest: Manifest, segment_s: float | None) -> LoadedModel:
     loaded = time.perf_counter()
     recognizer.warm_up()
     warmed = time.perf_counter()
+    rtf = real_time_factor(recognizer)
     log.info(
-        "model %s (%s) loaded in %.2f s, warmed up in %.2f s, weights sha256 %s",
+        "model %s (%s) loaded in %.2f s, warmed up in %.2f s, real-time factor %.4f, "
+        "weights sha256 %s",
         manifest.name,
         manifest.kind,
         loaded - started,
         warmed - loaded,
+        rtf,
         manifest.weights_sha256[:16],
     )
-    return LoadedModel(recognizer, manifest, loaded - started, warmed - loaded)
+    return LoadedModel(recognizer, manifest, loaded - started, warmed - loaded, rtf)
+
+
+def weights_format_of(weights: Path) -> str:
+    """The runtime a weights file is read with: a classifier's suffix decides; built-in kinds
+    read their own state dicts or archives."""
+    return FORMATS.get(weights.suffix.lower(), f"{weights.suffix.lstrip('.') or 'file'} (built-in)")
+
+
+def real_time_factor(recognizer: Recognizer, seconds: float = SPEED_CLIP_S) -> float:
+    """Seconds of features and inference per second of audio, on one segment of noise."""
+    plan = recognizer.plan
+    frames = min(plan.segment_frames, max(1, round(seconds * recognizer.sample_rate / plan.hop)))
+    rng = np.random.default_rng(0)
+    samples = 0.1 * rng.standard_normal(plan.context + frames * plan.hop + plan.lookahead)
+    segment = Segment(0, 0, 0, frames, samples.astype(np.float32))
+    started = time.perf_counter()
+    recognizer.infer(recognizer.features(segment), segment)
+    elapsed = time.perf_counter() - started
+    return elapsed * recognizer.sample_rate / (frames * plan.hop)
 
 
 def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
@@ -113,7 +146,7 @@ def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
     return ClassifierRecognizer(
         manifest.name,
-        load_torchscript(manifest.weights),
+        load_network(manifest.weights),
         manifest.sample_rate,
         manifest.labels,
         mel,

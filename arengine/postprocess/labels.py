@@ -31,6 +31,15 @@ class LabelParams:
         # A client's threshold applies to every label.
         return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed
 
+    def defaults(self) -> dict[str, float]:
+        """The parameters as `GET /v1/models` lists them; per-label ones as `threshold.<label>`."""
+        return {
+            "threshold": self.threshold,
+            "min_duration_ms": self.min_duration_ms,
+            "merge_gap_ms": self.merge_gap_ms,
+            **{f"threshold.{label}": value for label, value in self.thresholds.items()},
+        }
+
     def threshold_of(self, label: str) -> float:
         return self.thresholds.get(label, self.threshold)
 

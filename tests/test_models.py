@@ -34,7 +34,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models")
     shutil.copytree(DEFAULT_MODELS_DIR / "speech", folder / "speech")
     example = _example()
-    example.export(example.train(seconds=4.0), folder / "tones", "tones")
+    example.export(example.train(steps=100), folder / "tones", "tones")
     broken = {
         "bad-toml": "name = 'x\n",
         "missing-weights": (folder / "tones" / "manifest.toml")

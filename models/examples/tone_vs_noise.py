@@ -61,8 +61,8 @@ def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return np.stack(windows), np.array(targets, np.float32)
 
 
-def train(seconds: float = 5.0, seed: int = 0) -> TinyClassifier:
-    """Train on freshly synthesised windows until `seconds` have passed."""
+def train(seconds: float = 5.0, seed: int = 0, steps: int | None = None) -> TinyClassifier:
+    """Train on freshly synthesised windows for `steps` batches, or until `seconds` have passed."""
     import time
 
     torch.manual_seed(seed)
@@ -72,12 +72,14 @@ def train(seconds: float = 5.0, seed: int = 0) -> TinyClassifier:
     optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
     loss = nn.BCEWithLogitsLoss()
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    done = 0
+    while (done < steps) if steps is not None else (time.monotonic() < deadline):
         windows, targets = synthesize(64, rng)
         optimiser.zero_grad()
         error = loss(model(mel(torch.from_numpy(windows))), torch.from_numpy(targets))
         error.backward()
         optimiser.step()
+        done += 1
     return model.eval()
 
 

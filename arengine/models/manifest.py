@@ -16,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-KINDS = ("speech", "pitch", "classifier")
+KINDS = ("speech", "pitch", "classifier", "music")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 

@@ -19,6 +19,8 @@ from arengine.features import Segment
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
+from arengine.models.music import LABELS as MUSIC_LABELS
+from arengine.models.music import MusicRecognizer
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import FORMATS, load_network
@@ -135,14 +137,18 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
-def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
-    model = manifest.model
+def _label_params(manifest: Manifest) -> LabelParams:
     post = dict(manifest.postprocess)
     thresholds = post.pop("thresholds", {})
     unknown = sorted(set(thresholds) - set(manifest.labels))
     if unknown:
         raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
-    params = dataclasses.replace(LabelParams().with_overrides(post), thresholds=thresholds)
+    return dataclasses.replace(LabelParams().with_overrides(post), thresholds=thresholds)
+
+
+def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
+    model = manifest.model
+    params = _label_params(manifest)
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
     return ClassifierRecognizer(
         manifest.name,
@@ -163,8 +169,20 @@ def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
+def _music(manifest: Manifest, segment_s: float) -> Recognizer:
+    if manifest.labels != MUSIC_LABELS or manifest.sample_rate != MusicRecognizer.sample_rate:
+        raise ManifestError(
+            manifest.path,
+            f"a music model's labels are musicnn's 50 MagnaTagATune tags in their order, "
+            f"at {MusicRecognizer.sample_rate} Hz: {list(MUSIC_LABELS)}",
+        )
+    params = _label_params(manifest)
+    return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,
     "pitch": _pitch,
     "classifier": _classifier,
+    "music": _music,
 }

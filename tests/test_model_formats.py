@@ -40,20 +40,29 @@ def _example() -> ModuleType:
     return module
 
 
-def _escaping_onnx(source: Path, folder: Path) -> None:
-    """A copy of `source` whose external data sits beside the model's folder, named by `..`."""
-    folder.mkdir()
+def _with_location(source: Path, folder: Path, location: str) -> None:
+    """A copy of the ONNX model in `source` whose external data is read from `location`."""
+    folder.mkdir(exist_ok=True)
     model = onnx.load(str(source / "model.onnx"), load_external_data=False)
     external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
     assert external, "the exporter is expected to write external data"
     for tensor in external:
         for entry in tensor.external_data:
             if entry.key == "location":
-                entry.value = "../stolen.data"
+                entry.value = location
     (folder / "model.onnx").write_bytes(model.SerializeToString())
-    (folder.parent / "stolen.data").write_bytes((source / "model.onnx.data").read_bytes())
-    manifest = (source / "manifest.toml").read_text().replace('"tonnx"', '"escape"')
+    manifest = (source / "manifest.toml").read_text().replace('"tonnx"', f'"{folder.name}"')
     (folder / "manifest.toml").write_text(manifest)
+
+
+def _escaping_onnx(source: Path, models: Path) -> None:
+    """External data outside the model's folder: named by `..`, absolute, through a symlink."""
+    stolen = models / "stolen.data"
+    stolen.write_bytes((source / "model.onnx.data").read_bytes())
+    _with_location(source, models / "escape", "../stolen.data")
+    _with_location(source, models / "escape-absolute", str(stolen))
+    _with_location(source, models / "escape-symlink", "link.data")
+    (models / "escape-symlink" / "link.data").symlink_to(stolen)
 
 
 def _broken(source: Path, folder: Path, name: str, weights: str, content: bytes) -> None:
@@ -72,7 +81,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     network = example.train(steps=100)  # steps, not seconds: the same model on a busy machine
     for suffix in FORMATS:
         example.export(network, folder / suffix, f"t{suffix}", suffix)
-    _escaping_onnx(folder / "onnx", folder / "escape")
+    _escaping_onnx(folder / "onnx", folder)
     garbage = np.random.default_rng(0).bytes(4096)
     _broken(folder / "pt", folder / "garbage-onnx", "g1", "model.onnx", garbage)
     _broken(folder / "pt", folder / "garbage-pt2", "g2", "model.pt2", garbage)
@@ -92,9 +101,18 @@ def test_every_format_loads_and_broken_files_are_reported(server: Server) -> Non
     formats = {m["name"]: m["weights_format"] for m in listing["models"]}
     assert formats == {f"t{suffix}": name for suffix, name in FORMATS.items()}
     reasons = {Path(f["manifest"]).parent.name: f["reason"] for f in listing["unavailable"]}
-    assert set(reasons) == {"escape", "garbage-onnx", "garbage-pt2", "keras"}
+    assert set(reasons) == {
+        "escape",
+        "escape-absolute",
+        "escape-symlink",
+        "garbage-onnx",
+        "garbage-pt2",
+        "keras",
+    }
     assert "escapes model directory" in reasons["escape"]
     assert "stolen.data" in reasons["escape"]
+    assert "Absolute path" in reasons["escape-absolute"]
+    assert "escapes model directory" in reasons["escape-symlink"]
     assert "INVALID_PROTOBUF" in reasons["garbage-onnx"] or "protobuf" in reasons["garbage-onnx"]
     assert reasons["garbage-pt2"]  # torch.export's own message, whatever it says
     assert ".onnx (onnx), .pt2 (torch.export), .pt (torchscript)" in reasons["keras"]
@@ -179,14 +197,8 @@ def test_escaping_external_data_is_refused_when_loading_directly(models_dir: Pat
     with pytest.raises(Exception, match="escapes model directory"):
         OnnxNetwork(models_dir / "escape" / "model.onnx")
     # The same data inside the folder loads: the refusal is about the location only.
-    inside = onnx.load(str(models_dir / "escape" / "model.onnx"), load_external_data=False)
-    for tensor in inside.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                entry.value = "stolen.data"
     folder = models_dir.parent / f"inside-{os.getpid()}"
-    folder.mkdir(exist_ok=True)
-    (folder / "model.onnx").write_bytes(inside.SerializeToString())
+    _with_location(models_dir / "onnx", folder, "stolen.data")
     (folder / "stolen.data").write_bytes((models_dir / "stolen.data").read_bytes())
     assert OnnxNetwork(folder / "model.onnx")(_features(2, seed=0)).shape == (2, 2)
 
@@ -203,6 +215,8 @@ def test_loading_the_folder_directly_reports_the_same_failures(models_dir: Path)
     assert sorted(loaded) == ["tonnx", "tpt", "tpt2"]
     assert sorted(f.path.parent.name for f in failures) == [
         "escape",
+        "escape-absolute",
+        "escape-symlink",
         "garbage-onnx",
         "garbage-pt2",
         "keras",

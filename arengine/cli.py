@@ -193,8 +193,8 @@ def recognize(
     settings: Settings, inputs: list[Path], model: str, format: str, out: Path, jobs: int
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
-    from arengine.batch import expand, recognize_files
     from arengine.formats import get_format
+    from arengine.runner import expand, recognize_files
 
     files = expand(inputs)
     if not files:

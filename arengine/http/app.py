@@ -22,7 +22,7 @@ from arengine.engine.engine import Engine
 from arengine.http import routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
-from arengine.http.errors import install_error_handlers
+from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
 from arengine.memory import Jemalloc
 from arengine.metrics import Metrics
 from arengine.settings import Settings
@@ -34,7 +34,8 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 def create_app(settings: Settings) -> FastAPI:
     """The application for `settings`; the engine starts and the models load in its lifespan.
 
-    >>> uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)
+    Example: `uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)`; `arengine serve`
+    does this with its signal handling and jemalloc.
     """
 
     metrics = Metrics(CollectorRegistry())
@@ -76,6 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
+    app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app

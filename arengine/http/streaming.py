@@ -11,11 +11,9 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from arengine.engine.job import Job, Result
+from arengine.engine.job import Job
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded
-from arengine.formats import tag_dict
-from arengine.http.schemas import RecognizeResponse
-from arengine.postprocess import Tag
+from arengine.types import Result, Tag, result_dict, tag_dict
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +27,12 @@ def stop(job: Job) -> None:
 class TagFeed:
     """Tags from an engine thread to the event loop, and the job's result when it is done.
 
-    >>> feed = TagFeed(); job = engine.recognize(path, speech, {}, "r1", feed.listener())
-    >>> feed.watch(job); first = await feed.next(deadline)
+    Example, inside a request handler::
+
+        feed = TagFeed()
+        job = engine.recognize(path, speech, {}, "r1", feed.listener())
+        feed.watch(job)
+        first = await feed.next(deadline)
     """
 
     def __init__(self) -> None:
@@ -93,7 +95,7 @@ async def lines(
             event = await feed.next(deadline)
         result = event
         yield _ndjson([tag_dict(tag) for tag in result.tags[sent:]])
-        body = RecognizeResponse.of(result).model_dump(exclude_none=True, exclude={"tags"})
+        body = {key: value for key, value in result_dict(result).items() if key != "tags"}
         yield _ndjson([{"summary": {**body, "tag_count": len(result.tags)}}])
         status = 200
     except ArengineError as error:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from arengine.features import Segment, SegmentPlan
 from arengine.mel import LogMel, MelParams
 from arengine.models.recognizer import Overrides
 from arengine.models.runtimes import Network
 from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.segments import Segment, SegmentPlan
 
 ACTIVATIONS = ("sigmoid", "softmax")
 

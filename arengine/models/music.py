@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.features import Segment, SegmentPlan
+from arengine.segments import Segment, SegmentPlan
 from arengine.mel import mel_filterbank
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.labels import LabelParams, LabelTagger

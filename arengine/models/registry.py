@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.features import Segment
+from arengine.segments import Segment
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
@@ -25,6 +25,7 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.params import Params
 from arengine.postprocess.labels import LabelParams
 from arengine.postprocess.notes import NotesParams
 from arengine.postprocess.speech import SpeechParams
@@ -179,6 +180,14 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
     params = _label_params(manifest)
     return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
+
+PARAMETERS: dict[str, type[Params]] = {
+    "speech": SpeechParams,
+    "pitch": NotesParams,
+    "classifier": LabelParams,
+    "music": LabelParams,
+}
+"""Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
 
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,

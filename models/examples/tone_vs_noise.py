@@ -7,10 +7,10 @@
     curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
 
 It synthesises its own training audio, computes the same log-mel features the server computes
-(`arengine.mel.LogMel`, with the manifest's parameters), trains for a few seconds, and writes the
-model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml` into the output folder. The
-number of windows per call varies (segments differ in length), so every format is exported with a
-dynamic first dimension.
+(`arengine.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps (a few
+seconds), and writes the model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml` into
+the output folder. The number of windows per call varies (segments differ in length), so every
+format is exported with a dynamic first dimension.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class TinyClassifier(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.conv(features)).mean(dim=2)
-        return self.out(hidden)
+        logits: torch.Tensor = self.out(hidden)
+        return logits
 
 
 def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -61,25 +62,23 @@ def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return np.stack(windows), np.array(targets, np.float32)
 
 
-def train(seconds: float = 5.0, seed: int = 0, steps: int | None = None) -> TinyClassifier:
-    """Train on freshly synthesised windows for `steps` batches, or until `seconds` have passed."""
-    import time
-
+def train(steps: int = 400, seed: int = 0, examples: int = 768) -> TinyClassifier:
+    """Train for `steps` batches of 64 drawn from `examples` synthesised windows (their features
+    computed once): the same model on any machine, in a few seconds of CPU."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    mel = LogMel(RATE, MEL)
+    windows, targets = synthesize(examples, rng)
+    with torch.no_grad():
+        features = LogMel(RATE, MEL)(torch.from_numpy(windows))
+    labels = torch.from_numpy(targets)
     model = TinyClassifier(MEL.n_mels, len(LABELS))
     optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
     loss = nn.BCEWithLogitsLoss()
-    deadline = time.monotonic() + seconds
-    done = 0
-    while (done < steps) if steps is not None else (time.monotonic() < deadline):
-        windows, targets = synthesize(64, rng)
+    for _ in range(steps):
+        batch = torch.from_numpy(rng.integers(0, examples, 64))
         optimiser.zero_grad()
-        error = loss(model(mel(torch.from_numpy(windows))), torch.from_numpy(targets))
-        error.backward()
+        loss(model(features[batch]), labels[batch]).backward()
         optimiser.step()
-        done += 1
     return model.eval()
 
 
@@ -164,12 +163,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("folder", type=Path, help="output model folder, e.g. models/tones")
-    parser.add_argument("--seconds", type=float, default=5.0, help="training time")
+    parser.add_argument("--steps", type=int, default=400, help="training batches of 64 windows")
     parser.add_argument(
         "--format", choices=FORMATS, default="pt2", help="pt2 (torch.export), onnx or pt"
     )
     args = parser.parse_args()
-    path = export(train(args.seconds), args.folder, args.folder.name, args.format)
+    path = export(train(args.steps), args.folder, args.folder.name, args.format)
     print(f"wrote {path} and {args.folder}/manifest.toml")
 
 

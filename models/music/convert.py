@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ CHECKPOINT = "MTT_musicnn/"
 FRONT = ["conv2d", "conv2d_1", "conv2d_2", "conv2d_3", "conv2d_4"]
 
 
-def _bn(reader, tf_name: str, ours: str) -> dict[str, np.ndarray]:
+def _bn(reader: Any, tf_name: str, ours: str) -> dict[str, np.ndarray]:
     return {
         f"{ours}.weight": reader.get_tensor(f"{tf_name}/gamma"),
         f"{ours}.bias": reader.get_tensor(f"{tf_name}/beta"),
@@ -43,7 +44,7 @@ def _bn(reader, tf_name: str, ours: str) -> dict[str, np.ndarray]:
     }
 
 
-def state_dict(reader) -> dict[str, np.ndarray]:
+def state_dict(reader: Any) -> dict[str, np.ndarray]:
     """The torch names of `arengine.models.music.Musicnn` -> arrays laid out for torch.
 
     Variables are named by creation order in musicnn's `build_musicnn`: the input batch norm,

@@ -1,6 +1,8 @@
 """`arengine recognize`: many files through one in-process engine, one output file per input.
 
->>> failures = recognize_files(engine, [Path("calls/")], "speech", FORMATS["csv"], Path("out"))
+Example::
+
+    failures = recognize_files(engine, [Path("calls/")], "speech", FORMATS["csv"], Path("out"))
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from pathlib import Path
 from typing import TextIO
 
 from arengine.engine.engine import Engine
-from arengine.engine.job import Result
 from arengine.errors import ArengineError
 from arengine.formats import Format
+from arengine.types import Result
 from arengine.validation import probe
 
 AUDIO_SUFFIXES = frozenset(

@@ -26,7 +26,7 @@ from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.params import Params
-from arengine.postprocess.labels import LabelParams
+from arengine.postprocess.labels import LabelParams, MusicParams
 from arengine.postprocess.notes import NotesParams
 from arengine.postprocess.speech import SpeechParams
 
@@ -138,13 +138,13 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
-def _label_params(manifest: Manifest) -> LabelParams:
+def _label_params(manifest: Manifest, kind: type[LabelParams] = LabelParams) -> LabelParams:
     post = dict(manifest.postprocess)
     thresholds = post.pop("thresholds", {})
     unknown = sorted(set(thresholds) - set(manifest.labels))
     if unknown:
         raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
-    return dataclasses.replace(LabelParams().with_overrides(post), thresholds=thresholds)
+    return dataclasses.replace(kind().with_overrides(post), thresholds=thresholds)
 
 
 def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
@@ -177,7 +177,7 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
             f"a music model's labels are musicnn's 50 MagnaTagATune tags in their order, "
             f"at {MusicRecognizer.sample_rate} Hz: {list(MUSIC_LABELS)}",
         )
-    params = _label_params(manifest)
+    params = _label_params(manifest, MusicParams)
     return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
@@ -185,7 +185,7 @@ PARAMETERS: dict[str, type[Params]] = {
     "speech": SpeechParams,
     "pitch": NotesParams,
     "classifier": LabelParams,
-    "music": LabelParams,
+    "music": MusicParams,
 }
 """Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
 

@@ -61,6 +61,13 @@ class LabelParams(Params):
         return self.thresholds.get(label, self.threshold)
 
 
+@dataclass(frozen=True, slots=True)
+class MusicParams(LabelParams):
+    """Post-processing of the music tagger: a classifier's, over 3-s patches."""
+
+    kind: ClassVar[str] = "music"
+
+
 @dataclass(slots=True)
 class _Run:
     first: int

@@ -55,3 +55,24 @@ def test_piano_then_speech_served_as_timed_tags(server: Server, tmp_path: Path) 
             timeout=120,
         ).json()["tags"]
     assert len(strict) < len(tags)
+
+
+def test_the_model_card_is_served(server: Server) -> None:
+    (music,) = httpx.get(server.url + "/v1/models").json()["models"]
+    assert music["name"] == music["kind"] == "music"
+    assert music["task"].startswith("music tagging")
+    assert len(music["labels"]) == 50 and music["labels"][9] == "piano"
+    assert "ISC" in music["licence"] and "non-commercial" in music["licence"]
+    assert "non-commercial use only" in music["training_data"]
+    assert "musicnn 0.1.0" in music["source"] and music["version"]
+    assert music["sample_rate"] == 16000
+    assert music["segment_plan"] == {
+        "segment_s": pytest.approx(10 * PATCH_HOP / 16000),
+        "preroll_s": 0.0,
+        "hop_s": pytest.approx(PATCH_HOP / 16000),
+        "context_s": pytest.approx(256 / 16000),
+        "lookahead_s": 0.0,
+    }
+    assert music["real_time_factor"] > 0
+    assert music["parameters"]["threshold"] == 0.3
+    assert music["parameters"]["threshold.guitar"] == 0.45

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.segments import Segment, SegmentPlan
 from arengine.mel import mel_filterbank
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 N_FFT = 512

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.segments import Segment
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
@@ -29,6 +28,7 @@ from arengine.params import Params
 from arengine.postprocess.labels import LabelParams, MusicParams
 from arengine.postprocess.notes import NotesParams
 from arengine.postprocess.speech import SpeechParams
+from arengine.segments import Segment
 
 log = logging.getLogger(__name__)
 

@@ -151,7 +151,8 @@ def test_models_markdown_prints_the_cards(tmp_path: Path) -> None:
     done = _arengine("models", "--markdown", "--models", "speech", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == "| model | kind | task | labels | licence | source | version | input | segments |"
+    header = "| model | kind | task | labels | licence | source | version | input | segments |"
+    assert lines[0] == header
     assert lines[2].startswith("| `speech` | speech | voice activity detection")
     assert "| MIT |" in lines[2] and "| 16000 Hz mono |" in lines[2]
     assert len(lines) == 3

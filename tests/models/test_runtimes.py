@@ -6,8 +6,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
+from onnx import TensorProto, helper
 
 from arengine.mel import LogMel
 from arengine.models.runtimes import OnnxNetwork, load_network, weights_format
@@ -81,3 +83,17 @@ def test_the_suffix_picks_the_runtime() -> None:
     assert weights_format(Path("M.ONNX")) == "onnx"
     with pytest.raises(ValueError, match=r"'model\.tflite' has no known suffix; accepted: \.onnx"):
         weights_format(Path("model.tflite"))
+
+
+def test_an_onnx_model_that_does_not_take_float32_is_refused(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "int_identity",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, ["n", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["n", 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "int.onnx"))
+    with pytest.raises(ValueError, match=r"takes one float32 tensor; this one takes \[\('x', "):
+        load_network(tmp_path / "int.onnx")

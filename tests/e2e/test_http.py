@@ -194,7 +194,7 @@ def test_no_upload_file_is_left_behind_by_errors_or_successes(
     response = _post(server, clip.path)
     assert response.status_code == 200
     _assert_finds_speech(response.json()["tags"], clip.speech)
-    assert list(server.upload_dir.iterdir()) == []
+    assert sorted(server.upload_dir.glob("*.upload")) == []
 
 
 # Service endpoints.

@@ -19,6 +19,7 @@ Batch norms are inference-mode (moving averages, epsilon 1e-3, TensorFlow's defa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -150,6 +151,7 @@ class MusicRecognizer:
     """3-s patches -> musicnn -> 50 tag probabilities -> runs over each tag's threshold."""
 
     kind = "music"
+    max_batch = 1
     sample_rate = SAMPLE_RATE
     labels = LABELS
 
@@ -179,6 +181,12 @@ class MusicRecognizer:
             scores = self._model(features)
         out: np.ndarray = scores[segment.skip_frames :].numpy()
         return out
+
+    def infer_batch(
+        self, features: Sequence[Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """One `infer` per segment: not measured batched yet (max_batch 1)."""
+        return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(

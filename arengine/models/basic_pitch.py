@@ -2,7 +2,7 @@
 
 The network is re-declared from basic-pitch 0.4.0's `models.py` and `layers/nnaudio.py` (its ONNX
 export `nmp.onnx` is the reference), with the weights taken from that ONNX file's initializers by
-`models/notes/convert.py`:
+`models/notes/convert_basic_pitch.py`:
 
 1. a constant-Q transform (nnAudio's CQT2010v2): one 36-bin octave kernel (256 taps) applied to the
    signal, then to the signal low-passed and halved 8 times, 9 octaves from 27.5 Hz, bottom 309
@@ -164,7 +164,7 @@ class BasicPitch(nn.Module):
 
     @classmethod
     def load(cls, path: Path) -> BasicPitch:
-        """The network with the weights written by `models/notes/convert.py`, frozen."""
+        """The network with the weights written by `models/notes/convert_basic_pitch.py`, frozen."""
         weights = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(weights, dict):
             raise ValueError(f"{path} does not hold a dict of tensors")

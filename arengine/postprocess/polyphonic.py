@@ -206,8 +206,8 @@ class PolyphonicTagger:
     >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
     >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
     >>> tagger = PolyphonicTagger(PolyphonicParams())
-    >>> tagger.push(scores) + tagger.finish(300 * 256)
-    [Tag(start=0.232, end=1.393, label='C4', score=0.9, frequency_hz=None, midi=60, pitch_bend=None)]
+    >>> [(t.label, t.midi, t.start, t.end) for t in tagger.push(scores) + tagger.finish(76800)]
+    [('C4', 60, 0.232, 1.393)]
     """
 
     def __init__(

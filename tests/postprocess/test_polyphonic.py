@@ -82,7 +82,7 @@ def _s(sample: int) -> float:
 @pytest.mark.parametrize("melodia", [0, 1])
 def test_note_events_equal_basic_pitchs_own(melodia: int) -> None:
     """On the reference window, the port gives basic-pitch's `output_to_notes_polyphonic` events
-    (stored by models/notes/convert.py from the package itself)."""
+    (stored by models/notes/convert_basic_pitch.py from the package itself)."""
     reference = np.load(NOTES / "reference.npz")
     params = dataclasses.replace(PREDICT, melodia=melodia)
     ours = sorted(note_events(reference["note"], reference["onset"], params))

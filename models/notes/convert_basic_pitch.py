@@ -7,7 +7,7 @@ Run once, in a throwaway environment, never at run time:
         librosa "resampy<0.4.3" "setuptools<70" pretty_midi scipy scikit-learn
     pip download basic-pitch==0.4.0 --no-deps -d /tmp/bp && unzip /tmp/bp/*.whl -d /tmp/bp/whl
     /tmp/convert-venv/bin/pip install --no-deps /tmp/bp/basic_pitch-0.4.0-py2.py3-none-any.whl
-    /tmp/convert-venv/bin/python models/notes/convert.py \
+    /tmp/convert-venv/bin/python models/notes/convert_basic_pitch.py \
         /tmp/bp/whl/basic_pitch/saved_models/icassp_2022/nmp.onnx
 
 It checks the ONNX file's sha256, copies its initializers into a torch state dict (`nmp.pt`,

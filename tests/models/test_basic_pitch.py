@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -46,23 +46,16 @@ def test_matches_the_stored_onnx_activations(model: BasicPitch, clip: np.ndarray
     assert reference["note"].max() > 0.5 and reference["onset"].max() > 0.5
 
 
-def _onnx_path() -> Path | None:
-    given = os.environ.get("ARENGINE_BASIC_PITCH_ONNX")
-    if given:
-        return Path(given)
-    spec = importlib.util.find_spec("basic_pitch")
-    if spec is None or spec.origin is None:
-        return None
-    return Path(spec.origin).parent / "saved_models" / "icassp_2022" / "nmp.onnx"
+def test_the_vendored_onnx_file_is_basic_pitchs() -> None:
+    digest = hashlib.sha256((NOTES / "nmp.onnx").read_bytes()).hexdigest()
+    assert digest == "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec"
 
 
 def test_matches_onnxruntime_live(model: BasicPitch, clip: np.ndarray) -> None:
-    """Where onnxruntime and nmp.onnx are at hand (ARENGINE_BASIC_PITCH_ONNX or an installed
-    basic-pitch), compare on the clip and on a louder, noisier copy, batched."""
+    """basic-pitch's own nmp.onnx (vendored unchanged) under onnxruntime, where it is installed:
+    on the clip and on a louder, noisier copy, batched."""
     onnxruntime = pytest.importorskip("onnxruntime")
-    path = _onnx_path()
-    if path is None or not path.is_file():
-        pytest.skip("nmp.onnx not found: set ARENGINE_BASIC_PITCH_ONNX")
+    path = Path(os.environ.get("ARENGINE_BASIC_PITCH_ONNX", NOTES / "nmp.onnx"))
     rng = np.random.default_rng(3)
     noisy = (clip * 2 + 0.02 * rng.standard_normal(WINDOW)).astype(np.float32)
     batch = np.stack([clip, noisy])

@@ -86,7 +86,7 @@ def tag_dict(tag: Tag) -> dict[str, Any]:
     {'start': 0.5, 'end': 1.25, 'label': 'speech', 'score': 0.9}
     """
     return {
-        field.name: value
+        field.name: list(value) if isinstance(value, tuple) else value
         for field in dataclasses.fields(tag)
         if (value := getattr(tag, field.name)) is not None
     }

@@ -16,6 +16,10 @@ SPEECH = (
     Tag(3599.9994, 3723.5, "speech", 0.5),
 )
 NOTES = (Tag(0.5, 0.75, "A4", 0.9, 440.0), Tag(1.0, 1.5, "C#5", 0.8, 554.37))
+POLYPHONIC = (
+    Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
+    Tag(0.5, 1.2, "E4", 0.6, midi=64),
+)
 
 
 def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
@@ -24,7 +28,9 @@ def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
-@pytest.mark.parametrize("tags", [SPEECH, NOTES, ()], ids=["speech", "notes", "empty"])
+@pytest.mark.parametrize(
+    "tags", [SPEECH, NOTES, POLYPHONIC, ()], ids=["speech", "pitch", "notes", "empty"]
+)
 def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     fmt = FORMATS[name]
     parsed = fmt.parse(fmt.render(_result(tags), "my talk.flac"))
@@ -39,10 +45,12 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
             assert got.score == pytest.approx(want.score, abs=0.005)
         if name in ("json", "csv"):
             assert got.frequency_hz == want.frequency_hz
+        if name == "json":
+            assert (got.midi, got.pitch_bend) == (want.midi, want.pitch_bend)
 
 
 def test_json_is_the_http_body() -> None:
-    for tags in (SPEECH, NOTES):
+    for tags in (SPEECH, NOTES, POLYPHONIC):
         result = _result(tags)
         http = RecognizeResponse.of(result).model_dump(exclude_none=True)
         assert json.loads(FORMATS["json"].render(result, "x")) == http == result_dict(result)

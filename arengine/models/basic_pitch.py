@@ -63,6 +63,18 @@ SHAPES: dict[str, tuple[int, ...]] = {
 """Every tensor of the weights file and its shape."""
 
 
+def _smooth(n: int) -> int:
+    """The least 5-smooth number (factors 2, 3, 5 only) >= n: an FFT size that is fast."""
+    while True:
+        rest = n
+        for factor in (2, 3, 5):
+            while rest % factor == 0:
+                rest //= factor
+        if rest == 1:
+            return n
+        n += 1
+
+
 class Activations(NamedTuple):
     """The three outputs, each `(windows, 172, bins)` in [0, 1]."""
 
@@ -122,8 +134,7 @@ class BasicPitch(nn.Module):
         hop = HOP
         octaves = [self._octave(x, hop)]
         for _ in range(_OCTAVES - 1):
-            # nnAudio's downsampling_by_n with match_torch_exactly: zero padding, stride 2.
-            x = functional.conv1d(functional.pad(x, (127, 127)), self._w("lowpass"), stride=2)
+            x = self._halve(x)
             hop //= 2
             octaves.insert(0, self._octave(x, hop))
         real = torch.cat([o[0] for o in octaves], dim=1)[:, -_CQT_BINS:]
@@ -131,6 +142,18 @@ class BasicPitch(nn.Module):
         scale = self._w("cqt_scale").unsqueeze(1)
         power = (real * scale).square() + (imag * scale).square()
         return power.transpose(1, 2)
+
+    def _halve(self, x: Tensor) -> Tensor:
+        """nnAudio's `downsampling_by_n` (match_torch_exactly): the 256-tap low-pass filter over
+        the zero-padded signal, every second output. Done by FFT: a 1-channel 256-tap convolution
+        ran at under 1 GMAC/s in oneDNN (8.5 ms a window for the 8 octaves, 2.1 ms this way;
+        the outputs differ by under 1e-6)."""
+        padded = functional.pad(x, (127, 127))
+        length = padded.shape[-1]
+        size = _smooth(length)
+        taps = torch.fft.rfft(self._w("lowpass").reshape(-1), size)
+        filtered: Tensor = torch.fft.irfft(torch.fft.rfft(padded, size) * taps.conj(), size)
+        return filtered[..., : length - 255 : 2]
 
     def _octave(self, x: Tensor, hop: int) -> tuple[Tensor, Tensor]:
         padded = functional.pad(x, (128, 128), mode="reflect")

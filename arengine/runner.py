@@ -155,7 +155,7 @@ def recognize_files(
             path, target = running.pop(future)
             try:
                 result = future.result()
-                _write(target, fmt.render(result, path.stem))
+                _write(target, fmt.encode(result, path.stem))
             except (ArengineError, OSError) as error:
                 reason = error.message if isinstance(error, ArengineError) else str(error)
                 failures.append(Failure(path, reason))
@@ -193,8 +193,8 @@ def _duration(engine: Engine, path: Path) -> float:
         return 0.0
 
 
-def _write(target: Path, text: str) -> None:
+def _write(target: Path, data: bytes) -> None:
     """Write through a temporary name so a half-written file never has the final name."""
     partial = target.with_name(f".{target.name}.partial")
-    partial.write_text(text, encoding="utf-8")
+    partial.write_bytes(data)
     os.replace(partial, target)

@@ -27,10 +27,20 @@ from arengine.errors import (
     InvalidInput,
     NotReady,
 )
-from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
+from arengine.formats import (
+    FORMATS,
+    STREAM,
+    STREAM_MEDIA_TYPE,
+    Format,
+    get_format,
+    negotiate,
+)
 from arengine.http.errors import error_responses
 from arengine.http.schemas import (
+    DEFAULT_MODEL,
     FailureOut,
+    FormatOut,
+    FormatsResponse,
     InfoResponse,
     ModelOut,
     ModelsResponse,
@@ -93,6 +103,8 @@ async def recognize(
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     output = query.format or negotiate(request.headers.get("accept")) or "json"
     recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
+    if output != STREAM:
+        _check_format(get_format(output), recognizer)
     request.state.model = query.model  # a loaded model's name: a bounded label value
     record = _Record(request, recognizer.name, started)
     if output == STREAM:
@@ -109,6 +121,17 @@ async def recognize(
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
     return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+
+
+def _check_format(fmt: Format, recognizer: Recognizer) -> None:
+    """A notes-only format (MIDI) for a model whose tags are not notes: refused before upload."""
+    if not fmt.accepts(recognizer.labels):
+        fitting = ", ".join(f.name for f in FORMATS.values() if f.accepts(recognizer.labels))
+        raise InvalidInput(
+            f"format {fmt.name} holds only notes and model {recognizer.name!r} tags no notes; "
+            f"formats for it: {fitting}, {STREAM}",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
 
 
 def _refuse_repeated(request: Request) -> None:
@@ -175,7 +198,7 @@ def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
     if media_type.startswith("text/"):
         media_type += "; charset=utf-8"
     return Response(
-        fmt.render(result, stem or "recording"),
+        fmt.encode(result, stem or "recording"),
         media_type=media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
@@ -262,7 +285,14 @@ async def models(request: Request) -> ModelsResponse:
             FailureOut(manifest=str(failure.path), reason=failure.reason)
             for failure in engine.failures
         ],
+        default=DEFAULT_MODEL if DEFAULT_MODEL in engine.models else None,
     )
+
+
+@router.get("/v1/formats", response_model=FormatsResponse, responses=error_responses(401))
+async def formats() -> FormatsResponse:
+    """The output formats `format` takes (the page's download buttons come from here)."""
+    return FormatsResponse(formats=[FormatOut.of(f) for f in FORMATS.values()], stream=STREAM)
 
 
 @router.get("/v1/info", response_model=InfoResponse, responses=error_responses(401))

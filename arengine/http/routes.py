@@ -47,7 +47,7 @@ from arengine.http.schemas import (
     RecognizeQuery,
     RecognizeResponse,
 )
-from arengine.http.streaming import TagFeed, TagStream, lines, stop
+from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
 from arengine.http.uploads import UploadLimits, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
@@ -108,7 +108,10 @@ async def recognize(
     request.state.model = query.model  # a loaded model's name: a bounded label value
     record = _Record(request, recognizer.name, started)
     if output == STREAM:
-        return await _stream(request, engine, recognizer, overrides, record, started + timeout)
+        deadline = started + timeout
+        return await _stream(
+            request, engine, recognizer, overrides, record, deadline, query.progress
+        )
     try:
         with ExitStack() as cleanup:
             path = await _admit_and_spool(request, engine, cleanup)
@@ -236,6 +239,7 @@ async def _stream(
     overrides: Overrides,
     record: _Record,
     deadline: float,
+    progress: bool,
 ) -> Response:
     """Admit, spool and submit as a JSON request does, then stream the tags as NDJSON.
 
@@ -253,7 +257,11 @@ async def _stream(
         feed.watch(job)
         gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
         try:
-            first = await feed.next(deadline, gone)
+            first = await feed.next(deadline, gone, PROGRESS_EVERY_S if progress else None)
+            # With progress lines the stream starts once the upload is validated, not at the
+            # first tag (a 2-hour file may have none for minutes); errors before it stay plain.
+            while first is None and job.progress[1] is None:
+                first = await feed.next(deadline, gone, PROGRESS_EVERY_S)
         finally:
             gone.cancel()
     except BaseException as error:
@@ -265,7 +273,7 @@ async def _stream(
         cleanup.close()
         record.done(status, result)
 
-    stream = lines(feed, first, deadline, finish)
+    stream = lines(feed, first, deadline, finish, progress)
     return TagStream(stream, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
 
 

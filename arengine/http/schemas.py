@@ -39,6 +39,12 @@ class _QueryBase(BaseModel):
         "the tags as they are final. Default: from the Accept header, else json.",
     )
 
+    progress: bool = Field(
+        False,
+        description=f"{STREAM} only: also send a `progress` line (`audio_s` post-processed, "
+        "`duration_s`) about once a second.",
+    )
+
     @field_validator("format")
     @classmethod
     def _known_format(cls, name: str | None) -> str | None:

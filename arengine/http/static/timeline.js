@@ -161,7 +161,9 @@ export class Timeline {
     const window = hann(FFT);
     const re = new Float32Array(FFT), im = new Float32Array(FFT);
     for (let x = 0; x < width; x++) {
-      const centre = Math.floor((this.view.start + ((x + 0.5) / width) * this.span) * rate);
+      const from = Math.floor((this.view.start + (x / width) * this.span) * rate);
+      const to = Math.floor((this.view.start + ((x + 1) / width) * this.span) * rate);
+      const centre = loudest(this.summary, from, to);
       for (let i = 0; i < FFT; i++) {
         const at = centre - FFT / 2 + i;
         re[i] = at >= 0 && at < samples.length ? samples[at] * window[i] : 0;
@@ -255,6 +257,20 @@ function range(samples, summary, from, to) {
     }
   }
   return [min, max];
+}
+
+// The centre of the loudest block between two samples: a column wider than one FFT window shows
+// its loudest window, so a 2-second phrase stays visible in a 2-hour view.
+function loudest(summary, from, to) {
+  let centre = Math.floor((from + to) / 2), best = -1;
+  for (let b = Math.ceil(from / BLOCK); b < Math.floor(to / BLOCK); b++) {
+    const swing = summary.high[b] - summary.low[b];
+    if (swing > best) {
+      best = swing;
+      centre = b * BLOCK + BLOCK / 2;
+    }
+  }
+  return centre;
 }
 
 function hann(size) {

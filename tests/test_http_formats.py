@@ -219,3 +219,22 @@ def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording)
     assert all("summary" not in line for line in lines)
     # The server is free again: a normal request works.
     assert httpx.get(slow_server.url + "/readyz").status_code == 200
+
+
+def test_stream_progress_lines_start_before_the_first_tag(
+    slow_server: Server, long_recording: Path
+) -> None:
+    lines = [line for _, line in _stream_lines(slow_server, long_recording, progress="true")]
+    progress = [line["progress"] for line in lines if "progress" in line]
+    tags = [line for line in lines if "start" in line]
+    summary = lines[-1]["summary"]
+    duration = summary["audio"]["duration_s"]
+    assert "progress" in lines[0], "the stream opens with progress, not with the first tag"
+    assert len(progress) >= 2
+    done = [p["audio_s"] for p in progress]
+    assert done == sorted(done) and done[-1] <= duration
+    assert all(p["duration_s"] == pytest.approx(duration) for p in progress)
+    assert summary["tag_count"] == len(tags) >= 44
+    # Without `progress`, no progress line: the stream older clients read is unchanged.
+    plain = [line for _, line in _stream_lines(slow_server, long_recording)]
+    assert not any("progress" in line for line in plain)

@@ -175,9 +175,12 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "inter_op_threads": threads.inter_op,
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
+        "api_keys": len(settings.api_key_list()),  # how many, never which
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
+    if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
     server.run(create_app(settings), settings)
 
 

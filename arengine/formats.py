@@ -4,9 +4,10 @@ Each `Format` is declared once below (name, aliases, media type, extension, what
 renders a `Result` to text (or bytes, for MIDI) and parses that back to tags (for round-trips and
 for tools that read what arengine wrote). Times keep the precision the format allows.
 
->>> data = FORMATS["csv"].encode(result, "talk")
->>> FORMATS["csv"].parse(data)[0].label
-'speech'
+Example::
+
+    data = FORMATS["csv"].encode(result, "talk")  # bytes; `render` gives text (bytes for MIDI)
+    tags = FORMATS["csv"].parse(data)  # the result's tags, to the format's precision
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ class Format:
     """It holds only pitched notes: refused for models whose labels are not note names."""
     binary: bool = False
     """`render` returns bytes."""
+
+    def text(self, result: Result, source: str) -> str:
+        """The file's text; `TypeError` for a binary format (use `encode`)."""
+        content = self.render(result, source)
+        if isinstance(content, bytes):
+            raise TypeError(f"format {self.name} is binary: use encode()")
+        return content
 
     def encode(self, result: Result, source: str) -> bytes:
         """The file's bytes (text formats in UTF-8)."""

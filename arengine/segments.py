@@ -49,9 +49,10 @@ class Segment:
 class Segmenter:
     """Iterate over the segments of a mono stream; `total_samples` is known once exhausted.
 
-    >>> segments = Segmenter(decode(path, 44100, 16000, cap), plan)
-    >>> [s.first_frame for s in segments]
-    [0, 937, 1874]
+    Example::
+
+        segments = Segmenter(decode(path, 44100, 16000, cap), plan)
+        firsts = [s.first_frame for s in segments]  # [0, 937, 1874] for 30-s segments of 512
     """
 
     def __init__(self, blocks: Iterator[np.ndarray], plan: SegmentPlan) -> None:

@@ -161,6 +161,6 @@ def test_midi_parse_reads_back_the_bent_frequency() -> None:
 
 
 def test_jams_text_is_plain_json_with_the_model_named() -> None:
-    body = json.loads(FORMATS["jams"].render(_result(SPEECH), "talk"))
+    body = json.loads(FORMATS["jams"].text(_result(SPEECH), "talk"))
     assert body["annotations"][0]["annotation_metadata"]["annotator"]["model"] == "speech"
     assert body["file_metadata"]["title"] == "talk"

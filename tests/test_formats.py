@@ -50,21 +50,21 @@ def test_json_is_the_http_body() -> None:
     for tags in (SPEECH, NOTES):
         result = _result(tags)
         http = RecognizeResponse.of(result).model_dump(exclude_none=True)
-        assert json.loads(FORMATS["json"].render(result, "x")) == http == result_dict(result)
+        assert json.loads(FORMATS["json"].text(result, "x")) == http == result_dict(result)
 
 
 def test_exact_text_of_each_format() -> None:
     result = _result(SPEECH[:1])
-    assert FORMATS["csv"].render(result, "x") == "start,end,label,score\n0.034,2.59,speech,0.9683\n"
-    assert FORMATS["txt"].render(result, "x") == "0.034000\t2.590000\tspeech\n"
-    assert FORMATS["rttm"].render(result, "my talk") == (
+    assert FORMATS["csv"].text(result, "x") == "start,end,label,score\n0.034,2.59,speech,0.9683\n"
+    assert FORMATS["txt"].text(result, "x") == "0.034000\t2.590000\tspeech\n"
+    assert FORMATS["rttm"].text(result, "my talk") == (
         "SPEAKER my_talk 1 0.034 2.556 <NA> <NA> speech <NA> <NA>\n"
     )
-    assert FORMATS["vtt"].render(result, "x") == (
+    assert FORMATS["vtt"].text(result, "x") == (
         "WEBVTT\n\n1\n00:00:00.034 --> 00:00:02.590\nspeech (0.97)\n"
     )
-    assert FORMATS["srt"].render(result, "x") == "1\n00:00:00,034 --> 00:00:02,590\nspeech (0.97)\n"
-    raven = FORMATS["raven"].render(result, "x").splitlines()
+    assert FORMATS["srt"].text(result, "x") == "1\n00:00:00,034 --> 00:00:02,590\nspeech (0.97)\n"
+    raven = FORMATS["raven"].text(result, "x").splitlines()
     assert raven[0].split("\t")[:8] == [
         "Selection",
         "View",
@@ -88,16 +88,14 @@ def test_exact_text_of_each_format() -> None:
 
 
 def test_cue_times_past_an_hour() -> None:
-    text = FORMATS["srt"].render(_result(SPEECH), "x")
+    text = FORMATS["srt"].text(_result(SPEECH), "x")
     assert "00:59:59,999 --> 01:02:03,500" in text
 
 
 def test_pitch_columns() -> None:
     result = _result(NOTES, "pitch")
-    assert (
-        FORMATS["csv"].render(result, "x").splitlines()[0] == "start,end,label,score,frequency_hz"
-    )
-    low, high = FORMATS["raven"].render(result, "x").splitlines()[1].split("\t")[5:7]
+    assert FORMATS["csv"].text(result, "x").splitlines()[0] == "start,end,label,score,frequency_hz"
+    low, high = FORMATS["raven"].text(result, "x").splitlines()[1].split("\t")[5:7]
     assert float(low) < 440 < float(high) < 466
 
 
@@ -108,6 +106,12 @@ def test_unknown_format_lists_the_known_ones() -> None:
         "known formats: json, csv, txt (audacity), raven (selections), rttm, vtt (webvtt), "
         "srt (subrip), textgrid (praat), eaf (elan), jams, midi (mid), ndjson"
     )
+
+
+def test_text_of_a_binary_format_is_refused() -> None:
+    with pytest.raises(TypeError, match="midi is binary"):
+        FORMATS["midi"].text(_result(NOTES), "x")
+    assert FORMATS["midi"].encode(_result(NOTES), "x").startswith(b"MThd")
 
 
 def test_aliases_name_their_format() -> None:

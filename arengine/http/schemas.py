@@ -193,7 +193,10 @@ class InfoResponse(BaseModel):
     intra_op_threads: int
     inter_op_threads: int
     ready: bool
-    pending_requests: int = Field(description="Recognition requests admitted and not yet answered.")
+    uploading_requests: int = Field(description="Recognition requests receiving their upload.")
+    pending_requests: int = Field(
+        description="Recognition requests uploaded and not yet answered (queued or processing)."
+    )
     active_jobs: int = Field(
         description="Requests inside the engine (validated, decoding or inferring)."
     )

@@ -7,6 +7,7 @@ model's outputs go through a sigmoid (independent labels) or a softmax (exclusiv
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ class ClassifierRecognizer:
     """Windows of `window_s` every `hop_s` -> log-mel -> model -> activation -> label tags."""
 
     kind = "classifier"
+    max_batch = 1
 
     def __init__(
         self,
@@ -85,6 +87,12 @@ class ClassifierRecognizer:
         scores = torch.sigmoid(logits) if self._activation == "sigmoid" else logits.softmax(-1)
         out: np.ndarray = scores[segment.skip_frames :].float().numpy()
         return out
+
+    def infer_batch(
+        self, features: Sequence[torch.Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """One `infer` per segment: batching does not pay for this model (max_batch 1)."""
+        return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(

@@ -100,6 +100,7 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
         manifest.preroll_s,
         name=manifest.name,
         params=params,
+        max_batch=int(manifest.model.get("batch", 1)),
     )
 
 

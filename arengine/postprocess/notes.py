@@ -93,9 +93,10 @@ class _Note:
 class NoteTagger:
     """Feed `(frames, 2)` `[frequency_hz, periodicity]` scores with `push`, then `finish`.
 
-    >>> tagger = NoteTagger(NotesParams(), sample_rate=16000, hop=160)
-    >>> tagger.push(scores) + tagger.finish(audio_samples)
-    [Tag(start=0.195, end=0.705, label='A4', score=0.93, frequency_hz=440.2)]
+    Example::
+
+        tagger = NoteTagger(NotesParams(), sample_rate=16000, hop=160)
+        tags = tagger.push(scores) + tagger.finish(audio_samples)  # e.g. [Tag(..., label='A4')]
     """
 
     def __init__(self, params: NotesParams, sample_rate: int, hop: int) -> None:

@@ -19,7 +19,7 @@ import soundfile as sf
 import soxr
 
 from arengine.formats import FORMATS
-from tests.conftest import RecordingFactory, Server, start_server, stop_server
+from tests.conftest import RecordingFactory, Server, ServerFactory
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -74,13 +74,10 @@ def _shot(page: Any, tmp_path: Path, name: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def page_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def page_server(serve: ServerFactory) -> Server:
     """Room for a 2-hour upload; one engine thread, so a long job is still running when the
     cancel test cancels it."""
-    tmp = tmp_path_factory.mktemp("page")
-    running = start_server(tmp, "--engine-threads", "1", "--upload-dir", str(tmp))
-    yield running
-    stop_server(running)
+    return serve("--engine-threads", "1")
 
 
 @pytest.fixture(scope="module")
@@ -130,12 +127,14 @@ def _track(page: Any, model: str) -> dict[str, Any]:
     return columns
 
 
-def _assert_regions(track: dict[str, Any], tags: list[dict], start: float, end: float) -> None:
+def _assert_regions(
+    track: dict[str, Any], tags: list[dict[str, Any]], start: float, end: float
+) -> None:
     """Each tag's stretch of the track is filled top to bottom; the gaps between tags are empty."""
     width, height, inked = track["width"], track["height"], track["inked"]
 
     def column(t: float) -> int:
-        return min(int((t - start) / (end - start) * width), width - 1)
+        return min(int((t - start) / (end - start) * width), int(width) - 1)
 
     visible = [t for t in tags if t["end"] > start and t["start"] < end]
     assert visible
@@ -401,30 +400,27 @@ def test_microphone_recording_is_sent_as_webm(server: Server, browser: Any) -> N
 
 @needs_chromium
 def test_api_key_is_kept_for_the_session_only(
-    tmp_path: Path, browser: Any, recording: RecordingFactory
+    serve: ServerFactory, browser: Any, recording: RecordingFactory
 ) -> None:
-    guarded = start_server(tmp_path, env={"ARENGINE_API_KEYS": "k-one,k-two"})
-    try:
-        page = browser.new_page()
-        page.goto(guarded.url + "/")
-        page.wait_for_selector("#status.error")
-        assert "API key" in page.inner_text("#status")
-        page.fill("#key", "k-two")
-        page.dispatch_event("#key", "change")
-        page.wait_for_function("+document.body.dataset.models > 0")
-        assert page.evaluate("sessionStorage.getItem('arengine.apiKey')") == "k-two"
-        assert page.evaluate("localStorage.length") == 0
-        assert page.evaluate("document.cookie") == ""
-        _run(page, recording("key.wav").path, ["speech"])
-        assert page.evaluate("document.body.dataset.state") == "done"
-        assert page.locator("#tags tbody tr").count() == 2
-        page.reload()  # same tab: still there
-        assert page.input_value("#key") == "k-two"
-        page.close()
-        fresh = browser.new_context().new_page()  # a new session: gone
-        fresh.goto(guarded.url + "/")
-        fresh.wait_for_selector("#status.error")
-        assert fresh.input_value("#key") == ""
-        fresh.close()
-    finally:
-        stop_server(guarded)
+    guarded = serve(env={"ARENGINE_API_KEYS": "k-one,k-two"})
+    page = browser.new_page()
+    page.goto(guarded.url + "/")
+    page.wait_for_selector("#status.error")
+    assert "API key" in page.inner_text("#status")
+    page.fill("#key", "k-two")
+    page.dispatch_event("#key", "change")
+    page.wait_for_function("+document.body.dataset.models > 0")
+    assert page.evaluate("sessionStorage.getItem('arengine.apiKey')") == "k-two"
+    assert page.evaluate("localStorage.length") == 0
+    assert page.evaluate("document.cookie") == ""
+    _run(page, recording("key.wav").path, ["speech"])
+    assert page.evaluate("document.body.dataset.state") == "done"
+    assert page.locator("#tags tbody tr").count() == 2
+    page.reload()  # same tab: still there
+    assert page.input_value("#key") == "k-two"
+    page.close()
+    fresh = browser.new_context().new_page()  # a new session: gone
+    fresh.goto(guarded.url + "/")
+    fresh.wait_for_selector("#status.error")
+    assert fresh.input_value("#key") == ""
+    fresh.close()

@@ -97,8 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         "models",
         help="list the models that load",
         description="Load the models and list them: name, kind, label count, sample rate.",
-        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models",
+        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models"
+        "\n  arengine models --markdown   # the model cards, as in models/README.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    models.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the model cards as a Markdown table (task, licence, source, plan...)",
     )
     _add_setting_flags(models, ("models_dir", "models", "segment_s"))
     return parser
@@ -149,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif command == "recognize":
         sys.exit(recognize(settings, **options))
     elif command == "models":
-        sys.exit(list_models(settings))
+        sys.exit(list_models(settings, **options))
 
 
 def serve(settings: Settings, argv: list[str]) -> None:
@@ -238,9 +244,17 @@ def recognize(
     return 0
 
 
-def list_models(settings: Settings) -> int:
-    """Print the models that load, one per line; 1 if none did."""
+def list_models(settings: Settings, markdown: bool = False) -> int:
+    """Print the models that load, one per line (or their cards as Markdown); 1 if none did."""
     engine = _engine(settings)
+    if markdown:
+        from arengine.models.cards import markdown_table
+
+        try:
+            print(markdown_table(engine.models))
+        finally:
+            engine.close()
+        return 0 if engine.models else 1
     try:
         rows = [("name", "kind", "labels", "sample_rate")]
         for name, loaded in sorted(engine.models.items()):

@@ -194,7 +194,7 @@ def test_no_upload_file_is_left_behind_by_errors_or_successes(
     response = _post(server, clip.path)
     assert response.status_code == 200
     _assert_finds_speech(response.json()["tags"], clip.speech)
-    assert list(server.upload_dir.iterdir()) == []
+    assert sorted(server.upload_dir.glob("*.upload")) == []
 
 
 # Service endpoints.
@@ -213,7 +213,7 @@ def test_service_endpoints(server: Server) -> None:
     assert info["engine_threads"] == info["cpus_available"] >= 1
     assert info["allocator"] in ("jemalloc", "glibc")
     assert info["ready"] is True
-    assert [m["name"] for m in models] == ["pitch", "speech"]
+    assert [m["name"] for m in models] == ["music", "pitch", "speech"]
     models = {m["name"]: m for m in models}
     assert models["speech"]["sample_rate"] == 16000 and models["speech"]["labels"] == ["speech"]
     assert models["pitch"]["labels"][0] == "C1" and len(models["pitch"]["labels"]) == 84

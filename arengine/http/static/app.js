@@ -311,6 +311,7 @@ async function stopRecording() {
 }
 
 // Wiring ---------------------------------------------------------------------------------------
+$("#file").required = false; // a microphone recording stands in for a file
 $("#form").addEventListener("submit", (event) => {
   event.preventDefault();
   recognize();

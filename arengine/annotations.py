@@ -104,14 +104,21 @@ def parse_eaf(text: str) -> list[Tag]:
     return sorted(tags, key=lambda t: (t.start, t.end))
 
 
+def _note_number(tag: Tag) -> float | None:
+    """Fractional MIDI number: from the measured frequency, else the model's `midi` field (notes
+    models), else the label's note name; None for a tag with no pitch."""
+    if tag.frequency_hz:
+        return fractional_midi(tag.frequency_hz)
+    number: int | None = getattr(tag, "midi", None)
+    return float(number) if number is not None else midi_number(tag.label)
+
+
 def _is_note(tag: Tag) -> bool:
-    return tag.frequency_hz is not None or midi_number(tag.label) is not None
+    return _note_number(tag) is not None
 
 
 def _observation(tag: Tag, note: bool) -> dict[str, Any]:
-    value: Any = tag.label
-    if note:
-        value = fractional_midi(tag.frequency_hz) if tag.frequency_hz else midi_number(tag.label)
+    value: Any = _note_number(tag) if note else tag.label
     return {
         "time": tag.start,
         "duration": round(tag.end - tag.start, 9),

@@ -164,3 +164,12 @@ def test_jams_text_is_plain_json_with_the_model_named() -> None:
     body = json.loads(FORMATS["jams"].text(_result(SPEECH), "talk"))
     assert body["annotations"][0]["annotation_metadata"]["annotator"]["model"] == "speech"
     assert body["file_metadata"]["title"] == "talk"
+
+
+def test_jams_takes_the_note_models_midi_field(tmp_path: Path) -> None:
+    tags = (NoteTag(0.0, 0.5, "note", 0.5, None, midi=72), NoteTag(1.0, 1.5, "note", 0.7, None, 60))
+    path = tmp_path / "notes.jams"
+    path.write_bytes(FORMATS["jams"].encode(_result(tags, "notes"), "x"))
+    (annotation,) = _load_jams(path).annotations
+    assert annotation.namespace == "note_midi"
+    assert [o.value for o in annotation.data] == [72.0, 60.0]

@@ -135,6 +135,7 @@ function bumpProgress(model, done, duration) {
 }
 
 function finish(models, outcomes, cancelled) {
+  timeline.flush();
   const failed = outcomes
     .map((outcome, index) => [models[index], outcome])
     .filter(([, outcome]) => outcome.status === "rejected");

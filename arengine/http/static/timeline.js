@@ -36,6 +36,7 @@ export class Timeline {
     this.labels = new Map();
     this.tracks.replaceChildren();
     this.trackTags = new Map();
+    this.stale = new Set();
     this.position = 0;
   }
 
@@ -68,7 +69,15 @@ export class Timeline {
   addTags(model, tags) {
     this.trackTags.get(model).push(...tags);
     tags.forEach((tag) => this.colorOf(tag.label));
-    this.drawTrack(model);
+    // One redraw per frame however many batches arrive: a long pitch track has thousands of tags.
+    this.stale.add(model);
+    this.frame = this.frame || requestAnimationFrame(() => this.flush());
+  }
+
+  flush() {
+    this.frame = 0;
+    for (const model of this.stale) if (this.trackTags.has(model)) this.drawTrack(model);
+    this.stale.clear();
   }
 
   // Zoom and scroll ------------------------------------------------------------------------------

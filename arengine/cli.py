@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from arengine.formats import FORMATS
+from arengine.formats import FORMAT_NAMES, FORMATS, known_formats
 from arengine.settings import Settings
 
 log = logging.getLogger("arengine")
@@ -39,8 +39,13 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
 
-formats: """
-    + ", ".join(f"{f.name} (.{f.extension})" for f in FORMATS.values())
+formats (other names in brackets):
+"""
+    + "\n".join(
+        f"  {f.name:<9}{' (' + ', '.join(f.aliases) + ')' if f.aliases else '':<13} "
+        f".{f.extension:<15}{f.description}"
+        for f in FORMATS.values()
+    )
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
@@ -75,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
     recognize.add_argument("--model", default="speech", help="model name (default: speech)")
     recognize.add_argument(
-        "--format", default="json", choices=list(FORMATS), help="output format (default: json)"
+        "--format",
+        default="json",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"output format: {known_formats().removesuffix(', ndjson')} (default: json)",
     )
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
@@ -217,6 +226,12 @@ def recognize(
         if model not in engine.models:
             known = ", ".join(sorted(engine.models)) or "none"
             print(f"arengine: unknown model {model!r}; loaded models: {known}", file=sys.stderr)
+            return 2
+        if not get_format(format).accepts(engine.models[model].recognizer.labels):
+            print(
+                f"arengine: format {format} holds only notes; model {model!r} tags none",
+                file=sys.stderr,
+            )
             return 2
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:

@@ -93,6 +93,17 @@ class Job:
         """Decoded segments waiting for an engine thread to start their inference."""
         return len(self._decoded)
 
+    @property
+    def progress(self) -> tuple[float, float | None]:
+        """(audio seconds post-processed, the recording's duration once validated): what a
+        progress bar shows; read from any thread without the lock (two plain reads)."""
+        info, done = self._info, self._next_post
+        recognizer = self.spec.recognizer
+        seconds = done * recognizer.plan.segment_samples / recognizer.sample_rate
+        if info is None:
+            return 0.0, None
+        return min(seconds, info.duration_s), info.duration_s
+
     def take(self, batching: bool = True) -> Task | None:
         """The next runnable task, or None; `batching=False`: one segment per inference task."""
         with self._lock:

@@ -89,13 +89,15 @@ def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag
 
 
 def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency = item.get("frequency_hz")
+    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
     return Tag(
         start=float(item["start"]),
         end=float(item["end"]),
         label=str(item["label"]),
         score=float(item.get("score", 0.0)),
         frequency_hz=None if frequency in (None, "") else float(frequency),
+        midi=None if midi in (None, "") else int(midi),
+        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -16,6 +17,10 @@ SPEECH = (
     Tag(3599.9994, 3723.5, "speech", 0.5),
 )
 NOTES = (Tag(0.5, 0.75, "A4", 0.9, 440.0), Tag(1.0, 1.5, "C#5", 0.8, 554.37))
+POLYPHONIC = (
+    Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
+    Tag(0.5, 1.2, "E4", 0.6, midi=64),
+)
 
 
 def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
@@ -23,8 +28,16 @@ def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
     return Result(model, AudioInfo("FLAC", "PCM_16", 44100, 2, 44100 * 3724), tags, timings)
 
 
+def _midi_of(tag: Tag) -> int | None:
+    if tag.midi is not None or tag.frequency_hz is None:
+        return tag.midi
+    return round(69 + 12 * math.log2(tag.frequency_hz / 440))
+
+
 @pytest.mark.parametrize("name", sorted(FORMATS))
-@pytest.mark.parametrize("tags", [SPEECH, NOTES, ()], ids=["speech", "notes", "empty"])
+@pytest.mark.parametrize(
+    "tags", [SPEECH, NOTES, POLYPHONIC, ()], ids=["speech", "pitch", "notes", "empty"]
+)
 def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     fmt = FORMATS[name]
     if fmt.notes_only and tags is SPEECH:
@@ -40,14 +53,18 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
             assert got.score == pytest.approx(want.score, abs=1e-6)
         if name in ("vtt", "srt"):
             assert got.score == pytest.approx(want.score, abs=0.005)
-        if name in ("json", "csv", "jams", "midi"):
+        if name in ("json", "csv", "jams", "midi") and want.frequency_hz is not None:
             assert got.frequency_hz == want.frequency_hz
+        if name in ("jams", "midi") and want.midi is not None:
+            assert _midi_of(got) == want.midi  # a note keeps its pitch, as a number or in Hz
         if name == "midi":
             assert got.score == pytest.approx(want.score, abs=1 / 127)
+        if name == "json":
+            assert (got.midi, got.pitch_bend) == (want.midi, want.pitch_bend)
 
 
 def test_json_is_the_http_body() -> None:
-    for tags in (SPEECH, NOTES):
+    for tags in (SPEECH, NOTES, POLYPHONIC):
         result = _result(tags)
         http = RecognizeResponse.of(result).model_dump(exclude_none=True)
         assert json.loads(FORMATS["json"].text(result, "x")) == http == result_dict(result)

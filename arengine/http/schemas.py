@@ -110,6 +110,12 @@ class TagOut(BaseModel):
     frequency_hz: float | None = Field(
         None, description="Pitch models: mean frequency of the note."
     )
+    midi: int | None = Field(None, description="Note models: MIDI note number (69 is A4).")
+    pitch_bend: list[float] | None = Field(
+        None,
+        description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
+        "relative to `midi` in thirds of a semitone.",
+    )
 
 
 class TimingsOut(BaseModel):

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # arengine: audio-recognition inference server.
-#   docker build -t arengine . && docker run -p 8000:8000 arengine
+#   make image   (deploy/image.sh: picks the base and the torch source by what is reachable)
+#   docker build -t arengine:latest . && docker run -p 8000:8000 arengine:latest
 # Two stages: `build` runs deploy/setup.sh (the README's set-up, the path the tests exercise) into
 # /opt/venv; `runtime` gets only the venv, the sources and the system jemalloc, and runs as a
 # non-root user with nothing to write outside /tmp (so a read-only root filesystem works).
@@ -9,7 +10,10 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 # torch==2.13.0 must be the CPU build: PyPI's default Linux wheel pulls CUDA packages, the
 # PyTorch CPU index has the same version as +cpu (which `==2.13.0` matches and pip prefers).
+# Where neither is reachable, deploy/image.sh serves the local CPU wheel and passes PIP_FIND_LINKS
+# (an ARG is in the environment of the RUN lines) with an empty TORCH_INDEX_URL.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_FIND_LINKS
 ENV ARENGINE_VENV=/opt/venv \
     PIP_EXTRA_INDEX_URL=${TORCH_INDEX_URL} \
     PIP_NO_CACHE_DIR=1 \
@@ -23,6 +27,11 @@ COPY models models
 # package stays at /app, which is where it resolves its models/ folder; /app is copied as is.
 RUN deploy/setup.sh \
     && /opt/venv/bin/python -m compileall -q /app/arengine
+# Fail the build, loudly, when pip fell back to a CUDA torch (PyPI's default: a 5.4 GB image).
+RUN /opt/venv/bin/python -c "import importlib.metadata as md, sys, torch; \
+cuda = sorted(d.metadata['Name'] for d in md.distributions() if d.metadata['Name'].lower().startswith(('nvidia-', 'triton'))); \
+sys.exit(0 if torch.version.cuda is None and not cuda else \
+f'torch {torch.__version__} is not the CPU build (CUDA {torch.version.cuda}; {cuda}): give the build the PyTorch CPU index or the +cpu wheel (make image does)')"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # System packages through the same script and package list (libjemalloc2), nothing else.

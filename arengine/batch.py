@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TextIO
 
 from arengine.engine.engine import Engine
-from arengine.engine.job import Result
 from arengine.errors import ArengineError
 from arengine.formats import Format
+from arengine.types import Result
 from arengine.validation import probe
 
 AUDIO_SUFFIXES = frozenset(

@@ -12,7 +12,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from arengine.errors import CorruptAudio, InvalidInput, TooLarge
+from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
@@ -35,7 +35,7 @@ def read_blocks(
                     raise TooLarge(
                         f"the recording decodes to more than {max_frames} frames "
                         f"({max_frames / audio.samplerate:g} s)",
-                        code="audio_too_long",
+                        code=ErrorCode.AUDIO_TOO_LONG,
                     )
                 yield block
     except sf.LibsndfileError as error:
@@ -56,7 +56,7 @@ def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         mono = block[:, 0] if block.shape[1] == 1 else block.mean(axis=1, dtype=np.float32)
         if not np.isfinite(mono).all():
             raise InvalidInput(
-                "the audio contains NaN or infinite samples", code="non_finite_audio"
+                "the audio contains NaN or infinite samples", code=ErrorCode.NON_FINITE_AUDIO
             )
         yield np.clip(mono, -1.0, 1.0)
 

@@ -18,8 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from arengine.engine.job import Result
-from arengine.postprocess import Tag
+from arengine.types import Result, Tag, result_dict
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,39 +33,6 @@ class Format:
     parse: Callable[[str], list[Tag]]
     precision_s: float
     """How close a parsed time is to the written one."""
-
-
-def result_dict(result: Result) -> dict[str, Any]:
-    """The HTTP JSON body of a result (`frequency_hz` only on pitch tags)."""
-    info = result.audio
-    return {
-        "model": result.model,
-        "audio": {
-            "duration_s": round(info.duration_s, 6),
-            "sample_rate": info.sample_rate,
-            "channels": info.channels,
-            "format": info.format,
-            "subtype": info.subtype,
-        },
-        "tags": [tag_dict(tag) for tag in result.tags],
-        "timings": {
-            name: round(getattr(result.timings, name), 6)
-            for name in ("validation_s", "features_s", "inference_s", "postprocess_s", "total_s")
-        },
-    }
-
-
-def tag_dict(tag: Tag) -> dict[str, Any]:
-    """One tag as in the JSON body."""
-    out: dict[str, Any] = {
-        "start": tag.start,
-        "end": tag.end,
-        "label": tag.label,
-        "score": tag.score,
-    }
-    if tag.frequency_hz is not None:
-        out["frequency_hz"] = tag.frequency_hz
-    return out
 
 
 def _tag_of(item: dict[str, Any]) -> Tag:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import soundfile as sf
 
-from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.types import AudioInfo
 
 FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF", "FLAC", "OGG", "MP3"})
 """Containers arengine decodes (libsndfile's names)."""
@@ -50,21 +51,6 @@ class AudioLimits:
     max_sample_rate: int
 
 
-@dataclass(frozen=True, slots=True)
-class AudioInfo:
-    """What the header of an accepted upload says."""
-
-    format: str
-    subtype: str
-    sample_rate: int
-    channels: int
-    frames: int
-
-    @property
-    def duration_s(self) -> float:
-        return self.frames / self.sample_rate
-
-
 def probe(path: Path, limits: AudioLimits) -> AudioInfo:
     """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
 
@@ -72,7 +58,7 @@ def probe(path: Path, limits: AudioLimits) -> AudioInfo:
     'FLAC'
     """
     if os.path.getsize(path) == 0:
-        raise InvalidInput("the uploaded file is empty", code="empty_file")
+        raise InvalidInput("the uploaded file is empty", code=ErrorCode.EMPTY_FILE)
     info = _read_header(path)
     checked = AudioInfo(
         format=info.format,
@@ -116,13 +102,13 @@ def _check_shape(info: AudioInfo, limits: AudioLimits) -> None:
     if not 1 <= info.channels <= limits.max_channels:
         raise InvalidInput(
             f"{info.channels} channels; accepted: 1 to {limits.max_channels}",
-            code="unsupported_channels",
+            code=ErrorCode.UNSUPPORTED_CHANNELS,
         )
     if not limits.min_sample_rate <= info.sample_rate <= limits.max_sample_rate:
         raise InvalidInput(
             f"sample rate {info.sample_rate} Hz; accepted: {limits.min_sample_rate} "
             f"to {limits.max_sample_rate} Hz",
-            code="unsupported_sample_rate",
+            code=ErrorCode.UNSUPPORTED_SAMPLE_RATE,
         )
 
 
@@ -134,13 +120,13 @@ def _check_frames(info: AudioInfo, limits: AudioLimits) -> None:
         raise CorruptAudio(
             "the header does not state the recording's length (written to a "
             "pipe?); re-encode it to a file",
-            code="unknown_length",
+            code=ErrorCode.UNKNOWN_LENGTH,
         )
     if info.duration_s > limits.max_duration_s:
         raise TooLarge(
             f"the recording lasts {info.duration_s:.1f} s; the limit is "
             f"{limits.max_duration_s:g} s",
-            code="audio_too_long",
+            code=ErrorCode.AUDIO_TOO_LONG,
         )
     if info.frames == 0:
-        raise InvalidInput("the recording has no audio frames", code="empty_audio")
+        raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)

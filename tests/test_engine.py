@@ -13,12 +13,12 @@ import soundfile as sf
 import torch
 from silero_vad import get_speech_timestamps, load_silero_vad
 
-from arengine.engine.job import JobSpec, Result
+from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import Cancelled, StageFailed
 from arengine.features import Segment
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess import Tag
+from arengine.types import Result, Tag
 from arengine.validation import AudioLimits
 from tests.conftest import RecordingFactory
 

@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-from arengine.engine.job import Result, Timings
-from arengine.formats import FORMATS, get_format, negotiate, result_dict
+from arengine.formats import FORMATS, get_format, negotiate
 from arengine.http.schemas import RecognizeResponse
-from arengine.postprocess import Tag
-from arengine.validation import AudioInfo
+from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
 
 SPEECH = (
     Tag(0.034, 2.59, "speech", 0.9683),

@@ -9,8 +9,8 @@ import pytest
 
 from arengine.features import Segmenter
 from arengine.models.pitch import PitchRecognizer
-from arengine.postprocess import Tag
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger, note_name
+from arengine.types import Tag
 
 WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
 RATE = 16000

@@ -8,8 +8,8 @@ import random
 import pytest
 from silero_vad import get_speech_timestamps_from_probs
 
-from arengine.postprocess import Tag
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
+from arengine.types import Tag
 
 
 def _probabilities(rng: random.Random, n: int) -> list[float]:

@@ -25,35 +25,15 @@ from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.features import Segment, Segmenter
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.postprocess import Tag, Tagger
-from arengine.validation import AudioInfo, AudioLimits, probe
+from arengine.postprocess import Tagger
+from arengine.types import AudioInfo, Result, Stage, Tag, Timings
+from arengine.validation import AudioLimits, probe
 
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
 TagListener = Callable[[list[Tag]], None]
 """Called with each batch of tags as soon as they are final, in timestamp order."""
-
-
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """Seconds spent per stage, summed over engine threads, and the request's wall time."""
-
-    validation_s: float
-    features_s: float
-    inference_s: float
-    postprocess_s: float
-    total_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """Everything a request gets back."""
-
-    model: str
-    audio: AudioInfo
-    tags: tuple[Tag, ...]
-    timings: Timings
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +62,7 @@ class Job:
         self._wake = wake
         self._lock = threading.Lock()
         self._started = time.perf_counter()
-        self._seconds = {"validation": 0.0, "features": 0.0, "inference": 0.0, "postprocess": 0.0}
+        self._seconds = dict.fromkeys(Stage, 0.0)
         self.finished = False
         self.served_s = 0.0
         """Engine seconds this job's tasks have taken; the pool serves the least-served first."""
@@ -131,19 +111,21 @@ class Job:
             if self._validating:
                 return None
             self._validating = True
-            return functools.partial(self._run, "validation", self._validate)
+            return functools.partial(self._run, Stage.VALIDATION, self._validate)
         if self._ready:
-            return functools.partial(self._run, "inference", self._infer, *self._ready.popleft())
+            return functools.partial(
+                self._run, Stage.INFERENCE, self._infer, *self._ready.popleft()
+            )
         if (
             not self._decoding
             and self._segment_count is None
             and self._undelivered < self.spec.segments_ahead
         ):
             self._decoding = True
-            return functools.partial(self._run, "features", self._decode)
+            return functools.partial(self._run, Stage.FEATURES, self._decode)
         return None
 
-    def _run(self, stage: str, work: Callable[..., None], *args: object) -> None:
+    def _run(self, stage: Stage, work: Callable[..., None], *args: object) -> None:
         started = time.perf_counter()
         try:
             work(*args)
@@ -172,17 +154,17 @@ class Job:
         with self._lock:
             self._info = info
             self._segments = Segmenter(blocks, spec.recognizer.plan)
-            self._seconds["validation"] += seconds
-        self._observe("validation", seconds)
+            self._seconds[Stage.VALIDATION] += seconds
+        self._observe(Stage.VALIDATION, seconds)
 
     def _decode(self) -> None:
         started = time.perf_counter()
         assert self._segments is not None  # set by validation, which always runs first
         segment = next(self._segments, None)
         decoded = time.perf_counter()
-        self._observe("features", decoded - started)
+        self._observe(Stage.FEATURES, decoded - started)
         with self._lock:
-            self._seconds["features"] += decoded - started
+            self._seconds[Stage.FEATURES] += decoded - started
             self._decoding = False
             if segment is not None:
                 self._ready.append((segment, decoded))
@@ -201,11 +183,11 @@ class Job:
         extracted = time.perf_counter()
         scores = recognizer.infer(features, segment)
         inferred = time.perf_counter()
-        self._observe("features", extracted - started)
-        self._observe("inference", inferred - extracted)
+        self._observe(Stage.FEATURES, extracted - started)
+        self._observe(Stage.INFERENCE, inferred - extracted)
         with self._lock:
-            self._seconds["features"] += extracted - started
-            self._seconds["inference"] += inferred - extracted
+            self._seconds[Stage.FEATURES] += extracted - started
+            self._seconds[Stage.INFERENCE] += inferred - extracted
             self._results[segment.index] = scores
             if self._draining:
                 return
@@ -226,10 +208,10 @@ class Job:
             started = time.perf_counter()
             tags = self._tagger.push(scores)
             seconds = time.perf_counter() - started
-            self._observe("postprocess", seconds)
+            self._observe(Stage.POSTPROCESS, seconds)
             with self._lock:
                 self._tags.extend(tags)
-                self._seconds["postprocess"] += seconds
+                self._seconds[Stage.POSTPROCESS] += seconds
             self._announce(tags)
         if complete:
             self._complete()
@@ -243,22 +225,16 @@ class Job:
         last = self._tagger.finish(total)
         tags = tuple(self._tags + last)
         finishing = time.perf_counter() - started
-        self._observe("postprocess", finishing)
+        self._observe(Stage.POSTPROCESS, finishing)
         info = self._info
         with self._lock:
             if self.finished:
                 return
             self.finished = True
             seconds = self._seconds
-            seconds["postprocess"] += finishing
+            seconds[Stage.POSTPROCESS] += finishing
         self._announce(last)
-        timings = Timings(
-            validation_s=seconds["validation"],
-            features_s=seconds["features"],
-            inference_s=seconds["inference"],
-            postprocess_s=seconds["postprocess"],
-            total_s=time.perf_counter() - self._started,
-        )
+        timings = Timings.of(seconds, total_s=time.perf_counter() - self._started)
         self.future.set_result(Result(self.spec.recognizer.name, info, tags, timings))
 
     def _announce(self, tags: list[Tag]) -> None:
@@ -266,7 +242,7 @@ class Job:
         if tags and self.spec.on_tags is not None and not self.future.done():
             self.spec.on_tags(tags)
 
-    def _observe(self, stage: str, seconds: float) -> None:
+    def _observe(self, stage: Stage, seconds: float) -> None:
         self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)
 
     def _fail(self, error: ArengineError) -> None:

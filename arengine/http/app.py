@@ -22,7 +22,7 @@ from arengine.engine.engine import Engine
 from arengine.http import routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
-from arengine.http.errors import install_error_handlers
+from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
 from arengine.memory import Jemalloc
 from arengine.metrics import Metrics
 from arengine.settings import Settings
@@ -76,6 +76,7 @@ def create_app(settings: Settings) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
+    app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app

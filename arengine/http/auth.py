@@ -25,7 +25,7 @@ class ApiKeyMiddleware:
             return
         error = Unauthorized("send Authorization: Bearer <API key>")
         scope["app"].state.metrics.reject(error.code)
-        response = error_response(error.status, error.code, error.message)
+        response = error_response(error.code, error.message)
         response.headers["WWW-Authenticate"] = 'Bearer realm="arengine"'
         await response(scope, receive, send)
 

@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
-from arengine.engine.job import Job, Result
+from arengine.engine.job import Job
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
 from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
 from arengine.http.schemas import (
@@ -36,6 +36,7 @@ from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.settings import Settings
 from arengine.threads import available_cpus
+from arengine.types import Result
 
 router = APIRouter()
 log = logging.getLogger(__name__)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from arengine.engine.job import Result
 from arengine.formats import STREAM, get_format
 from arengine.models.registry import LoadedModel
+from arengine.types import Result, result_dict
 
 
 class RecognizeQuery(BaseModel):
@@ -124,33 +124,7 @@ class RecognizeResponse(BaseModel):
 
     @classmethod
     def of(cls, result: Result) -> RecognizeResponse:
-        info = result.audio
-        return cls(
-            model=result.model,
-            audio=AudioOut(
-                duration_s=round(info.duration_s, 6),
-                sample_rate=info.sample_rate,
-                channels=info.channels,
-                format=info.format,
-                subtype=info.subtype,
-            ),
-            tags=[
-                TagOut(
-                    start=t.start,
-                    end=t.end,
-                    label=t.label,
-                    score=t.score,
-                    frequency_hz=t.frequency_hz,
-                )
-                for t in result.tags
-            ],
-            timings=TimingsOut(
-                **{
-                    name: round(getattr(result.timings, name), 6)
-                    for name in TimingsOut.model_fields
-                }
-            ),
-        )
+        return cls.model_validate(result_dict(result))
 
 
 class ErrorDetail(BaseModel):

@@ -11,11 +11,9 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from arengine.engine.job import Job, Result
+from arengine.engine.job import Job
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded
-from arengine.formats import tag_dict
-from arengine.http.schemas import RecognizeResponse
-from arengine.postprocess import Tag
+from arengine.types import Result, Tag, result_dict, tag_dict
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +91,7 @@ async def lines(
             event = await feed.next(deadline)
         result = event
         yield _ndjson([tag_dict(tag) for tag in result.tags[sent:]])
-        body = RecognizeResponse.of(result).model_dump(exclude_none=True, exclude={"tags"})
+        body = {key: value for key, value in result_dict(result).items() if key != "tags"}
         yield _ndjson([{"summary": {**body, "tag_count": len(result.tags)}}])
         status = 200
     except ArengineError as error:

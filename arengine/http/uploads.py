@@ -25,6 +25,7 @@ from arengine.errors import (
     BodyTimeout,
     Cancelled,
     CorruptAudio,
+    ErrorCode,
     InsufficientStorage,
     InvalidInput,
     TooLarge,
@@ -60,12 +61,13 @@ def check_declared_length(content_length: str | None, limits: UploadLimits) -> N
         return
     if not content_length.isdigit():
         raise InvalidInput(
-            f"Content-Length {content_length[:32]!r} is not a byte count", code="bad_content_length"
+            f"Content-Length {content_length[:32]!r} is not a byte count",
+            code=ErrorCode.BAD_CONTENT_LENGTH,
         )
     if int(content_length) > limits.max_bytes:
         raise TooLarge(
             f"the body is {content_length} bytes; the limit is {limits.max_bytes}",
-            code="upload_too_large",
+            code=ErrorCode.UPLOAD_TOO_LARGE,
         )
 
 
@@ -86,13 +88,13 @@ async def spool(
     if media == "multipart/form-data" and not 1 <= len(boundary or b"") <= 70:
         # RFC 2046 allows 1 to 70 characters; longer ones are an attack on the parser.
         raise CorruptAudio(
-            "the multipart boundary must be 1 to 70 characters", code="bad_multipart"
+            "the multipart boundary must be 1 to 70 characters", code=ErrorCode.BAD_MULTIPART
         )
     if media != "multipart/form-data" and not media.startswith(RAW_TYPES):
         raise UnsupportedFormat(
             f"content type {media or 'none'!r}: send multipart/form-data with a "
             f"{FILE_FIELD!r} field, or a raw body with an audio/* content type",
-            code="unsupported_media_type",
+            code=ErrorCode.UNSUPPORTED_MEDIA_TYPE,
         )
     chunks = _paced(body, idle_timeout_s)
     try:
@@ -148,7 +150,8 @@ async def _copy(body: AsyncIterator[bytes], target: BinaryIO, limits: UploadLimi
 def _check_size(size: int, limits: UploadLimits) -> None:
     if size > limits.max_bytes:
         raise TooLarge(
-            f"the upload passed the limit of {limits.max_bytes} bytes", code="upload_too_large"
+            f"the upload passed the limit of {limits.max_bytes} bytes",
+            code=ErrorCode.UPLOAD_TOO_LARGE,
         )
 
 
@@ -190,7 +193,7 @@ class _MultipartSpooler:
                 self._parser.write(chunk)
             except MultipartParseError as error:
                 raise CorruptAudio(
-                    f"malformed multipart body: {error}", code="bad_multipart"
+                    f"malformed multipart body: {error}", code=ErrorCode.BAD_MULTIPART
                 ) from None
             if self._error is not None:
                 raise self._error
@@ -199,7 +202,8 @@ class _MultipartSpooler:
         if not self._found:
             got = ", ".join(repr(name) for name in self._names) or "no parts"
             raise InvalidInput(
-                f"expected a multipart field named {FILE_FIELD!r}; got {got}", code="missing_file"
+                f"expected a multipart field named {FILE_FIELD!r}; got {got}",
+                code=ErrorCode.MISSING_FILE,
             )
         return self._filename, self._size
 
@@ -214,7 +218,8 @@ class _MultipartSpooler:
         if self._parts > self._limits.max_parts:
             self._fail(
                 TooLarge(
-                    f"more than {self._limits.max_parts} multipart parts", code="too_many_parts"
+                    f"more than {self._limits.max_parts} multipart parts",
+                    code=ErrorCode.TOO_MANY_PARTS,
                 )
             )
 
@@ -240,12 +245,14 @@ class _MultipartSpooler:
                     InvalidInput(
                         f"expected the audio in a multipart field named "
                         f"{FILE_FIELD!r}, got {name[:64]!r}",
-                        code="missing_file",
+                        code=ErrorCode.MISSING_FILE,
                     )
                 )
             return
         if self._found:
-            self._fail(InvalidInput(f"send exactly one {FILE_FIELD!r} part", code="too_many_files"))
+            self._fail(
+                InvalidInput(f"send exactly one {FILE_FIELD!r} part", code=ErrorCode.TOO_MANY_FILES)
+            )
             return
         self._found = self._writing = True
         filename = options.get(b"filename")
@@ -261,6 +268,6 @@ class _MultipartSpooler:
             self._fail(
                 TooLarge(
                     f"a form field passed {self._limits.max_field_bytes} bytes",
-                    code="field_too_large",
+                    code=ErrorCode.FIELD_TOO_LARGE,
                 )
             )

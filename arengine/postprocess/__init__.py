@@ -7,24 +7,12 @@ engine feeds them alike, and tags never split or repeat at segment boundaries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from arengine.errors import InvalidInput
-
-
-@dataclass(frozen=True, slots=True)
-class Tag:
-    """One result: `label` between `start` and `end` seconds, with a confidence `score`."""
-
-    start: float
-    end: float
-    label: str
-    score: float
-    frequency_hz: float | None = None
-    """Mean fundamental frequency, for pitch (note) tags only."""
+from arengine.errors import ErrorCode, InvalidInput
+from arengine.types import Tag
 
 
 class Tagger(Protocol):
@@ -47,5 +35,5 @@ def check_overrides(kind: str, overrides: Mapping[str, float], accepted: Iterabl
         raise InvalidInput(
             f"{', '.join(unknown)} does not apply to {kind} models; "
             f"accepted: {', '.join(sorted(names))}",
-            code="invalid_parameter",
+            code=ErrorCode.INVALID_PARAMETER,
         )

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from arengine.postprocess import Tag, check_overrides
+from arengine.postprocess import check_overrides
+from arengine.types import Tag
 
 
 @dataclass(frozen=True, slots=True)

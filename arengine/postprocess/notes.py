@@ -24,8 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from arengine.errors import InvalidInput
-from arengine.postprocess import Tag, check_overrides
+from arengine.errors import ErrorCode, InvalidInput
+from arengine.postprocess import check_overrides
+from arengine.types import Tag
 
 NAMES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 LOWEST_MIDI = 24
@@ -66,18 +67,18 @@ class NotesParams:
         if not 0 <= self.threshold <= 1:
             raise InvalidInput(
                 f"threshold must be between 0 and 1, got {self.threshold}",
-                code="invalid_parameter",
+                code=ErrorCode.INVALID_PARAMETER,
             )
         if not (math.isfinite(self.min_duration_ms) and self.min_duration_ms >= 0):
             raise InvalidInput(
                 f"min_duration_ms must be a finite number >= 0, got {self.min_duration_ms}",
-                code="invalid_parameter",
+                code=ErrorCode.INVALID_PARAMETER,
             )
         width = self.median_frames
         if width != int(width) or width < 1 or width % 2 == 0 or width > 101:
             raise InvalidInput(
                 f"median_frames must be an odd whole number from 1 to 101, got {width}",
-                code="invalid_parameter",
+                code=ErrorCode.INVALID_PARAMETER,
             )
 
     def with_overrides(self, overrides: Mapping[str, float]) -> NotesParams:

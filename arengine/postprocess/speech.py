@@ -13,7 +13,8 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from arengine.postprocess import Tag, check_overrides
+from arengine.postprocess import check_overrides
+from arengine.types import Tag
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,13 +17,16 @@ local_base=arengine-base:bookworm
 torch_index=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 torch_version=$(sed -n 's/.*"torch==\([0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
 say() { echo "image: $*" >&2; }
+cleanup=()
+server_pid=""
+trap '[ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true; rm -rf "${cleanup[@]}"' EXIT
 
 make_local_base() {
   # A Debian bookworm root with python3 and venv, carrying this machine's apt sources and CA
   # certificates (the registries may sit behind a TLS proxy with its own CA).
   local dir
   dir=$(mktemp -d /tmp/arengine-base.XXXXXX)
-  trap 'rm -rf "$dir"' RETURN
+  cleanup+=("$dir")
   command -v debootstrap >/dev/null || {
     say "no image registry and no debootstrap: install it (apt-get install debootstrap)"; exit 1; }
   say "building the local base $local_base with debootstrap (a few minutes, once)"
@@ -39,6 +42,7 @@ make_local_base() {
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV PIP_CERT=/etc/ssl/certs/ca-certificates.crt' \
     --change 'CMD ["python3"]' - "$local_base" >/dev/null
+  rm -rf "$dir"
 }
 
 choose_base() {
@@ -55,15 +59,13 @@ local_torch_wheel() {
   links=$({ pip3 config list 2>/dev/null || true; } | sed -n "s/.*find-links='\(.*\)'/\1/p")
   for dir in ${PIP_FIND_LINKS:-} $links; do
     dir=${dir#file://}
-    ls "$dir"/torch-"$torch_version"+cpu-cp311-*.whl 2>/dev/null | head -n 1
-  done | head -n 1
+    ls "$dir"/torch-"$torch_version"+cpu-cp311-*.whl 2>/dev/null || true
+  done | head -n 1 || true
 }
 
 base=$(choose_base)
 build_args=(--build-arg "PYTHON_IMAGE=$base")
-server_pid=""
-trap '[ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true' EXIT
-if curl -fsS --max-time 10 -o /dev/null "$torch_index/torch/"; then
+if curl -fs --max-time 10 -o /dev/null "$torch_index/torch/"; then
   say "torch from the PyTorch CPU index $torch_index"
   build_args+=(--build-arg "TORCH_INDEX_URL=$torch_index")
 else
@@ -72,6 +74,7 @@ else
     say "the PyTorch CPU index is unreachable and no torch-$torch_version+cpu wheel is in pip's find-links"
     exit 1; }
   served=$(mktemp -d /tmp/arengine-wheels.XXXXXX)
+  cleanup+=("$served")
   ln -s "$wheel" "$served/"
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   python3 -m http.server --bind 127.0.0.1 --directory "$served" "$port" >/dev/null 2>&1 &

@@ -14,7 +14,10 @@ FROM ${PYTHON_IMAGE} AS build
 # (an ARG is in the environment of the RUN lines) with an empty TORCH_INDEX_URL.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG PIP_FIND_LINKS
+# ARENGINE_REQUIRE_CPU_TORCH: setup.sh fails the build, loudly, if pip fell back to a CUDA torch
+# (PyPI's default wheel: a 5.4 GB image).
 ENV ARENGINE_VENV=/opt/venv \
+    ARENGINE_REQUIRE_CPU_TORCH=1 \
     PIP_EXTRA_INDEX_URL=${TORCH_INDEX_URL} \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -27,11 +30,6 @@ COPY models models
 # package stays at /app, which is where it resolves its models/ folder; /app is copied as is.
 RUN deploy/setup.sh \
     && /opt/venv/bin/python -m compileall -q /app/arengine
-# Fail the build, loudly, when pip fell back to a CUDA torch (PyPI's default: a 5.4 GB image).
-RUN /opt/venv/bin/python -c "import importlib.metadata as md, sys, torch; \
-cuda = sorted(d.metadata['Name'] for d in md.distributions() if d.metadata['Name'].lower().startswith(('nvidia-', 'triton'))); \
-sys.exit(0 if torch.version.cuda is None and not cuda else \
-f'torch {torch.__version__} is not the CPU build (CUDA {torch.version.cuda}; {cuda}): give the build the PyTorch CPU index or the +cpu wheel (make image does)')"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # System packages through the same script and package list (libjemalloc2), nothing else.

@@ -7,9 +7,19 @@
 #          served to the build on 127.0.0.1. PyPI alone would give the CUDA build (5.4 GB); the
 #          Dockerfile refuses any torch that is not a CPU build, so the build fails loudly then.
 # The build uses --network host (how a build reaches the registries and the wheel server here).
-# Needs a running Docker engine (deploy/docker.sh starts Debian's dockerd when root).
+#   deploy/image.sh --reuse   keeps the image when it was built from the same inputs (the
+#                             Dockerfile, .dockerignore, pyproject.toml, deploy/setup.sh, arengine/,
+#                             models/: label arengine.sources); the container tests use this.
+# Needs a running Docker engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+reuse=""
+for option in "$@"; do
+  case "$option" in
+    --reuse) reuse=1 ;;
+    *) echo "image: unknown option $option (expected --reuse)" >&2; exit 2 ;;
+  esac
+done
 
 tag=${ARENGINE_IMAGE:-arengine:latest}
 official=${ARENGINE_PYTHON_IMAGE:-python:3.11-slim-bookworm}
@@ -63,6 +73,19 @@ local_torch_wheel() {
   done | head -n 1 || true
 }
 
+sources_hash() {
+  # README.md is copied too but only feeds the package's long description: a docs edit does not
+  # rebuild. Bytecode and egg-info are not build inputs (.dockerignore drops them).
+  { git ls-files -co --exclude-standard -- Dockerfile .dockerignore pyproject.toml deploy/setup.sh arengine models \
+      2>/dev/null || find Dockerfile .dockerignore pyproject.toml deploy/setup.sh arengine models -type f; } \
+    | grep -v -e '__pycache__' -e '\.pyc$' -e '\.egg-info' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16
+}
+sources=$(sources_hash)
+if [ -n "$reuse" ] && [ "$(docker image inspect -f '{{ index .Config.Labels "arengine.sources" }}' "$tag" 2>/dev/null)" = "$sources" ]; then
+  say "$tag is up to date (sources $sources); not rebuilt"
+  exit 0
+fi
+
 base=$(choose_base)
 build_args=(--build-arg "PYTHON_IMAGE=$base")
 if curl -fs --max-time 10 -o /dev/null "$torch_index/torch/"; then
@@ -86,7 +109,7 @@ say "base $base; building $tag"
 # BuildKit needs the buildx plugin (and pulls the `# syntax` frontend from a registry); without
 # them the classic builder reads the same Dockerfile.
 docker buildx version >/dev/null 2>&1 || export DOCKER_BUILDKIT=0
-docker build --network host "${build_args[@]}" -t "$tag" .
+docker build --network host "${build_args[@]}" --label "arengine.sources=$sources" -t "$tag" .
 size=$(docker image inspect -f '{{.Size}}' "$tag")
 say "built $tag: $((size / 1000000)) MB, $(docker run --rm --entrypoint python "$tag" -c \
   'import torch; print("torch", torch.__version__)')"

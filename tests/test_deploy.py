@@ -154,6 +154,8 @@ def _readme_setup_commands() -> dict[str, list[str]]:
     makefile = (ROOT / "Makefile").read_text()
     commands = {}
     for target in re.findall(r"^make (\w+)", readme, flags=re.M):
+        if target == "image":  # builds a container; the set-up runs inside the build
+            continue
         body = re.search(rf"^{target}:\n((?:\t.*\n)+)", makefile, flags=re.M)
         assert body, f"README promises `make {target}`, the Makefile has no such target"
         setup = [line.split() for line in body.group(1).split("\n") if "deploy/setup.sh" in line]

@@ -677,3 +677,12 @@ def test_autoscalers_target_the_deployment(resources: dict[str, dict[str, Any]])
     assert queue["spec"]["metrics"][0]["pods"]["metric"]["name"] == "arengine_queued_segments"
     pdb = resources["PodDisruptionBudget"]
     assert pdb["spec"]["maxUnavailable"] < default["spec"]["minReplicas"]
+
+
+def test_kustomization_image_override_names_the_deployments_image(
+    kustomization: dict[str, Any], resources: dict[str, dict[str, Any]]
+) -> None:
+    """`images:` only rewrites containers whose image name matches it exactly."""
+    image = _container(resources["Deployment"])["image"]
+    names = {entry["name"] for entry in kustomization["images"]}
+    assert image.rsplit(":", 1)[0] in names

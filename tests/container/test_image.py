@@ -14,9 +14,11 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+import yaml
 
 from tests.conftest import RecordingFactory
-from tests.container.docker import Container, docker, run_container
+from tests.container.docker import ROOT, Container, docker, run_container
+from tests.test_deploy import MEASURED_PEAK_MEMORY, _bytes
 
 HARDENED = (
     "--read-only",
@@ -158,5 +160,21 @@ def test_one_gib_container_survives_concurrent_two_hour_uploads(
         assert container.inspect("{{.State.OOMKilled}}") == "false"
         assert container.inspect("{{.State.Running}}") == "true"
         assert peak < limit == 2**30
+        # The deployments' memory limits are above what was measured here (the offline checks in
+        # tests/test_deploy.py use the 1 GiB this container was limited to).
+        assert peak < MEASURED_PEAK_MEMORY <= min(_deployment_memory_limits())
     finally:
         container.remove()
+
+
+def _deployment_memory_limits() -> list[int]:
+    compose = yaml.safe_load((ROOT / "deploy" / "compose" / "docker-compose.yml").read_text())
+    limits = [
+        _bytes(service["deploy"]["resources"]["limits"]["memory"])
+        for service in compose["services"].values()
+        if service.get("image") == "arengine:latest"
+    ]
+    deployment = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "deployment.yaml").read_text())
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        limits.append(_bytes(container["resources"]["limits"]["memory"]))
+    return limits

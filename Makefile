@@ -8,8 +8,12 @@ serve:
 test:
 	deploy/setup.sh --test
 	.venv/bin/ruff check arengine tests loadtests models
+	.venv/bin/ruff format --check arengine tests loadtests models
 	.venv/bin/mypy
-	.venv/bin/pytest
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	.venv/bin/coverage run -m pytest
+	.venv/bin/coverage combine -q
+	.venv/bin/coverage report
 
 # Benchmarks (not tests): quick versions of every experiment; FULL=1 for the published lengths.
 bench:

@@ -212,8 +212,8 @@ def recognize(
     resume: bool = False,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
-    from arengine.batch import expand, output_names, recognize_files
     from arengine.formats import get_format
+    from arengine.runner import expand, output_names, recognize_files
 
     files = expand(inputs)
     if not files:

@@ -1,8 +1,10 @@
 """A client for one arengine server or a cluster behind a load balancer (httpx).
 
->>> with Client("http://127.0.0.1:8000", api_key=os.environ.get("ARENGINE_API_KEY")) as client:
-...     result = client.recognize("talk.flac", model="speech", threshold=0.6)
-...     print([(tag.start, tag.end, tag.label) for tag in result.tags])
+Example (it needs a running server, so it is prose, not a doctest)::
+
+    with Client("http://127.0.0.1:8000", api_key=os.environ.get("ARENGINE_API_KEY")) as client:
+        result = client.recognize("talk.flac", model="speech", threshold=0.6)
+        print([(tag.start, tag.end, tag.label) for tag in result.tags])
 
 `AsyncClient` has the same methods as coroutines (`stream` is an async iterator). Requests the
 server refuses for now (503: overloaded, loading, stopping; 502 from a balancer whose replica

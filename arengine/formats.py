@@ -3,9 +3,10 @@
 Each `Format` renders a `Result` to text and parses that text back to tags (for round-trips and
 for tools that read what arengine wrote). Times keep the precision the format allows.
 
->>> text = FORMATS["csv"].render(result, "talk")
->>> FORMATS["csv"].parse(text)[0].label
-'speech'
+Example::
+
+    text = FORMATS["csv"].render(result, "talk")
+    tags = FORMATS["csv"].parse(text)  # the result's tags, to the format's precision
 """
 
 from __future__ import annotations

@@ -46,9 +46,11 @@ class EngineState(Protocol):
 class Metrics:
     """Every arengine metric, registered on `registry`.
 
+    >>> from prometheus_client import generate_latest
     >>> metrics = Metrics(CollectorRegistry())
     >>> metrics.observe_request("speech", 200, seconds=0.8, audio_s=60.0)
-    >>> generate_latest(metrics.registry)
+    >>> b'arengine_audio_seconds_total{model="speech"} 60.0' in generate_latest(metrics.registry)
+    True
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -4,8 +4,10 @@ Same inputs, output names, formats, progress lines and failure report as the in-
 recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
 `resume` skips inputs whose output file is already there (an interrupted run started again).
 
->>> remote = Remote("http://lb:8080", None)
->>> failures = recognize_remote(remote, files, "speech", FORMATS["csv"], Path("out"))
+Example (with a server at that address)::
+
+    remote = Remote("http://lb:8080", api_key=None)
+    failures = recognize_remote(remote, files, "speech", FORMATS["csv"], out)
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from typing import TextIO
 import httpx
 import soundfile
 
-from arengine.batch import Failure, Progress, _write, output_names
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.formats import Format
+from arengine.runner import Failure, Progress, _write, output_names
 from arengine.types import AudioInfo, Result, Tag, Timings
 
 API_KEY_ENV = "ARENGINE_API_KEY"

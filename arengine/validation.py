@@ -54,8 +54,7 @@ class AudioLimits:
 def probe(path: Path, limits: AudioLimits) -> AudioInfo:
     """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
 
-    >>> probe(Path("speech.flac"), limits).format
-    'FLAC'
+    Example: `probe(Path("speech.flac"), limits).format` is `"FLAC"`.
     """
     if os.path.getsize(path) == 0:
         raise InvalidInput("the uploaded file is empty", code=ErrorCode.EMPTY_FILE)

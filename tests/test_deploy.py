@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -325,7 +326,7 @@ def _interpolate(value: object) -> str:
     return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
 
 
-def _settings(env: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> Settings:
+def _settings(env: Mapping[str, object], monkeypatch: pytest.MonkeyPatch) -> Settings:
     """The server's settings under `env` (the ARENGINE_* of a compose service or a pod)."""
     for key in [k for k in os.environ if k.startswith("ARENGINE_")]:
         monkeypatch.delenv(key)
@@ -344,10 +345,17 @@ def _seconds(duration: str) -> float:
 
 def _bytes(size: str) -> int:
     """`2g`, `64m`, `17Gi`, `2048m`: compose, nginx and Kubernetes sizes."""
-    number, unit = re.fullmatch(r"(\d+)([kmgKMG]i?)?", size).groups()  # type: ignore[union-attr]
-    return (
-        int(number) * 1024 ** {None: 0, "k": 1, "m": 2, "g": 3}[unit[0].lower() if unit else None]
-    )
+    parts = re.fullmatch(r"(\d+)([kmgKMG]i?)?", size)
+    assert parts, size
+    unit = (parts.group(2) or " ")[0].lower()
+    power = {" ": 0, "k": 1, "m": 2, "g": 3}[unit]
+    return int(parts.group(1)) * int(1024**power)
+
+
+def _tmpfs_size(entry: str) -> int:
+    size = re.search(r"size=(\w+)", entry)
+    assert size, f"a tmpfs without a size grows to half the host's memory: {entry}"
+    return _bytes(size.group(1))
 
 
 def test_compose_runs_two_read_only_replicas_with_cpu_limit_matching_threads(
@@ -389,9 +397,9 @@ def test_compose_uploads_fit_where_they_are_spooled(
         tmpfs = {e.split(":")[0]: e for e in service.get("tmpfs", [])}
         volumes = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
         if upload_dir in tmpfs:
-            size = _bytes(re.search(r"size=(\w+)", tmpfs[upload_dir]).group(1))  # type: ignore[union-attr]
+            size = _tmpfs_size(tmpfs[upload_dir])
             assert size >= settings.max_pending_requests * settings.max_upload_bytes
-            tmp_total = sum(_bytes(re.search(r"size=(\w+)", e).group(1)) for e in tmpfs.values())  # type: ignore[union-attr]
+            tmp_total = sum(_tmpfs_size(entry) for entry in tmpfs.values())
             assert tmp_total + MEASURED_PEAK_MEMORY <= memory
         else:
             assert upload_dir in volumes, "the upload dir is writable under read_only"

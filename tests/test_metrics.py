@@ -170,7 +170,7 @@ def test_gauges_and_build_info(server: Server) -> None:
     assert _get(samples, "arengine_engine_threads") == info["engine_threads"]
     assert 0 <= _get(samples, "arengine_engine_busy_threads") <= info["engine_threads"]
     for gauge in ("queued_segments", "inflight_requests", "held_segments"):
-        assert samples[(f"arengine_{gauge}", ())] >= 0
+        assert samples[(f"arengine_{gauge}", ())] == 0, "idle: nothing queued, in flight or held"
     resident = _get(samples, "arengine_process_resident_memory_bytes")
     assert 10e6 < resident <= _get(samples, "arengine_process_peak_resident_memory_bytes")
     build = {

@@ -24,9 +24,13 @@ log = logging.getLogger(__name__)
 class Engine:
     """Admits requests, runs them on the shared pool, holds the models.
 
-    >>> engine = Engine(Settings()); engine.load_models()
-    >>> speech = engine.check("speech", {"threshold": 0.6})
-    >>> engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1").future.result()
+    Example::
+
+        engine = Engine(Settings())
+        engine.load_models()
+        speech = engine.check("speech", {"threshold": 0.6})
+        job = engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1")
+        result = job.future.result()
     """
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
@@ -40,15 +44,15 @@ class Engine:
         )
         self.models: dict[str, LoadedModel] = {}
         self.failures: list[LoadFailure] = []
-        self._ready = threading.Event()
-        self._draining = False
+        self._loaded = threading.Event()
+        self._stopping = False
         self._pending = 0
         self._admission = threading.Lock()
 
     @property
     def ready(self) -> bool:
         """Models loaded and not shutting down."""
-        return self._ready.is_set() and not self._draining
+        return self._loaded.is_set() and not self._stopping
 
     @property
     def pending_requests(self) -> int:
@@ -71,9 +75,9 @@ class Engine:
             with self._admission:
                 self._pending -= 1
 
-    def drain(self) -> None:
+    def stop_accepting(self) -> None:
         """Shutting down: not ready, no new requests; admitted ones finish."""
-        self._draining = True
+        self._stopping = True
 
     def load_models(self) -> None:
         """Load and warm up the models; ready when this returns with at least one loaded."""
@@ -82,13 +86,13 @@ class Engine:
         folder = settings.models_dir or DEFAULT_MODELS_DIR
         self.models, self.failures = load_models(folder, names, settings.segment_s)
         if self.models:
-            self._ready.set()
+            self._loaded.set()
         else:
             log.error("no model could be loaded from %s: the server stays not ready", folder)
 
     def check(self, model: str, overrides: Overrides) -> Recognizer:
         """The recognizer for `model` if the request can be admitted; raises the reason if not."""
-        if self._draining:
+        if self._stopping:
             raise NotReady("the server is shutting down")
         if not self.ready:
             raise NotReady("the models are still loading; retry shortly")
@@ -124,5 +128,5 @@ class Engine:
         return self.pool.submit(spec)
 
     def close(self) -> None:
-        self._ready.clear()
+        self._loaded.clear()
         self.pool.close()

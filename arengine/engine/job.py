@@ -23,9 +23,9 @@ import numpy as np
 from arengine.decode import decode
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.features import Segment, Segmenter
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.postprocess import Tagger
+from arengine.segments import Segment, Segmenter
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
 from arengine.validation import AudioLimits, probe
 
@@ -69,11 +69,11 @@ class Job:
         self._running = 0
         self._validating = False
         self._decoding = False
-        self._draining = False
+        self._postprocessing = False
         self._info: AudioInfo | None = None
         self._segments: Segmenter | None = None
         self._segment_count: int | None = None
-        self._ready: deque[tuple[Segment, float]] = deque()
+        self._decoded: deque[tuple[Segment, float]] = deque()
         """Decoded segments waiting for inference, with the perf_counter time each was queued."""
         self._results: dict[int, np.ndarray] = {}
         self._next_post = 0
@@ -90,7 +90,7 @@ class Job:
     @property
     def queued_segments(self) -> int:
         """Decoded segments waiting for an engine thread to start their inference."""
-        return len(self._ready)
+        return len(self._decoded)
 
     def take(self) -> Task | None:
         """The next runnable task, or None; inference first so decoded audio does not pile up."""
@@ -112,9 +112,9 @@ class Job:
                 return None
             self._validating = True
             return functools.partial(self._run, Stage.VALIDATION, self._validate)
-        if self._ready:
+        if self._decoded:
             return functools.partial(
-                self._run, Stage.INFERENCE, self._infer, *self._ready.popleft()
+                self._run, Stage.INFERENCE, self._infer, *self._decoded.popleft()
             )
         if (
             not self._decoding
@@ -167,11 +167,11 @@ class Job:
             self._seconds[Stage.FEATURES] += decoded - started
             self._decoding = False
             if segment is not None:
-                self._ready.append((segment, decoded))
+                self._decoded.append((segment, decoded))
                 self._undelivered += 1
                 return
             self._segment_count = self._segments.index
-            complete = not self._draining and self._next_post == self._segment_count
+            complete = not self._postprocessing and self._next_post == self._segment_count
         if complete:
             self._complete()
 
@@ -189,18 +189,18 @@ class Job:
             self._seconds[Stage.FEATURES] += extracted - started
             self._seconds[Stage.INFERENCE] += inferred - extracted
             self._results[segment.index] = scores
-            if self._draining:
+            if self._postprocessing:
                 return
-            self._draining = True
-        self._drain()
+            self._postprocessing = True
+        self._postprocess_in_order()
 
-    def _drain(self) -> None:
+    def _postprocess_in_order(self) -> None:
         """Post-process results in segment order; one thread at a time, the others hand over."""
         while True:
             with self._lock:
                 scores = self._results.pop(self._next_post, None)
                 if scores is None or self.finished:
-                    self._draining = False
+                    self._postprocessing = False
                     complete = self._next_post == self._segment_count and not self.finished
                     break
                 self._next_post += 1
@@ -238,7 +238,7 @@ class Job:
         self.future.set_result(Result(self.spec.recognizer.name, info, tags, timings))
 
     def _announce(self, tags: list[Tag]) -> None:
-        """Tell the listener; `_drain` and `_complete` never overlap, so calls stay in order."""
+        """Tell the listener; `_postprocess_in_order` and `_complete` never overlap: in order."""
         if tags and self.spec.on_tags is not None and not self.future.done():
             self.spec.on_tags(tags)
 
@@ -250,7 +250,7 @@ class Job:
             if self.finished:
                 return
             self.finished = True
-            self._ready.clear()
+            self._decoded.clear()
             self._results.clear()
             idle = self._running == 0
         self.future.set_exception(error)

@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 class EnginePool:
     """`threads` workers; `submit` a job spec, then wait on `job.future`.
 
-    >>> pool = EnginePool(threads=2)
-    >>> pool.submit(spec).future.result().tags
-    (Tag(start=0.45, end=1.93, label='speech', score=0.91),)
+    Example, with a `JobSpec` (see `Engine.recognize`)::
+
+        pool = EnginePool(threads=2)
+        tags = pool.submit(spec).future.result().tags
     """
 
     def __init__(self, threads: int, observer: StageObserver | None = None) -> None:

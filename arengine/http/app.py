@@ -34,7 +34,8 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 def create_app(settings: Settings) -> FastAPI:
     """The application for `settings`; the engine starts and the models load in its lifespan.
 
-    >>> uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)
+    Example: `uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)`; `arengine serve`
+    does this with its signal handling and jemalloc.
     """
 
     metrics = Metrics(CollectorRegistry())

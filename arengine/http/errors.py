@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,6 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine.errors import ArengineError, ErrorCode
+from arengine.http.schemas import ErrorResponse
 from arengine.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,26 @@ def error_response(code: ErrorCode, message: str, status: int | None = None) -> 
     status = status or code.status
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for `statuses` (default: every status an error code has), each listing
+    its codes: derived from `ErrorCode`, so the schema cannot drift from the errors raised."""
+    codes = [
+        code
+        for code in ErrorCode
+        if code.status != 499 and code.status in (statuses or [code.status])
+    ]
+    by_status: dict[int, list[ErrorCode]] = {}
+    for code in codes:
+        by_status.setdefault(code.status, []).append(code)
+    return {
+        status: {
+            "model": ErrorResponse,
+            "description": "; ".join(f"`{code}`: {code.description}" for code in members),
+        }
+        for status, members in sorted(by_status.items())
+    }
 
 
 def _count_refusal(request: Request, code: ErrorCode) -> None:

@@ -19,10 +19,17 @@ from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
-from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
+from arengine.errors import (
+    ArengineError,
+    Cancelled,
+    DeadlineExceeded,
+    ErrorCode,
+    InvalidInput,
+    NotReady,
+)
 from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
+from arengine.http.errors import error_responses
 from arengine.http.schemas import (
-    ErrorResponse,
     FailureOut,
     InfoResponse,
     ModelOut,
@@ -41,21 +48,6 @@ from arengine.types import Result
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": description}
-    for status, description in [
-        (400, "Corrupt or undecodable audio, malformed body"),
-        (404, "Unknown model"),
-        (413, "Upload or recording over a configured cap"),
-        (415, "Unsupported container, codec or content type"),
-        (422, "Invalid parameter, missing file field, or audio outside the accepted shape"),
-        (401, "API keys are configured and the request has none of them"),
-        (408, "The client stopped sending its body"),
-        (500, "A pipeline stage failed (names the stage and the request id)"),
-        (503, "Models still loading, server stopping, or too many pending requests (Retry-After)"),
-        (504, "The request's deadline passed"),
-    ]
-}
 _AUDIO_BODY = {
     "requestBody": {
         "required": True,
@@ -82,7 +74,7 @@ def _engine(request: Request) -> Engine:
     "/v1/recognize",
     response_model=RecognizeResponse,
     response_model_exclude_none=True,
-    responses=_ERRORS,
+    responses=error_responses(),
     openapi_extra=_AUDIO_BODY,
 )
 async def recognize(
@@ -94,6 +86,7 @@ async def recognize(
     `application/x-ndjson`: one tag per line as soon as it is final, then a summary line.
     """
     started = time.monotonic()
+    _refuse_repeated(request)
     engine = _engine(request)
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
@@ -101,27 +94,77 @@ async def recognize(
     output = query.format or negotiate(request.headers.get("accept")) or "json"
     recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
     request.state.model = query.model  # a loaded model's name: a bounded label value
-    metrics: Metrics = request.app.state.metrics
+    record = _Record(request, recognizer.name, started)
     if output == STREAM:
-        return await _stream(request, engine, recognizer, overrides, started, started + timeout)
-    status = 500
-    result: Result | None = None
+        return await _stream(request, engine, recognizer, overrides, record, started + timeout)
     try:
-        result = await _recognize(request, engine, recognizer, overrides, started + timeout)
-        status = 200
-    except ArengineError as error:
-        status = error.status
+        with ExitStack() as cleanup:
+            path = await _admit_and_spool(request, engine, cleanup)
+            job = engine.recognize(path, recognizer, overrides, request.state.request_id)
+            result = await _outcome(request, job, started + timeout)
+    except BaseException as error:
+        record.done(_status_of(error), None)
         raise
-    except asyncio.CancelledError:
-        status = 499  # the client went away
-        raise
-    finally:
-        audio_s = None if result is None else result.audio.duration_s
-        metrics.observe_request(query.model, status, time.monotonic() - started, audio_s)
-    request.state.result = result  # for the access log
+    record.done(200, result)
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
     return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+
+
+def _refuse_repeated(request: Request) -> None:
+    """A parameter given twice is ambiguous: refuse it rather than silently take one value."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InvalidInput(
+            f"{', '.join(repeated)} given more than once; give each parameter once",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+
+
+class _Record:
+    """A recognition's outcome, recorded once: its metrics and, on success, the access log's
+    result."""
+
+    def __init__(self, request: Request, model: str, started: float) -> None:
+        self._request = request
+        self._model = model
+        self._started = started
+        self._done = False
+
+    def done(self, status: int, result: Result | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        metrics: Metrics = self._request.app.state.metrics
+        audio_s = None if result is None else result.audio.duration_s
+        metrics.observe_request(self._model, status, time.monotonic() - self._started, audio_s)
+        self._request.state.result = result
+
+
+def _status_of(error: BaseException) -> int:
+    if isinstance(error, ArengineError):
+        return error.status
+    return 499 if isinstance(error, asyncio.CancelledError) else 500
+
+
+async def _admit_and_spool(request: Request, engine: Engine, cleanup: ExitStack) -> Path:
+    """Check the declared length, take an admission slot, spool the upload; `cleanup` releases
+    the slot and deletes the file, whatever happens later."""
+    settings: Settings = request.app.state.settings
+    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    check_declared_length(request.headers.get("content-length"), limits)
+    cleanup.enter_context(engine.admitted())
+    upload = await spool(
+        request.stream(),
+        request.headers.get("content-type"),
+        limits,
+        settings.upload_dir,
+        settings.body_timeout_s,
+    )
+    cleanup.callback(upload.path.unlink, missing_ok=True)
+    request.state.upload_name = upload.filename
+    return upload.path
 
 
 def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
@@ -136,29 +179,6 @@ def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
         media_type=media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
-
-
-async def _recognize(
-    request: Request, engine: Engine, recognizer: Recognizer, overrides: Overrides, deadline: float
-) -> Result:
-    """Admit, spool the upload, run it on the engine; the spooled file is always deleted."""
-    settings: Settings = request.app.state.settings
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
-    check_declared_length(request.headers.get("content-length"), limits)
-    with engine.admitted():
-        upload = await spool(
-            request.stream(),
-            request.headers.get("content-type"),
-            limits,
-            settings.upload_dir,
-            settings.body_timeout_s,
-        )
-        request.state.upload_name = upload.filename
-        try:
-            job = engine.recognize(upload.path, recognizer, overrides, request.state.request_id)
-            return await _outcome(request, job, deadline)
-        finally:
-            upload.path.unlink(missing_ok=True)
 
 
 async def _outcome(request: Request, job: Job, deadline: float) -> Result:
@@ -191,32 +211,20 @@ async def _stream(
     engine: Engine,
     recognizer: Recognizer,
     overrides: Overrides,
-    started: float,
+    record: _Record,
     deadline: float,
 ) -> Response:
-    """Admit, spool and submit as `_recognize` does, then stream the tags as NDJSON.
+    """Admit, spool and submit as a JSON request does, then stream the tags as NDJSON.
 
     Until the first tag (or the result) is known, a failure is an ordinary error response with
     its status; after that it becomes a last `{"error": ...}` line.
     """
-    settings: Settings = request.app.state.settings
-    metrics: Metrics = request.app.state.metrics
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
-    check_declared_length(request.headers.get("content-length"), limits)
     cleanup = ExitStack()
     try:
-        cleanup.enter_context(engine.admitted())
-        upload = await spool(
-            request.stream(),
-            request.headers.get("content-type"),
-            limits,
-            settings.upload_dir,
-            settings.body_timeout_s,
-        )
-        cleanup.callback(upload.path.unlink, missing_ok=True)
+        path = await _admit_and_spool(request, engine, cleanup)
         feed = TagFeed()
         job = engine.recognize(
-            upload.path, recognizer, overrides, request.state.request_id, feed.listener()
+            path, recognizer, overrides, request.state.request_id, feed.listener()
         )
         cleanup.callback(stop, job)
         feed.watch(job)
@@ -227,23 +235,12 @@ async def _stream(
             gone.cancel()
     except BaseException as error:
         cleanup.close()
-        status = error.status if isinstance(error, ArengineError) else 500
-        if isinstance(error, asyncio.CancelledError):
-            status = 499
-        metrics.observe_request(recognizer.name, status, time.monotonic() - started, None)
+        record.done(_status_of(error), None)
         raise
 
-    done = False
-
     def finish(status: int, result: Result | None) -> None:
-        nonlocal done
-        if done:
-            return
-        done = True
         cleanup.close()
-        audio_s = None if result is None else result.audio.duration_s
-        metrics.observe_request(recognizer.name, status, time.monotonic() - started, audio_s)
-        request.state.result = result  # for the access log
+        record.done(status, result)
 
     stream = lines(feed, first, deadline, finish)
     return TagStream(stream, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
@@ -255,7 +252,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-@router.get("/v1/models", response_model=ModelsResponse)
+@router.get("/v1/models", response_model=ModelsResponse, responses=error_responses(401))
 async def models(request: Request) -> ModelsResponse:
     """The loaded models and their parameters."""
     engine = _engine(request)
@@ -268,7 +265,7 @@ async def models(request: Request) -> ModelsResponse:
     )
 
 
-@router.get("/v1/info", response_model=InfoResponse)
+@router.get("/v1/info", response_model=InfoResponse, responses=error_responses(401))
 async def info(request: Request) -> InfoResponse:
     """Versions, the active allocator, and the effective thread settings."""
     engine = _engine(request)
@@ -308,7 +305,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"model": ErrorResponse}})
+@router.get("/readyz", responses=error_responses(503))
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: models loaded and warmed up."""
     if not _engine(request).ready:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Any
 
-from arengine.formats import STREAM, get_format
-from arengine.models.registry import LoadedModel
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from arengine.formats import FORMATS, STREAM, get_format
+from arengine.models.registry import PARAMETERS, LoadedModel
 from arengine.types import Result, result_dict
 
 
-class RecognizeQuery(BaseModel):
-    """Query parameters of `POST /v1/recognize`; unset thresholds keep silero-vad's defaults."""
+class _QueryBase(BaseModel):
+    """Query parameters of `POST /v1/recognize` other than post-processing overrides."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -30,52 +32,8 @@ class RecognizeQuery(BaseModel):
     format: str | None = Field(
         None,
         max_length=16,
-        description="Response format: json (default), csv, txt (Audacity labels), raven, rttm, "
-        "vtt, srt, or ndjson (tags streamed as they are final). Default: from the Accept header.",
-    )
-    threshold: float | None = Field(
-        None, gt=0, lt=1, description="A tag starts at or above this score (speech default 0.5)."
-    )
-    neg_threshold: float | None = Field(
-        None,
-        gt=0,
-        lt=1,
-        description="Speech ends below this probability (default threshold - 0.15).",
-    )
-    min_speech_duration_ms: int | None = Field(
-        None, ge=0, le=60_000, description="Shorter speech is dropped (default 250)."
-    )
-    max_speech_duration_s: float | None = Field(
-        None, gt=0, description="Longer speech is split at its longest pause (default: no limit)."
-    )
-    min_silence_duration_ms: int | None = Field(
-        None, ge=0, le=60_000, description="Shorter pauses do not end speech (default 100)."
-    )
-    speech_pad_ms: int | None = Field(
-        None,
-        ge=0,
-        le=10_000,
-        description="Padding added to each side of a speech tag (default 30).",
-    )
-
-    min_duration_ms: int | None = Field(
-        None,
-        ge=0,
-        le=3_600_000,
-        description="Classifier and pitch models: shorter tags are dropped.",
-    )
-    merge_gap_ms: int | None = Field(
-        None,
-        ge=0,
-        le=3_600_000,
-        description="Classifier models: runs of the same label this close merge.",
-    )
-
-    median_frames: int | None = Field(
-        None,
-        ge=1,
-        le=101,
-        description="Pitch models: odd width of the median filter over 10 ms frames.",
+        description=f"Response format: {', '.join(FORMATS)}, or {STREAM} (tags streamed as they "
+        "are final). Default: from the Accept header, else json.",
     )
 
     @field_validator("format")
@@ -87,7 +45,44 @@ class RecognizeQuery(BaseModel):
 
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude={"model", "timeout_s", "format"})
+        return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
+
+
+def _override_fields() -> dict[str, Any]:
+    """One optional query field per post-processing parameter of any kind, documented per kind.
+
+    The ranges are checked by the kind's parameters (a 422 naming the range); here only that the
+    value is a finite number (or a whole one, where every kind wants that).
+    """
+    uses: dict[str, list[str]] = {}
+    whole: dict[str, bool] = {}
+    for kind, params in sorted(PARAMETERS.items()):
+        defaults = params()
+        for name, bounds in params.bounds().items():
+            value = getattr(defaults, name)
+            default = "no default: see above" if value is None else f"default {value}"
+            uses.setdefault(name, []).append(
+                f"{kind}: {params.docs()[name]} ({bounds.text()}; {default})"
+            )
+            whole[name] = whole.get(name, True) and bounds.whole
+    return {
+        name: (
+            (int if whole[name] else float) | None,
+            Field(None, allow_inf_nan=False, description=" ".join(texts)),
+        )
+        for name, texts in uses.items()
+    }
+
+
+if TYPE_CHECKING:
+    RecognizeQuery = _QueryBase
+else:
+    RecognizeQuery = create_model(
+        "RecognizeQuery",
+        __base__=_QueryBase,
+        __doc__="Query parameters of `POST /v1/recognize`, overrides of every kind included.",
+        **_override_fields(),
+    )
 
 
 class AudioOut(BaseModel):

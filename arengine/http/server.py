@@ -38,7 +38,7 @@ class GracefulServer(uvicorn.Server):
         self._signalled = True
         engine = getattr(self._app.state, "engine", None)
         if engine is not None:
-            engine.drain()
+            engine.stop_accepting()
         log.info("signal %d: not ready; closing the listener in %.1f s", sig, self._delay_s)
         timer = threading.Timer(self._delay_s, self._stop)
         timer.daemon = True

@@ -27,8 +27,12 @@ def stop(job: Job) -> None:
 class TagFeed:
     """Tags from an engine thread to the event loop, and the job's result when it is done.
 
-    >>> feed = TagFeed(); job = engine.recognize(path, speech, {}, "r1", feed.listener())
-    >>> feed.watch(job); first = await feed.next(deadline)
+    Example, inside a request handler::
+
+        feed = TagFeed()
+        job = engine.recognize(path, speech, {}, "r1", feed.listener())
+        feed.watch(job)
+        first = await feed.next(deadline)
     """
 
     def __init__(self) -> None:

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from arengine.features import Segment, SegmentPlan
 from arengine.mel import LogMel, MelParams
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.segments import Segment, SegmentPlan
 
 ACTIVATIONS = ("sigmoid", "softmax")
 

@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.features import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger
+from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 WINDOW = 1024
@@ -43,7 +43,7 @@ class Crepe(nn.Module):
     Output: `(frames, 360)` activations in [0, 1], one per 20-cent pitch bin.
 
     >>> model = Crepe.load(Path("models/pitch/tiny.pth"))
-    >>> model(normalise(frames)).shape
+    >>> model(normalise(torch.randn(100, 1024))).shape
     torch.Size([100, 360])
     """
 

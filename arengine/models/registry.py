@@ -19,6 +19,7 @@ from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.params import Params
 from arengine.postprocess.labels import LabelParams
 from arengine.postprocess.notes import NotesParams
 from arengine.postprocess.speech import SpeechParams
@@ -129,6 +130,13 @@ def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
     params = NotesParams().with_overrides(manifest.postprocess)
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
+
+PARAMETERS: dict[str, type[Params]] = {
+    "speech": SpeechParams,
+    "pitch": NotesParams,
+    "classifier": LabelParams,
+}
+"""Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
 
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,

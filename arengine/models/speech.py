@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.features import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
+from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 WINDOW = 512

@@ -8,42 +8,59 @@ silero-vad's.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
-from arengine.postprocess import check_overrides
+from arengine.errors import ErrorCode, InvalidInput
+from arengine.params import Bounds, Params, param
 from arengine.types import Tag
+
+_PROBABILITY = Bounds(0, 1, low_open=True, high_open=True)
+_MS = Bounds(0, 60_000, whole=True)
 
 
 @dataclass(frozen=True, slots=True)
-class SpeechParams:
+class SpeechParams(Params):
     """Thresholds and durations, named and defaulted as in silero-vad's `get_speech_timestamps`."""
 
-    threshold: float = 0.5
-    neg_threshold: float | None = None
-    """Hysteresis: speech ends below this; default `max(threshold - 0.15, 0.01)`."""
-    min_speech_duration_ms: int = 250
-    max_speech_duration_s: float = math.inf
-    min_silence_duration_ms: int = 100
-    speech_pad_ms: int = 30
+    kind: ClassVar[str] = "speech"
+
+    threshold: float = param(0.5, "Speech starts at or above this probability.", _PROBABILITY)
+    neg_threshold: float | None = param(
+        None,
+        "Hysteresis: speech ends below this probability (default threshold - 0.15, at least "
+        "0.01); at most threshold.",
+        _PROBABILITY,
+    )
+    min_speech_duration_ms: int = param(250, "Shorter speech is dropped.", _MS)
+    max_speech_duration_s: float | None = param(
+        None,
+        "Longer speech is split at its longest pause (default: no limit).",
+        Bounds(0.5, 86_400),
+    )
+    min_silence_duration_ms: int = param(100, "Shorter pauses do not end speech.", _MS)
+    speech_pad_ms: int = param(
+        30, "Padding added to each side of a speech tag.", Bounds(0, 10_000, whole=True)
+    )
     min_silence_at_max_speech: int = 98
     use_max_poss_sil_at_max_speech: bool = True
 
-    def with_overrides(self, overrides: Mapping[str, float]) -> SpeechParams:
-        """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        check_overrides("speech", overrides, (f.name for f in dataclasses.fields(self)))
-        return dataclasses.replace(self, **overrides)  # type: ignore[arg-type]
+    def check(self) -> None:
+        if self.neg_threshold is not None and self.neg_threshold > self.threshold:
+            raise InvalidInput(
+                f"neg_threshold ({self.neg_threshold}) must be at most threshold "
+                f"({self.threshold}): speech would end above the level that starts it",
+                code=ErrorCode.INVALID_PARAMETER,
+            )
 
     def as_dict(self) -> dict[str, float]:
         """As numbers: `max_speech_duration_s` 0 is no limit, `neg_threshold` -1 is automatic."""
-        out = dataclasses.asdict(self)
-        out["max_speech_duration_s"] = (
-            0 if math.isinf(self.max_speech_duration_s) else out["max_speech_duration_s"]
-        )
-        out["neg_threshold"] = -1 if self.neg_threshold is None else self.neg_threshold
-        return {k: float(v) for k, v in out.items()}
+        out = Params.as_dict(self)
+        out.setdefault("neg_threshold", -1)
+        out.setdefault("max_speech_duration_s", 0)
+        return out
 
 
 @dataclass(slots=True)
@@ -57,8 +74,10 @@ class SpeechTagger:
     """Feed probabilities with `push`, then `finish`; both return the tags that became final.
 
     >>> tagger = SpeechTagger(SpeechParams(), sample_rate=16000, hop=512)
-    >>> tagger.push(probabilities) + tagger.finish(audio_samples)
-    [Tag(start=0.45, end=1.93, label='speech', score=0.91)]
+    >>> import numpy as np
+    >>> probabilities = np.r_[np.zeros(20), np.full(40, 0.9), np.zeros(20)]  # 32-ms windows
+    >>> tagger.push(probabilities) + tagger.finish(80 * 512)
+    [Tag(start=0.61, end=1.95, label='speech', score=0.9, frequency_hz=None)]
     """
 
     def __init__(self, params: SpeechParams, sample_rate: int, hop: int) -> None:
@@ -73,7 +92,8 @@ class SpeechTagger:
         )
         self.min_speech = rate * params.min_speech_duration_ms
         self.pad = rate * params.speech_pad_ms
-        self.max_speech = sample_rate * params.max_speech_duration_s - hop - 2 * self.pad
+        max_speech_s = params.max_speech_duration_s or math.inf
+        self.max_speech = sample_rate * max_speech_s - hop - 2 * self.pad
         self.min_silence = rate * params.min_silence_duration_ms
         self.min_silence_at_max = rate * params.min_silence_at_max_speech
         self.use_max_poss = params.use_max_poss_sil_at_max_speech

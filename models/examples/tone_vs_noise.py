@@ -5,8 +5,8 @@
     curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
 
 It synthesises its own training audio, computes the same log-mel features the server computes
-(`arengine.mel.LogMel`, with the manifest's parameters), trains for a few seconds, and writes
-`model.pt` (TorchScript) and `manifest.toml` into the output folder.
+(`arengine.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps (a few
+seconds), and writes `model.pt` (TorchScript) and `manifest.toml` into the output folder.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ class TinyClassifier(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.conv(features)).mean(dim=2)
-        return self.out(hidden)
+        logits: torch.Tensor = self.out(hidden)
+        return logits
 
 
 def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -57,22 +58,22 @@ def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return np.stack(windows), np.array(targets, np.float32)
 
 
-def train(seconds: float = 5.0, seed: int = 0) -> TinyClassifier:
-    """Train on freshly synthesised windows until `seconds` have passed."""
-    import time
-
+def train(steps: int = 400, seed: int = 0, examples: int = 768) -> TinyClassifier:
+    """Train for `steps` batches of 64 drawn from `examples` synthesised windows (their features
+    computed once): the same model on any machine, in a few seconds of CPU."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    mel = LogMel(RATE, MEL)
+    windows, targets = synthesize(examples, rng)
+    with torch.no_grad():
+        features = LogMel(RATE, MEL)(torch.from_numpy(windows))
+    labels = torch.from_numpy(targets)
     model = TinyClassifier(MEL.n_mels, len(LABELS))
     optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
     loss = nn.BCEWithLogitsLoss()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        windows, targets = synthesize(64, rng)
+    for _ in range(steps):
+        batch = torch.from_numpy(rng.integers(0, examples, 64))
         optimiser.zero_grad()
-        error = loss(model(mel(torch.from_numpy(windows))), torch.from_numpy(targets))
-        error.backward()
+        loss(model(features[batch]), labels[batch]).backward()
         optimiser.step()
     return model.eval()
 
@@ -128,9 +129,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("folder", type=Path, help="output model folder, e.g. models/tones")
-    parser.add_argument("--seconds", type=float, default=5.0, help="training time")
+    parser.add_argument("--steps", type=int, default=400, help="training batches of 64 windows")
     args = parser.parse_args()
-    export(train(args.seconds), args.folder, args.folder.name)
+    export(train(args.steps), args.folder, args.folder.name)
     print(f"wrote {args.folder}/model.pt and manifest.toml")
 
 

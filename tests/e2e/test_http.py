@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import struct
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -14,21 +16,22 @@ from tests.audio import FORMATS
 from tests.conftest import RecordingFactory, Server
 
 
-def _post(server: Server, path: Path, **params: object):
+def _post(server: Server, path: Path, **params: Any) -> httpx.Response:
     with server.client() as client, path.open("rb") as body:
         return client.post("/v1/recognize", params=params, files={"file": (path.name, body)})
 
 
-def _assert_error(response, status: int, code: str) -> dict:
+def _assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
-    body = response.json()
+    body: dict[str, Any] = response.json()
     assert set(body) == {"error"}
     assert body["error"]["code"] == code
-    assert body["error"]["message"]
-    return body["error"]
+    error: dict[str, Any] = body["error"]
+    assert error["message"]
+    return error
 
 
-def _assert_finds_speech(tags: list[dict], speech: list[tuple[float, float]]) -> None:
+def _assert_finds_speech(tags: list[dict[str, Any]], speech: list[tuple[float, float]]) -> None:
     assert len(tags) == len(speech), (tags, speech)
     for tag, (start, end) in zip(tags, speech, strict=True):
         assert tag["label"] == "speech"
@@ -78,10 +81,12 @@ def test_speech_is_found_in_every_container(
         "postprocess_s",
         "total_s",
     }
-    assert all(value >= 0 for value in body["timings"].values())
+    assert all(value > 0 for value in body["timings"].values()), body["timings"]
 
 
-def test_tags_are_ordered_and_not_split_across_segments(server: Server, recording) -> None:
+def test_tags_are_ordered_and_not_split_across_segments(
+    server: Server, recording: RecordingFactory
+) -> None:
     # The server cuts 4 s segments; phrases of ~3 s at these offsets straddle the cuts.
     pieces = [p for i in range(6) for p in [("silence", 0.9 + 0.4 * i), ("speech", 0)]]
     clip = recording("many.flac", rate=44100, pieces=[*pieces, ("silence", 1.0)])
@@ -91,7 +96,7 @@ def test_tags_are_ordered_and_not_split_across_segments(server: Server, recordin
     assert starts == sorted(starts)
 
 
-def test_silence_and_a_tone_have_no_speech(server: Server, recording) -> None:
+def test_silence_and_a_tone_have_no_speech(server: Server, recording: RecordingFactory) -> None:
     for pieces in ([("silence", 5.0)], [("tone", 5.0)]):
         clip = recording("quiet.wav", pieces=pieces)
         response = _post(server, clip.path)
@@ -99,7 +104,7 @@ def test_silence_and_a_tone_have_no_speech(server: Server, recording) -> None:
         assert response.json()["tags"] == []
 
 
-def test_raw_body_with_an_audio_content_type(server: Server, recording) -> None:
+def test_raw_body_with_an_audio_content_type(server: Server, recording: RecordingFactory) -> None:
     clip = recording("raw.flac", rate=44100, channels=2)
     with server.client() as client:
         response = client.post(
@@ -109,7 +114,7 @@ def test_raw_body_with_an_audio_content_type(server: Server, recording) -> None:
     _assert_finds_speech(response.json()["tags"], clip.speech)
 
 
-def test_post_processing_overrides(server: Server, recording) -> None:
+def test_post_processing_overrides(server: Server, recording: RecordingFactory) -> None:
     clip = recording("pad.wav")
     plain = _post(server, clip.path).json()["tags"]
     padded = _post(server, clip.path, speech_pad_ms=200).json()["tags"]
@@ -118,7 +123,7 @@ def test_post_processing_overrides(server: Server, recording) -> None:
     assert dropped == []
 
 
-def test_request_id_is_echoed_or_made(server: Server, recording) -> None:
+def test_request_id_is_echoed_or_made(server: Server, recording: RecordingFactory) -> None:
     clip = recording("id.wav", pieces=[("silence", 1.0)])
     with server.client() as client, clip.path.open("rb") as body:
         given = client.post(
@@ -145,7 +150,9 @@ def test_not_audio(server: Server, tmp_path: Path, content: bytes) -> None:
     _assert_error(_post(server, tmp_path / "x.wav"), 415, "unsupported_format")
 
 
-def test_truncated_compressed_audio(server: Server, recording, tmp_path: Path) -> None:
+def test_truncated_compressed_audio(
+    server: Server, recording: RecordingFactory, tmp_path: Path
+) -> None:
     clip = recording("cut.flac", rate=44100)
     data = clip.path.read_bytes()
     (tmp_path / "cut.flac").write_bytes(data[:60])
@@ -199,7 +206,7 @@ def test_upload_over_the_byte_cap(server: Server, tmp_path: Path) -> None:
 
 
 def test_chunked_upload_over_the_byte_cap(server: Server) -> None:
-    def body():
+    def body() -> Iterator[bytes]:
         for _ in range(600):
             yield bytes(64 * 1024)
 
@@ -210,7 +217,7 @@ def test_chunked_upload_over_the_byte_cap(server: Server) -> None:
     _assert_error(response, 413, "upload_too_large")
 
 
-def test_wrong_field_name(server: Server, recording) -> None:
+def test_wrong_field_name(server: Server, recording: RecordingFactory) -> None:
     clip = recording("a.wav", pieces=[("silence", 1.0)])
     with server.client() as client, clip.path.open("rb") as body:
         response = client.post("/v1/recognize", files={"audio": body})
@@ -236,7 +243,7 @@ def test_unsupported_content_type(server: Server) -> None:
     _assert_error(response, 415, "unsupported_media_type")
 
 
-def test_unknown_model_lists_the_known_ones(server: Server, recording) -> None:
+def test_unknown_model_lists_the_known_ones(server: Server, recording: RecordingFactory) -> None:
     clip = recording("a.wav", pieces=[("silence", 1.0)])
     error = _assert_error(_post(server, clip.path, model="whisper"), 404, "unknown_model")
     assert "speech" in error["message"]
@@ -252,18 +259,25 @@ def test_unknown_model_lists_the_known_ones(server: Server, recording) -> None:
         {"bogus": 1},
     ],
 )
-def test_bad_parameters(server: Server, recording, params: dict) -> None:
+def test_bad_parameters(
+    server: Server, recording: RecordingFactory, params: dict[str, Any]
+) -> None:
     clip = recording("a.wav", pieces=[("silence", 1.0)])
     _assert_error(_post(server, clip.path, **params), 422, "invalid_parameter")
 
 
-def test_the_server_still_works_after_all_that(server: Server, recording) -> None:
+def test_no_upload_file_is_left_behind_by_errors_or_successes(
+    server: Server, recording: RecordingFactory
+) -> None:
+    bad = recording("bad.wav", pieces=[("silence", 1.0)]).path
+    bad.write_bytes(b"PK\x03\x04" + bytes(200))  # a ZIP named .wav: refused after spooling
+    _assert_error(_post(server, bad), 415, "unsupported_format")
+    _assert_error(_post(server, bad, threshold=2), 422, "invalid_parameter")
     clip = recording("after.ogg", rate=22050)
     response = _post(server, clip.path)
     assert response.status_code == 200
     _assert_finds_speech(response.json()["tags"], clip.speech)
-    leftovers = [p for p in Path(server.log.parent).iterdir() if p.suffix == ".upload"]
-    assert leftovers == []
+    assert list(server.upload_dir.iterdir()) == []
 
 
 # Service endpoints.
@@ -292,4 +306,3 @@ def test_service_endpoints(server: Server) -> None:
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert "/v1/recognize" in schema["paths"]
     _assert_error(missing, 404, "not_found")
-    json.dumps(schema)

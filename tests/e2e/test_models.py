@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import numpy as np
@@ -15,10 +15,10 @@ import soundfile as sf
 
 from arengine.models.manifest import ManifestError, read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, ServerFactory
 
 
-def _example():
+def _example() -> ModuleType:
     path = DEFAULT_MODELS_DIR / "examples" / "tone_vs_noise.py"
     spec = importlib.util.spec_from_file_location("tone_vs_noise", path)
     assert spec is not None and spec.loader is not None
@@ -34,7 +34,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models")
     shutil.copytree(DEFAULT_MODELS_DIR / "speech", folder / "speech")
     example = _example()
-    example.export(example.train(seconds=4.0), folder / "tones", "tones")
+    example.export(example.train(), folder / "tones", "tones")
     broken = {
         "bad-toml": "name = 'x\n",
         "missing-weights": (folder / "tones" / "manifest.toml")
@@ -66,10 +66,8 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(tmp_path_factory.mktemp("srv"), "--models-dir", str(models_dir))
-    yield running
-    stop_server(running)
+def server(models_dir: Path, serve: ServerFactory) -> Server:
+    return serve("--models-dir", str(models_dir))
 
 
 def test_every_model_loads_or_is_reported_with_its_reason(server: Server) -> None:

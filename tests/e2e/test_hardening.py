@@ -6,28 +6,20 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import Server, start_server, stop_server
+from tests.conftest import Server, ServerFactory, start_server, stop_server, wait_until
 
 
-def _info(server: Server) -> dict:
-    return httpx.get(server.url + "/v1/info").json()
-
-
-def _wait_until(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
+def _info(server: Server) -> dict[str, Any]:
+    info: dict[str, Any] = httpx.get(server.url + "/v1/info").json()
+    return info
 
 
 def _slow_upload(server: Server, declared: int = 10_000_000) -> socket.socket:
@@ -53,43 +45,32 @@ def long_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(
-        tmp_path_factory.mktemp("srv"),
-        "--max-pending-requests",
-        "2",
-        "--body-timeout-s",
-        "1",
-        "--engine-threads",
-        "1",
-    )
-    yield running
-    stop_server(running)
+def server(serve: ServerFactory) -> Server:
+    return serve("--max-pending-requests", "2", "--body-timeout-s", "1", "--engine-threads", "1")
 
 
 def test_beyond_the_pending_bound_requests_get_503_with_retry_after_at_once(server: Server) -> None:
     slow = [_slow_upload(server), _slow_upload(server)]
     try:
-        assert _wait_until(lambda: _info(server)["pending_requests"] == 2)
-        started = time.monotonic()
+        assert wait_until(lambda: _info(server)["pending_requests"] == 2)
         response = httpx.post(
             server.url + "/v1/recognize", content=b"RIFF", headers={"Content-Type": "audio/wav"}
         )
-        assert time.monotonic() - started < 1.0
+        # Refused while both slots are still held: not queued behind them.
+        assert _info(server)["pending_requests"] == 2
         assert response.status_code == 503
         assert response.headers["retry-after"] == "1"
         assert response.json()["error"]["code"] == "overloaded"
     finally:
         for sock in slow:
             sock.close()
-    assert _wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert wait_until(lambda: _info(server)["pending_requests"] == 0)
 
 
 def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
     sock = _slow_upload(server)
     try:
         sock.settimeout(10)
-        started = time.monotonic()
         reply = ""
         while "}}" not in reply and (chunk := sock.recv(65536)):
             reply += chunk.decode("latin-1")
@@ -97,8 +78,7 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
         sock.close()
     assert reply.startswith("HTTP/1.1 408")
     assert "body_timeout" in reply
-    assert 0.9 < time.monotonic() - started < 5
-    assert _wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert wait_until(lambda: _info(server)["pending_requests"] == 0)
 
 
 def test_deadline_gives_504_and_drops_the_work(server: Server, long_file: Path) -> None:
@@ -111,7 +91,7 @@ def test_deadline_gives_504_and_drops_the_work(server: Server, long_file: Path) 
         )
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "deadline_exceeded"
-    assert _wait_until(lambda: _info(server)["active_jobs"] == 0, 3)
+    assert wait_until(lambda: _info(server)["active_jobs"] == 0, 3)
 
 
 def test_client_disconnect_cancels_the_remaining_work(server: Server, long_file: Path) -> None:
@@ -123,11 +103,11 @@ def test_client_disconnect_cancels_the_remaining_work(server: Server, long_file:
             b"Content-Length: %d\r\n\r\n" % len(data)
         )
         sock.sendall(data)
-        assert _wait_until(lambda: _info(server)["active_jobs"] == 1, 5)
+        assert wait_until(lambda: _info(server)["active_jobs"] == 1, 5)
     # The engine needs about a second for this file; cancelled, it is idle well before.
-    assert _wait_until(lambda: _info(server)["active_jobs"] == 0, 0.8)
-    assert _wait_until(lambda: _info(server)["pending_requests"] == 0, 2)
-    assert _wait_until(lambda: "client disconnected" in server.log.read_text(), 2)
+    assert wait_until(lambda: _info(server)["active_jobs"] == 0, 0.8)
+    assert wait_until(lambda: _info(server)["pending_requests"] == 0, 2)
+    assert wait_until(lambda: "client disconnected" in server.log.read_text(), 2)
 
 
 def test_after_a_4xx_the_keep_alive_connection_still_works(server: Server, tmp_path: Path) -> None:
@@ -140,13 +120,18 @@ def test_after_a_4xx_the_keep_alive_connection_still_works(server: Server, tmp_p
 
 
 @pytest.mark.parametrize(
-    "content", [b"", b"\x00" * 100, b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(8)]
+    ("content", "code"),
+    [
+        (b"", "empty_file"),
+        (b"\x00" * 100, "unsupported_format"),
+        (b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(8), "corrupt_audio"),
+    ],
 )
-def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes) -> None:
+def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes, code: str) -> None:
     response = httpx.post(
         server.url + "/v1/recognize", files={"file": ("../../etc/x.wav", content)}
     )
-    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["code"] == code, response.text
     assert "/tmp" not in response.text and "arengine-" not in response.text
     assert "Traceback" not in response.text
 
@@ -183,7 +168,7 @@ def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: P
 
     poster = threading.Thread(target=post)
     poster.start()
-    assert _wait_until(lambda: _info(running)["active_jobs"] == 1, 5)
+    assert wait_until(lambda: _info(running)["active_jobs"] == 1, 5)
     running.process.send_signal(signal.SIGTERM)
     time.sleep(0.2)
     ready = httpx.get(running.url + "/readyz")
@@ -203,10 +188,9 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     running = start_server(tmp_path, "--shutdown-delay-s", "30")
     running.process.send_signal(signal.SIGTERM)
     time.sleep(0.3)
-    started = time.monotonic()
     running.process.send_signal(signal.SIGTERM)
+    # Exits with its 30-s drain delay still running: the second signal cut it short.
     assert running.process.wait(10) == 0
-    assert time.monotonic() - started < 5
 
 
 def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
@@ -220,7 +204,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
             b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data) + data[:1000]
         )
-        assert _wait_until(lambda: _info(running)["pending_requests"] == 1, 5)
+        assert wait_until(lambda: _info(running)["pending_requests"] == 1, 5)
         running.process.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         sock.sendall(data[1000:])

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from arengine.features import Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger, note_name
+from arengine.segments import Segmenter
 from arengine.types import Tag
+from tests.conftest import ROOT
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
+WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"
 RATE = 16000
 MELODY = [("A4", 440.0), ("C5", 523.25), ("E5", 659.26), ("C#4", 277.18)]
 """Four 0.5 s notes starting at 0.3 s, 1.0 s, 1.7 s, 2.4 s, silence between them."""
@@ -70,7 +69,9 @@ def _scores(*runs: tuple[float, float, int]) -> np.ndarray:
     return np.concatenate([np.tile([[f, p]], (n, 1)) for f, p, n in runs]).astype(np.float32)
 
 
-def _tag_all(scores: np.ndarray, params: NotesParams | None = None, chunks=None) -> list[Tag]:
+def _tag_all(
+    scores: np.ndarray, params: NotesParams | None = None, chunks: list[int] | None = None
+) -> list[Tag]:
     tagger = NoteTagger(params or NotesParams(), sample_rate=RATE, hop=160)
     tags: list[Tag] = []
     for chunk in np.split(scores, chunks or []):

@@ -1,6 +1,8 @@
 """`arengine recognize`: many files through one in-process engine, one output file per input.
 
->>> failures = recognize_files(engine, [Path("calls/")], "speech", FORMATS["csv"], Path("out"))
+Example::
+
+    failures = recognize_files(engine, [Path("calls/")], "speech", FORMATS["csv"], Path("out"))
 """
 
 from __future__ import annotations

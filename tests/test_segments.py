@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
-from arengine.features import Segmenter, SegmentPlan
+from arengine.segments import Segmenter, SegmentPlan
 
 
-def _blocks(audio: np.ndarray, size: int):
+def _blocks(audio: np.ndarray, size: int) -> Iterator[np.ndarray]:
     for start in range(0, len(audio), size):
         yield audio[start : start + size]
 

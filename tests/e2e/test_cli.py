@@ -23,7 +23,9 @@ def _settings_from(argv: list[str]) -> Settings:
 
 
 def test_every_setting_is_a_flag() -> None:
-    help_text = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert isinstance(commands, dict)
+    help_text = commands["serve"].format_help()
     for name in Settings.model_fields:
         if name == "api_keys":  # a secret: environment only
             assert "--api-keys" not in help_text and "ARENGINE_API_KEYS" in help_text

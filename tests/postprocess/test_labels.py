@@ -9,11 +9,12 @@ import pytest
 
 from arengine.errors import InvalidInput
 from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.types import Tag
 
 LABELS = ("a", "b")
 
 
-def _run(scores: np.ndarray, params: LabelParams, chunks: list[int]):
+def _run(scores: np.ndarray, params: LabelParams, chunks: list[int]) -> list[Tag]:
     tagger = LabelTagger(LABELS, params, sample_rate=100, hop=10, window=20)
     tags, at = [], 0
     for size in chunks:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from arengine.errors import InvalidInput
-from arengine.features import Segmenter
 from arengine.models.pitch import (
     CHUNK_FRAMES,
     HOP,
@@ -20,8 +18,10 @@ from arengine.models.pitch import (
     decode,
     normalise,
 )
+from arengine.segments import Segmenter
+from tests.conftest import ROOT
 
-WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "pitch" / "tiny.pth"
+WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"
 RATE = 16000
 
 
@@ -39,7 +39,8 @@ def tone(frequency: float, seconds: float, overtones: int = 0) -> np.ndarray:
     """A sine, or a harmonic tone whose k-th overtone has amplitude 1 / (k + 1)."""
     t = np.arange(round(seconds * RATE)) / RATE
     wave = sum(np.sin(2 * np.pi * frequency * (k + 1) * t) / (k + 1) for k in range(overtones + 1))
-    return (0.3 * wave / np.max(np.abs(wave))).astype(np.float32)
+    scaled: np.ndarray = (0.3 * wave / np.max(np.abs(wave))).astype(np.float32)
+    return scaled
 
 
 def _frames(audio: np.ndarray) -> torch.Tensor:

@@ -280,3 +280,23 @@ def test_cli_server_mode_matches_in_process_and_resumes(
     )
     assert no_key.returncode == 1
     assert "1 of 1 files failed" in no_key.stderr and "API key" in no_key.stderr
+
+
+def test_cli_resume_in_process_skips_what_is_done(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    first, second = recording("one.flac").path, recording("two.wav").path
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "one.json").write_text("kept")
+    done = _arengine(
+        "recognize", str(first), str(second), "--out", str(out), "--resume", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert (out / "one.json").read_text() == "kept"
+    assert "two.wav" in done.stderr and "one.flac" not in done.stderr
+    assert len(FORMATS["json"].parse((out / "two.json").read_text())) == 2
+    again = _arengine(
+        "recognize", str(first), str(second), "--out", str(out), "--resume", cwd=tmp_path
+    )
+    assert again.returncode == 0 and again.stderr == ""  # nothing left: no engine started

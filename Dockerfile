@@ -35,7 +35,7 @@ FROM ${PYTHON_IMAGE} AS runtime
 # System packages through the same script and package list (libjemalloc2), nothing else.
 COPY deploy/setup.sh /app/deploy/setup.sh
 RUN /app/deploy/setup.sh --system-only \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && groupadd --system --gid 10001 arengine \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin arengine \

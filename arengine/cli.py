@@ -100,8 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
         "models",
         help="list the models that load",
         description="Load the models and list them: name, kind, label count, sample rate.",
-        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models",
+        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models"
+        "\n  arengine models --markdown   # the model cards, as in models/README.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    models.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the model cards as a Markdown table (task, licence, source, plan...)",
     )
     _add_setting_flags(models, ("models_dir", "models", "segment_s"))
     return parser
@@ -152,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif command == "recognize":
         sys.exit(recognize(settings, **options))
     elif command == "models":
-        sys.exit(list_models(settings))
+        sys.exit(list_models(settings, **options))
 
 
 def serve(settings: Settings, argv: list[str]) -> None:
@@ -178,9 +184,12 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "inter_op_threads": threads.inter_op,
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
+        "api_keys": len(settings.api_key_list()),  # how many, never which
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
+    if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
     server.run(create_app(settings), settings)
 
 
@@ -256,9 +265,17 @@ def _report(failures: list[Any], files: list[Path]) -> int:
     return 0
 
 
-def list_models(settings: Settings) -> int:
-    """Print the models that load, one per line; 1 if none did."""
+def list_models(settings: Settings, markdown: bool = False) -> int:
+    """Print the models that load, one per line (or their cards as Markdown); 1 if none did."""
     engine = _engine(settings)
+    if markdown:
+        from arengine.models.cards import markdown_table
+
+        try:
+            print(markdown_table(engine.models))
+        finally:
+            engine.close()
+        return 0 if engine.models else 1
     try:
         rows = [("name", "kind", "labels", "sample_rate")]
         for name, loaded in sorted(engine.models.items()):

@@ -37,6 +37,11 @@ class ErrorCode(StrEnum):
     BAD_MULTIPART = "bad_multipart", 400, "the multipart body is malformed"
     BAD_CONTENT_LENGTH = "bad_content_length", 400, "`Content-Length` is not a byte count"
     BAD_REQUEST = "bad_request", 400, "the request is malformed at the HTTP level"
+    AMBIGUOUS_LENGTH = (
+        "ambiguous_length",
+        400,
+        "both `Content-Length` and `Transfer-Encoding` (a request-smuggling ambiguity); the connection is closed",
+    )
     UNAUTHORIZED = (
         "unauthorized",
         401,
@@ -50,6 +55,16 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found", 404, "no such endpoint"
     METHOD_NOT_ALLOWED = "method_not_allowed", 405, "the endpoint does not take this method"
     BODY_TIMEOUT = "body_timeout", 408, "the client stopped sending its body for `body_timeout_s`"
+    UPLOAD_TOO_SLOW = (
+        "upload_too_slow",
+        408,
+        "the body arrived slower than `min_upload_bytes_per_s` after `upload_grace_s`, or was still arriving at the request's deadline",
+    )
+    HEADER_TIMEOUT = (
+        "header_timeout",
+        408,
+        "the request line and headers did not arrive within `header_timeout_s`; the connection is closed",
+    )
     UPLOAD_TOO_LARGE = (
         "upload_too_large",
         413,
@@ -62,6 +77,11 @@ class ErrorCode(StrEnum):
     )
     TOO_MANY_PARTS = "too_many_parts", 413, "the multipart body has more than 16 parts"
     FIELD_TOO_LARGE = "field_too_large", 413, "a form field other than `file` passed 64 KiB"
+    HEADERS_TOO_LARGE = (
+        "headers_too_large",
+        431,
+        "the request line and headers passed `max_header_bytes`; the connection is closed",
+    )
     UNSUPPORTED_FORMAT = (
         "unsupported_format",
         415,
@@ -111,12 +131,22 @@ class ErrorCode(StrEnum):
         500,
         "a stage failed on valid input; the message names the stage and the request id",
     )
-    NOT_READY = (
-        "not_ready",
+    NOT_READY = "not_ready", 503, "the models are still loading (with `Retry-After`)"
+    SHUTTING_DOWN = (
+        "shutting_down",
         503,
-        "the models are still loading, or the server is stopping (with `Retry-After`)",
+        "the server is stopping: a new request, or one cut off by a second signal or by `shutdown_timeout_s` (with `Retry-After`)",
     )
-    OVERLOADED = "overloaded", 503, "`max_pending_requests` reached (with `Retry-After`)"
+    OVERLOADED = (
+        "overloaded",
+        503,
+        "`max_uploading_requests` or `max_pending_requests` reached (with `Retry-After`)",
+    )
+    TOO_MANY_CONNECTIONS = (
+        "too_many_connections",
+        503,
+        "`max_connections` reached; the connection is closed (with `Retry-After`)",
+    )
     DEADLINE_EXCEEDED = (
         "deadline_exceeded",
         504,
@@ -193,7 +223,7 @@ class Unauthorized(ArengineError):
 
 
 class BodyTimeout(ArengineError):
-    """The client stopped sending its body."""
+    """The client stopped sending its body, or sent it too slowly (the code says which)."""
 
     default_code = ErrorCode.BODY_TIMEOUT
 

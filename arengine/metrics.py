@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from arengine.errors import ErrorCode
@@ -41,6 +41,19 @@ class EngineState(Protocol):
     def active_jobs(self) -> int: ...
     @property
     def held_segments(self) -> int: ...
+
+
+class AdmissionState(Protocol):
+    """What the admission gauges read (`Admission` provides it)."""
+
+    @property
+    def uploading(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def uploading_bytes(self) -> int: ...
+    @property
+    def upload_bytes_total(self) -> int: ...
 
 
 class Metrics:
@@ -128,9 +141,16 @@ class Metrics:
             raise ValueError(f"{code} is answered with {code.status}, not counted as a refusal")
         self.rejected.labels(code.value).inc()
 
-    def watch(self, engine: EngineState, jemalloc: Jemalloc | None = None) -> None:
-        """Report `engine`'s gauges, and jemalloc's statistics when it is given."""
+    def watch(
+        self,
+        engine: EngineState,
+        jemalloc: Jemalloc | None = None,
+        admission: AdmissionState | None = None,
+    ) -> None:
+        """Report `engine`'s gauges, and jemalloc's and `admission`'s when they are given."""
         self.registry.register(EngineCollector(engine))
+        if admission is not None:
+            self.registry.register(AdmissionCollector(admission))
         if jemalloc is not None:
             self.registry.register(JemallocCollector(jemalloc))
 
@@ -163,6 +183,36 @@ class EngineCollector(Collector):
             "arengine_held_segments",
             "Decoded segments held in memory, not yet post-processed.",
             engine.held_segments,
+        )
+
+
+class AdmissionCollector(Collector):
+    """Requests uploading and in the engine, and the bytes uploads have received."""
+
+    def __init__(self, admission: AdmissionState) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        admission = self._admission
+        yield _gauge(
+            "arengine_uploading_requests",
+            "Recognition requests receiving their upload.",
+            admission.uploading,
+        )
+        yield _gauge(
+            "arengine_uploading_bytes",
+            "Bytes received so far by the uploads in progress.",
+            admission.uploading_bytes,
+        )
+        yield CounterMetricFamily(
+            "arengine_upload_bytes",
+            "Bytes received by uploads, finished or not.",
+            value=admission.upload_bytes_total,
+        )
+        yield _gauge(
+            "arengine_pending_requests",
+            "Recognition requests uploaded and not yet answered (queued or processing).",
+            admission.pending,
         )
 
 

@@ -22,6 +22,7 @@ step "Memory against length";       $py -m loadtests.memory_vs_length "$out/shor
 step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"
 step "Short clips under load";      $py -m loadtests.short_under_load "$out/huge.wav" --clips 40
 step "Pitch throughput";            $py -m loadtests.pitch_throughput --seconds 60
+step "Models and weight formats";   $py -m loadtests.model_speed --seconds 60
 step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
 step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
 $py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"

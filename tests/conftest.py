@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -113,9 +114,14 @@ class Server:
 
 
 def start_server(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    open_files: int | None = None,
 ) -> Server:
-    """Start `arengine serve` with `args` (uploads go to `tmp_path/uploads` unless `args` say)."""
+    """Start `arengine serve` with `args` (uploads go to `tmp_path/uploads` unless `args` say);
+    `open_files` sets its RLIMIT_NOFILE (soft and hard)."""
     port = free_port()
     log = tmp_path / f"server-{port}.log"
     upload_dir = tmp_path / "uploads"
@@ -124,12 +130,17 @@ def start_server(
         upload_dir = Path(args[args.index("--upload-dir") + 1])
     else:
         args = (*args, "--upload-dir", str(upload_dir))
+
+    def limit(files: int = open_files or 0) -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "arengine", "serve", "--port", str(port), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            preexec_fn=None if open_files is None else limit,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log, upload_dir)
     deadline = time.monotonic() + 120

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from loadtests.agreement import frame_f1
 from loadtests.memory_over_time import growth
-from loadtests.peers import frame_f1
 from loadtests.recordings import write_recording
 from loadtests.thread_sweep import cpu_seconds
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
 from arengine.engine.pool import EnginePool
-from arengine.errors import NotReady, Overloaded, UnknownModel
+from arengine.errors import ErrorCode, NotReady, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, LoadFailure, load_models
 from arengine.settings import Settings
@@ -46,8 +45,7 @@ class Engine:
         self.failures: list[LoadFailure] = []
         self._loaded = threading.Event()
         self._stopping = False
-        self._pending = 0
-        self._admission = threading.Lock()
+        self.admission = Admission(settings.max_uploading_requests, settings.max_pending_requests)
 
     @property
     def ready(self) -> bool:
@@ -55,25 +53,9 @@ class Engine:
         return self._loaded.is_set() and not self._stopping
 
     @property
-    def pending_requests(self) -> int:
-        """Recognition requests admitted and not yet answered (uploading or processing)."""
-        return self._pending
-
-    @contextmanager
-    def admitted(self) -> Iterator[None]:
-        """Hold one of `max_pending_requests` slots for a request's life; `Overloaded` if none."""
-        with self._admission:
-            if self._pending >= self.settings.max_pending_requests:
-                raise Overloaded(
-                    f"{self._pending} requests are pending, the limit is "
-                    f"{self.settings.max_pending_requests}; retry shortly"
-                )
-            self._pending += 1
-        try:
-            yield
-        finally:
-            with self._admission:
-                self._pending -= 1
+    def stopping(self) -> bool:
+        """A shutdown has begun."""
+        return self._stopping
 
     def stop_accepting(self) -> None:
         """Shutting down: not ready, no new requests; admitted ones finish."""
@@ -93,7 +75,7 @@ class Engine:
     def check(self, model: str, overrides: Overrides) -> Recognizer:
         """The recognizer for `model` if the request can be admitted; raises the reason if not."""
         if self._stopping:
-            raise NotReady("the server is shutting down")
+            raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
         if not self.ready:
             raise NotReady("the models are still loading; retry shortly")
         loaded = self.models.get(model)

@@ -2,7 +2,8 @@
 
 A job hands out one task at a time to the pool: validation first, then alternately decoding
 (one segment ahead, sequentially, never more than `segments_ahead` undelivered segments) and
-inference of decoded segments (any order, any thread). Post-processing consumes inference results
+inference of decoded segments (any order, any thread; up to the model's `max_batch` segments in
+one forward call, when that pays). Post-processing consumes inference results
 strictly in segment order, so tags come out in timestamp order and segment cuts are invisible.
 """
 
@@ -93,7 +94,7 @@ class Job:
         return len(self._decoded)
 
     def take(self) -> Task | None:
-        """The next runnable task, or None; inference first so decoded audio does not pile up."""
+        """The next runnable task, or None."""
         with self._lock:
             task = self._next_task()
             if task is not None:
@@ -112,15 +113,18 @@ class Job:
                 return None
             self._validating = True
             return functools.partial(self._run, Stage.VALIDATION, self._validate)
-        if self._decoded:
-            return functools.partial(
-                self._run, Stage.INFERENCE, self._infer, *self._decoded.popleft()
-            )
-        if (
-            not self._decoding
-            and self._segment_count is None
-            and self._undelivered < self.spec.segments_ahead
-        ):
+        batch = self.spec.recognizer.max_batch
+        # A batching model reads ahead far enough for one batch in flight and the next decoding.
+        ahead = max(self.spec.segments_ahead, 2 * batch)
+        can_decode = (
+            not self._decoding and self._segment_count is None and self._undelivered < ahead
+        )
+        # Inference first, so decoded audio does not pile up; a batching model's segments wait
+        # for a full batch only while this thread could decode instead of idling.
+        if self._decoded and (len(self._decoded) >= batch or not can_decode):
+            taken = [self._decoded.popleft() for _ in range(min(batch, len(self._decoded)))]
+            return functools.partial(self._run, Stage.INFERENCE, self._infer, taken)
+        if can_decode:
             self._decoding = True
             return functools.partial(self._run, Stage.FEATURES, self._decode)
         return None
@@ -175,20 +179,28 @@ class Job:
         if complete:
             self._complete()
 
-    def _infer(self, segment: Segment, queued: float) -> None:
+    def _infer(self, taken: list[tuple[Segment, float]]) -> None:
+        """Stage 3 for one segment, or one forward call over a batch of this job's segments
+        (their failure fails this request only, like one segment's)."""
         recognizer = self.spec.recognizer
         started = time.perf_counter()
-        self._observer.observe_queue_wait(recognizer.name, started - queued)
-        features = recognizer.features(segment)
+        for _, queued in taken:
+            self._observer.observe_queue_wait(recognizer.name, started - queued)
+        segments = [segment for segment, _ in taken]
+        features = [recognizer.features(segment) for segment in segments]
         extracted = time.perf_counter()
-        scores = recognizer.infer(features, segment)
+        if len(segments) == 1:
+            scores = [recognizer.infer(features[0], segments[0])]
+        else:
+            scores = recognizer.infer_batch(features, segments)
         inferred = time.perf_counter()
         self._observe(Stage.FEATURES, extracted - started)
         self._observe(Stage.INFERENCE, inferred - extracted)
         with self._lock:
             self._seconds[Stage.FEATURES] += extracted - started
             self._seconds[Stage.INFERENCE] += inferred - extracted
-            self._results[segment.index] = scores
+            for segment, result in zip(segments, scores, strict=True):
+                self._results[segment.index] = result
             if self._postprocessing:
                 return
             self._postprocessing = True

@@ -16,7 +16,9 @@ class ApiKeyMiddleware:
 
     def __init__(self, app: ASGIApp, keys: Iterable[str], public_paths: Iterable[str]) -> None:
         self.app = app
-        self.keys = [key.encode() for key in keys if key]
+        self.keys = [key.encode() for key in keys]
+        if not self.keys:
+            raise ValueError("ApiKeyMiddleware needs at least one key")
         self.public_paths = frozenset(public_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -30,7 +31,9 @@ def install_error_handlers(app: FastAPI) -> None:
 def error_response(code: ErrorCode, message: str, status: int | None = None) -> JSONResponse:
     """The one error body: `{"error": {"code": ..., "message": ...}}`, with `code`'s status."""
     status = status or code.status
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers = {"Retry-After": "1"} if status == 503 else {}
+    if status == 408:  # the body was not read to its end: the connection cannot be reused
+        headers["Connection"] = "close"
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
@@ -84,7 +87,9 @@ class InternalErrorMiddleware:
     """A bug answers the one JSON error body (500 `internal_error`), never a plain-text page.
 
     The traceback is logged once, with the request id; the client gets only the id. Sits inside
-    `RequestIdMiddleware`, so the id is known and echoed in `X-Request-ID`.
+    `RequestIdMiddleware`, so the id is known and echoed in `X-Request-ID`. A request cancelled
+    by a forced shutdown (a second signal, or `shutdown_timeout_s` run out) answers 503
+    `shutting_down` instead of uvicorn's plain-text 500 and traceback.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -103,6 +108,20 @@ class InternalErrorMiddleware:
 
         try:
             await self.app(scope, receive, send_tracked)
+        except asyncio.CancelledError:
+            engine = getattr(scope["app"].state, "engine", None)
+            if engine is None or not engine.stopping:
+                raise
+            # Uvicorn cancels a request's task only to stop the server: answer, then let the
+            # task end quietly (re-raising would log the cancellation as an ASGI traceback).
+            request_id = scope.get("state", {}).get("request_id", "unknown")
+            log.warning("request %s cut off by a forced shutdown", request_id)
+            if not started:
+                scope["app"].state.metrics.reject(ErrorCode.SHUTTING_DOWN)
+                message = "the server stopped before this request finished; retry shortly"
+                response = error_response(ErrorCode.SHUTTING_DOWN, message)
+                response.headers["Connection"] = "close"
+                await response(scope, receive, send)
         except Exception:
             request_id = scope.get("state", {}).get("request_id", "unknown")
             log.exception("unexpected error in request %s", request_id)

@@ -38,7 +38,7 @@ from arengine.http.schemas import (
     RecognizeResponse,
 )
 from arengine.http.streaming import TagFeed, TagStream, lines, stop
-from arengine.http.uploads import UploadLimits, check_declared_length, spool
+from arengine.http.uploads import UploadLimits, UploadPace, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.settings import Settings
@@ -85,7 +85,7 @@ async def recognize(
     The answer is JSON unless `format` (or the `Accept` header) asks for another format, or for
     `application/x-ndjson`: one tag per line as soon as it is final, then a summary line.
     """
-    started = time.monotonic()
+    started = received_at(request)
     _refuse_repeated(request)
     engine = _engine(request)
     settings: Settings = request.app.state.settings
@@ -99,7 +99,7 @@ async def recognize(
         return await _stream(request, engine, recognizer, overrides, record, started + timeout)
     try:
         with ExitStack() as cleanup:
-            path = await _admit_and_spool(request, engine, cleanup)
+            path = await _admit_and_spool(request, engine, cleanup, started + timeout)
             job = engine.recognize(path, recognizer, overrides, request.state.request_id)
             result = await _outcome(request, job, started + timeout)
     except BaseException as error:
@@ -148,22 +148,45 @@ def _status_of(error: BaseException) -> int:
     return 499 if isinstance(error, asyncio.CancelledError) else 500
 
 
-async def _admit_and_spool(request: Request, engine: Engine, cleanup: ExitStack) -> Path:
-    """Check the declared length, take an admission slot, spool the upload; `cleanup` releases
-    the slot and deletes the file, whatever happens later."""
+def received_at(request: Request) -> float:
+    """When the request's first byte arrived (monotonic), as the server's protocol stamped it;
+    the handler's start when nothing did (an in-process transport)."""
+    stamped = getattr(request.state, "received_at", None)
+    return stamped if isinstance(stamped, float) else time.monotonic()
+
+
+async def _admit_and_spool(
+    request: Request, engine: Engine, cleanup: ExitStack, deadline: float
+) -> Path:
+    """Check the declared length, spool the upload in an upload slot, then take an engine slot;
+    `cleanup` releases the slot and deletes the file, whatever happens later.
+
+    The engine's fullness is checked before the body is read too, so that a request it has no
+    room for is refused at once rather than after its upload.
+    """
     settings: Settings = request.app.state.settings
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
-    cleanup.enter_context(engine.admitted())
-    upload = await spool(
-        request.stream(),
-        request.headers.get("content-type"),
-        limits,
-        settings.upload_dir,
-        settings.body_timeout_s,
+    admission = engine.admission
+    admission.check_room()
+    pace = UploadPace(
+        idle_timeout_s=settings.body_timeout_s,
+        deadline=deadline,
+        min_bytes_per_s=settings.min_upload_bytes_per_s,
+        grace_s=settings.upload_grace_s,
     )
+    with admission.uploading_slot() as progress:
+        upload = await spool(
+            request.stream(),
+            request.headers.get("content-type"),
+            limits,
+            settings.upload_dir,
+            pace,
+            progress,
+        )
     cleanup.callback(upload.path.unlink, missing_ok=True)
     request.state.upload_name = upload.filename
+    cleanup.enter_context(admission.pending_slot())
     return upload.path
 
 
@@ -221,7 +244,7 @@ async def _stream(
     """
     cleanup = ExitStack()
     try:
-        path = await _admit_and_spool(request, engine, cleanup)
+        path = await _admit_and_spool(request, engine, cleanup, deadline)
         feed = TagFeed()
         job = engine.recognize(
             path, recognizer, overrides, request.state.request_id, feed.listener()
@@ -279,7 +302,8 @@ async def info(request: Request) -> InfoResponse:
         intra_op_threads=torch.get_num_threads(),
         inter_op_threads=torch.get_num_interop_threads(),
         ready=engine.ready,
-        pending_requests=engine.pending_requests,
+        uploading_requests=engine.admission.uploading,
+        pending_requests=engine.admission.pending,
         active_jobs=engine.pool.active_jobs,
         limits={
             "max_upload_bytes": settings.max_upload_bytes,
@@ -308,6 +332,9 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", responses=error_responses(503))
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: models loaded and warmed up."""
-    if not _engine(request).ready:
+    engine = _engine(request)
+    if engine.stopping:
+        raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
+    if not engine.ready:
         raise NotReady("the models are still loading")
     return JSONResponse({"status": "ready"})

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from arengine.formats import FORMATS, STREAM, get_format
-from arengine.models.registry import PARAMETERS, LoadedModel
+from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
 from arengine.types import Result, result_dict
 
 
@@ -131,13 +131,35 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class SegmentPlanOut(BaseModel):
+    """How the model cuts a recording (seconds at the model's rate)."""
+
+    segment_s: float = Field(description="Audio per segment; segments run concurrently.")
+    preroll_s: float = Field(description="Audio before each segment that warms recurrent state.")
+    hop_s: float = Field(description="Audio per output frame (one score vector).")
+    context_s: float = Field(description="Audio before a frame that its window also covers.")
+    lookahead_s: float = Field(description="Audio after a frame's hop that its window also covers.")
+
+
 class ModelOut(BaseModel):
     name: str
     kind: str
+    task: str | None = Field(description="What the model recognises (manifest [card]).")
     labels: list[str]
-    sample_rate: int
+    licence: str | None = Field(description="Licence of the weights (manifest [card]).")
+    source: str | None = Field(description="Where the weights come from (manifest [card]).")
+    version: str | None = Field(
+        description="Release or checkpoint of the weights (manifest [card])."
+    )
+    training_data: str | None = Field(description="Training data and its terms (manifest [card]).")
+    weights_format: str = Field(description="Runtime of the weights file: its suffix decides.")
+    sample_rate: int = Field(description="Input rate: uploads are resampled to it.")
     segment_s: float
     preroll_s: float
+    segment_plan: SegmentPlanOut
+    real_time_factor: float = Field(
+        description="Compute seconds per audio second on one engine thread, measured at warm-up (below 1 is faster than real time)."
+    )
     weights_sha256: str
     load_s: float
     warm_up_s: float
@@ -147,14 +169,29 @@ class ModelOut(BaseModel):
 
     @classmethod
     def of(cls, loaded: LoadedModel) -> ModelOut:
-        recognizer, plan = loaded.recognizer, loaded.recognizer.plan
+        recognizer, plan, card = loaded.recognizer, loaded.recognizer.plan, loaded.manifest.card
+        rate = recognizer.sample_rate
         return cls(
             name=recognizer.name,
             kind=recognizer.kind,
+            task=card.task,
             labels=list(recognizer.labels),
-            sample_rate=recognizer.sample_rate,
-            segment_s=plan.segment_samples / recognizer.sample_rate,
-            preroll_s=plan.preroll_frames * plan.hop / recognizer.sample_rate,
+            licence=card.licence,
+            source=card.source,
+            version=card.version,
+            training_data=card.training_data,
+            weights_format=weights_format_of(loaded.manifest.weights),
+            sample_rate=rate,
+            segment_s=plan.segment_samples / rate,
+            preroll_s=plan.preroll_frames * plan.hop / rate,
+            segment_plan=SegmentPlanOut(
+                segment_s=plan.segment_samples / rate,
+                preroll_s=plan.preroll_frames * plan.hop / rate,
+                hop_s=plan.hop / rate,
+                context_s=plan.context / rate,
+                lookahead_s=plan.lookahead / rate,
+            ),
+            real_time_factor=round(loaded.real_time_factor, 5),
             weights_sha256=loaded.manifest.weights_sha256,
             load_s=round(loaded.load_s, 4),
             warm_up_s=round(loaded.warm_up_s, 4),
@@ -181,7 +218,10 @@ class InfoResponse(BaseModel):
     intra_op_threads: int
     inter_op_threads: int
     ready: bool
-    pending_requests: int = Field(description="Recognition requests admitted and not yet answered.")
+    uploading_requests: int = Field(description="Recognition requests receiving their upload.")
+    pending_requests: int = Field(
+        description="Recognition requests uploaded and not yet answered (queued or processing)."
+    )
     active_jobs: int = Field(
         description="Requests inside the engine (validated, decoding or inferring)."
     )

@@ -11,15 +11,17 @@ import contextlib
 import errno
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from python_multipart.exceptions import MultipartParseError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import ClientDisconnect
 
+from arengine.engine.admission import UploadProgress
 from arengine.errors import (
     ArengineError,
     BodyTimeout,
@@ -44,6 +46,45 @@ class UploadLimits:
     max_bytes: int
     max_parts: int = 16
     max_field_bytes: int = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class UploadPace:
+    """How slowly a body may arrive: a gap of at most `idle_timeout_s`, the whole of it before
+    `deadline` (monotonic), and after `grace_s` an average of at least `min_bytes_per_s` (0: any).
+
+    >>> pace = UploadPace(idle_timeout_s=30, deadline=100.0, min_bytes_per_s=16384, grace_s=10)
+    >>> pace.next_wait(started=0.0, now=4.0, received=0)[0]  # the grace period ends at 10 s
+    6.0
+    """
+
+    idle_timeout_s: float
+    deadline: float
+    min_bytes_per_s: int = 0
+    grace_s: float = 0.0
+
+    def next_wait(self, started: float, now: float, received: int) -> tuple[float, BodyTimeout]:
+        """How long to wait for the next chunk, and the error to raise if it does not come."""
+        waits = [
+            (now + self.idle_timeout_s, BodyTimeout(f"no body data for {self.idle_timeout_s:g} s")),
+            (
+                self.deadline,
+                BodyTimeout(
+                    "the body was still arriving at the request's deadline",
+                    code=ErrorCode.UPLOAD_TOO_SLOW,
+                ),
+            ),
+        ]
+        if self.min_bytes_per_s > 0:
+            due = started + max(self.grace_s, received / self.min_bytes_per_s)
+            slow = BodyTimeout(
+                f"the body arrived at {received / max(due - started, 1e-9):.0f} bytes/s; "
+                f"the minimum is {self.min_bytes_per_s} bytes/s after {self.grace_s:g} s",
+                code=ErrorCode.UPLOAD_TOO_SLOW,
+            )
+            waits.append((due, slow))
+        at, error = min(waits, key=lambda wait: wait[0])
+        return max(at - now, 0.0), error
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +117,11 @@ async def spool(
     content_type: str | None,
     limits: UploadLimits,
     directory: Path | None,
-    idle_timeout_s: float,
+    pace: UploadPace,
+    progress: UploadProgress | None = None,
 ) -> Upload:
-    """Write the audio of a request body to a temporary file in `directory`.
+    """Write the audio of a request body to a temporary file in `directory`, at `pace` or
+    faster, counting the bytes in `progress`.
 
     The file is removed if anything goes wrong, the client disconnecting included.
     """
@@ -96,7 +139,7 @@ async def spool(
             f"{FILE_FIELD!r} field, or a raw body with an audio/* content type",
             code=ErrorCode.UNSUPPORTED_MEDIA_TYPE,
         )
-    chunks = _paced(body, idle_timeout_s)
+    chunks = _paced(body, pace, progress)
     try:
         fd, name = tempfile.mkstemp(prefix="arengine-", suffix=".upload", dir=directory)
     except OSError as error:
@@ -125,16 +168,24 @@ def _no_room(error: OSError) -> InsufficientStorage:
     return InsufficientStorage(f"the upload could not be stored: {reason}")
 
 
-async def _paced(body: AsyncIterator[bytes], idle_timeout_s: float) -> AsyncIterator[bytes]:
-    """The body's chunks; `BodyTimeout` when the client sends nothing for `idle_timeout_s`."""
+async def _paced(
+    body: AsyncIterator[bytes], pace: UploadPace, progress: UploadProgress | None
+) -> AsyncIterator[bytes]:
+    """The body's chunks; `BodyTimeout` as soon as they arrive slower than `pace` allows."""
     chunks = aiter(body)
+    started = time.monotonic()
+    received = 0
     while True:
+        wait, error = pace.next_wait(started, time.monotonic(), received)
         try:
-            chunk = await asyncio.wait_for(anext(chunks), idle_timeout_s)
+            chunk = await asyncio.wait_for(anext(chunks), wait)
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise BodyTimeout(f"no body data for {idle_timeout_s:g} s") from None
+            raise error from None
+        received += len(chunk)
+        if progress is not None:
+            progress.add(len(chunk))
         yield chunk
 
 
@@ -204,6 +255,13 @@ class _MultipartSpooler:
             raise InvalidInput(
                 f"expected a multipart field named {FILE_FIELD!r}; got {got}",
                 code=ErrorCode.MISSING_FILE,
+            )
+        if self._parser.state != MultipartState.END:
+            # Without its closing boundary the body may have been cut short: refuse it rather
+            # than recognise part of a file as if it were the whole.
+            raise CorruptAudio(
+                "the multipart body ended before its closing boundary: the upload is incomplete",
+                code=ErrorCode.BAD_MULTIPART,
             )
         return self._filename, self._size
 

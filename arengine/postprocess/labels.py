@@ -48,8 +48,24 @@ class LabelParams(Params):
         changed = Params.with_overrides(self, overrides)
         return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed
 
+    def defaults(self) -> dict[str, float]:
+        """The parameters as `GET /v1/models` lists them; per-label ones as `threshold.<label>`."""
+        return {
+            "threshold": self.threshold,
+            "min_duration_ms": self.min_duration_ms,
+            "merge_gap_ms": self.merge_gap_ms,
+            **{f"threshold.{label}": value for label, value in self.thresholds.items()},
+        }
+
     def threshold_of(self, label: str) -> float:
         return self.thresholds.get(label, self.threshold)
+
+
+@dataclass(frozen=True, slots=True)
+class MusicParams(LabelParams):
+    """Post-processing of the music tagger: a classifier's, over 3-s patches."""
+
+    kind: ClassVar[str] = "music"
 
 
 @dataclass(slots=True)

@@ -1,12 +1,16 @@
 """Build, train and export a small classifier that arengine serves: tones versus noise bursts.
 
-    .venv/bin/python models/examples/tone_vs_noise.py models/tones
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones                 # torch.export
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones --format onnx   # ONNX
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones --format pt     # TorchScript
     .venv/bin/arengine serve --models-dir models      # now serves `tones` beside `speech`
     curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
 
 It synthesises its own training audio, computes the same log-mel features the server computes
 (`arengine.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps (a few
-seconds), and writes `model.pt` (TorchScript) and `manifest.toml` into the output folder.
+seconds), and writes the model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml` into
+the output folder. The number of windows per call varies (segments differ in length), so every
+format is exported with a dynamic first dimension.
 """
 
 from __future__ import annotations
@@ -103,25 +107,55 @@ window_s = {window_s}
 hop_s = {hop_s}
 
 [weights]
-file = "model.pt"
+file = "{weights}"
 
 [postprocess]
 threshold = 0.5
 min_duration_ms = 250
 merge_gap_ms = 250
+
+[card]
+task = "tone and noise-burst detection (a worked example)"
+licence = "MIT"
+source = "models/examples/tone_vs_noise.py, trained on synthesised audio"
+version = "{version}"
 """
 
+FORMATS = {"pt2": "torch.export", "onnx": "onnx", "pt": "torchscript"}
+"""`--format` -> the runtime the server picks for that suffix."""
 
-def export(model: nn.Module, folder: Path, name: str) -> None:
-    """Write `model.pt` (TorchScript) and `manifest.toml` into `folder`."""
+
+def export(model: nn.Module, folder: Path, name: str, format: str = "pt") -> Path:
+    """Write `model.<format>` and `manifest.toml` into `folder`; returns the model file."""
+    if format not in FORMATS:
+        raise ValueError(f"format {format!r}; accepted: {', '.join(FORMATS)}")
     folder.mkdir(parents=True, exist_ok=True)
-    torch.jit.save(torch.jit.script(model), str(folder / "model.pt"))
+    path = folder / f"model.{format}"
+    model = model.eval()
+    example = LogMel(RATE, MEL)(torch.zeros(2, round(WINDOW_S * RATE)))
+    if format == "pt":
+        torch.jit.save(torch.jit.script(model), str(path))
+    else:
+        windows = torch.export.Dim("windows", min=1)
+        program = torch.export.export(model, (example,), dynamic_shapes=({0: windows},))
+        if format == "pt2":
+            torch.export.save(program, str(path))
+        else:
+            torch.onnx.export(program, (example,), str(path), input_names=["features"])
     labels = "[" + ", ".join(f'"{label}"' for label in LABELS) + "]"
     (folder / "manifest.toml").write_text(
         MANIFEST.format(
-            name=name, rate=RATE, labels=labels, mel=MEL, window_s=WINDOW_S, hop_s=HOP_S
+            name=name,
+            rate=RATE,
+            labels=labels,
+            mel=MEL,
+            window_s=WINDOW_S,
+            hop_s=HOP_S,
+            weights=path.name,
+            version=f"example, exported as {FORMATS[format]}",
         )
     )
+    return path
 
 
 def main() -> None:
@@ -130,9 +164,12 @@ def main() -> None:
     )
     parser.add_argument("folder", type=Path, help="output model folder, e.g. models/tones")
     parser.add_argument("--steps", type=int, default=400, help="training batches of 64 windows")
+    parser.add_argument(
+        "--format", choices=FORMATS, default="pt2", help="pt2 (torch.export), onnx or pt"
+    )
     args = parser.parse_args()
-    export(train(args.steps), args.folder, args.folder.name)
-    print(f"wrote {args.folder}/model.pt and manifest.toml")
+    path = export(train(args.steps), args.folder, args.folder.name, args.format)
+    print(f"wrote {path} and {args.folder}/manifest.toml")
 
 
 if __name__ == "__main__":

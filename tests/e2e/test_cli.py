@@ -147,6 +147,17 @@ def test_models_lists_name_kind_labels_and_rate(tmp_path: Path) -> None:
     assert ["speech", "speech", "1", "16000"] in rows
 
 
+def test_models_markdown_prints_the_cards(tmp_path: Path) -> None:
+    done = _arengine("models", "--markdown", "--models", "speech", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = "| model | kind | task | labels | licence | source | version | input | segments |"
+    assert lines[0] == header
+    assert lines[2].startswith("| `speech` | speech | voice activity detection")
+    assert "| MIT |" in lines[2] and "| 16000 Hz mono |" in lines[2]
+    assert len(lines) == 3
+
+
 @pytest.mark.parametrize("command", ["recognize", "models", "serve"])
 def test_every_command_has_help_with_examples(command: str, tmp_path: Path) -> None:
     done = _arengine(command, "--help", cwd=tmp_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
@@ -45,26 +46,46 @@ def long_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def long_silence(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An hour of digital silence as FLAC: a few hundred kB to upload (the deadline covers the
+    upload too), seconds of engine work."""
+    path = tmp_path_factory.mktemp("silence") / "60min.flac"
+    with sf.SoundFile(path, "w", 16000, 1, "PCM_16", format="FLAC") as out:
+        for _ in range(60):
+            out.write(np.zeros(16000 * 60, np.float32))
+    return path
+
+
+@pytest.fixture(scope="module")
 def server(serve: ServerFactory) -> Server:
-    return serve("--max-pending-requests", "2", "--body-timeout-s", "1", "--engine-threads", "1")
+    return serve(
+        "--max-pending-requests",
+        "2",
+        "--max-uploading-requests",
+        "2",
+        "--body-timeout-s",
+        "1",
+        "--engine-threads",
+        "1",
+    )
 
 
-def test_beyond_the_pending_bound_requests_get_503_with_retry_after_at_once(server: Server) -> None:
+def test_beyond_the_upload_bound_requests_get_503_with_retry_after_at_once(server: Server) -> None:
     slow = [_slow_upload(server), _slow_upload(server)]
     try:
-        assert wait_until(lambda: _info(server)["pending_requests"] == 2)
+        assert wait_until(lambda: _info(server)["uploading_requests"] == 2)
         response = httpx.post(
             server.url + "/v1/recognize", content=b"RIFF", headers={"Content-Type": "audio/wav"}
         )
         # Refused while both slots are still held: not queued behind them.
-        assert _info(server)["pending_requests"] == 2
+        assert _info(server)["uploading_requests"] == 2
         assert response.status_code == 503
         assert response.headers["retry-after"] == "1"
         assert response.json()["error"]["code"] == "overloaded"
     finally:
         for sock in slow:
             sock.close()
-    assert wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
 def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
@@ -78,11 +99,11 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
         sock.close()
     assert reply.startswith("HTTP/1.1 408")
     assert "body_timeout" in reply
-    assert wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
-def test_deadline_gives_504_and_drops_the_work(server: Server, long_file: Path) -> None:
-    with long_file.open("rb") as body:
+def test_deadline_gives_504_and_drops_the_work(server: Server, long_silence: Path) -> None:
+    with long_silence.open("rb") as body:
         response = httpx.post(
             server.url + "/v1/recognize",
             params={"timeout_s": 0.5},
@@ -137,23 +158,30 @@ def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes, c
 
 
 def test_api_keys(tmp_path: Path) -> None:
+    # Written as people write lists: a space after the comma.
     running = start_server(
-        tmp_path, "--no-metrics-public", env={"ARENGINE_API_KEYS": "key-one,key-two"}
+        tmp_path, "--no-metrics-public", env={"ARENGINE_API_KEYS": "key-one, key-two "}
     )
     try:
         with httpx.Client(base_url=running.url) as client:
             missing = client.get("/v1/models")
             wrong = client.get("/v1/models", headers={"Authorization": "Bearer key-three"})
-            right = client.get("/v1/models", headers={"Authorization": "Bearer key-two"})
+            first, second = (
+                client.get("/v1/models", headers={"Authorization": f"Bearer {key}"})
+                for key in ("key-one", "key-two")
+            )
             open_paths = [client.get(path).status_code for path in ("/healthz", "/readyz")]
     finally:
         stop_server(running)
     assert missing.status_code == wrong.status_code == 401
     assert missing.headers["www-authenticate"].startswith("Bearer")
     assert missing.json()["error"]["code"] == "unauthorized"
-    assert right.status_code == 200
+    assert first.status_code == second.status_code == 200
     assert open_paths == [200, 200]
     assert "key-one" not in " ".join(running.process.args)  # type: ignore[arg-type]
+    log = running.log.read_text()
+    assert '"api_keys": 2' in log  # how many keys are active, never which
+    assert "key-one" not in log and "key-two" not in log
 
 
 def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: Path) -> None:
@@ -180,6 +208,7 @@ def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: P
     assert running.process.wait(30) == 0
     assert ready.status_code == 503 and alive.status_code == 200
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == "shutting_down"
     assert outcome["in_flight"].status_code == 200
     assert outcome["in_flight"].json()["audio"]["duration_s"] == pytest.approx(1800.0)
 
@@ -204,7 +233,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
             b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data) + data[:1000]
         )
-        assert wait_until(lambda: _info(running)["pending_requests"] == 1, 5)
+        assert wait_until(lambda: _info(running)["uploading_requests"] == 1, 5)
         running.process.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         sock.sendall(data[1000:])
@@ -214,3 +243,122 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 200"), reply[:300]
     assert running.process.wait(30) == 0
+
+
+def _start_upload(server: Server) -> socket.socket:
+    """An upload that has begun and waits for more: the server holds it as uploading."""
+    sock = _slow_upload(server)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 1, 5)
+    return sock
+
+
+def _reply(sock: socket.socket) -> bytes:
+    sock.settimeout(20)
+    reply = b""
+    while b"}}" not in reply and (chunk := sock.recv(65536)):
+        reply += chunk
+    return reply
+
+
+def _assert_shutting_down(reply: bytes) -> None:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), reply[:300]
+    assert b"application/json" in head and b"retry-after: 1" in head.lower()
+    assert json.loads(body)["error"]["code"] == "shutting_down"
+
+
+def test_a_second_signal_answers_an_upload_in_progress_with_503_shutting_down(
+    tmp_path: Path,
+) -> None:
+    running = start_server(tmp_path, "--shutdown-delay-s", "30", "--models", "speech")
+    with _start_upload(running) as sock:
+        running.process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        running.process.send_signal(signal.SIGTERM)
+        reply = _reply(sock)
+    assert running.process.wait(10) == 0
+    _assert_shutting_down(reply)
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+
+
+def test_an_upload_cut_off_by_the_shutdown_timeout_gets_503_shutting_down(tmp_path: Path) -> None:
+    running = start_server(
+        tmp_path,
+        "--shutdown-delay-s",
+        "0",
+        "--shutdown-timeout-s",
+        "1",
+        "--upload-dir",
+        str(tmp_path),
+        "--models",
+        "speech",
+    )
+    with _start_upload(running) as sock:
+        running.process.send_signal(signal.SIGTERM)
+        reply = _reply(sock)
+    assert running.process.wait(10) == 0
+    _assert_shutting_down(reply)
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+    assert not list(tmp_path.glob("arengine-*.upload"))
+
+
+def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path: Path) -> None:
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    others = [uploads / "arengine-notes.txt", uploads / "recording.upload", uploads / "x.wav"]
+    for other in others:
+        other.write_bytes(b"not ours")
+    (uploads / "arengine-linked00.upload").symlink_to(others[0])
+
+    def spooled() -> list[str]:
+        return sorted(path.name for path in uploads.glob("arengine-*.upload"))
+
+    args = ("--upload-dir", str(uploads), "--models", "speech", "--min-upload-bytes-per-s", "0")
+    first = start_server(tmp_path, *args)
+    with _start_upload(first):
+        assert wait_until(lambda: len(spooled()) == 2, 5)
+        # A second server on the directory while the first is alive must not touch its upload.
+        beside = start_server(tmp_path, *args, wait_ready=False)
+        stop_server(beside)
+        assert len(spooled()) == 2 and _info(first)["uploading_requests"] == 1
+        first.process.kill()
+        first.process.wait(10)
+    assert len(spooled()) == 2  # the crash left the partial upload behind
+    again = start_server(tmp_path, *args, wait_ready=False)
+    stop_server(again)
+    assert spooled() == ["arengine-linked00.upload"]  # a symlink is never ours
+    assert all(other.read_bytes() == b"not ours" for other in others)
+    assert "in use by another server: not swept" in beside.log.read_text()
+    assert "removed 1 upload(s) left in" in again.log.read_text()
+
+
+def test_a_second_signal_answers_a_request_in_the_engine_with_503_shutting_down(
+    tmp_path: Path, long_silence: Path
+) -> None:
+    running = start_server(
+        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models", "speech"
+    )
+    outcome: dict[str, httpx.Response] = {}
+
+    def post() -> None:
+        with long_silence.open("rb") as body:
+            outcome["in_flight"] = httpx.post(
+                running.url + "/v1/recognize", files={"file": body}, timeout=60
+            )
+
+    poster = threading.Thread(target=post)
+    poster.start()
+    assert wait_until(lambda: _info(running)["active_jobs"] == 1, 10)
+    running.process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    running.process.send_signal(signal.SIGTERM)
+    poster.join(30)
+    assert running.process.wait(10) == 0
+    answer = outcome["in_flight"]
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["error"]["code"] == "shutting_down"
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log

@@ -159,7 +159,7 @@ def test_burst_far_over_capacity(server: Server, recording: RecordingFactory) ->
         else:
             assert len(response.json()["tags"]) == len(clip.speech)
     info = httpx.get(server.url + "/v1/info").json()
-    assert info["ready"] and info["pending_requests"] == 0
+    assert info["ready"] and info["pending_requests"] == info["uploading_requests"] == 0
     status = Path(f"/proc/{server.process.pid}/status").read_text().splitlines()
     peak_kib = int(next(line for line in status if line.startswith("VmHWM")).split()[1])
     assert peak_kib < 1024 * 1024  # stated bound: 1 GiB (measured 317 MiB)

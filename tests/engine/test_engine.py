@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from silero_vad import get_speech_timestamps, load_silero_vad
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import Cancelled, StageFailed
-from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.models.speech import MAX_BATCH, SpeechModel, SpeechRecognizer
 from arengine.segments import Segment
 from arengine.types import Result, Tag
 from arengine.validation import AudioLimits
@@ -304,3 +305,70 @@ def test_a_cancelled_job_tells_the_listener_nothing_more(
     finally:
         pool.close()
     assert heard == []
+
+
+class BatchCounter(SpeechRecognizer):
+    """The real recognizer with batching, recording every forward call's segments."""
+
+    def __init__(self, model: SpeechModel, max_batch: int, fail: bool = False) -> None:
+        super().__init__(model, segment_s=2.0, preroll_s=1.0, max_batch=max_batch)
+        self.fail = fail
+        self.calls: list[list[int]] = []
+        self._lock = threading.Lock()
+
+    def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
+        with self._lock:
+            self.calls.append([segment.index])
+        return super().infer(features, segment)
+
+    def infer_batch(
+        self, features: Sequence[torch.Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        with self._lock:
+            self.calls.append([segment.index for segment in segments])
+        if self.fail:
+            raise RuntimeError("the batch broke")
+        return super().infer_batch(features, segments)
+
+
+def test_batched_segments_give_the_same_tags_and_each_segment_once(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
+    answers, recognizers = [], [BatchCounter(speech_model, 1), BatchCounter(speech_model, 4)]
+    pool = EnginePool(threads=2)
+    try:
+        for recognizer in recognizers:
+            answers.append(pool.submit(_spec(long_recording.path, recognizer)).future.result(60))
+    finally:
+        pool.close()
+    alone, batched = recognizers
+    assert {len(call) for call in alone.calls} == {1}
+    assert max(len(call) for call in batched.calls) == 4  # decoding is faster than inference
+    every = sorted(index for call in batched.calls for index in call)
+    assert every == list(range(len(alone.calls)))
+    assert len(answers[0].tags) == len(answers[1].tags) >= 20
+    for ours, theirs in zip(answers[1].tags, answers[0].tags, strict=True):
+        assert abs(ours.start - theirs.start) <= 0.032 and abs(ours.end - theirs.end) <= 0.032
+
+
+def test_a_failing_batch_fails_its_request_only(
+    speech_model: SpeechModel, long_recording: Recording, recording: RecordingFactory
+) -> None:
+    clip = recording("clip.wav")
+    broken = BatchCounter(speech_model, 4, fail=True)
+    pool = EnginePool(threads=2)
+    try:
+        bad = pool.submit(_spec(long_recording.path, broken, "bad-batch"))
+        good = pool.submit(_spec(clip.path, BatchCounter(speech_model, 4), "good"))
+        with pytest.raises(StageFailed, match="inference failed for request bad-batch"):
+            bad.future.result(60)
+        assert len(good.future.result(60).tags) == 2
+    finally:
+        pool.close()
+    assert any(len(call) > 1 for call in broken.calls)
+
+
+def test_a_batch_size_out_of_bounds_is_refused(speech_model: SpeechModel) -> None:
+    for size in (0, MAX_BATCH + 1):
+        with pytest.raises(ValueError, match=f"max_batch must be 1 to {MAX_BATCH}, got {size}"):
+            SpeechRecognizer(speech_model, segment_s=2.0, preroll_s=1.0, max_batch=size)

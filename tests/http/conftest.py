@@ -100,7 +100,10 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def client(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessClient]:
     """The app in-process, models loaded; uploads spooled to a folder of its own."""
     uploads = tmp_path_factory.mktemp("uploads")
-    app = create_app(Settings(models_dir=models_dir, upload_dir=uploads, segment_s=4.0))
+    settings = Settings(
+        models_dir=models_dir, upload_dir=uploads, segment_s=4.0, max_upload_bytes=8 << 20
+    )
+    app = create_app(settings)
     with ExitStack() as stack:
         portal = stack.enter_context(start_blocking_portal())
         stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))

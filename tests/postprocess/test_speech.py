@@ -53,7 +53,10 @@ def test_matches_silero_for_any_chunking(seed: int) -> None:
             probabilities, audio_length_samples=samples, **options
         )
         chunks = [rng.randint(1, 50) for _ in range(n)]
-        got = _run(probabilities, SpeechParams(**options), samples, chunks)  # type: ignore[arg-type]
+        ours = {**options, "max_speech_duration_s": None}  # None is arengine's "no limit"
+        if not math.isinf(options["max_speech_duration_s"]):
+            ours["max_speech_duration_s"] = options["max_speech_duration_s"]
+        got = _run(probabilities, SpeechParams(**ours), samples, chunks)  # type: ignore[arg-type]
         assert len(got) == len(expected), options
         for tag, reference in zip(got, expected, strict=True):
             assert tag.start == pytest.approx(reference["start"] / 16000, abs=0.0006)

@@ -428,8 +428,11 @@ def test_balancer_agrees_with_the_server_settings(
         assert _bytes(directive("client_max_body_size")) == settings.max_upload_bytes
         assert _seconds(directive("client_body_timeout")) == settings.body_timeout_s
         assert _seconds(directive("proxy_read_timeout")) > settings.request_timeout_s
-    assert directive("proxy_request_buffering") == "off"
+    assert directive("proxy_request_buffering") == "on", "slow uploads held by nginx, not replicas"
     assert directive("proxy_buffering") == "off", "NDJSON tags arrive as they are final"
+    assert _seconds(directive("client_header_timeout")) == settings.header_timeout_s
+    retried = directive("proxy_next_upstream").split()
+    assert {"error", "http_503", "non_idempotent"} <= set(retried), "overload goes to the other"
 
 
 def test_compose_prometheus_scrapes_every_replica(compose: dict[str, Any]) -> None:

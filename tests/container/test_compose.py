@@ -185,8 +185,9 @@ def _empty_panels(stack: Stack, queries: list[tuple[str, str]]) -> list[str]:
 
 
 def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
-    """The request on the killed replica gets an answer (the client retries it on the other);
-    new requests go to the survivor; nothing hangs."""
+    """The request on the killed replica gets its answer (nginx, holding the body, sends it to
+    the other; the client would retry a 502 too); new requests go to the survivor; nothing
+    hangs."""
     recording = _long_wav(tmp_path / "hour.wav", 3600)
     outcome: list[Recognition | BaseException] = []
 
@@ -214,7 +215,7 @@ def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
     assert len(outcome) == 1 and isinstance(outcome[0], Recognition), outcome
     assert outcome[0].audio.duration_s == pytest.approx(3600)
     logs = stack.compose("logs", "balancer").stdout
-    assert re.search(r'" 502 ', logs), "nginx answered the cut request with a 502"
+    assert re.search(r'upstream: "http://[\d.]+:8000/v1/recognize"', logs), "nginx saw it cut"
     with Client(stack.balancer, retry=RetryPolicy(retries=0)) as client:
         for _ in range(4):
             assert client.info()["ready"] is True

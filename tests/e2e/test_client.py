@@ -35,11 +35,12 @@ FAST = RetryPolicy(retries=2, backoff_s=0.01, max_wait_s=0.05)
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A server with an API key and room for one request at a time."""
+    """A server with an API key and room for one upload and one engine request at a time."""
     tmp = tmp_path_factory.mktemp("keyed")
     running = start_server(
         tmp,
-        "--max-pending-requests", "1", "--segment-s", "2", "--body-timeout-s", "30",
+        "--max-pending-requests", "1", "--max-uploading-requests", "1", "--segment-s", "2",
+        "--body-timeout-s", "30",
         env={"ARENGINE_API_KEYS": "client-test-key"},
     )  # fmt: skip
     yield running

@@ -38,6 +38,7 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
   arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
+  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
 
 formats (other names in brackets):
 """
@@ -91,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     recognize.add_argument(
         "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
+    )
+    recognize.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the files to this arengine server (or load balancer) instead of an in-process "
+        "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+    )
+    recognize.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip inputs whose output file already exists (an interrupted run started again)",
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     models = commands.add_parser(
@@ -208,11 +220,18 @@ def _engine(settings: Settings) -> Any:
 
 
 def recognize(
-    settings: Settings, inputs: list[Path], model: str, format: str, out: Path, jobs: int
+    settings: Settings,
+    inputs: list[Path],
+    model: str,
+    format: str,
+    out: Path,
+    jobs: int,
+    server: str | None = None,
+    resume: bool = False,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
     from arengine.formats import get_format
-    from arengine.runner import expand, recognize_files
+    from arengine.runner import expand, output_names, recognize_files
 
     files = expand(inputs)
     if not files:
@@ -221,6 +240,18 @@ def recognize(
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
         return 2
+    if server is not None:
+        from arengine.remote import Remote, recognize_remote
+
+        remote = Remote.from_env(server)
+        return _report(
+            recognize_remote(remote, files, model, get_format(format), out, jobs, resume), files
+        )
+    if resume:
+        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
+        files = [path for path in files if not (out / names[path]).exists()]
+        if not files:
+            return 0
     engine = _engine(settings)
     try:
         if model not in engine.models:
@@ -236,6 +267,11 @@ def recognize(
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:
         engine.close()
+    return _report(failures, files)
+
+
+def _report(failures: list[Any], files: list[Path]) -> int:
+    """The failure report of both modes; the exit status."""
     if failures:
         print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
         for failure in failures:

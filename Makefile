@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up first, so each works on a fresh machine.
-.PHONY: serve test bench
+.PHONY: serve test bench image
 
 serve:
 	deploy/setup.sh
@@ -20,3 +20,7 @@ bench:
 	deploy/setup.sh --test
 	.venv/bin/pip install -q -e '.[bench]'
 	loadtests/bench.sh
+
+# The container image arengine:latest (base and torch source chosen by what is reachable).
+image:
+	deploy/image.sh

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from arengine.formats import FORMATS
+from arengine.formats import FORMAT_NAMES, FORMATS, known_formats
 from arengine.settings import Settings
 
 log = logging.getLogger("arengine")
@@ -38,9 +38,15 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
   arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
+  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
 
-formats: """
-    + ", ".join(f"{f.name} (.{f.extension})" for f in FORMATS.values())
+formats (other names in brackets):
+"""
+    + "\n".join(
+        f"  {f.name:<9}{' (' + ', '.join(f.aliases) + ')' if f.aliases else '':<13} "
+        f".{f.extension:<15}{f.description}"
+        for f in FORMATS.values()
+    )
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
@@ -75,13 +81,28 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
     recognize.add_argument("--model", default="speech", help="model name (default: speech)")
     recognize.add_argument(
-        "--format", default="json", choices=list(FORMATS), help="output format (default: json)"
+        "--format",
+        default="json",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"output format: {known_formats().removesuffix(', ndjson')} (default: json)",
     )
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
     )
     recognize.add_argument(
         "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
+    )
+    recognize.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the files to this arengine server (or load balancer) instead of an in-process "
+        "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+    )
+    recognize.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip inputs whose output file already exists (an interrupted run started again)",
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     models = commands.add_parser(
@@ -199,11 +220,18 @@ def _engine(settings: Settings) -> Any:
 
 
 def recognize(
-    settings: Settings, inputs: list[Path], model: str, format: str, out: Path, jobs: int
+    settings: Settings,
+    inputs: list[Path],
+    model: str,
+    format: str,
+    out: Path,
+    jobs: int,
+    server: str | None = None,
+    resume: bool = False,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
     from arengine.formats import get_format
-    from arengine.runner import expand, recognize_files
+    from arengine.runner import expand, output_names, recognize_files
 
     files = expand(inputs)
     if not files:
@@ -212,15 +240,38 @@ def recognize(
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
         return 2
+    if server is not None:
+        from arengine.remote import Remote, recognize_remote
+
+        remote = Remote.from_env(server)
+        return _report(
+            recognize_remote(remote, files, model, get_format(format), out, jobs, resume), files
+        )
+    if resume:
+        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
+        files = [path for path in files if not (out / names[path]).exists()]
+        if not files:
+            return 0
     engine = _engine(settings)
     try:
         if model not in engine.models:
             known = ", ".join(sorted(engine.models)) or "none"
             print(f"arengine: unknown model {model!r}; loaded models: {known}", file=sys.stderr)
             return 2
+        if not get_format(format).accepts(engine.models[model].recognizer.labels):
+            print(
+                f"arengine: format {format} holds only notes; model {model!r} tags none",
+                file=sys.stderr,
+            )
+            return 2
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:
         engine.close()
+    return _report(failures, files)
+
+
+def _report(failures: list[Any], files: list[Path]) -> int:
+    """The failure report of both modes; the exit status."""
     if failures:
         print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
         for failure in failures:

@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # arengine: audio-recognition inference server.
-#   docker build -t arengine . && docker run -p 8000:8000 arengine
+#   make image   (deploy/image.sh: picks the base and the torch source by what is reachable)
+#   docker build -t arengine:latest . && docker run -p 8000:8000 arengine:latest
 # Two stages: `build` runs deploy/setup.sh (the README's set-up, the path the tests exercise) into
 # /opt/venv; `runtime` gets only the venv, the sources and the system jemalloc, and runs as a
 # non-root user with nothing to write outside /tmp (so a read-only root filesystem works).
@@ -9,8 +10,14 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 # torch==2.13.0 must be the CPU build: PyPI's default Linux wheel pulls CUDA packages, the
 # PyTorch CPU index has the same version as +cpu (which `==2.13.0` matches and pip prefers).
+# Where neither is reachable, deploy/image.sh serves the local CPU wheel and passes PIP_FIND_LINKS
+# (an ARG is in the environment of the RUN lines) with an empty TORCH_INDEX_URL.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG PIP_FIND_LINKS
+# ARENGINE_REQUIRE_CPU_TORCH: setup.sh fails the build, loudly, if pip fell back to a CUDA torch
+# (PyPI's default wheel: a 5.4 GB image).
 ENV ARENGINE_VENV=/opt/venv \
+    ARENGINE_REQUIRE_CPU_TORCH=1 \
     PIP_EXTRA_INDEX_URL=${TORCH_INDEX_URL} \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -28,7 +35,7 @@ FROM ${PYTHON_IMAGE} AS runtime
 # System packages through the same script and package list (libjemalloc2), nothing else.
 COPY deploy/setup.sh /app/deploy/setup.sh
 RUN /app/deploy/setup.sh --system-only \
-    && rm -rf /var/lib/apt/lists/* \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
     && groupadd --system --gid 10001 arengine \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin arengine \

@@ -1,3 +1,6 @@
 """arengine: a multi-threaded audio-recognition inference server."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("arengine")
+"""Declared once, in pyproject.toml."""

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from arengine.formats import FORMATS
+from arengine.formats import FORMAT_NAMES, FORMATS, known_formats
 from arengine.settings import Settings
 
-if TYPE_CHECKING:  # the batch module loads torch; `--help` should not
-    from arengine.batch import Failure
+if TYPE_CHECKING:  # the runner module loads torch; `--help` should not
+    from arengine.runner import Failure
 
 log = logging.getLogger("arengine")
 ENV_ONLY = frozenset({"api_keys"})
@@ -41,9 +41,15 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
   arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
+  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
 
-formats: """
-    + ", ".join(f"{f.name} (.{f.extension})" for f in FORMATS.values())
+formats (other names in brackets):
+"""
+    + "\n".join(
+        f"  {f.name:<9}{' (' + ', '.join(f.aliases) + ')' if f.aliases else '':<13} "
+        f".{f.extension:<15}{f.description}"
+        for f in FORMATS.values()
+    )
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
@@ -78,7 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
     recognize.add_argument("--model", default="speech", help="model name (default: speech)")
     recognize.add_argument(
-        "--format", default="json", choices=list(FORMATS), help="output format (default: json)"
+        "--format",
+        default="json",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"output format: {known_formats().removesuffix(', ndjson')} (default: json)",
     )
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
@@ -86,13 +96,30 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
     )
+    recognize.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the files to this arengine server (or load balancer) instead of an in-process "
+        "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+    )
+    recognize.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip inputs whose output file already exists (an interrupted run started again)",
+    )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     models = commands.add_parser(
         "models",
         help="list the models that load",
         description="Load the models and list them: name, kind, label count, sample rate.",
-        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models",
+        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models"
+        "\n  arengine models --markdown   # the model cards, as in models/README.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    models.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the model cards as a Markdown table (task, licence, source, plan...)",
     )
     _add_setting_flags(models, ("models_dir", "models", "segment_s"))
     return parser
@@ -143,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif command == "recognize":
         sys.exit(recognize(settings, **options))
     elif command == "models":
-        sys.exit(list_models(settings))
+        sys.exit(list_models(settings, **options))
 
 
 def serve(settings: Settings, argv: list[str]) -> None:
@@ -169,9 +196,12 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "inter_op_threads": threads.inter_op,
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
+        "api_keys": len(settings.api_key_list()),  # how many, never which
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
+    if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
     server.run(create_app(settings), settings)
 
 
@@ -193,11 +223,18 @@ def _engine(settings: Settings) -> Any:
 
 
 def recognize(
-    settings: Settings, inputs: list[Path], model: str, format: str, out: Path, jobs: int
+    settings: Settings,
+    inputs: list[Path],
+    model: str,
+    format: str,
+    out: Path,
+    jobs: int,
+    server: str | None = None,
+    resume: bool = False,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
-    from arengine.batch import expand, recognize_files
     from arengine.formats import get_format
+    from arengine.runner import expand, output_names, recognize_files
 
     files, skipped = expand(inputs)
     if not files:
@@ -207,16 +244,40 @@ def recognize(
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
         return 2
+    if server is not None:
+        from arengine.remote import Remote, recognize_remote
+
+        remote = Remote.from_env(server)
+        _print_skipped(skipped)
+        return _report(
+            recognize_remote(remote, files, model, get_format(format), out, jobs, resume), files
+        )
+    if resume:
+        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
+        files = [path for path in files if not (out / names[path]).exists()]
+        if not files:
+            return 0
     engine = _engine(settings)
     try:
         if model not in engine.models:
             known = ", ".join(sorted(engine.models)) or "none"
             print(f"arengine: unknown model {model!r}; loaded models: {known}", file=sys.stderr)
             return 2
+        if not get_format(format).accepts(engine.models[model].recognizer.labels):
+            print(
+                f"arengine: format {format} holds only notes; model {model!r} tags none",
+                file=sys.stderr,
+            )
+            return 2
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:
         engine.close()
     _print_skipped(skipped)
+    return _report(failures, files)
+
+
+def _report(failures: list[Any], files: list[Path]) -> int:
+    """The failure report of both modes; the exit status."""
     if failures:
         print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
         for failure in failures:
@@ -232,9 +293,17 @@ def _print_skipped(skipped: list[Failure]) -> None:
             print(f"  {item.path}: {item.reason}", file=sys.stderr)
 
 
-def list_models(settings: Settings) -> int:
-    """Print the models that load, one per line; 1 if none did."""
+def list_models(settings: Settings, markdown: bool = False) -> int:
+    """Print the models that load, one per line (or their cards as Markdown); 1 if none did."""
     engine = _engine(settings)
+    if markdown:
+        from arengine.models.cards import markdown_table
+
+        try:
+            print(markdown_table(engine.models))
+        finally:
+            engine.close()
+        return 0 if engine.models else 1
     try:
         rows = [("name", "kind", "labels", "sample_rate")]
         for name, loaded in sorted(engine.models.items()):

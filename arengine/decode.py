@@ -26,8 +26,8 @@ import soundfile as sf
 import soxr
 
 from arengine import ffmpeg, sniff
-from arengine.errors import CorruptAudio, InvalidInput, TooLarge
-from arengine.validation import AudioInfo
+from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
+from arengine.types import AudioInfo
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
@@ -87,11 +87,11 @@ def read_blocks(
             raise TooLarge(
                 f"the recording decodes to more than {max_frames} frames "
                 f"({max_frames / info.sample_rate:g} s)",
-                code="audio_too_long",
+                code=ErrorCode.AUDIO_TOO_LONG,
             )
         yield block
     if report.frames == 0:
-        raise InvalidInput("the recording has no audio frames", code="empty_audio")
+        raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
 
 
 def _sndfile_blocks(
@@ -161,7 +161,7 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
             if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
                 raise TooLarge(
                     f"one packet decodes to more than {MAX_PACKET_BYTES >> 20} MiB",
-                    code="decode_bomb",
+                    code=ErrorCode.DECODE_BOMB,
                 )
             for block in out:
                 decoded += len(block)
@@ -180,7 +180,7 @@ def _packets(
             f"the {info.format} stream changes its codec parameters after "
             f"{decoded() / info.sample_rate:.1f} s; accepted: one sample rate and channel count "
             "per recording",
-            code="audio_format_changed",
+            code=ErrorCode.AUDIO_FORMAT_CHANGED,
         ) from None
 
 
@@ -191,7 +191,7 @@ def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
             f"the stream changes from {info.sample_rate} Hz, {info.channels} channel(s) to "
             f"{frame.sample_rate} Hz, {channels} channel(s) at {decoded / info.sample_rate:.1f} s; "
             "accepted: one sample rate and channel count per recording",
-            code="audio_format_changed",
+            code=ErrorCode.AUDIO_FORMAT_CHANGED,
         )
     return ffmpeg.to_float32(frame)
 
@@ -216,7 +216,7 @@ def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         # One float64 sum finds a NaN or an infinity without overflowing on finite samples.
         if not np.isfinite(mono.sum(dtype=np.float64)):
             raise InvalidInput(
-                "the audio contains NaN or infinite samples", code="non_finite_audio"
+                "the audio contains NaN or infinite samples", code=ErrorCode.NON_FINITE_AUDIO
             )
         yield np.clip(mono, -1.0, 1.0)
 
@@ -241,8 +241,8 @@ def resample(
 class Decoding:
     """The whole chain for one upload: mono float32 blocks at `rate_out`; `info()` at the end.
 
-    >>> blocks = Decoding(path, probe(path, limits), 16000, max_frames)
-    >>> audio = np.concatenate(list(blocks)); blocks.info().duration_s
+    Example: `blocks = Decoding(path, probe(path, limits), 16000, cap)`; after
+    `np.concatenate(list(blocks))`, `blocks.info().duration_s` is the decoded length.
     """
 
     def __init__(self, path: Path, info: AudioInfo, rate_out: int, max_frames: int) -> None:

@@ -1,113 +1,273 @@
-"""The one error hierarchy: each error carries its HTTP status and a stable machine code.
+"""The one error hierarchy: every stable error code is declared once, in `ErrorCode`.
 
-Stages raise these; only `arengine.http` turns them into responses, so no stage imports FastAPI.
+Each code carries its HTTP status and a one-line description; the README's error table, the
+metrics' `reason` label values and the OpenAPI responses of every route are derived from it (and a
+test checks the README against it). Stages raise these errors; only `arengine.http` turns them
+into responses, so no stage imports FastAPI.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """A stable, machine-readable error code, with its HTTP status and when it is answered."""
+
+    status: int
+    description: str
+
+    def __new__(cls, value: str, status: int, description: str) -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.status = status
+        member.description = description
+        return member
+
+    CORRUPT_AUDIO = (
+        "corrupt_audio",
+        400,
+        "the audio cannot be decoded (truncated, damaged, lying header)",
+    )
+    BAD_MULTIPART = "bad_multipart", 400, "the multipart body is malformed"
+    BAD_CONTENT_LENGTH = "bad_content_length", 400, "`Content-Length` is not a byte count"
+    BAD_REQUEST = "bad_request", 400, "the request is malformed at the HTTP level"
+    AMBIGUOUS_LENGTH = (
+        "ambiguous_length",
+        400,
+        "both `Content-Length` and `Transfer-Encoding` (a request-smuggling ambiguity); the connection is closed",
+    )
+    UNAUTHORIZED = (
+        "unauthorized",
+        401,
+        "API keys are configured and the request has none of them (`WWW-Authenticate: Bearer`)",
+    )
+    UNKNOWN_MODEL = (
+        "unknown_model",
+        404,
+        "the model is not loaded; the message lists the loaded ones",
+    )
+    NOT_FOUND = "not_found", 404, "no such endpoint"
+    METHOD_NOT_ALLOWED = "method_not_allowed", 405, "the endpoint does not take this method"
+    BODY_TIMEOUT = "body_timeout", 408, "the client stopped sending its body for `body_timeout_s`"
+    UPLOAD_TOO_SLOW = (
+        "upload_too_slow",
+        408,
+        "the body arrived slower than `min_upload_bytes_per_s` after `upload_grace_s`, or was still arriving at the request's deadline",
+    )
+    HEADER_TIMEOUT = (
+        "header_timeout",
+        408,
+        "the request line and headers did not arrive within `header_timeout_s`; the connection is closed",
+    )
+    UPLOAD_TOO_LARGE = (
+        "upload_too_large",
+        413,
+        "the body passed `max_upload_bytes` (checked on `Content-Length` and while streaming)",
+    )
+    AUDIO_TOO_LONG = (
+        "audio_too_long",
+        413,
+        "the recording passed `max_duration_s` (checked on the header and while decoding)",
+    )
+    DECODE_BOMB = (
+        "decode_bomb",
+        413,
+        "one compressed packet decodes to more than 16 MiB of samples",
+    )
+    TOO_MANY_PARTS = "too_many_parts", 413, "the multipart body has more than 16 parts"
+    FIELD_TOO_LARGE = "field_too_large", 413, "a form field other than `file` passed 64 KiB"
+    HEADERS_TOO_LARGE = (
+        "headers_too_large",
+        431,
+        "the request line and headers passed `max_header_bytes`; the connection is closed",
+    )
+    UNSUPPORTED_FORMAT = (
+        "unsupported_format",
+        415,
+        "not a recognised container or codec; the message lists the accepted ones",
+    )
+    UNSUPPORTED_MEDIA_TYPE = (
+        "unsupported_media_type",
+        415,
+        "the body is neither multipart nor an audio content type",
+    )
+    INVALID_PARAMETER = (
+        "invalid_parameter",
+        422,
+        "a query parameter is unknown, repeated or outside its range (the message names it and the range)",
+    )
+    MISSING_FILE = (
+        "missing_file",
+        422,
+        "no multipart field named `file`, or the audio in another field",
+    )
+    TOO_MANY_FILES = "too_many_files", 422, "more than one `file` part"
+    EMPTY_FILE = "empty_file", 422, "the uploaded file has no bytes"
+    EMPTY_AUDIO = "empty_audio", 422, "the recording has no audio frames"
+    UNSUPPORTED_CHANNELS = (
+        "unsupported_channels",
+        422,
+        "the channel count is outside 1 to `max_channels`",
+    )
+    UNSUPPORTED_SAMPLE_RATE = (
+        "unsupported_sample_rate",
+        422,
+        "the sample rate is outside `min_sample_rate` to `max_sample_rate`",
+    )
+    NON_FINITE_AUDIO = "non_finite_audio", 422, "the audio has NaN or infinite samples"
+    NO_AUDIO_STREAM = "no_audio_stream", 422, "the file has no audio stream (a video without sound)"
+    UNKNOWN_STREAM = (
+        "unknown_stream",
+        422,
+        "`stream` names an audio stream the file does not have (the message gives the range)",
+    )
+    TOO_MANY_STREAMS = "too_many_streams", 422, "the container has more than 64 streams"
+    AUDIO_FORMAT_CHANGED = (
+        "audio_format_changed",
+        422,
+        "the stream changes sample rate or channels midway (chained Ogg, concatenated ADTS or MP3)",
+    )
+    CANCELLED = (
+        "cancelled",
+        499,
+        "the client went away (logged and counted; nobody reads the answer)",
+    )
+    INTERNAL_ERROR = (
+        "internal_error",
+        500,
+        "an unexpected server fault; the message has the request id, the log the traceback",
+    )
+    STAGE_FAILED = (
+        "stage_failed",
+        500,
+        "a stage failed on valid input; the message names the stage and the request id",
+    )
+    NOT_READY = "not_ready", 503, "the models are still loading (with `Retry-After`)"
+    SHUTTING_DOWN = (
+        "shutting_down",
+        503,
+        "the server is stopping: a new request, or one cut off by a second signal or by `shutdown_timeout_s` (with `Retry-After`)",
+    )
+    OVERLOADED = (
+        "overloaded",
+        503,
+        "`max_uploading_requests` or `max_pending_requests` reached (with `Retry-After`)",
+    )
+    TOO_MANY_CONNECTIONS = (
+        "too_many_connections",
+        503,
+        "`max_connections` reached; the connection is closed (with `Retry-After`)",
+    )
+    DEADLINE_EXCEEDED = (
+        "deadline_exceeded",
+        504,
+        "the request's deadline (`request_timeout_s`, or less with `?timeout_s=`) passed; its remaining segments were dropped",
+    )
+    INSUFFICIENT_STORAGE = (
+        "insufficient_storage",
+        507,
+        "the upload directory is full or unwritable; the partial file is removed",
+    )
+
 
 class ArengineError(Exception):
-    """Base class: `status` is the HTTP status, `code` a stable identifier for clients."""
+    """Base class: `code` is the stable identifier for clients, `status` its HTTP status.
 
-    status = 500
-    code = "internal_error"
+    A subclass names a family of errors and may give a default code; raise sites pick a more
+    precise member of `ErrorCode` with `code=`.
+    """
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
+    default_code: ErrorCode | None = None
+
+    def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
         super().__init__(message)
+        chosen = code or self.default_code
+        if chosen is None:
+            raise TypeError(f"{type(self).__name__} needs an explicit ErrorCode")
         self.message = message
-        if code is not None:
-            self.code = code
+        self.code: ErrorCode = chosen
+
+    @property
+    def status(self) -> int:
+        """The HTTP status of this error's code."""
+        return self.code.status
 
 
 class CorruptAudio(ArengineError):
-    """The upload is not decodable audio (truncated, damaged, lying header)."""
+    """The upload is not decodable audio, or not a well-formed body."""
 
-    status = 400
-    code = "corrupt_audio"
+    default_code = ErrorCode.CORRUPT_AUDIO
 
 
 class TooLarge(ArengineError):
-    """The upload or the recording exceeds a configured cap."""
-
-    status = 413
-    code = "too_large"
+    """The upload or the recording exceeds a configured cap (the code says which)."""
 
 
 class UnsupportedFormat(ArengineError):
     """The container, codec or content type is not one arengine decodes."""
 
-    status = 415
-    code = "unsupported_format"
+    default_code = ErrorCode.UNSUPPORTED_FORMAT
 
 
 class InvalidInput(ArengineError):
     """A parameter, a form field or a property of the audio is outside what is accepted."""
 
-    status = 422
-    code = "invalid_input"
+    default_code = ErrorCode.INVALID_PARAMETER
 
 
 class UnknownModel(ArengineError):
     """The requested model is not loaded."""
 
-    status = 404
-    code = "unknown_model"
+    default_code = ErrorCode.UNKNOWN_MODEL
 
 
 class NotReady(ArengineError):
     """The server is starting (models not loaded) or stopping."""
 
-    status = 503
-    code = "not_ready"
+    default_code = ErrorCode.NOT_READY
 
 
 class Unauthorized(ArengineError):
     """No API key, or not one of the configured keys."""
 
-    status = 401
-    code = "unauthorized"
+    default_code = ErrorCode.UNAUTHORIZED
 
 
 class BodyTimeout(ArengineError):
-    """The client stopped sending its body."""
+    """The client stopped sending its body, or sent it too slowly (the code says which)."""
 
-    status = 408
-    code = "body_timeout"
+    default_code = ErrorCode.BODY_TIMEOUT
 
 
 class InsufficientStorage(ArengineError):
     """The upload could not be spooled: the upload directory is full or unwritable."""
 
-    status = 507
-    code = "insufficient_storage"
+    default_code = ErrorCode.INSUFFICIENT_STORAGE
 
 
 class Overloaded(ArengineError):
     """Admission control: the server holds as much pending work as it is allowed; retry later."""
 
-    status = 503
-    code = "overloaded"
+    default_code = ErrorCode.OVERLOADED
 
 
 class DeadlineExceeded(ArengineError):
     """The request's deadline passed; its remaining work was dropped."""
 
-    status = 504
-    code = "deadline_exceeded"
+    default_code = ErrorCode.DEADLINE_EXCEEDED
 
 
 class Cancelled(ArengineError):
     """The client went away or the server is stopping; nobody reads this job's answer."""
 
-    status = 499
-    code = "cancelled"
+    default_code = ErrorCode.CANCELLED
 
 
 class StageFailed(ArengineError):
     """A stage failed on valid input: a server fault, reported with stage and request id."""
 
-    status = 500
-    code = "stage_failed"
+    default_code = ErrorCode.STAGE_FAILED
 
     def __init__(self, stage: str, request_id: str, cause: BaseException) -> None:
         # The cause goes to the log, never to the client: it may name server paths or internals.

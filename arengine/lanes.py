@@ -25,9 +25,9 @@ import soxr
 
 from arengine import ffmpeg, sniff
 from arengine.decode import BLOCK_FRAMES, DecodeReport, _checked, _packets, to_mono
-from arengine.errors import CorruptAudio, TooLarge
-from arengine.features import Segment, Segmenter, SegmentPlan
-from arengine.validation import AudioInfo
+from arengine.errors import CorruptAudio, ErrorCode, TooLarge
+from arengine.segments import Segment, Segmenter, SegmentPlan
+from arengine.types import AudioInfo
 
 SEEKABLE = frozenset({"mp3", "flac", "mov"})
 """Demuxers whose packet timestamps are sample-exact. Not Matroska (milliseconds), nor Ogg:
@@ -95,7 +95,14 @@ class LaneDecoding:
         """Known once a lane has found the end (the smallest index where one did)."""
 
     def take(self, window_end: int) -> Lane | None:
-        """An idle lane whose next segment is below `window_end` (call under the job's lock)."""
+        """An idle lane whose next segment is below `window_end`, marked busy (under the lock)."""
+        lane = self.free(window_end)
+        if lane is not None:
+            lane.busy = True
+        return lane
+
+    def free(self, window_end: int) -> Lane | None:
+        """The idle lane that `take` would give, without taking it (under the lock)."""
         free = [
             lane
             for lane in self._lanes
@@ -105,9 +112,7 @@ class LaneDecoding:
         ]
         if not free:
             return None
-        lane = min(free, key=lambda item: item.next_index)
-        lane.busy = True
-        return lane
+        return min(free, key=lambda item: item.next_index)
 
     def produce(self, lane: Lane) -> Segment | None:
         """The lane's next segment, or None where it found the end (outside the lock)."""
@@ -280,7 +285,7 @@ def _frames_from(
                 raise TooLarge(
                     f"the recording decodes to more than {max_frames} frames "
                     f"({max_frames / info.sample_rate:g} s)",
-                    code="audio_too_long",
+                    code=ErrorCode.AUDIO_TOO_LONG,
                 )
             block = _checked(frame, info, at)
             report.frames = max(report.frames, at + len(block))

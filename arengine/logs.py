@@ -14,8 +14,9 @@ from typing import Any
 class JsonFormatter(logging.Formatter):
     """`{"time", "level", "logger", "message", **fields}` on one line.
 
-    >>> logging.getLogger("arengine").info("started", extra={"fields": {"engine_threads": 4}})
-    {"time": "2025-01-01T12:00:00.000+00:00", "level": "INFO", "logger": "arengine", ...}
+    Example: `logging.getLogger("arengine").info("started", extra={"fields": {"threads": 4}})`
+    writes `{"time": "2025-01-01T12:00:00.000+00:00", "level": "INFO", "logger": "arengine",
+    "message": "started", "threads": 4}`.
     """
 
     def format(self, record: logging.LogRecord) -> str:

@@ -34,8 +34,7 @@ def resident_memory(status: Path = Path("/proc/self/status")) -> dict[str, int]:
 class Jemalloc:
     """jemalloc's own statistics through `mallctl`, for a process where jemalloc is loaded.
 
-    >>> Jemalloc.load().stats()["allocated"]  # only where jemalloc is the active allocator
-    52428800
+    Example, where jemalloc is the active allocator: `Jemalloc.load().stats()["allocated"]`.
     """
 
     def __init__(self, mallctl: Callable[..., int]) -> None:

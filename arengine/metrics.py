@@ -10,43 +10,17 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from arengine.errors import ErrorCode
 from arengine.memory import Jemalloc, resident_memory
+from arengine.types import Stage
 
 REJECTION_CODES = frozenset(
-    {
-        "audio_too_long",
-        "bad_content_length",
-        "bad_multipart",
-        "body_timeout",
-        "cancelled",
-        "corrupt_audio",
-        "empty_audio",
-        "empty_file",
-        "field_too_large",
-        "invalid_input",
-        "invalid_parameter",
-        "method_not_allowed",
-        "missing_file",
-        "non_finite_audio",
-        "not_found",
-        "not_ready",
-        "overloaded",
-        "too_large",
-        "too_many_files",
-        "too_many_parts",
-        "unauthorized",
-        "unknown_model",
-        "unsupported_channels",
-        "unsupported_format",
-        "unsupported_media_type",
-        "unsupported_sample_rate",
-        "upload_too_large",
-    }
+    code for code in ErrorCode if 400 <= code.status < 500 or code.status == 503
 )
-"""Values of the `reason` label; any other code counts as `other`, so the series stay bounded."""
+"""Values of the `reason` label: the codes answered with a 4xx or 503 (bounded by `ErrorCode`)."""
 
 _STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -69,12 +43,27 @@ class EngineState(Protocol):
     def held_segments(self) -> int: ...
 
 
+class AdmissionState(Protocol):
+    """What the admission gauges read (`Admission` provides it)."""
+
+    @property
+    def uploading(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def uploading_bytes(self) -> int: ...
+    @property
+    def upload_bytes_total(self) -> int: ...
+
+
 class Metrics:
     """Every arengine metric, registered on `registry`.
 
+    >>> from prometheus_client import generate_latest
     >>> metrics = Metrics(CollectorRegistry())
     >>> metrics.observe_request("speech", 200, seconds=0.8, audio_s=60.0)
-    >>> generate_latest(metrics.registry)
+    >>> b'arengine_audio_seconds_total{model="speech"} 60.0' in generate_latest(metrics.registry)
+    True
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -125,11 +114,13 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        for code in sorted(REJECTION_CODES):  # every series exists from the start, at 0
+            self.rejected.labels(code.value)
         self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
         registry.register(ProcessMemoryCollector())
 
-    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
-        self.stage_duration.labels(model, stage).observe(seconds)
+    def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
+        self.stage_duration.labels(model, stage.value).observe(seconds)
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         self.queue_wait.labels(model).observe(seconds)
@@ -144,13 +135,22 @@ class Metrics:
             self.audio_seconds.labels(model).inc(audio_s)
             self.audio_duration.labels(model).observe(audio_s)
 
-    def reject(self, code: str) -> None:
+    def reject(self, code: ErrorCode) -> None:
         """A request refused with error `code` (a 4xx or 503)."""
-        self.rejected.labels(code if code in REJECTION_CODES else "other").inc()
+        if code not in REJECTION_CODES:
+            raise ValueError(f"{code} is answered with {code.status}, not counted as a refusal")
+        self.rejected.labels(code.value).inc()
 
-    def watch(self, engine: EngineState, jemalloc: Jemalloc | None = None) -> None:
-        """Report `engine`'s gauges, and jemalloc's statistics when it is given."""
+    def watch(
+        self,
+        engine: EngineState,
+        jemalloc: Jemalloc | None = None,
+        admission: AdmissionState | None = None,
+    ) -> None:
+        """Report `engine`'s gauges, and jemalloc's and `admission`'s when they are given."""
         self.registry.register(EngineCollector(engine))
+        if admission is not None:
+            self.registry.register(AdmissionCollector(admission))
         if jemalloc is not None:
             self.registry.register(JemallocCollector(jemalloc))
 
@@ -183,6 +183,36 @@ class EngineCollector(Collector):
             "arengine_held_segments",
             "Decoded segments held in memory, not yet post-processed.",
             engine.held_segments,
+        )
+
+
+class AdmissionCollector(Collector):
+    """Requests uploading and in the engine, and the bytes uploads have received."""
+
+    def __init__(self, admission: AdmissionState) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        admission = self._admission
+        yield _gauge(
+            "arengine_uploading_requests",
+            "Recognition requests receiving their upload.",
+            admission.uploading,
+        )
+        yield _gauge(
+            "arengine_uploading_bytes",
+            "Bytes received so far by the uploads in progress.",
+            admission.uploading_bytes,
+        )
+        yield CounterMetricFamily(
+            "arengine_upload_bytes",
+            "Bytes received by uploads, finished or not.",
+            value=admission.upload_bytes_total,
+        )
+        yield _gauge(
+            "arengine_pending_requests",
+            "Recognition requests uploaded and not yet answered (queued or processing).",
+            admission.pending,
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -80,23 +80,59 @@ class Settings(BaseSettings):
     upload_dir: Path | None = Field(
         None, description="Directory for spooled uploads; default: the system temporary directory."
     )
+    max_uploading_requests: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="Recognition requests receiving their upload at once, counted apart from the engine's so that slow uploads cannot starve it; beyond it 503 with Retry-After.",
+    )
     max_pending_requests: int = Field(
         64,
         ge=1,
         le=100_000,
-        description="Recognition requests admitted at once (uploading or processing); beyond it 503 with Retry-After.",
+        description="Recognition requests uploaded and in the engine at once (queued or processing); beyond it 503 with Retry-After, before the body is read.",
     )
     request_timeout_s: float = Field(
         600.0,
         gt=0,
         le=86_400,
-        description="Deadline of a recognition request in seconds (504 past it); clients may ask for less with timeout_s.",
+        description="Deadline of a recognition request in seconds, from its first byte: headers, upload and processing (408 while uploading, 504 after); clients may ask for less with timeout_s.",
     )
     body_timeout_s: float = Field(
         30.0,
         gt=0,
         le=3600,
         description="Longest wait for the next chunk of a request body, in seconds (408 past it).",
+    )
+    min_upload_bytes_per_s: int = Field(
+        16 * 1024,
+        ge=0,
+        le=1024**3,
+        description="Slowest accepted average upload rate in bytes per second, once upload_grace_s has passed (408 below it; 0 turns the check off).",
+    )
+    upload_grace_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="Seconds an upload may take before min_upload_bytes_per_s applies.",
+    )
+    header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Longest time for a request line and headers to arrive, from the connection's opening or the request's first byte (408 and the connection closed past it).",
+    )
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        le=1024**2,
+        description="Largest request line plus headers in bytes, however they arrive (431 and the connection closed above it).",
+    )
+    max_connections: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Client connections open at once; beyond it a new connection gets 503 and is closed. Lowered at start-up to fit the open-file limit (RLIMIT_NOFILE).",
     )
     shutdown_delay_s: float = Field(
         2.0,
@@ -112,7 +148,7 @@ class Settings(BaseSettings):
     )
     api_keys: str | None = Field(
         None,
-        description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>.",
+        description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>. Unset turns authentication off; set but empty, or with an empty entry, refuses to start.",
     )
     metrics_public: bool = Field(
         True,
@@ -134,3 +170,34 @@ class Settings(BaseSettings):
         pattern="^(critical|error|warning|info|debug)$",
         description="Log level: critical, error, warning, info or debug.",
     )
+
+    @field_validator("api_keys")
+    @classmethod
+    def _strict_keys(cls, value: str | None) -> str | None:
+        return None if value is None else ",".join(parse_api_keys(value))
+
+    def api_key_list(self) -> tuple[str, ...]:
+        """The configured API keys; empty when authentication is off."""
+        return () if self.api_keys is None else tuple(self.api_keys.split(","))
+
+
+def parse_api_keys(raw: str) -> tuple[str, ...]:
+    """`raw`'s comma-separated keys, each stripped; refuses what was clearly meant to set keys
+    but sets none, since an empty list would start a server nobody can use (or an open one).
+
+    >>> parse_api_keys("alpha-key-123, beta-key-456")
+    ('alpha-key-123', 'beta-key-456')
+    """
+    keys = tuple(entry.strip() for entry in raw.split(","))
+    for position, key in enumerate(keys, 1):
+        if not key:
+            raise ValueError(
+                f"API key {position} of {len(keys)} is empty: give comma-separated non-empty "
+                "keys, or leave ARENGINE_API_KEYS unset to turn authentication off"
+            )
+        if not all("!" <= char <= "~" for char in key):
+            raise ValueError(
+                f"API key {position} of {len(keys)} has a space, a control or a non-ASCII "
+                "character: keys are printable ASCII without spaces"
+            )
+    return tuple(dict.fromkeys(keys))

@@ -16,8 +16,8 @@ def available_cpus(
 
     A container on a 64-core host limited to 2 CPUs gets 2.
 
-    >>> available_cpus()
-    2
+    >>> available_cpus() >= 1
+    True
     """
     cpus = len(os.sched_getaffinity(0))
     quota = _cgroup_quota(cgroup_root, proc_self)

@@ -10,7 +10,8 @@ import av
 import soundfile as sf
 
 from arengine import ffmpeg, sniff
-from arengine.errors import CorruptAudio, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.types import AudioInfo
 
 FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF"})
 """Containers libsndfile decodes (its names); everything else goes through FFmpeg."""
@@ -50,45 +51,15 @@ class AudioLimits:
     max_sample_rate: int
 
 
-@dataclass(frozen=True, slots=True)
-class AudioInfo:
-    """What an accepted upload holds: from its header at validation, from decoding in a result.
-
-    `format` and `subtype` are the container and codec as a user knows them ("MP4/MOV", "AAC";
-    libsndfile's names such as "PCM_16" for WAV); `frames` is the header's claim (0 if none) until
-    decoding ends, then the frames decoded.
-    """
-
-    format: str
-    subtype: str
-    sample_rate: int
-    channels: int
-    frames: int
-    decoder: str = sniff.LIBSNDFILE
-    """Which library decodes it: `libsndfile` or `ffmpeg`."""
-    stream: int = 0
-    """The container's index of the decoded stream."""
-    length_trusted: bool = True
-    truncated: bool = False
-    """The file ends before its header says it does: the result covers what was there."""
-    warnings: tuple[str, ...] = ()
-    """What decoding found and how it was handled (never audio dropped silently)."""
-
-    @property
-    def duration_s(self) -> float:
-        return self.frames / self.sample_rate
-
-
 def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioInfo:
     """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
 
     `stream` picks the n-th audio stream (0-based) of a file that has several; the first otherwise.
 
-    >>> probe(Path("speech.flac"), limits).format
-    'FLAC'
+    Example: `probe(Path("speech.m4a"), limits).format` is `"MP4/MOV"`.
     """
     if os.path.getsize(path) == 0:
-        raise InvalidInput("the uploaded file is empty", code="empty_file")
+        raise InvalidInput("the uploaded file is empty", code=ErrorCode.EMPTY_FILE)
     head = sniff.head(path)
     found = sniff.describe(head)
     if found in sniff.PLAYLISTS:
@@ -96,7 +67,8 @@ def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioIn
     if sniff.is_pcm_container(head):
         if stream:
             raise InvalidInput(
-                f"a {found} file has one audio stream; stream accepts 0", code="unknown_stream"
+                f"a {found} file has one audio stream; stream accepts 0",
+                code=ErrorCode.UNKNOWN_STREAM,
             )
         info = _probe_sndfile(path, limits)
     else:
@@ -193,18 +165,18 @@ def _pick_stream(audio: list[int], streams: int, wanted: int | None) -> int:
     if streams > MAX_STREAMS:
         raise InvalidInput(
             f"the file has {streams} streams; accepted: at most {MAX_STREAMS}",
-            code="too_many_streams",
+            code=ErrorCode.TOO_MANY_STREAMS,
         )
     if not audio:
         raise InvalidInput(
             f"the file has {streams} stream(s) and none is audio (video is not decoded)",
-            code="no_audio_stream",
+            code=ErrorCode.NO_AUDIO_STREAM,
         )
     if wanted is not None and not 0 <= wanted < len(audio):
         raise InvalidInput(
             f"stream {wanted}: the file has {len(audio)} audio stream(s); stream accepts 0 to "
             f"{len(audio) - 1}",
-            code="unknown_stream",
+            code=ErrorCode.UNKNOWN_STREAM,
         )
     return audio[wanted or 0]
 
@@ -227,13 +199,13 @@ def _check_shape(info: AudioInfo, limits: AudioLimits) -> None:
     if not 1 <= info.channels <= limits.max_channels:
         raise InvalidInput(
             f"{info.channels} channels; accepted: 1 to {limits.max_channels}",
-            code="unsupported_channels",
+            code=ErrorCode.UNSUPPORTED_CHANNELS,
         )
     if not limits.min_sample_rate <= info.sample_rate <= limits.max_sample_rate:
         raise InvalidInput(
             f"sample rate {info.sample_rate} Hz; accepted: {limits.min_sample_rate} "
             f"to {limits.max_sample_rate} Hz",
-            code="unsupported_sample_rate",
+            code=ErrorCode.UNSUPPORTED_SAMPLE_RATE,
         )
 
 
@@ -245,7 +217,7 @@ def _check_frames(info: AudioInfo, limits: AudioLimits) -> None:
     if info.duration_s > limits.max_duration_s:
         raise TooLarge(
             f"the header states {info.duration_s:.1f} s; the limit is {limits.max_duration_s:g} s",
-            code="audio_too_long",
+            code=ErrorCode.AUDIO_TOO_LONG,
         )
     if info.frames == 0 and info.decoder == sniff.LIBSNDFILE:
-        raise InvalidInput("the recording has no audio frames", code="empty_audio")
+        raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)

@@ -3,6 +3,8 @@
 #   deploy/setup.sh          system jemalloc, .venv, torch 2.13.0 (CPU), arengine
 #   deploy/setup.sh --test   the same plus espeak-ng and the test tools
 #   deploy/setup.sh --system-only   only the system packages (the Dockerfile's runtime stage)
+#   deploy/setup.sh --check-torch   only check that the venv's torch is the CPU build
+# ARENGINE_REQUIRE_CPU_TORCH=1 (the Dockerfile sets it): the same check after the install.
 # System packages are installed only when missing and when root (or password-less sudo) allows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,13 +14,40 @@ python=${PYTHON:-python3}
 extras=""
 packages=(libjemalloc2)
 system_only=""
+check_only=""
 for option in "$@"; do
   case "$option" in
-    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg) ;;
+    # docker.io, docker-compose, debootstrap: the container tests (tests/container/, make image);
+    # ffmpeg only makes test files (the server decodes with the libraries in the av wheel).
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap) ;;
     --system-only) system_only=1 ;;
-    *) echo "setup: unknown option $option (expected --test and/or --system-only)" >&2; exit 2 ;;
+    --check-torch) check_only=1 ;;
+    *) echo "setup: unknown option $option (expected --test, --system-only, --check-torch)" >&2; exit 2 ;;
   esac
 done
+
+check_cpu_torch() {
+  "$venv/bin/python" - <<'CHECK'
+import importlib.metadata as md
+import sys
+
+import torch
+
+cuda = sorted(
+    d.metadata["Name"] for d in md.distributions()
+    if d.metadata["Name"].lower().startswith(("nvidia-", "triton"))
+)
+if torch.version.cuda is not None or cuda:
+    sys.exit(
+        f"setup: torch {torch.__version__} is not the CPU build (CUDA {torch.version.cuda}; "
+        f"{', '.join(cuda) or 'no nvidia packages'}): give pip the PyTorch CPU index "
+        "(PIP_EXTRA_INDEX_URL) or the +cpu wheel (PIP_FIND_LINKS); `make image` does"
+    )
+print(f"setup: torch {torch.__version__}, the CPU build")
+CHECK
+}
+
+if [ -n "$check_only" ]; then check_cpu_torch; exit; fi
 
 missing=()
 for package in "${packages[@]}"; do
@@ -40,3 +69,4 @@ fi
 # torch first and pinned: the CPU build; a bare or ranged requirement would pull CUDA packages.
 "$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
 "$venv/bin/pip" install -q --disable-pip-version-check -e ".$extras"
+[ -z "${ARENGINE_REQUIRE_CPU_TORCH:-}" ] || check_cpu_torch

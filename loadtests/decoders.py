@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -40,7 +41,7 @@ def sndfile_decode(path: Path) -> np.ndarray:
 def ffmpeg_decode(path: Path) -> np.ndarray:
     from arengine.ffmpeg import open_upload, to_float32
 
-    frames = []
+    frames: list[np.ndarray] = []
     with open_upload(path) as container:
         stream = container.streams.audio[0]
         for packet in container.demux(stream):
@@ -48,7 +49,9 @@ def ffmpeg_decode(path: Path) -> np.ndarray:
     return np.concatenate(frames)
 
 
-def best_of(decoder, path: Path, runs: int = 3) -> tuple[float, np.ndarray]:
+def best_of(
+    decoder: Callable[[Path], np.ndarray], path: Path, runs: int = 3
+) -> tuple[float, np.ndarray]:
     best = float("inf")
     audio = np.zeros((0, 1), np.float32)
     for _ in range(runs):

@@ -18,6 +18,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -48,7 +49,7 @@ def encode(source: Path, out: Path) -> dict[str, Path]:
     return paths
 
 
-def post(url: str, path: Path) -> tuple[float, dict]:
+def post(url: str, path: Path) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     with path.open("rb") as body:
         response = httpx.post(url + "/v1/recognize", files={"file": body}, timeout=7200)
@@ -56,7 +57,7 @@ def post(url: str, path: Path) -> tuple[float, dict]:
     return time.perf_counter() - started, response.json()
 
 
-def frame_f1(tags: list[dict], truth: list[list[float]], seconds: float) -> float:
+def frame_f1(tags: list[dict[str, Any]], truth: list[list[float]], seconds: float) -> float:
     def mask(intervals: list[tuple[float, float]]) -> np.ndarray:
         out = np.zeros(int(seconds * 100) + 1, bool)
         for start, end in intervals:
@@ -77,7 +78,7 @@ def main() -> None:
     truth = json.loads(options.source.with_name(options.source.name + ".speech.json").read_text())
     paths = encode(options.source, options.source.parent)
     best: dict[str, float] = {}
-    answers: dict[str, dict] = {}
+    answers: dict[str, dict[str, Any]] = {}
     with running_server(options.port) as (_, url):
         post(url, paths["16k.wav"])  # warm the server's caches and the page cache
         for _ in range(options.runs):

@@ -15,9 +15,9 @@ import time
 import numpy as np
 import torch
 
-from arengine.features import Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.segments import Segment, Segmenter
 from arengine.threads import available_cpus
 
 
@@ -26,7 +26,7 @@ def frames_per_second(recognizer: PitchRecognizer, audio: np.ndarray, threads: i
     done = [0]
     lock = threading.Lock()
 
-    def work(part: list) -> None:
+    def work(part: list[Segment]) -> None:
         for segment in part:
             count = len(recognizer.infer(recognizer.features(segment), segment))
             with lock:

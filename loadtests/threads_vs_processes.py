@@ -4,7 +4,8 @@
 
 Both set-ups get the same load (N clients, each posting the recording `--rounds` times; in the
 process set-up each client has its own server) and intra-op 1. Reported: wall time, throughput
-(audio seconds per second) and the sum of the servers' peak RSS.
+(audio seconds per second), the servers' CPU seconds (what a busy shared machine distorts less
+than wall time) and the sum of their peak RSS.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import soundfile as sf
 
 from arengine.threads import available_cpus
 from loadtests.server import memory_mib, running_server
+from loadtests.thread_sweep import cpu_seconds
 
 
 def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
@@ -40,7 +42,7 @@ def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
     return time.perf_counter() - started
 
 
-def measure(path: Path, n: int, rounds: int, processes: bool) -> tuple[float, float]:
+def measure(path: Path, n: int, rounds: int, processes: bool) -> tuple[float, float, float]:
     ports = [8850 + i for i in range(n if processes else 1)]
     threads = "1" if processes else str(n)
     with contextlib.ExitStack() as stack:
@@ -50,8 +52,10 @@ def measure(path: Path, n: int, rounds: int, processes: bool) -> tuple[float, fl
             )[0]
             for port in ports
         ]
+        cpu = sum(cpu_seconds(server.pid) for server in servers)
         wall = load(ports, n, path.read_bytes(), rounds)
-        return wall, sum(memory_mib(server.pid, "VmHWM") for server in servers)
+        cpu = sum(cpu_seconds(server.pid) for server in servers) - cpu
+        return wall, cpu, sum(memory_mib(server.pid, "VmHWM") for server in servers)
 
 
 def main() -> None:
@@ -63,18 +67,25 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     audio = sf.info(str(args.path)).duration * args.n * args.rounds
-    print("| set-up | wall s | throughput (x real time) | total peak RSS MiB |")
-    print("|---|---|---|---|")
+    print(
+        "| set-up | wall s | throughput (x real time) | server CPU s | audio s per CPU s "
+        "| total peak RSS MiB |"
+    )
+    print("|---|---|---|---|---|---|")
     results = {}
     for processes in (False, True):
-        wall, rss = measure(args.path, args.n, args.rounds, processes)
+        wall, cpu, rss = measure(args.path, args.n, args.rounds, processes)
         name = (
             f"{args.n} processes x 1 engine thread"
             if processes
             else f"1 process x {args.n} engine threads"
         )
         results[processes] = rss
-        print(f"| {name} | {wall:.1f} | {audio / wall:.0f}x | {rss:.0f} |", flush=True)
+        print(
+            f"| {name} | {wall:.1f} | {audio / wall:.0f}x | {cpu:.2f} | {audio / cpu:.0f} "
+            f"| {rss:.0f} |",
+            flush=True,
+        )
     print(f"\nRSS ratio threads/processes: {results[False] / results[True]:.2f}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -20,6 +21,9 @@ from tests.audio import Recording, compose, speak, write
 
 torch.set_num_threads(1)
 
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository."""
+
 PHRASES = [
     "The quick brown fox jumps over the lazy dog.",
     "Please call Stella and ask her to bring these things with her from the store.",
@@ -28,8 +32,12 @@ PHRASES = [
 ]
 
 
+Phrases = tuple[list[np.ndarray], int]
+"""The espeak-ng phrases and their sample rate."""
+
+
 @pytest.fixture(scope="session")
-def phrases(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[np.ndarray], int]:
+def phrases(tmp_path_factory: pytest.TempPathFactory) -> Phrases:
     folder = tmp_path_factory.mktemp("espeak")
     spoken = [
         speak(text, folder, voice)
@@ -47,7 +55,7 @@ RecordingFactory = Callable[..., Recording]
 
 
 @pytest.fixture
-def recording(tmp_path: Path, phrases: tuple[list[np.ndarray], int]) -> RecordingFactory:
+def recording(tmp_path: Path, phrases: Phrases) -> RecordingFactory:
     """Write a recording: `recording("talk.flac", rate=44100, channels=2, pieces=[...])`."""
     default = [
         ("silence", 1.0),
@@ -73,6 +81,17 @@ def recording(tmp_path: Path, phrases: tuple[list[np.ndarray], int]) -> Recordin
     return make
 
 
+def wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
+    """Poll `condition` until it holds (True) or `seconds` pass (False): tests wait for events,
+    never assert how long something took."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,67 +99,99 @@ def free_port() -> int:
 
 
 class Server:
-    """A real `arengine serve` process on 127.0.0.1."""
+    """A real `arengine serve` process on 127.0.0.1, spooling uploads to `upload_dir`."""
 
-    def __init__(self, url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(
+        self, url: str, process: subprocess.Popen[bytes], log: Path, upload_dir: Path
+    ) -> None:
         self.url = url
         self.process = process
         self.log = log
+        self.upload_dir = upload_dir
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=120)
 
 
 def start_server(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None, wait_ready: bool = True
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    wait_ready: bool = True,
+    open_files: int | None = None,
 ) -> Server:
+    """Start `arengine serve` with `args` (uploads go to `tmp_path/uploads` unless `args` say);
+    `open_files` sets its RLIMIT_NOFILE (soft and hard)."""
     port = free_port()
     log = tmp_path / f"server-{port}.log"
+    upload_dir = tmp_path / "uploads"
+    upload_dir.mkdir(exist_ok=True)
+    if "--upload-dir" in args:
+        upload_dir = Path(args[args.index("--upload-dir") + 1])
+    else:
+        args = (*args, "--upload-dir", str(upload_dir))
+
+    def limit(files: int = open_files or 0) -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "arengine", "serve", "--port", str(port), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            preexec_fn=None if open_files is None else limit,
         )
-    server = Server(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + 60
+    server = Server(f"http://127.0.0.1:{port}", process, log, upload_dir)
+    deadline = time.monotonic() + 120
     path = "/readyz" if wait_ready else "/healthz"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"server exited: {log.read_text()}")
+    while time.monotonic() < deadline and process.poll() is None:
         try:
             if httpx.get(server.url + path, timeout=1).status_code == 200:
                 return server
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"server not ready within 60 s: {log.read_text()}")
+    stop_server(server)
+    raise RuntimeError(f"server not ready: {log.read_text()}")
 
 
 def stop_server(server: Server) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 30 s; always reaped."""
     server.process.terminate()
     try:
         server.process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         server.process.kill()
+        server.process.wait()
+
+
+ServerFactory = Callable[..., Server]
+"""`serve(*flags, env=None, wait_ready=True)`: a running server with those settings."""
+
+SMALL_CAPS = ("--max-upload-bytes", str(32 * 1024 * 1024), "--max-duration-s", "120")
+"""Caps small enough for the limit tests to be cheap."""
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server per test module, with small caps so the limits can be tested cheaply."""
-    tmp = tmp_path_factory.mktemp("server")
-    running = start_server(
-        tmp,
-        "--max-upload-bytes",
-        str(32 * 1024 * 1024),
-        "--max-duration-s",
-        "120",
-        "--segment-s",
-        "4",
-        "--upload-dir",
-        str(tmp),
-    )
-    yield running
-    stop_server(running)
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """The one server factory: the same arguments give the same running server within a test
+    module; every server it started is stopped at the module's end."""
+    running: dict[tuple[object, ...], Server] = {}
+
+    def start(*args: str, env: dict[str, str] | None = None, wait_ready: bool = True) -> Server:
+        key = (args, tuple(sorted((env or {}).items())), wait_ready)
+        if key not in running or running[key].process.poll() is not None:
+            folder = tmp_path_factory.mktemp("server")
+            running[key] = start_server(folder, *args, env=env, wait_ready=wait_ready)
+        return running[key]
+
+    yield start
+    for server in running.values():
+        stop_server(server)
+
+
+@pytest.fixture(scope="module")
+def server(serve: ServerFactory) -> Server:
+    """The common server: small caps and 4-s segments, so limits and cuts are cheap to test."""
+    return serve(*SMALL_CAPS, "--segment-s", "4")

@@ -13,6 +13,8 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,6 +155,8 @@ def _readme_setup_commands() -> dict[str, list[str]]:
     makefile = (ROOT / "Makefile").read_text()
     commands = {}
     for target in re.findall(r"^make (\w+)", readme, flags=re.M):
+        if target == "image":  # builds a container; the set-up runs inside the build
+            continue
         body = re.search(rf"^{target}:\n((?:\t.*\n)+)", makefile, flags=re.M)
         assert body, f"README promises `make {target}`, the Makefile has no such target"
         setup = [line.split() for line in body.group(1).split("\n") if "deploy/setup.sh" in line]
@@ -262,7 +266,44 @@ def test_setup_system_only_installs_no_venv(tmp_path: Path) -> None:
     assert "unknown option" in wrong.stderr
 
 
+def _fake_venv(tmp_path: Path, version: str, cuda: str | None) -> Path:
+    """A venv whose python imports a stand-in `torch` reporting `version` and `cuda`."""
+    site = tmp_path / "site" / "torch"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text(f"__version__ = {version!r}\nfrom torch import version\n")
+    (site / "version.py").write_text(f"cuda = {cuda!r}\n")
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site.parent} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python.parent.parent
+
+
+@pytest.mark.parametrize(
+    ("version", "cuda", "ok"), [("2.13.0+cpu", None, True), ("2.13.0+cu130", "13.0", False)]
+)
+def test_setup_refuses_a_cuda_torch(
+    tmp_path: Path, version: str, cuda: str | None, ok: bool
+) -> None:
+    """The check the image build runs (ARENGINE_REQUIRE_CPU_TORCH): a CUDA torch fails it."""
+    venv = _fake_venv(tmp_path, version, cuda)
+    env = {**os.environ, "ARENGINE_VENV": str(venv)}
+    done = subprocess.run(
+        [str(SETUP), "--check-torch"], env=env, capture_output=True, text=True, check=False
+    )
+    assert (done.returncode == 0) is ok, done.stderr
+    if not ok:
+        assert f"torch {version} is not the CPU build (CUDA 13.0" in done.stderr
+    assert "ARENGINE_REQUIRE_CPU_TORCH=1" in DOCKERFILE.read_text()
+
+
 # --- compose ---------------------------------------------------------------------------------
+
+COMPOSE_LOCAL = COMPOSE.parent / "docker-compose.local.yml"
+NGINX = COMPOSE.parent / "nginx.conf"
+MEASURED_PEAK_MEMORY = 1024**3
+"""Bytes: tests/container/ ran two concurrent 2-hour uploads in a container limited to 1 GiB
+(uploads on tmpfs, charged to it too) without an OOM kill; its cgroup peak is printed there."""
 
 
 @pytest.fixture(scope="module")
@@ -272,24 +313,129 @@ def compose() -> dict[str, Any]:
     return loaded
 
 
-def test_compose_server_is_read_only_with_cpu_limit_matching_threads(
-    compose: dict[str, Any],
+def _replicas(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: service
+        for name, service in compose["services"].items()
+        if service.get("image") == "arengine:latest"
+    }
+
+
+def _interpolate(value: object) -> str:
+    """Compose's `${NAME:-default}`, with the default (the value a user who sets nothing gets)."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(value))
+
+
+def _settings(env: Mapping[str, object], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The server's settings under `env` (the ARENGINE_* of a compose service or a pod)."""
+    for key in [k for k in os.environ if k.startswith("ARENGINE_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        assert key[len("ARENGINE_") :].lower() in Settings.model_fields, key
+        monkeypatch.setenv(key, _interpolate(value))
+    return Settings()
+
+
+def _seconds(duration: str) -> float:
+    """A compose duration: `75s`, `1m30s`."""
+    parts = re.fullmatch(r"(?:(\d+)m)?(?:(\d+)s)?", duration)
+    assert parts and duration, duration
+    return 60 * int(parts.group(1) or 0) + int(parts.group(2) or 0)
+
+
+def _bytes(size: str) -> int:
+    """`2g`, `64m`, `17Gi`, `2048m`: compose, nginx and Kubernetes sizes."""
+    parts = re.fullmatch(r"(\d+)([kmgKMG]i?)?", size)
+    assert parts, size
+    unit = (parts.group(2) or " ")[0].lower()
+    power = {" ": 0, "k": 1, "m": 2, "g": 3}[unit]
+    return int(parts.group(1)) * int(1024**power)
+
+
+def _tmpfs_size(entry: str) -> int:
+    size = re.search(r"size=(\w+)", entry)
+    assert size, f"a tmpfs without a size grows to half the host's memory: {entry}"
+    return _bytes(size.group(1))
+
+
+def test_compose_runs_two_read_only_replicas_with_cpu_limit_matching_threads(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = compose["services"]["arengine"]
-    assert server["build"]["context"] == "../.."
-    assert (COMPOSE.parent / server["build"]["context"] / "Dockerfile").is_file()
-    env = server["environment"]
-    assert env["ARENGINE_HOST"] == "0.0.0.0"
-    assert server["read_only"] is True
-    tmpfs_targets = [entry.split(":")[0] for entry in server["tmpfs"]]
-    assert env["ARENGINE_UPLOAD_DIR"] in tmpfs_targets
-    cpus = float(server["deploy"]["resources"]["limits"]["cpus"])
-    assert cpus == int(env["ARENGINE_ENGINE_THREADS"]) >= 1
-    assert server["deploy"]["resources"]["limits"]["memory"]
-    assert "8000:8000" in server["ports"]
+    replicas = _replicas(compose)
+    assert len(replicas) == 2
+    for service in replicas.values():
+        assert service["build"]["context"] == "../.."
+        assert (COMPOSE.parent / service["build"]["context"] / "Dockerfile").is_file()
+        settings = _settings(service["environment"], monkeypatch)
+        assert settings.host == "0.0.0.0"
+        assert service["read_only"] is True
+        cpus = float(service["deploy"]["resources"]["limits"]["cpus"])
+        assert cpus == settings.engine_threads >= 1
+        assert "ports" not in service, "replicas are reached through the balancer"
 
 
-def test_compose_prometheus_scrapes_arengine_metrics(compose: dict[str, Any]) -> None:
+def test_compose_drain_fits_in_the_stop_grace_period(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for service in _replicas(compose).values():
+        settings = _settings(service["environment"], monkeypatch)
+        drain = settings.shutdown_delay_s + settings.shutdown_timeout_s
+        assert _seconds(service["stop_grace_period"]) >= drain + 5, "docker would SIGKILL a drain"
+        assert service["stop_signal"] == "SIGTERM"
+
+
+def test_compose_uploads_fit_where_they_are_spooled(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tmpfs upload dir is charged to the memory limit: it must hold every admitted upload and
+    still leave the measured peak below the limit; a volume (disk) is charged nothing."""
+    for service in _replicas(compose).values():
+        settings = _settings(service["environment"], monkeypatch)
+        memory = _bytes(service["deploy"]["resources"]["limits"]["memory"])
+        assert memory > MEASURED_PEAK_MEMORY
+        upload_dir = str(settings.upload_dir)
+        tmpfs = {e.split(":")[0]: e for e in service.get("tmpfs", [])}
+        volumes = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
+        if upload_dir in tmpfs:
+            size = _tmpfs_size(tmpfs[upload_dir])
+            assert size >= settings.max_pending_requests * settings.max_upload_bytes
+            tmp_total = sum(_tmpfs_size(entry) for entry in tmpfs.values())
+            assert tmp_total + MEASURED_PEAK_MEMORY <= memory
+        else:
+            assert upload_dir in volumes, "the upload dir is writable under read_only"
+            assert volumes[upload_dir] in compose["volumes"], "a named volume per replica"
+    sources = [v.split(":")[0] for s in _replicas(compose).values() for v in s["volumes"]]
+    assert len(set(sources)) == len(sources), "replicas never share an upload dir"
+
+
+def test_balancer_agrees_with_the_server_settings(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = NGINX.read_text()
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in compose["services"]["balancer"]["volumes"]}
+    assert (COMPOSE.parent / mounts["/etc/nginx/conf.d/default.conf"]).resolve() == NGINX
+
+    def directive(name: str) -> str:
+        found = re.findall(rf"^\s*{name}\s+([^;]+);", conf, flags=re.M)
+        assert len(found) == 1, name
+        return str(found[0])
+
+    upstreams = re.findall(r"^\s*server\s+([\w.-]+):(\d+)", conf, flags=re.M)
+    assert sorted(host for host, _ in upstreams) == sorted(_replicas(compose))
+    for service in _replicas(compose).values():
+        settings = _settings(service["environment"], monkeypatch)
+        assert {int(port) for _, port in upstreams} == {settings.port}
+        assert _bytes(directive("client_max_body_size")) == settings.max_upload_bytes
+        assert _seconds(directive("client_body_timeout")) == settings.body_timeout_s
+        assert _seconds(directive("proxy_read_timeout")) > settings.request_timeout_s
+    assert directive("proxy_request_buffering") == "on", "slow uploads held by nginx, not replicas"
+    assert directive("proxy_buffering") == "off", "NDJSON tags arrive as they are final"
+    assert _seconds(directive("client_header_timeout")) == settings.header_timeout_s
+    retried = directive("proxy_next_upstream").split()
+    assert {"error", "http_503", "non_idempotent"} <= set(retried), "overload goes to the other"
+
+
+def test_compose_prometheus_scrapes_every_replica(compose: dict[str, Any]) -> None:
     prometheus = compose["services"]["prometheus"]
     mounts = {m.split(":")[1]: m.split(":")[0] for m in prometheus["volumes"]}
     source = COMPOSE.parent / mounts["/etc/prometheus/prometheus.yml"]
@@ -298,8 +444,21 @@ def test_compose_prometheus_scrapes_arengine_metrics(compose: dict[str, Any]) ->
     job = jobs["arengine"]
     assert job.get("metrics_path", "/metrics") == "/metrics"
     targets = [t for static in job["static_configs"] for t in static["targets"]]
-    assert targets == ["arengine:8000"]
-    assert "arengine" in compose["services"]
+    assert sorted(targets) == sorted(f"{name}:8000" for name in _replicas(compose))
+
+
+def test_compose_local_override_swaps_only_images(compose: dict[str, Any]) -> None:
+    override = yaml.safe_load(COMPOSE_LOCAL.read_text())
+    for name, service in override["services"].items():
+        assert name in compose["services"]
+        assert set(service) <= {"image", "profiles"}
+    assert override["services"]["grafana"]["profiles"] == ["grafana"]
+    for name in ("balancer", "prometheus"):
+        image = override["services"][name]["image"]
+        dockerfile = (
+            COMPOSE.parent / "local" / f"{image.split(':')[0].removeprefix('arengine-')}.Dockerfile"
+        )
+        assert dockerfile.is_file(), dockerfile
 
 
 def test_compose_grafana_is_provisioned(compose: dict[str, Any]) -> None:
@@ -316,26 +475,38 @@ def test_compose_grafana_is_provisioned(compose: dict[str, Any]) -> None:
     # The provider reads the folder that deploy/grafana/ (arengine.json's folder) is mounted at.
     dashboards_source = next(host for target, host in mounts.items() if target == path)
     assert (COMPOSE.parent / dashboards_source).resolve() == ROOT / "deploy" / "grafana"
+    # Every panel's data source is the dashboard's `datasource` variable, which picks the
+    # provisioned source by its type.
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "arengine.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == source["type"]
+    for panel in dashboard["panels"]:
+        for item in [panel, *panel.get("targets", [])]:
+            if "datasource" in item:
+                assert item["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
 
 
-def _compose_available() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    probe = subprocess.run(
-        ["docker", "compose", "version"], capture_output=True, text=True, check=False
-    )
-    return probe.returncode == 0
+def _compose_command() -> list[str] | None:
+    if shutil.which("docker") is not None:
+        probe = subprocess.run(
+            ["docker", "compose", "version"], capture_output=True, text=True, check=False
+        )
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
-@pytest.mark.skipif(not _compose_available(), reason="no docker client with the compose plugin")
-def test_docker_compose_config_accepts_the_file() -> None:
-    done = subprocess.run(
-        ["docker", "compose", "-f", str(COMPOSE), "config", "-q"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+@pytest.mark.skipif(_compose_command() is None, reason="neither docker compose nor docker-compose")
+def test_docker_compose_config_accepts_the_files() -> None:
+    command = _compose_command()
+    assert command is not None
+    for files in ([COMPOSE], [COMPOSE, COMPOSE_LOCAL]):
+        arguments = [part for path in files for part in ("-f", str(path))]
+        done = subprocess.run(
+            [*command, *arguments, "config", "-q"], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
 
 
 # --- Kubernetes ------------------------------------------------------------------------------
@@ -432,12 +603,29 @@ def test_deployment_probes_and_shutdown(resources: dict[str, dict[str, Any]]) ->
     assert ports["http"] == int(_env(container)["ARENGINE_PORT"])
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert container[probe]["httpGet"]["port"] in ("http", ports["http"])
+
+
+def test_deployment_drain_and_uploads_agree_with_the_settings(
+    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grace period counts from the preStop hook: sleep + shutdown delay + drain fit in it;
+    the upload emptyDir holds every admitted upload; memory is above the measured peak."""
+    deployment = resources["Deployment"]
+    container = _container(deployment)
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] == 60
+    settings = _settings(_env(container), monkeypatch)
     sleep = container["lifecycle"]["preStop"]["exec"]["command"]
     assert sleep[0] == "sleep"
-    # preStop sleep plus uvicorn's 30 s graceful drain fit in the grace period.
-    assert int(sleep[1]) + 30 < pod["terminationGracePeriodSeconds"]
+    drain = int(sleep[1]) + settings.shutdown_delay_s + settings.shutdown_timeout_s
+    assert pod["terminationGracePeriodSeconds"] >= drain + 5
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    uploads = volumes[mounts[str(settings.upload_dir)]]["emptyDir"]
+    assert uploads.get("medium") != "Memory", "a memory emptyDir is charged to the limit"
+    assert _bytes(uploads["sizeLimit"]) >= settings.max_pending_requests * settings.max_upload_bytes
+    assert _bytes(container["resources"]["limits"]["memory"]) > MEASURED_PEAK_MEMORY
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, "torch import + warm-up"
 
 
 def test_deployment_security_and_writable_upload_dir(resources: dict[str, dict[str, Any]]) -> None:
@@ -500,3 +688,12 @@ def test_autoscalers_target_the_deployment(resources: dict[str, dict[str, Any]])
     assert queue["spec"]["metrics"][0]["pods"]["metric"]["name"] == "arengine_queued_segments"
     pdb = resources["PodDisruptionBudget"]
     assert pdb["spec"]["maxUnavailable"] < default["spec"]["minReplicas"]
+
+
+def test_kustomization_image_override_names_the_deployments_image(
+    kustomization: dict[str, Any], resources: dict[str, dict[str, Any]]
+) -> None:
+    """`images:` only rewrites containers whose image name matches it exactly."""
+    image = _container(resources["Deployment"])["image"]
+    names = {entry["name"] for entry in kustomization["images"]}
+    assert image.rsplit(":", 1)[0] in names

@@ -13,7 +13,8 @@ import pytest
 
 from arengine.decode import decode
 from arengine.errors import InvalidInput
-from arengine.validation import AudioInfo, AudioLimits, probe
+from arengine.types import AudioInfo
+from arengine.validation import AudioLimits, probe
 from tests.audio import ffmpeg as run
 from tests.audio import sine
 

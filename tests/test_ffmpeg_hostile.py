@@ -20,7 +20,8 @@ import soundfile as sf
 from arengine import ffmpeg
 from arengine.decode import decode
 from arengine.errors import ArengineError, CorruptAudio, InvalidInput, UnsupportedFormat
-from arengine.validation import AudioInfo, AudioLimits, probe
+from arengine.types import AudioInfo
+from arengine.validation import AudioLimits, probe
 from tests.audio import ffmpeg as run
 from tests.audio import sine
 

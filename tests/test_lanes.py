@@ -10,10 +10,10 @@ import pytest
 from arengine.decode import decode
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
-from arengine.features import Segmenter, SegmentPlan
 from arengine.lanes import LaneDecoding, parallel_lanes
-from arengine.models.speech import SpeechRecognizer
-from arengine.postprocess import Tag
+from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.segments import Segmenter, SegmentPlan
+from arengine.types import AudioInfo, Tag
 from arengine.validation import AudioLimits, probe
 from tests.audio import ffmpeg
 from tests.conftest import RecordingFactory
@@ -80,7 +80,7 @@ def test_containers_without_exact_seeking_are_decoded_sequentially(
     assert parallel_lanes(probe(path, LIMITS), PLAN, 16000, ahead=4) == 1
 
 
-def decode_frames(path: Path, info, cap: int) -> int:
+def decode_frames(path: Path, info: AudioInfo, cap: int) -> int:
     blocks = decode(path, info, 16000, cap)
     for _ in blocks:
         pass
@@ -99,7 +99,7 @@ def _frame_f1(ours: tuple[Tag, ...], theirs: tuple[Tag, ...], seconds: float) ->
 
 
 def test_tags_from_parallel_decoding_match_sequential(
-    speech_model, recording: RecordingFactory
+    speech_model: SpeechModel, recording: RecordingFactory
 ) -> None:
     pieces = [
         p

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
 from arengine.engine.pool import EnginePool
-from arengine.errors import NotReady, Overloaded, UnknownModel
+from arengine.errors import ErrorCode, NotReady, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, LoadFailure, load_models
 from arengine.settings import Settings
@@ -24,9 +23,13 @@ log = logging.getLogger(__name__)
 class Engine:
     """Admits requests, runs them on the shared pool, holds the models.
 
-    >>> engine = Engine(Settings()); engine.load_models()
-    >>> speech = engine.check("speech", {"threshold": 0.6})
-    >>> engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1").future.result()
+    Example::
+
+        engine = Engine(Settings())
+        engine.load_models()
+        speech = engine.check("speech", {"threshold": 0.6})
+        job = engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1")
+        result = job.future.result()
     """
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
@@ -40,40 +43,23 @@ class Engine:
         )
         self.models: dict[str, LoadedModel] = {}
         self.failures: list[LoadFailure] = []
-        self._ready = threading.Event()
-        self._draining = False
-        self._pending = 0
-        self._admission = threading.Lock()
+        self._loaded = threading.Event()
+        self._stopping = False
+        self.admission = Admission(settings.max_uploading_requests, settings.max_pending_requests)
 
     @property
     def ready(self) -> bool:
         """Models loaded and not shutting down."""
-        return self._ready.is_set() and not self._draining
+        return self._loaded.is_set() and not self._stopping
 
     @property
-    def pending_requests(self) -> int:
-        """Recognition requests admitted and not yet answered (uploading or processing)."""
-        return self._pending
+    def stopping(self) -> bool:
+        """A shutdown has begun."""
+        return self._stopping
 
-    @contextmanager
-    def admitted(self) -> Iterator[None]:
-        """Hold one of `max_pending_requests` slots for a request's life; `Overloaded` if none."""
-        with self._admission:
-            if self._pending >= self.settings.max_pending_requests:
-                raise Overloaded(
-                    f"{self._pending} requests are pending, the limit is "
-                    f"{self.settings.max_pending_requests}; retry shortly"
-                )
-            self._pending += 1
-        try:
-            yield
-        finally:
-            with self._admission:
-                self._pending -= 1
-
-    def drain(self) -> None:
+    def stop_accepting(self) -> None:
         """Shutting down: not ready, no new requests; admitted ones finish."""
-        self._draining = True
+        self._stopping = True
 
     def load_models(self) -> None:
         """Load and warm up the models; ready when this returns with at least one loaded."""
@@ -82,14 +68,14 @@ class Engine:
         folder = settings.models_dir or DEFAULT_MODELS_DIR
         self.models, self.failures = load_models(folder, names, settings.segment_s)
         if self.models:
-            self._ready.set()
+            self._loaded.set()
         else:
             log.error("no model could be loaded from %s: the server stays not ready", folder)
 
     def check(self, model: str, overrides: Overrides) -> Recognizer:
         """The recognizer for `model` if the request can be admitted; raises the reason if not."""
-        if self._draining:
-            raise NotReady("the server is shutting down")
+        if self._stopping:
+            raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
         if not self.ready:
             raise NotReady("the models are still loading; retry shortly")
         loaded = self.models.get(model)
@@ -127,5 +113,5 @@ class Engine:
         return self.pool.submit(spec)
 
     def close(self) -> None:
-        self._ready.clear()
+        self._loaded.clear()
         self.pool.close()

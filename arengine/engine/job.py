@@ -2,7 +2,8 @@
 
 A job hands out one task at a time to the pool: validation first, then alternately decoding
 (one segment ahead, sequentially, never more than `segments_ahead` undelivered segments) and
-inference of decoded segments (any order, any thread). Post-processing consumes inference results
+inference of decoded segments (any order, any thread; up to the model's `max_batch` segments in
+one forward call, when that pays). Post-processing consumes inference results
 strictly in segment order, so tags come out in timestamp order and segment cuts are invisible.
 """
 
@@ -23,38 +24,18 @@ import numpy as np
 from arengine.decode import Decoding, decode
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.features import Segment, Segmenter
 from arengine.lanes import Lane, LaneDecoding, parallel_lanes
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.postprocess import Tag, Tagger
-from arengine.validation import AudioInfo, AudioLimits, probe
+from arengine.postprocess import Tagger
+from arengine.segments import Segment, Segmenter
+from arengine.types import AudioInfo, Result, Stage, Tag, Timings
+from arengine.validation import AudioLimits, probe
 
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
 TagListener = Callable[[list[Tag]], None]
 """Called with each batch of tags as soon as they are final, in timestamp order."""
-
-
-@dataclass(frozen=True, slots=True)
-class Timings:
-    """Seconds spent per stage, summed over engine threads, and the request's wall time."""
-
-    validation_s: float
-    features_s: float
-    inference_s: float
-    postprocess_s: float
-    total_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """Everything a request gets back."""
-
-    model: str
-    audio: AudioInfo
-    tags: tuple[Tag, ...]
-    timings: Timings
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,21 +66,21 @@ class Job:
         self._wake = wake
         self._lock = threading.Lock()
         self._started = time.perf_counter()
-        self._seconds = {"validation": 0.0, "features": 0.0, "inference": 0.0, "postprocess": 0.0}
+        self._seconds = dict.fromkeys(Stage, 0.0)
         self.finished = False
         self.served_s = 0.0
         """Engine seconds this job's tasks have taken; the pool serves the least-served first."""
         self._running = 0
         self._validating = False
         self._decoding = False
-        self._draining = False
+        self._postprocessing = False
         self._info: AudioInfo | None = None
         self._decoder: Decoding | None = None
         self._lanes: LaneDecoding | None = None
         """Set instead of `_segments` when a long file is decoded from several offsets."""
         self._segments: Segmenter | None = None
         self._segment_count: int | None = None
-        self._ready: deque[tuple[Segment, float]] = deque()
+        self._decoded: deque[tuple[Segment, float]] = deque()
         """Decoded segments waiting for inference, with the perf_counter time each was queued."""
         self._results: dict[int, np.ndarray] = {}
         self._next_post = 0
@@ -116,12 +97,23 @@ class Job:
     @property
     def queued_segments(self) -> int:
         """Decoded segments waiting for an engine thread to start their inference."""
-        return len(self._ready)
+        return len(self._decoded)
 
-    def take(self) -> Task | None:
-        """The next runnable task, or None; inference first so decoded audio does not pile up."""
+    @property
+    def progress(self) -> tuple[float, float | None]:
+        """(audio seconds post-processed, the recording's duration once validated): what a
+        progress bar shows; read from any thread without the lock (two plain reads)."""
+        info, done = self._info, self._next_post
+        recognizer = self.spec.recognizer
+        seconds = done * recognizer.plan.segment_samples / recognizer.sample_rate
+        if info is None:
+            return 0.0, None
+        return min(seconds, info.duration_s), info.duration_s
+
+    def take(self, batching: bool = True) -> Task | None:
+        """The next runnable task, or None; `batching=False`: one segment per inference task."""
         with self._lock:
-            task = self._next_task()
+            task = self._next_task(batching)
             if task is not None:
                 self._running += 1
             return task
@@ -130,33 +122,37 @@ class Job:
         """Drop the remaining work; a task already running finishes and is discarded."""
         self._fail(Cancelled("the request was cancelled"))
 
-    def _next_task(self) -> Task | None:
+    def _next_task(self, batching: bool) -> Task | None:
         if self.finished:
             return None
         if self._info is None:
             if self._validating:
                 return None
             self._validating = True
-            return functools.partial(self._run, "validation", self._validate)
-        if self._ready:
-            return functools.partial(self._run, "inference", self._infer, *self._ready.popleft())
+            return functools.partial(self._run, Stage.VALIDATION, self._validate)
+        batch = self.spec.recognizer.max_batch if batching else 1
+        # A batching model reads ahead far enough for one batch in flight and the next decoding.
+        ahead = max(self.spec.segments_ahead, 2 * batch)
         if self._lanes is not None:
-            lane = self._lanes.take(self._next_post + self.spec.segments_ahead)
-            return (
-                None
-                if lane is None
-                else functools.partial(self._run, "features", self._decode_lane, lane)
+            can_decode = self._lanes.free(self._next_post + ahead) is not None
+        else:
+            can_decode = (
+                not self._decoding and self._segment_count is None and self._undelivered < ahead
             )
-        if (
-            not self._decoding
-            and self._segment_count is None
-            and self._undelivered < self.spec.segments_ahead
-        ):
+        # Inference first, so decoded audio does not pile up; a batching model's segments wait
+        # for a full batch only while this thread could decode instead of idling.
+        if self._decoded and (len(self._decoded) >= batch or not can_decode):
+            taken = [self._decoded.popleft() for _ in range(min(batch, len(self._decoded)))]
+            return functools.partial(self._run, Stage.INFERENCE, self._infer, taken)
+        if can_decode and self._lanes is not None:
+            lane = self._lanes.take(self._next_post + ahead)
+            return functools.partial(self._run, Stage.FEATURES, self._decode_lane, lane)
+        if can_decode:
             self._decoding = True
-            return functools.partial(self._run, "features", self._decode)
+            return functools.partial(self._run, Stage.FEATURES, self._decode)
         return None
 
-    def _run(self, stage: str, work: Callable[..., None], *args: object) -> None:
+    def _run(self, stage: Stage, work: Callable[..., None], *args: object) -> None:
         started = time.perf_counter()
         try:
             work(*args)
@@ -191,30 +187,30 @@ class Job:
             self._info = info
         seconds = time.perf_counter() - started
         with self._lock:
-            self._seconds["validation"] += seconds
-        self._observe("validation", seconds)
+            self._seconds[Stage.VALIDATION] += seconds
+        self._observe(Stage.VALIDATION, seconds)
 
     def _decode(self) -> None:
         started = time.perf_counter()
         assert self._segments is not None  # set by validation, which always runs first
         segment = next(self._segments, None)
         decoded = time.perf_counter()
-        self._observe("features", decoded - started)
+        self._observe(Stage.FEATURES, decoded - started)
         with self._lock:
-            self._seconds["features"] += decoded - started
+            self._seconds[Stage.FEATURES] += decoded - started
             self._decoding = False
             if segment is not None:
-                self._ready.append((segment, decoded))
+                self._decoded.append((segment, decoded))
                 self._undelivered += 1
                 return
             self._segment_count = self._segments.index
-            complete = not self._draining and self._next_post == self._segment_count
+            complete = not self._postprocessing and self._next_post == self._segment_count
         if complete:
             self._complete()
 
-    def _decode_lane(self, lane: Lane) -> None:
+    def _decode_lane(self, lane: Lane | None) -> None:
         started = time.perf_counter()
-        assert self._lanes is not None  # set by validation, which always runs first
+        assert self._lanes is not None and lane is not None  # `free` found it under the lock
         try:
             segment = self._lanes.produce(lane)
         except BaseException:
@@ -222,45 +218,53 @@ class Job:
                 self._lanes.abandon(lane)  # the job fails; no end is inferred from this lane
             raise
         decoded = time.perf_counter()
-        self._observe("features", decoded - started)
+        self._observe(Stage.FEATURES, decoded - started)
         with self._lock:
-            self._seconds["features"] += decoded - started
+            self._seconds[Stage.FEATURES] += decoded - started
             self._lanes.release(lane, ended=segment is None)
             if segment is not None:
-                self._ready.append((segment, decoded))
+                self._decoded.append((segment, decoded))
                 self._undelivered += 1
                 return
             self._segment_count = self._lanes.segment_count
-            complete = not self._draining and self._next_post == self._segment_count
+            complete = not self._postprocessing and self._next_post == self._segment_count
         if complete:
             self._complete()
 
-    def _infer(self, segment: Segment, queued: float) -> None:
+    def _infer(self, taken: list[tuple[Segment, float]]) -> None:
+        """Stage 3 for one segment, or one forward call over a batch of this job's segments
+        (their failure fails this request only, like one segment's)."""
         recognizer = self.spec.recognizer
         started = time.perf_counter()
-        self._observer.observe_queue_wait(recognizer.name, started - queued)
-        features = recognizer.features(segment)
+        for _, queued in taken:
+            self._observer.observe_queue_wait(recognizer.name, started - queued)
+        segments = [segment for segment, _ in taken]
+        features = [recognizer.features(segment) for segment in segments]
         extracted = time.perf_counter()
-        scores = recognizer.infer(features, segment)
+        if len(segments) == 1:
+            scores = [recognizer.infer(features[0], segments[0])]
+        else:
+            scores = recognizer.infer_batch(features, segments)
         inferred = time.perf_counter()
-        self._observe("features", extracted - started)
-        self._observe("inference", inferred - extracted)
+        self._observe(Stage.FEATURES, extracted - started)
+        self._observe(Stage.INFERENCE, inferred - extracted)
         with self._lock:
-            self._seconds["features"] += extracted - started
-            self._seconds["inference"] += inferred - extracted
-            self._results[segment.index] = scores
-            if self._draining:
+            self._seconds[Stage.FEATURES] += extracted - started
+            self._seconds[Stage.INFERENCE] += inferred - extracted
+            for segment, result in zip(segments, scores, strict=True):
+                self._results[segment.index] = result
+            if self._postprocessing:
                 return
-            self._draining = True
-        self._drain()
+            self._postprocessing = True
+        self._postprocess_in_order()
 
-    def _drain(self) -> None:
+    def _postprocess_in_order(self) -> None:
         """Post-process results in segment order; one thread at a time, the others hand over."""
         while True:
             with self._lock:
                 scores = self._results.pop(self._next_post, None)
                 if scores is None or self.finished:
-                    self._draining = False
+                    self._postprocessing = False
                     complete = self._next_post == self._segment_count and not self.finished
                     break
                 self._next_post += 1
@@ -268,10 +272,10 @@ class Job:
             started = time.perf_counter()
             tags = self._tagger.push(scores)
             seconds = time.perf_counter() - started
-            self._observe("postprocess", seconds)
+            self._observe(Stage.POSTPROCESS, seconds)
             with self._lock:
                 self._tags.extend(tags)
-                self._seconds["postprocess"] += seconds
+                self._seconds[Stage.POSTPROCESS] += seconds
             self._announce(tags)
         if complete:
             self._complete()
@@ -286,7 +290,7 @@ class Job:
         last = self._tagger.finish(total)
         tags = tuple(self._tags + last)
         finishing = time.perf_counter() - started
-        self._observe("postprocess", finishing)
+        self._observe(Stage.POSTPROCESS, finishing)
         decoded = self._lanes or self._decoder
         assert decoded is not None
         info = decoded.info()  # the decoded length, not the header's claim
@@ -295,23 +299,17 @@ class Job:
                 return
             self.finished = True
             seconds = self._seconds
-            seconds["postprocess"] += finishing
+            seconds[Stage.POSTPROCESS] += finishing
         self._announce(last)
-        timings = Timings(
-            validation_s=seconds["validation"],
-            features_s=seconds["features"],
-            inference_s=seconds["inference"],
-            postprocess_s=seconds["postprocess"],
-            total_s=time.perf_counter() - self._started,
-        )
+        timings = Timings.of(seconds, total_s=time.perf_counter() - self._started)
         self.future.set_result(Result(self.spec.recognizer.name, info, tags, timings))
 
     def _announce(self, tags: list[Tag]) -> None:
-        """Tell the listener; `_drain` and `_complete` never overlap, so calls stay in order."""
+        """Tell the listener; `_postprocess_in_order` and `_complete` never overlap: in order."""
         if tags and self.spec.on_tags is not None and not self.future.done():
             self.spec.on_tags(tags)
 
-    def _observe(self, stage: str, seconds: float) -> None:
+    def _observe(self, stage: Stage, seconds: float) -> None:
         self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)
 
     def _fail(self, error: ArengineError) -> None:
@@ -319,7 +317,7 @@ class Job:
             if self.finished:
                 return
             self.finished = True
-            self._ready.clear()
+            self._decoded.clear()
             self._results.clear()
             idle = self._running == 0
         self.future.set_exception(error)

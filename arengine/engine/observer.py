@@ -7,17 +7,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from arengine.types import Stage
+
 
 class StageObserver(Protocol):
     """Receives one call per timed piece of work; called from engine threads, must be quick.
 
-    >>> class Printer:
-    ...     def observe_stage(self, model: str, stage: str, seconds: float) -> None: print(stage)
-    ...     def observe_queue_wait(self, model: str, seconds: float) -> None: print(seconds)
+    `Metrics` is the server's observer; tests pass recorders of their own.
     """
 
-    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
-        """`stage` (validation, features, inference, postprocess) took `seconds` for `model`."""
+    def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
+        """`stage` took `seconds` for `model`."""
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         """A decoded segment waited `seconds` before an engine thread started its inference."""
@@ -26,7 +26,7 @@ class StageObserver(Protocol):
 class NullObserver:
     """The default: observes nothing."""
 
-    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
+    def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
         pass
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:

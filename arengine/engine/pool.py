@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 class EnginePool:
     """`threads` workers; `submit` a job spec, then wait on `job.future`.
 
-    >>> pool = EnginePool(threads=2)
-    >>> pool.submit(spec).future.result().tags
-    (Tag(start=0.45, end=1.93, label='speech', score=0.91),)
+    Example, with a `JobSpec` (see `Engine.recognize`)::
+
+        pool = EnginePool(threads=2)
+        tags = pool.submit(spec).future.result().tags
     """
 
     def __init__(self, threads: int, observer: StageObserver | None = None) -> None:
@@ -97,8 +98,11 @@ class EnginePool:
         alternate. Finished jobs are dropped here.
         """
         self._jobs = deque(job for job in self._jobs if not job.finished)
+        # Batches only for a job alone in the pool: a batch holds its thread ~4x longer, which a
+        # clip arriving behind it would wait for (p99 +100 ms under load, BENCHMARKS.md).
+        alone = len(self._jobs) == 1
         for job in sorted(self._jobs, key=lambda job: job.served_s):
-            task = job.take()
+            task = job.take(batching=alone)
             if task is not None:
                 return task
         return None

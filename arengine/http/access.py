@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from arengine.engine.job import Result
+from arengine.types import Result, timings_dict
 
 log = logging.getLogger("arengine.access")
 
@@ -57,15 +57,8 @@ def access_fields(scope: Scope, status: int, seconds: float) -> dict[str, Any]:
         fields["model"] = state["model"]
     result = state.get("result")
     if isinstance(result, Result):
-        timings = result.timings
         fields["audio_s"] = result.audio.duration_s
-        fields["timings"] = {
-            "validation_s": round(timings.validation_s, 6),
-            "features_s": round(timings.features_s, 6),
-            "inference_s": round(timings.inference_s, 6),
-            "postprocess_s": round(timings.postprocess_s, 6),
-            "total_s": round(timings.total_s, 6),
-        }
+        fields["timings"] = timings_dict(result.timings)
         # Seconds of audio per second of wall time: 100 means an hour is tagged in 36 s.
-        fields["rtf"] = round(result.audio.duration_s / max(timings.total_s, 1e-9), 3)
+        fields["rtf"] = round(result.audio.duration_s / max(result.timings.total_s, 1e-9), 3)
     return fields

@@ -22,7 +22,8 @@ from arengine.engine.engine import Engine
 from arengine.http import routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
-from arengine.http.errors import install_error_handlers
+from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
+from arengine.http.upload_dir import UploadDir
 from arengine.memory import Jemalloc
 from arengine.metrics import Metrics
 from arengine.settings import Settings
@@ -34,7 +35,8 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 def create_app(settings: Settings) -> FastAPI:
     """The application for `settings`; the engine starts and the models load in its lifespan.
 
-    >>> uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)
+    Example: `uvicorn.run(create_app(Settings()), host="127.0.0.1", port=8000)`; `arengine serve`
+    does this with its signal handling and jemalloc.
     """
 
     metrics = Metrics(CollectorRegistry())
@@ -44,6 +46,7 @@ def create_app(settings: Settings) -> FastAPI:
         # Every handler is async and heavy work runs on the engine pool: AnyIO's worker threads
         # (40 by default) are never needed for more than a few small blocking calls.
         to_thread.current_default_thread_limiter().total_tokens = 4
+        uploads = UploadDir.claim(settings.upload_dir)  # sweeps what a crashed server left
         engine = Engine(settings, metrics)
         app.state.engine = engine
         _watch(metrics, engine)
@@ -53,6 +56,7 @@ def create_app(settings: Settings) -> FastAPI:
             yield
         finally:
             engine.close()
+            uploads.close()
 
     app = FastAPI(
         title="arengine",
@@ -65,10 +69,10 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(web.router)
     install_error_handlers(app)
-    if settings.api_keys:
+    if keys := settings.api_key_list():
         public = ["/healthz", "/readyz", *web.PUBLIC_PATHS]
         public += ["/metrics"] if settings.metrics_public else []
-        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys.split(","), public_paths=public)
+        app.add_middleware(ApiKeyMiddleware, keys=keys, public_paths=public)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -76,6 +80,7 @@ def create_app(settings: Settings) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
+    app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app
@@ -83,7 +88,8 @@ def create_app(settings: Settings) -> FastAPI:
 
 def _watch(metrics: Metrics, engine: Engine) -> None:
     allocator = active_allocator()
-    metrics.watch(engine.pool, Jemalloc.load() if allocator == "jemalloc" else None)
+    jemalloc = Jemalloc.load() if allocator == "jemalloc" else None
+    metrics.watch(engine.pool, jemalloc, engine.admission)
     metrics.build.info(
         {
             "version": __version__,

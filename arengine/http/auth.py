@@ -16,7 +16,9 @@ class ApiKeyMiddleware:
 
     def __init__(self, app: ASGIApp, keys: Iterable[str], public_paths: Iterable[str]) -> None:
         self.app = app
-        self.keys = [key.encode() for key in keys if key]
+        self.keys = [key.encode() for key in keys]
+        if not self.keys:
+            raise ValueError("ApiKeyMiddleware needs at least one key")
         self.public_paths = frozenset(public_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -25,7 +27,7 @@ class ApiKeyMiddleware:
             return
         error = Unauthorized("send Authorization: Bearer <API key>")
         scope["app"].state.metrics.reject(error.code)
-        response = error_response(error.status, error.code, error.message)
+        response = error_response(error.code, error.message)
         response.headers["WWW-Authenticate"] = 'Bearer realm="arengine"'
         await response(scope, receive, send)
 

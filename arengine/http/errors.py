@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from arengine.errors import ArengineError
+from arengine.errors import ArengineError, ErrorCode
+from arengine.http.schemas import ErrorResponse
 from arengine.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -18,21 +28,44 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    """The one error body: `{"error": {"code": ..., "message": ...}}`."""
-    headers = {"Retry-After": "1"} if status == 503 else None
+def error_response(code: ErrorCode, message: str, status: int | None = None) -> JSONResponse:
+    """The one error body: `{"error": {"code": ..., "message": ...}}`, with `code`'s status."""
+    status = status or code.status
+    headers = {"Retry-After": "1"} if status == 503 else {}
+    if status == 408:  # the body was not read to its end: the connection cannot be reused
+        headers["Connection"] = "close"
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)
 
 
-def _count_refusal(request: Request, status: int, code: str) -> None:
-    if 400 <= status < 500 or status == 503:
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for `statuses` (default: every status an error code has), each listing
+    its codes: derived from `ErrorCode`, so the schema cannot drift from the errors raised."""
+    codes = [
+        code
+        for code in ErrorCode
+        if code.status != 499 and code.status in (statuses or [code.status])
+    ]
+    by_status: dict[int, list[ErrorCode]] = {}
+    for code in codes:
+        by_status.setdefault(code.status, []).append(code)
+    return {
+        status: {
+            "model": ErrorResponse,
+            "description": "; ".join(f"`{code}`: {code.description}" for code in members),
+        }
+        for status, members in sorted(by_status.items())
+    }
+
+
+def _count_refusal(request: Request, code: ErrorCode) -> None:
+    if 400 <= code.status < 500 or code.status == 503:
         metrics: Metrics = request.app.state.metrics
         metrics.reject(code)
 
 
 async def _arengine_error(request: Request, error: ArengineError) -> JSONResponse:
-    _count_refusal(request, error.status, error.code)
-    return error_response(error.status, error.code, error.message)
+    _count_refusal(request, error.code)
+    return error_response(error.code, error.message)
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -40,11 +73,59 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
         f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
         for e in error.errors()
     )
-    _count_refusal(request, 422, "invalid_parameter")
-    return error_response(422, "invalid_parameter", problems)
+    _count_refusal(request, ErrorCode.INVALID_PARAMETER)
+    return error_response(ErrorCode.INVALID_PARAMETER, problems)
 
 
 async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
-    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    _count_refusal(request, error.status_code, code)
-    return error_response(error.status_code, code, str(error.detail))
+    code = _HTTP_CODES.get(error.status_code, ErrorCode.BAD_REQUEST)
+    _count_refusal(request, code)
+    return error_response(code, str(error.detail), status=error.status_code)
+
+
+class InternalErrorMiddleware:
+    """A bug answers the one JSON error body (500 `internal_error`), never a plain-text page.
+
+    The traceback is logged once, with the request id; the client gets only the id. Sits inside
+    `RequestIdMiddleware`, so the id is known and echoed in `X-Request-ID`. A request cancelled
+    by a forced shutdown (a second signal, or `shutdown_timeout_s` run out) answers 503
+    `shutting_down` instead of uvicorn's plain-text 500 and traceback.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except asyncio.CancelledError:
+            engine = getattr(scope["app"].state, "engine", None)
+            if engine is None or not engine.stopping:
+                raise
+            # Uvicorn cancels a request's task only to stop the server: answer, then let the
+            # task end quietly (re-raising would log the cancellation as an ASGI traceback).
+            request_id = scope.get("state", {}).get("request_id", "unknown")
+            log.warning("request %s cut off by a forced shutdown", request_id)
+            if not started:
+                scope["app"].state.metrics.reject(ErrorCode.SHUTTING_DOWN)
+                message = "the server stopped before this request finished; retry shortly"
+                response = error_response(ErrorCode.SHUTTING_DOWN, message)
+                response.headers["Connection"] = "close"
+                await response(scope, receive, send)
+        except Exception:
+            request_id = scope.get("state", {}).get("request_id", "unknown")
+            log.exception("unexpected error in request %s", request_id)
+            if started:  # the status line is gone; closing the stream is all that is left
+                return
+            message = f"an unexpected error; the server log has it under request id {request_id}"
+            await error_response(ErrorCode.INTERNAL_ERROR, message)(scope, receive, send)

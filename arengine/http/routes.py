@@ -18,43 +18,46 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from arengine import __version__
 from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
-from arengine.engine.job import Job, Result
-from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, NotReady
-from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
+from arengine.engine.job import Job
+from arengine.errors import (
+    ArengineError,
+    Cancelled,
+    DeadlineExceeded,
+    ErrorCode,
+    InvalidInput,
+    NotReady,
+)
+from arengine.formats import (
+    FORMATS,
+    STREAM,
+    STREAM_MEDIA_TYPE,
+    Format,
+    get_format,
+    negotiate,
+)
+from arengine.http.errors import error_responses
 from arengine.http.schemas import (
-    ErrorResponse,
+    DEFAULT_MODEL,
     FailureOut,
+    FormatOut,
+    FormatsResponse,
     InfoResponse,
     ModelOut,
     ModelsResponse,
     RecognizeQuery,
     RecognizeResponse,
 )
-from arengine.http.streaming import TagFeed, TagStream, lines, stop
-from arengine.http.uploads import UploadLimits, check_declared_length, spool
+from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
+from arengine.http.uploads import UploadLimits, UploadPace, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.settings import Settings
 from arengine.threads import available_cpus
+from arengine.types import Result
 
 router = APIRouter()
 log = logging.getLogger(__name__)
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": description}
-    for status, description in [
-        (400, "Corrupt or undecodable audio, malformed body"),
-        (404, "Unknown model"),
-        (413, "Upload or recording over a configured cap"),
-        (415, "Unsupported container, codec or content type"),
-        (422, "Invalid parameter, missing file field, or audio outside the accepted shape"),
-        (401, "API keys are configured and the request has none of them"),
-        (408, "The client stopped sending its body"),
-        (500, "A pipeline stage failed (names the stage and the request id)"),
-        (503, "Models still loading, server stopping, or too many pending requests (Retry-After)"),
-        (504, "The request's deadline passed"),
-    ]
-}
 _AUDIO_BODY = {
     "requestBody": {
         "required": True,
@@ -81,7 +84,7 @@ def _engine(request: Request) -> Engine:
     "/v1/recognize",
     response_model=RecognizeResponse,
     response_model_exclude_none=True,
-    responses=_ERRORS,
+    responses=error_responses(),
     openapi_extra=_AUDIO_BODY,
 )
 async def recognize(
@@ -92,36 +95,128 @@ async def recognize(
     The answer is JSON unless `format` (or the `Accept` header) asks for another format, or for
     `application/x-ndjson`: one tag per line as soon as it is final, then a summary line.
     """
-    started = time.monotonic()
+    started = received_at(request)
+    _refuse_repeated(request)
     engine = _engine(request)
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     output = query.format or negotiate(request.headers.get("accept")) or "json"
     recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
+    if output != STREAM:
+        _check_format(get_format(output), recognizer)
     request.state.model = query.model  # a loaded model's name: a bounded label value
     request.state.stream = query.stream
-    metrics: Metrics = request.app.state.metrics
+    record = _Record(request, recognizer.name, started)
     if output == STREAM:
-        return await _stream(request, engine, recognizer, overrides, started, started + timeout)
-    status = 500
-    result: Result | None = None
+        deadline = started + timeout
+        return await _stream(
+            request, engine, recognizer, overrides, record, deadline, query.progress
+        )
     try:
-        result = await _recognize(request, engine, recognizer, overrides, started + timeout)
-        status = 200
-    except ArengineError as error:
-        status = error.status
+        with ExitStack() as cleanup:
+            path = await _admit_and_spool(request, engine, cleanup, started + timeout)
+            job = engine.recognize(
+                path, recognizer, overrides, request.state.request_id, stream=query.stream
+            )
+            result = await _outcome(request, job, started + timeout)
+    except BaseException as error:
+        record.done(_status_of(error), None)
         raise
-    except asyncio.CancelledError:
-        status = 499  # the client went away
-        raise
-    finally:
-        audio_s = None if result is None else result.audio.duration_s
-        metrics.observe_request(query.model, status, time.monotonic() - started, audio_s)
-    request.state.result = result  # for the access log
+    record.done(200, result)
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
     return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+
+
+def _check_format(fmt: Format, recognizer: Recognizer) -> None:
+    """A notes-only format (MIDI) for a model whose tags are not notes: refused before upload."""
+    if not fmt.accepts(recognizer.labels):
+        fitting = ", ".join(f.name for f in FORMATS.values() if f.accepts(recognizer.labels))
+        raise InvalidInput(
+            f"format {fmt.name} holds only notes and model {recognizer.name!r} tags no notes; "
+            f"formats for it: {fitting}, {STREAM}",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+
+
+def _refuse_repeated(request: Request) -> None:
+    """A parameter given twice is ambiguous: refuse it rather than silently take one value."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InvalidInput(
+            f"{', '.join(repeated)} given more than once; give each parameter once",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+
+
+class _Record:
+    """A recognition's outcome, recorded once: its metrics and, on success, the access log's
+    result."""
+
+    def __init__(self, request: Request, model: str, started: float) -> None:
+        self._request = request
+        self._model = model
+        self._started = started
+        self._done = False
+
+    def done(self, status: int, result: Result | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        metrics: Metrics = self._request.app.state.metrics
+        audio_s = None if result is None else result.audio.duration_s
+        metrics.observe_request(self._model, status, time.monotonic() - self._started, audio_s)
+        self._request.state.result = result
+
+
+def _status_of(error: BaseException) -> int:
+    if isinstance(error, ArengineError):
+        return error.status
+    return 499 if isinstance(error, asyncio.CancelledError) else 500
+
+
+def received_at(request: Request) -> float:
+    """When the request's first byte arrived (monotonic), as the server's protocol stamped it;
+    the handler's start when nothing did (an in-process transport)."""
+    stamped = getattr(request.state, "received_at", None)
+    return stamped if isinstance(stamped, float) else time.monotonic()
+
+
+async def _admit_and_spool(
+    request: Request, engine: Engine, cleanup: ExitStack, deadline: float
+) -> Path:
+    """Check the declared length, spool the upload in an upload slot, then take an engine slot;
+    `cleanup` releases the slot and deletes the file, whatever happens later.
+
+    The engine's fullness is checked before the body is read too, so that a request it has no
+    room for is refused at once rather than after its upload.
+    """
+    settings: Settings = request.app.state.settings
+    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    check_declared_length(request.headers.get("content-length"), limits)
+    admission = engine.admission
+    admission.check_room()
+    pace = UploadPace(
+        idle_timeout_s=settings.body_timeout_s,
+        deadline=deadline,
+        min_bytes_per_s=settings.min_upload_bytes_per_s,
+        grace_s=settings.upload_grace_s,
+    )
+    with admission.uploading_slot() as progress:
+        upload = await spool(
+            request.stream(),
+            request.headers.get("content-type"),
+            limits,
+            settings.upload_dir,
+            pace,
+            progress,
+        )
+    cleanup.callback(upload.path.unlink, missing_ok=True)
+    request.state.upload_name = upload.filename
+    cleanup.enter_context(admission.pending_slot())
+    return upload.path
 
 
 def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
@@ -132,39 +227,10 @@ def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
     if media_type.startswith("text/"):
         media_type += "; charset=utf-8"
     return Response(
-        fmt.render(result, stem or "recording"),
+        fmt.encode(result, stem or "recording"),
         media_type=media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
-
-
-async def _recognize(
-    request: Request, engine: Engine, recognizer: Recognizer, overrides: Overrides, deadline: float
-) -> Result:
-    """Admit, spool the upload, run it on the engine; the spooled file is always deleted."""
-    settings: Settings = request.app.state.settings
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
-    check_declared_length(request.headers.get("content-length"), limits)
-    with engine.admitted():
-        upload = await spool(
-            request.stream(),
-            request.headers.get("content-type"),
-            limits,
-            settings.upload_dir,
-            settings.body_timeout_s,
-        )
-        request.state.upload_name = upload.filename
-        try:
-            job = engine.recognize(
-                upload.path,
-                recognizer,
-                overrides,
-                request.state.request_id,
-                stream=request.state.stream,
-            )
-            return await _outcome(request, job, deadline)
-        finally:
-            upload.path.unlink(missing_ok=True)
 
 
 async def _outcome(request: Request, job: Job, deadline: float) -> Result:
@@ -197,32 +263,21 @@ async def _stream(
     engine: Engine,
     recognizer: Recognizer,
     overrides: Overrides,
-    started: float,
+    record: _Record,
     deadline: float,
+    progress: bool,
 ) -> Response:
-    """Admit, spool and submit as `_recognize` does, then stream the tags as NDJSON.
+    """Admit, spool and submit as a JSON request does, then stream the tags as NDJSON.
 
     Until the first tag (or the result) is known, a failure is an ordinary error response with
     its status; after that it becomes a last `{"error": ...}` line.
     """
-    settings: Settings = request.app.state.settings
-    metrics: Metrics = request.app.state.metrics
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
-    check_declared_length(request.headers.get("content-length"), limits)
     cleanup = ExitStack()
     try:
-        cleanup.enter_context(engine.admitted())
-        upload = await spool(
-            request.stream(),
-            request.headers.get("content-type"),
-            limits,
-            settings.upload_dir,
-            settings.body_timeout_s,
-        )
-        cleanup.callback(upload.path.unlink, missing_ok=True)
+        path = await _admit_and_spool(request, engine, cleanup, deadline)
         feed = TagFeed()
         job = engine.recognize(
-            upload.path,
+            path,
             recognizer,
             overrides,
             request.state.request_id,
@@ -233,30 +288,23 @@ async def _stream(
         feed.watch(job)
         gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
         try:
-            first = await feed.next(deadline, gone)
+            first = await feed.next(deadline, gone, PROGRESS_EVERY_S if progress else None)
+            # With progress lines the stream starts once the upload is validated, not at the
+            # first tag (a 2-hour file may have none for minutes); errors before it stay plain.
+            while first is None and job.progress[1] is None:
+                first = await feed.next(deadline, gone, PROGRESS_EVERY_S)
         finally:
             gone.cancel()
     except BaseException as error:
         cleanup.close()
-        status = error.status if isinstance(error, ArengineError) else 500
-        if isinstance(error, asyncio.CancelledError):
-            status = 499
-        metrics.observe_request(recognizer.name, status, time.monotonic() - started, None)
+        record.done(_status_of(error), None)
         raise
 
-    done = False
-
     def finish(status: int, result: Result | None) -> None:
-        nonlocal done
-        if done:
-            return
-        done = True
         cleanup.close()
-        audio_s = None if result is None else result.audio.duration_s
-        metrics.observe_request(recognizer.name, status, time.monotonic() - started, audio_s)
-        request.state.result = result  # for the access log
+        record.done(status, result)
 
-    stream = lines(feed, first, deadline, finish)
+    stream = lines(feed, first, deadline, finish, progress)
     return TagStream(stream, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
 
 
@@ -266,7 +314,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-@router.get("/v1/models", response_model=ModelsResponse)
+@router.get("/v1/models", response_model=ModelsResponse, responses=error_responses(401))
 async def models(request: Request) -> ModelsResponse:
     """The loaded models and their parameters."""
     engine = _engine(request)
@@ -276,10 +324,17 @@ async def models(request: Request) -> ModelsResponse:
             FailureOut(manifest=str(failure.path), reason=failure.reason)
             for failure in engine.failures
         ],
+        default=DEFAULT_MODEL if DEFAULT_MODEL in engine.models else None,
     )
 
 
-@router.get("/v1/info", response_model=InfoResponse)
+@router.get("/v1/formats", response_model=FormatsResponse, responses=error_responses(401))
+async def formats() -> FormatsResponse:
+    """The output formats `format` takes (the page's download buttons come from here)."""
+    return FormatsResponse(formats=[FormatOut.of(f) for f in FORMATS.values()], stream=STREAM)
+
+
+@router.get("/v1/info", response_model=InfoResponse, responses=error_responses(401))
 async def info(request: Request) -> InfoResponse:
     """Versions, the active allocator, and the effective thread settings."""
     engine = _engine(request)
@@ -293,7 +348,8 @@ async def info(request: Request) -> InfoResponse:
         intra_op_threads=torch.get_num_threads(),
         inter_op_threads=torch.get_num_interop_threads(),
         ready=engine.ready,
-        pending_requests=engine.pending_requests,
+        uploading_requests=engine.admission.uploading,
+        pending_requests=engine.admission.pending,
         active_jobs=engine.pool.active_jobs,
         limits={
             "max_upload_bytes": settings.max_upload_bytes,
@@ -319,9 +375,12 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"model": ErrorResponse}})
+@router.get("/readyz", responses=error_responses(503))
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: models loaded and warmed up."""
-    if not _engine(request).ready:
+    engine = _engine(request)
+    if engine.stopping:
+        raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
+    if not engine.ready:
         raise NotReady("the models are still loading")
     return JSONResponse({"status": "ready"})

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import TYPE_CHECKING, Any
 
-from arengine.engine.job import Result
-from arengine.formats import STREAM, get_format
-from arengine.models.registry import LoadedModel
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from arengine.formats import STREAM, Format, get_format, known_formats
+from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
+from arengine.types import Result, result_dict
+
+DEFAULT_MODEL = "speech"
+"""The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
 
 
-class RecognizeQuery(BaseModel):
-    """Query parameters of `POST /v1/recognize`; unset thresholds keep silero-vad's defaults."""
+class _QueryBase(BaseModel):
+    """Query parameters of `POST /v1/recognize` other than post-processing overrides."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(
-        "speech",
+        DEFAULT_MODEL,
         min_length=1,
         max_length=64,
         pattern=r"^[A-Za-z0-9_.-]+$",
@@ -30,58 +35,21 @@ class RecognizeQuery(BaseModel):
     format: str | None = Field(
         None,
         max_length=16,
-        description="Response format: json (default), csv, txt (Audacity labels), raven, rttm, "
-        "vtt, srt, or ndjson (tags streamed as they are final). Default: from the Accept header.",
+        description=f"Response format (see GET /v1/formats): {known_formats()}; {STREAM} streams "
+        "the tags as they are final. Default: from the Accept header, else json.",
     )
     stream: int | None = Field(
         None,
         ge=0,
         le=63,
-        description="Which audio stream to decode, 0-based among the file's audio streams (default: the first).",
-    )
-    threshold: float | None = Field(
-        None, gt=0, lt=1, description="A tag starts at or above this score (speech default 0.5)."
-    )
-    neg_threshold: float | None = Field(
-        None,
-        gt=0,
-        lt=1,
-        description="Speech ends below this probability (default threshold - 0.15).",
-    )
-    min_speech_duration_ms: int | None = Field(
-        None, ge=0, le=60_000, description="Shorter speech is dropped (default 250)."
-    )
-    max_speech_duration_s: float | None = Field(
-        None, gt=0, description="Longer speech is split at its longest pause (default: no limit)."
-    )
-    min_silence_duration_ms: int | None = Field(
-        None, ge=0, le=60_000, description="Shorter pauses do not end speech (default 100)."
-    )
-    speech_pad_ms: int | None = Field(
-        None,
-        ge=0,
-        le=10_000,
-        description="Padding added to each side of a speech tag (default 30).",
+        description="Which audio stream to decode, 0-based among the file's audio streams "
+        "(default: the first; video streams are never decoded).",
     )
 
-    min_duration_ms: int | None = Field(
-        None,
-        ge=0,
-        le=3_600_000,
-        description="Classifier and pitch models: shorter tags are dropped.",
-    )
-    merge_gap_ms: int | None = Field(
-        None,
-        ge=0,
-        le=3_600_000,
-        description="Classifier models: runs of the same label this close merge.",
-    )
-
-    median_frames: int | None = Field(
-        None,
-        ge=1,
-        le=101,
-        description="Pitch models: odd width of the median filter over 10 ms frames.",
+    progress: bool = Field(
+        False,
+        description=f"{STREAM} only: also send a `progress` line (`audio_s` post-processed, "
+        "`duration_s`) about once a second.",
     )
 
     @field_validator("format")
@@ -93,20 +61,53 @@ class RecognizeQuery(BaseModel):
 
     def overrides(self) -> dict[str, float]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(
-            exclude_none=True, exclude={"model", "timeout_s", "format", "stream"}
+        return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
+
+
+def _override_fields() -> dict[str, Any]:
+    """One optional query field per post-processing parameter of any kind, documented per kind.
+
+    The ranges are checked by the kind's parameters (a 422 naming the range); here only that the
+    value is a finite number (or a whole one, where every kind wants that).
+    """
+    uses: dict[str, list[str]] = {}
+    whole: dict[str, bool] = {}
+    for kind, params in sorted(PARAMETERS.items()):
+        defaults = params()
+        for name, bounds in params.bounds().items():
+            value = getattr(defaults, name)
+            default = "no default: see above" if value is None else f"default {value}"
+            uses.setdefault(name, []).append(
+                f"{kind}: {params.docs()[name]} ({bounds.text()}; {default})"
+            )
+            whole[name] = whole.get(name, True) and bounds.whole
+    return {
+        name: (
+            (int if whole[name] else float) | None,
+            Field(None, allow_inf_nan=False, description=" ".join(texts)),
         )
+        for name, texts in uses.items()
+    }
+
+
+if TYPE_CHECKING:
+    RecognizeQuery = _QueryBase
+else:
+    RecognizeQuery = create_model(
+        "RecognizeQuery",
+        __base__=_QueryBase,
+        __doc__="Query parameters of `POST /v1/recognize`, overrides of every kind included.",
+        **_override_fields(),
+    )
 
 
 class AudioOut(BaseModel):
     duration_s: float
     sample_rate: int
     channels: int
-    format: str = Field(
-        description="Container as a user knows it: WAV, FLAC, MP3, MP4/MOV, Ogg, ..."
-    )
+    format: str = Field(description="Container as a user knows it: WAV, FLAC, MP3, MP4/MOV, Ogg...")
     subtype: str = Field(
-        description="Codec: PCM_16 (libsndfile's names for WAV), AAC, Opus, MP3, ..."
+        description="Codec: AAC, Opus, MP3, FLAC... (libsndfile's for WAV: PCM_16)."
     )
     decoder: str = Field(description="libsndfile or ffmpeg.")
     stream: int = Field(description="Index in the container of the decoded audio stream.")
@@ -114,7 +115,8 @@ class AudioOut(BaseModel):
         description="The file ends before its header says: the tags cover what was there."
     )
     warnings: list[str] = Field(
-        description="What decoding found and how it was handled (damaged packets skipped, a header's length that was wrong)."
+        description="What decoding found and how it was handled (damaged packets skipped, a "
+        "header's length that was wrong)."
     )
 
 
@@ -125,6 +127,12 @@ class TagOut(BaseModel):
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
     frequency_hz: float | None = Field(
         None, description="Pitch models: mean frequency of the note."
+    )
+    midi: int | None = Field(None, description="Note models: MIDI note number (69 is A4).")
+    pitch_bend: list[float] | None = Field(
+        None,
+        description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
+        "relative to `midi` in thirds of a semitone.",
     )
 
 
@@ -144,37 +152,7 @@ class RecognizeResponse(BaseModel):
 
     @classmethod
     def of(cls, result: Result) -> RecognizeResponse:
-        info = result.audio
-        return cls(
-            model=result.model,
-            audio=AudioOut(
-                duration_s=round(info.duration_s, 6),
-                sample_rate=info.sample_rate,
-                channels=info.channels,
-                format=info.format,
-                subtype=info.subtype,
-                decoder=info.decoder,
-                stream=info.stream,
-                truncated=info.truncated,
-                warnings=list(info.warnings),
-            ),
-            tags=[
-                TagOut(
-                    start=t.start,
-                    end=t.end,
-                    label=t.label,
-                    score=t.score,
-                    frequency_hz=t.frequency_hz,
-                )
-                for t in result.tags
-            ],
-            timings=TimingsOut(
-                **{
-                    name: round(getattr(result.timings, name), 6)
-                    for name in TimingsOut.model_fields
-                }
-            ),
-        )
+        return cls.model_validate(result_dict(result))
 
 
 class ErrorDetail(BaseModel):
@@ -186,13 +164,35 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
+class SegmentPlanOut(BaseModel):
+    """How the model cuts a recording (seconds at the model's rate)."""
+
+    segment_s: float = Field(description="Audio per segment; segments run concurrently.")
+    preroll_s: float = Field(description="Audio before each segment that warms recurrent state.")
+    hop_s: float = Field(description="Audio per output frame (one score vector).")
+    context_s: float = Field(description="Audio before a frame that its window also covers.")
+    lookahead_s: float = Field(description="Audio after a frame's hop that its window also covers.")
+
+
 class ModelOut(BaseModel):
     name: str
     kind: str
+    task: str | None = Field(description="What the model recognises (manifest [card]).")
     labels: list[str]
-    sample_rate: int
+    licence: str | None = Field(description="Licence of the weights (manifest [card]).")
+    source: str | None = Field(description="Where the weights come from (manifest [card]).")
+    version: str | None = Field(
+        description="Release or checkpoint of the weights (manifest [card])."
+    )
+    training_data: str | None = Field(description="Training data and its terms (manifest [card]).")
+    weights_format: str = Field(description="Runtime of the weights file: its suffix decides.")
+    sample_rate: int = Field(description="Input rate: uploads are resampled to it.")
     segment_s: float
     preroll_s: float
+    segment_plan: SegmentPlanOut
+    real_time_factor: float = Field(
+        description="Compute seconds per audio second on one engine thread, measured at warm-up (below 1 is faster than real time)."
+    )
     weights_sha256: str
     load_s: float
     warm_up_s: float
@@ -202,14 +202,29 @@ class ModelOut(BaseModel):
 
     @classmethod
     def of(cls, loaded: LoadedModel) -> ModelOut:
-        recognizer, plan = loaded.recognizer, loaded.recognizer.plan
+        recognizer, plan, card = loaded.recognizer, loaded.recognizer.plan, loaded.manifest.card
+        rate = recognizer.sample_rate
         return cls(
             name=recognizer.name,
             kind=recognizer.kind,
+            task=card.task,
             labels=list(recognizer.labels),
-            sample_rate=recognizer.sample_rate,
-            segment_s=plan.segment_samples / recognizer.sample_rate,
-            preroll_s=plan.preroll_frames * plan.hop / recognizer.sample_rate,
+            licence=card.licence,
+            source=card.source,
+            version=card.version,
+            training_data=card.training_data,
+            weights_format=weights_format_of(loaded.manifest.weights),
+            sample_rate=rate,
+            segment_s=plan.segment_samples / rate,
+            preroll_s=plan.preroll_frames * plan.hop / rate,
+            segment_plan=SegmentPlanOut(
+                segment_s=plan.segment_samples / rate,
+                preroll_s=plan.preroll_frames * plan.hop / rate,
+                hop_s=plan.hop / rate,
+                context_s=plan.context / rate,
+                lookahead_s=plan.lookahead / rate,
+            ),
+            real_time_factor=round(loaded.real_time_factor, 5),
             weights_sha256=loaded.manifest.weights_sha256,
             load_s=round(loaded.load_s, 4),
             warm_up_s=round(loaded.warm_up_s, 4),
@@ -224,6 +239,9 @@ class FailureOut(BaseModel):
 
 class ModelsResponse(BaseModel):
     models: list[ModelOut]
+    default: str | None = Field(
+        description="The model a request without `model` gets (null when it is not loaded)."
+    )
     unavailable: list[FailureOut] = Field(description="Models that failed to load, and why.")
 
 
@@ -236,8 +254,38 @@ class InfoResponse(BaseModel):
     intra_op_threads: int
     inter_op_threads: int
     ready: bool
-    pending_requests: int = Field(description="Recognition requests admitted and not yet answered.")
+    uploading_requests: int = Field(description="Recognition requests receiving their upload.")
+    pending_requests: int = Field(
+        description="Recognition requests uploaded and not yet answered (queued or processing)."
+    )
     active_jobs: int = Field(
         description="Requests inside the engine (validated, decoding or inferring)."
     )
     limits: dict[str, float | int]
+
+
+class FormatOut(BaseModel):
+    name: str = Field(description="The value of `format`.")
+    aliases: list[str] = Field(description="Other names `format` takes for it.")
+    media_type: str = Field(description="Its Content-Type (and the `Accept` value that picks it).")
+    extension: str = Field(description="The downloaded file's extension, without the dot.")
+    description: str
+    notes_only: bool = Field(description="Only for models whose labels are note names.")
+    binary: bool
+
+    @classmethod
+    def of(cls, fmt: Format) -> FormatOut:
+        return cls(
+            name=fmt.name,
+            aliases=list(fmt.aliases),
+            media_type=fmt.media_type,
+            extension=fmt.extension,
+            description=fmt.description,
+            notes_only=fmt.notes_only,
+            binary=fmt.binary,
+        )
+
+
+class FormatsResponse(BaseModel):
+    formats: list[FormatOut]
+    stream: str = Field(description="The `format` (or Accept media type) of the NDJSON stream.")

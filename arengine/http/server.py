@@ -2,21 +2,37 @@
 
 First SIGTERM or SIGINT: the engine stops being ready (`/readyz` 503, new requests 503) at once; the
 listener stays open `shutdown_delay_s` so load balancers see it, then uvicorn stops accepting and
-gives in-flight requests `shutdown_timeout_s` to finish. A second signal exits at once.
+gives in-flight requests `shutdown_timeout_s` to finish. A second signal exits at once. Requests cut
+off either way answer 503 `shutting_down` (`arengine.http.errors.InternalErrorMiddleware`).
+
+Connections are limited by `arengine.http.protocol`; the cap is lowered to fit the open-file limit,
+and when descriptors run out anyway, asyncio's accept error is logged once a minute, not in a loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import resource
+import socket
 import threading
+import time
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
+from arengine.http.protocol import ConnectionLimits, protocol_class
 from arengine.settings import Settings
 
 log = logging.getLogger(__name__)
+
+FILES_RESERVED = 64
+"""Descriptors kept for the process itself (models, logs, the event loop, libraries)."""
+
+ACCEPT_ERROR = "socket.accept() out of system resource"
 
 
 class GracefulServer(uvicorn.Server):
@@ -28,6 +44,40 @@ class GracefulServer(uvicorn.Server):
         self._delay_s = delay_s
         self._signalled = False
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(QuietAcceptErrors())
+        await super().startup(sockets)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's sequence, except that requests still running when the drain ends (the
+        timeout, or a second signal) are cancelled and given a moment to answer 503 before the
+        engine closes, and the engine closes on a forced exit too (uvicorn skips the lifespan's
+        shutdown then, and its cancelled task logs a traceback)."""
+        log.info("shutting down: listener closed")
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        await asyncio.sleep(0.1)
+        try:
+            await asyncio.wait_for(
+                self._wait_tasks_to_complete(), timeout=self.config.timeout_graceful_shutdown
+            )
+        except TimeoutError:
+            log.warning("shutdown_timeout_s passed with requests still running")
+        await self._cut_off()
+        await self.lifespan.shutdown()
+
+    async def _cut_off(self) -> None:
+        tasks = set(self.server_state.tasks)
+        if not tasks:
+            return
+        log.warning("cutting off %d request(s) still running", len(tasks))
+        for task in tasks:
+            task.cancel()
+        # Each answers 503 `shutting_down` as soon as it runs (InternalErrorMiddleware).
+        await asyncio.wait(tasks, timeout=2.0)
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not uvicorn's handler: it re-raises the signal after shutdown, so the exit code would
         # say "killed by SIGTERM" instead of 0.
@@ -38,7 +88,7 @@ class GracefulServer(uvicorn.Server):
         self._signalled = True
         engine = getattr(self._app.state, "engine", None)
         if engine is not None:
-            engine.drain()
+            engine.stop_accepting()
         log.info("signal %d: not ready; closing the listener in %.1f s", sig, self._delay_s)
         timer = threading.Timer(self._delay_s, self._stop)
         timer.daemon = True
@@ -48,15 +98,83 @@ class GracefulServer(uvicorn.Server):
         self.should_exit = True
 
 
+class QuietAcceptErrors:
+    """An event-loop exception handler: asyncio's "out of system resource" accept error (EMFILE)
+    once a minute with a count, without its traceback; anything else to asyncio's own handler.
+
+    asyncio retries `accept()` every second while descriptors are out, logging a traceback each
+    time; from several listening sockets and for as long as the exhaustion lasts, that is a log
+    flood on top of the outage.
+    """
+
+    def __init__(self, interval_s: float = 60.0) -> None:
+        self._interval_s = interval_s
+        self._last = -math.inf
+        self._missed = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != ACCEPT_ERROR:
+            loop.default_exception_handler(context)
+            return
+        now = time.monotonic()
+        if now - self._last < self._interval_s:
+            self._missed += 1
+            return
+        log.error(
+            "cannot accept connections: %s (%d more times since the last report); "
+            "lower --max-connections or raise the open-file limit",
+            context.get("exception"),
+            self._missed,
+        )
+        self._last = now
+        self._missed = 0
+
+
+def open_file_limit() -> int:
+    """The soft RLIMIT_NOFILE after raising it to the hard limit (as Go's runtime does): the
+    default soft limit (often 1024) is a relic of select(), which the event loop does not use."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = 1_048_576 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def connection_cap(settings: Settings, files: int) -> int:
+    """`max_connections`, lowered so that connections, upload files and decoders fit in `files`
+    descriptors (each upload holds a file, each engine request a decoder, besides its socket)."""
+    spare = files - FILES_RESERVED - settings.max_uploading_requests - settings.max_pending_requests
+    return max(1, min(settings.max_connections, spare))
+
+
 def run(app: FastAPI, settings: Settings) -> None:
     """Serve `app` until a signal; returns when the shutdown sequence is complete."""
+    files = open_file_limit()
+    cap = connection_cap(settings, files)
+    if cap < settings.max_connections:
+        log.warning(
+            "max_connections lowered from %d to %d to fit the open-file limit of %d",
+            settings.max_connections,
+            cap,
+            files,
+        )
+    limits = ConnectionLimits(
+        header_timeout_s=settings.header_timeout_s,
+        max_header_bytes=settings.max_header_bytes,
+        max_connections=cap,
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        timeout_graceful_shutdown=int(settings.shutdown_timeout_s),
+        http=protocol_class(limits, app.state.metrics),
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
         timeout_keep_alive=5,
-        h11_max_incomplete_event_size=64 * 1024,
+        h11_max_incomplete_event_size=settings.max_header_bytes,
     )
     GracefulServer(config, app, settings.shutdown_delay_s).run()

@@ -11,20 +11,23 @@ import contextlib
 import errno
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from python_multipart.exceptions import MultipartParseError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import ClientDisconnect
 
+from arengine.engine.admission import UploadProgress
 from arengine.errors import (
     ArengineError,
     BodyTimeout,
     Cancelled,
     CorruptAudio,
+    ErrorCode,
     InsufficientStorage,
     InvalidInput,
     TooLarge,
@@ -46,6 +49,45 @@ class UploadLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class UploadPace:
+    """How slowly a body may arrive: a gap of at most `idle_timeout_s`, the whole of it before
+    `deadline` (monotonic), and after `grace_s` an average of at least `min_bytes_per_s` (0: any).
+
+    >>> pace = UploadPace(idle_timeout_s=30, deadline=100.0, min_bytes_per_s=16384, grace_s=10)
+    >>> pace.next_wait(started=0.0, now=4.0, received=0)[0]  # the grace period ends at 10 s
+    6.0
+    """
+
+    idle_timeout_s: float
+    deadline: float
+    min_bytes_per_s: int = 0
+    grace_s: float = 0.0
+
+    def next_wait(self, started: float, now: float, received: int) -> tuple[float, BodyTimeout]:
+        """How long to wait for the next chunk, and the error to raise if it does not come."""
+        waits = [
+            (now + self.idle_timeout_s, BodyTimeout(f"no body data for {self.idle_timeout_s:g} s")),
+            (
+                self.deadline,
+                BodyTimeout(
+                    "the body was still arriving at the request's deadline",
+                    code=ErrorCode.UPLOAD_TOO_SLOW,
+                ),
+            ),
+        ]
+        if self.min_bytes_per_s > 0:
+            due = started + max(self.grace_s, received / self.min_bytes_per_s)
+            slow = BodyTimeout(
+                f"the body arrived at {received / max(due - started, 1e-9):.0f} bytes/s; "
+                f"the minimum is {self.min_bytes_per_s} bytes/s after {self.grace_s:g} s",
+                code=ErrorCode.UPLOAD_TOO_SLOW,
+            )
+            waits.append((due, slow))
+        at, error = min(waits, key=lambda wait: wait[0])
+        return max(at - now, 0.0), error
+
+
+@dataclass(frozen=True, slots=True)
 class Upload:
     """A spooled upload: `path` is a private temporary file; `filename` is only reported."""
 
@@ -60,12 +102,13 @@ def check_declared_length(content_length: str | None, limits: UploadLimits) -> N
         return
     if not content_length.isdigit():
         raise InvalidInput(
-            f"Content-Length {content_length[:32]!r} is not a byte count", code="bad_content_length"
+            f"Content-Length {content_length[:32]!r} is not a byte count",
+            code=ErrorCode.BAD_CONTENT_LENGTH,
         )
     if int(content_length) > limits.max_bytes:
         raise TooLarge(
             f"the body is {content_length} bytes; the limit is {limits.max_bytes}",
-            code="upload_too_large",
+            code=ErrorCode.UPLOAD_TOO_LARGE,
         )
 
 
@@ -74,9 +117,11 @@ async def spool(
     content_type: str | None,
     limits: UploadLimits,
     directory: Path | None,
-    idle_timeout_s: float,
+    pace: UploadPace,
+    progress: UploadProgress | None = None,
 ) -> Upload:
-    """Write the audio of a request body to a temporary file in `directory`.
+    """Write the audio of a request body to a temporary file in `directory`, at `pace` or
+    faster, counting the bytes in `progress`.
 
     The file is removed if anything goes wrong, the client disconnecting included.
     """
@@ -86,15 +131,15 @@ async def spool(
     if media == "multipart/form-data" and not 1 <= len(boundary or b"") <= 70:
         # RFC 2046 allows 1 to 70 characters; longer ones are an attack on the parser.
         raise CorruptAudio(
-            "the multipart boundary must be 1 to 70 characters", code="bad_multipart"
+            "the multipart boundary must be 1 to 70 characters", code=ErrorCode.BAD_MULTIPART
         )
     if media != "multipart/form-data" and not media.startswith(RAW_TYPES):
         raise UnsupportedFormat(
             f"content type {media or 'none'!r}: send multipart/form-data with a "
             f"{FILE_FIELD!r} field, or a raw body with an audio/* content type",
-            code="unsupported_media_type",
+            code=ErrorCode.UNSUPPORTED_MEDIA_TYPE,
         )
-    chunks = _paced(body, idle_timeout_s)
+    chunks = _paced(body, pace, progress)
     try:
         fd, name = tempfile.mkstemp(prefix="arengine-", suffix=".upload", dir=directory)
     except OSError as error:
@@ -123,16 +168,24 @@ def _no_room(error: OSError) -> InsufficientStorage:
     return InsufficientStorage(f"the upload could not be stored: {reason}")
 
 
-async def _paced(body: AsyncIterator[bytes], idle_timeout_s: float) -> AsyncIterator[bytes]:
-    """The body's chunks; `BodyTimeout` when the client sends nothing for `idle_timeout_s`."""
+async def _paced(
+    body: AsyncIterator[bytes], pace: UploadPace, progress: UploadProgress | None
+) -> AsyncIterator[bytes]:
+    """The body's chunks; `BodyTimeout` as soon as they arrive slower than `pace` allows."""
     chunks = aiter(body)
+    started = time.monotonic()
+    received = 0
     while True:
+        wait, error = pace.next_wait(started, time.monotonic(), received)
         try:
-            chunk = await asyncio.wait_for(anext(chunks), idle_timeout_s)
+            chunk = await asyncio.wait_for(anext(chunks), wait)
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise BodyTimeout(f"no body data for {idle_timeout_s:g} s") from None
+            raise error from None
+        received += len(chunk)
+        if progress is not None:
+            progress.add(len(chunk))
         yield chunk
 
 
@@ -148,7 +201,8 @@ async def _copy(body: AsyncIterator[bytes], target: BinaryIO, limits: UploadLimi
 def _check_size(size: int, limits: UploadLimits) -> None:
     if size > limits.max_bytes:
         raise TooLarge(
-            f"the upload passed the limit of {limits.max_bytes} bytes", code="upload_too_large"
+            f"the upload passed the limit of {limits.max_bytes} bytes",
+            code=ErrorCode.UPLOAD_TOO_LARGE,
         )
 
 
@@ -190,7 +244,7 @@ class _MultipartSpooler:
                 self._parser.write(chunk)
             except MultipartParseError as error:
                 raise CorruptAudio(
-                    f"malformed multipart body: {error}", code="bad_multipart"
+                    f"malformed multipart body: {error}", code=ErrorCode.BAD_MULTIPART
                 ) from None
             if self._error is not None:
                 raise self._error
@@ -199,7 +253,15 @@ class _MultipartSpooler:
         if not self._found:
             got = ", ".join(repr(name) for name in self._names) or "no parts"
             raise InvalidInput(
-                f"expected a multipart field named {FILE_FIELD!r}; got {got}", code="missing_file"
+                f"expected a multipart field named {FILE_FIELD!r}; got {got}",
+                code=ErrorCode.MISSING_FILE,
+            )
+        if self._parser.state != MultipartState.END:
+            # Without its closing boundary the body may have been cut short: refuse it rather
+            # than recognise part of a file as if it were the whole.
+            raise CorruptAudio(
+                "the multipart body ended before its closing boundary: the upload is incomplete",
+                code=ErrorCode.BAD_MULTIPART,
             )
         return self._filename, self._size
 
@@ -214,7 +276,8 @@ class _MultipartSpooler:
         if self._parts > self._limits.max_parts:
             self._fail(
                 TooLarge(
-                    f"more than {self._limits.max_parts} multipart parts", code="too_many_parts"
+                    f"more than {self._limits.max_parts} multipart parts",
+                    code=ErrorCode.TOO_MANY_PARTS,
                 )
             )
 
@@ -240,12 +303,14 @@ class _MultipartSpooler:
                     InvalidInput(
                         f"expected the audio in a multipart field named "
                         f"{FILE_FIELD!r}, got {name[:64]!r}",
-                        code="missing_file",
+                        code=ErrorCode.MISSING_FILE,
                     )
                 )
             return
         if self._found:
-            self._fail(InvalidInput(f"send exactly one {FILE_FIELD!r} part", code="too_many_files"))
+            self._fail(
+                InvalidInput(f"send exactly one {FILE_FIELD!r} part", code=ErrorCode.TOO_MANY_FILES)
+            )
             return
         self._found = self._writing = True
         filename = options.get(b"filename")
@@ -261,6 +326,6 @@ class _MultipartSpooler:
             self._fail(
                 TooLarge(
                     f"a form field passed {self._limits.max_field_bytes} bytes",
-                    code="field_too_large",
+                    code=ErrorCode.FIELD_TOO_LARGE,
                 )
             )

@@ -1,4 +1,4 @@
-"""The `classifier` kind: a user's TorchScript model over log-mel windows, scores per label.
+"""The `classifier` kind: a user's model (ONNX, torch.export or TorchScript) over log-mel windows.
 
 The manifest gives the log-mel parameters, the analysis window and hop in seconds, and whether the
 model's outputs go through a sigmoid (independent labels) or a softmax (exclusive labels).
@@ -6,38 +6,30 @@ model's outputs go through a sigmoid (independent labels) or a softmax (exclusiv
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from arengine.features import Segment, SegmentPlan
 from arengine.mel import LogMel, MelParams
 from arengine.models.recognizer import Overrides
+from arengine.models.runtimes import Network
 from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.segments import Segment, SegmentPlan
 
 ACTIVATIONS = ("sigmoid", "softmax")
-
-
-def load_torchscript(path: Path) -> torch.jit.ScriptModule:
-    """Load a TorchScript archive: only from the operator's models folder, never a client's."""
-    with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript loading
-        warnings.simplefilter("ignore", DeprecationWarning)
-        module = torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
-    module.eval()
-    return module  # type: ignore[no-any-return]
 
 
 class ClassifierRecognizer:
     """Windows of `window_s` every `hop_s` -> log-mel -> model -> activation -> label tags."""
 
     kind = "classifier"
+    max_batch = 1
 
     def __init__(
         self,
         name: str,
-        module: torch.nn.Module,
+        module: Network,
         sample_rate: int,
         labels: tuple[str, ...],
         mel: MelParams,
@@ -86,6 +78,12 @@ class ClassifierRecognizer:
         out: np.ndarray = scores[segment.skip_frames :].float().numpy()
         return out
 
+    def infer_batch(
+        self, features: Sequence[torch.Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """One `infer` per segment: batching does not pay for this model (max_batch 1)."""
+        return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
+
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(
             self.labels,
@@ -96,13 +94,7 @@ class ClassifierRecognizer:
         )
 
     def defaults(self) -> dict[str, float]:
-        p = self._params
-        return {
-            "threshold": p.threshold,
-            "min_duration_ms": p.min_duration_ms,
-            "merge_gap_ms": p.merge_gap_ms,
-            **{f"threshold.{label}": value for label, value in p.thresholds.items()},
-        }
+        return self._params.defaults()
 
     def warm_up(self) -> None:
         self._check_output()

@@ -1,8 +1,9 @@
 """Model manifests: one `manifest.toml` per folder of `models/`, parsed and checked before loading.
 
 A manifest names the model, its kind, rate, labels, how recordings are cut, its features, its
-weights and its post-processing defaults. Weights are a file inside the model's own folder, or a
-data file shipped inside an installed package; nothing else (no `..`, no absolute paths, no URLs).
+weights, its post-processing defaults and its card (task, licence, source, version). Weights are
+a file inside the model's own folder, or a data file shipped inside an installed package; nothing
+else (no `..`, no absolute paths, no URLs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-KINDS = ("speech", "pitch", "classifier")
+KINDS = ("speech", "pitch", "notes", "classifier", "music")
+FIXED_LABELS = ("pitch", "notes")
+"""Kinds whose labels are note names, fixed by the kind: their manifests list none."""
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -26,6 +29,29 @@ class ManifestError(ValueError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """What a team needs to know before serving a model: the manifest's `[card]` table.
+
+    Every field is optional, so a user's manifest without a card still loads (the missing fields
+    show as null); the models this repository ships declare all of them (a test checks).
+    """
+
+    task: str | None = None
+    """What the model recognises, in a few words."""
+    licence: str | None = None
+    """Licence of the weights (and of the data they were trained on, where it differs)."""
+    source: str | None = None
+    """Where the weights come from: a URL, a package and version, or a script."""
+    version: str | None = None
+    """Which release or checkpoint of the weights."""
+    training_data: str | None = None
+    """What the model was trained on, and that data's terms of use."""
+
+
+CARD_FIELDS = tuple(Card.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +70,7 @@ class Manifest:
     features: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
     postprocess: dict[str, Any] = field(default_factory=dict)
+    card: Card = Card()
 
 
 def read_manifest(path: Path) -> Manifest:
@@ -66,10 +93,10 @@ def _checked(path: Path, data: dict[str, Any]) -> Manifest:
         raise ManifestError(path, f"name {name!r} must match {_NAME.pattern}")
     if kind not in KINDS:
         raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    labels = data.get("labels", [] if kind == "pitch" else None)
+    labels = data.get("labels", [] if kind in FIXED_LABELS else None)
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise ManifestError(path, "labels must be a list of strings")
-    if not labels and kind != "pitch":  # a pitch model's labels are the note names
+    if not labels and kind not in FIXED_LABELS:
         raise ManifestError(path, f"a {kind} model needs its labels")
     rate = data.get("sample_rate")
     if not isinstance(rate, int) or not 8000 <= rate <= 192000:
@@ -93,7 +120,20 @@ def _checked(path: Path, data: dict[str, Any]) -> Manifest:
         features=_table(path, data, "features"),
         model=_table(path, data, "model"),
         postprocess=_table(path, data, "postprocess"),
+        card=_card(path, _table(path, data, "card")),
     )
+
+
+def _card(path: Path, table: dict[str, Any]) -> Card:
+    unknown = sorted(set(table) - set(CARD_FIELDS))
+    if unknown:
+        raise ManifestError(
+            path, f"[card] has unknown keys {unknown}; accepted: {', '.join(CARD_FIELDS)}"
+        )
+    wrong = sorted(key for key, value in table.items() if not isinstance(value, str))
+    if wrong:
+        raise ManifestError(path, f"[card] values must be strings: {', '.join(wrong)}")
+    return Card(**table)
 
 
 def _table(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:

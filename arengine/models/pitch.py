@@ -8,15 +8,16 @@ and its `BatchNorm2d`s see one column, so they are the 1-d layers used here, wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.features import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger
+from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 WINDOW = 1024
@@ -43,7 +44,7 @@ class Crepe(nn.Module):
     Output: `(frames, 360)` activations in [0, 1], one per 20-cent pitch bin.
 
     >>> model = Crepe.load(Path("models/pitch/tiny.pth"))
-    >>> model(normalise(frames)).shape
+    >>> model(normalise(torch.randn(100, 1024))).shape
     torch.Size([100, 360])
     """
 
@@ -131,6 +132,7 @@ class PitchRecognizer:
     """
 
     kind = "pitch"
+    max_batch = 1
     sample_rate = SAMPLE_RATE
     labels: tuple[str, ...] = NOTE_LABELS
 
@@ -167,6 +169,12 @@ class PitchRecognizer:
             ]
         result: np.ndarray = torch.cat(chunks).numpy()
         return result
+
+    def infer_batch(
+        self, features: Sequence[Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """One `infer` per segment: batching does not pay for this model (max_batch 1)."""
+        return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
     def tagger(self, overrides: Overrides) -> NoteTagger:
         params = self._params.with_overrides(overrides)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 import torch
 
-from arengine.features import Segment, SegmentPlan
 from arengine.postprocess import Tagger
+from arengine.segments import Segment, SegmentPlan
 
 Overrides = Mapping[str, float]
 """Post-processing parameters a client set explicitly; the others keep the model's defaults."""
@@ -23,6 +23,8 @@ class Recognizer(Protocol):
     sample_rate: int
     labels: tuple[str, ...]
     plan: SegmentPlan
+    max_batch: int
+    """Most segments one `infer_batch` call takes; 1 means the engine never batches this model."""
 
     def features(self, segment: Segment) -> torch.Tensor:
         """Stage 2's last step: the model input for one segment."""
@@ -30,6 +32,12 @@ class Recognizer(Protocol):
 
     def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
         """Stage 3: scores for each output frame of the segment (pre-roll frames dropped)."""
+        ...
+
+    def infer_batch(
+        self, features: Sequence[torch.Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """`infer` for up to `max_batch` segments in one call: one score array per segment."""
         ...
 
     def tagger(self, overrides: Overrides) -> Tagger:

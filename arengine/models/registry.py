@@ -13,17 +13,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from arengine.mel import MelParams
-from arengine.models.classifier import ClassifierRecognizer, load_torchscript
+from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
+from arengine.models.music import LABELS as MUSIC_LABELS
+from arengine.models.music import MusicRecognizer
+from arengine.models.notes import NotesRecognizer
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
+from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess.labels import LabelParams
+from arengine.params import Params
+from arengine.postprocess.labels import LabelParams, MusicParams
 from arengine.postprocess.notes import NotesParams
+from arengine.postprocess.polyphonic import PolyphonicParams
 from arengine.postprocess.speech import SpeechParams
+from arengine.segments import Segment
 
 log = logging.getLogger(__name__)
+
+SPEED_CLIP_S = 4.0
+"""Audio timed at warm-up for the real-time factor: long enough for one 3-s music patch, short
+enough that loading CREPE (about 4x real time per core) stays about a second."""
 
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 """The repository's `models/` folder (the package is installed from the repository)."""
@@ -37,6 +50,9 @@ class LoadedModel:
     manifest: Manifest
     load_s: float
     warm_up_s: float
+    real_time_factor: float
+    """Compute seconds per second of audio, features and inference on one thread, measured at
+    warm-up on `SPEED_CLIP_S` of silence (below 1 is faster than real time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +96,38 @@ def _load(manifest: Manifest, segment_s: float | None) -> LoadedModel:
     loaded = time.perf_counter()
     recognizer.warm_up()
     warmed = time.perf_counter()
+    rtf = real_time_factor(recognizer)
     log.info(
-        "model %s (%s) loaded in %.2f s, warmed up in %.2f s, weights sha256 %s",
+        "model %s (%s) loaded in %.2f s, warmed up in %.2f s, real-time factor %.4f, "
+        "weights sha256 %s",
         manifest.name,
         manifest.kind,
         loaded - started,
         warmed - loaded,
+        rtf,
         manifest.weights_sha256[:16],
     )
-    return LoadedModel(recognizer, manifest, loaded - started, warmed - loaded)
+    return LoadedModel(recognizer, manifest, loaded - started, warmed - loaded, rtf)
+
+
+def weights_format_of(weights: Path) -> str:
+    """The runtime a weights file is read with: a classifier's suffix decides; built-in kinds
+    read their own state dicts or archives."""
+    return FORMATS.get(weights.suffix.lower(), f"{weights.suffix.lstrip('.') or 'file'} (built-in)")
+
+
+def real_time_factor(recognizer: Recognizer, seconds: float = SPEED_CLIP_S) -> float:
+    """Seconds of features and inference per second of audio, on one segment of silence."""
+    plan = recognizer.plan
+    frames = min(plan.segment_frames, max(1, round(seconds * recognizer.sample_rate / plan.hop)))
+    # Silence: these networks do the same arithmetic on any input, and a model that fails only
+    # on some content still loads, to fail (a 500 naming the stage) on that content.
+    samples = np.zeros(plan.context + frames * plan.hop + plan.lookahead, dtype=np.float32)
+    segment = Segment(0, 0, 0, frames, samples)
+    started = time.perf_counter()
+    recognizer.infer(recognizer.features(segment), segment)
+    elapsed = time.perf_counter() - started
+    return elapsed * recognizer.sample_rate / (frames * plan.hop)
 
 
 def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
@@ -99,21 +138,26 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
         manifest.preroll_s,
         name=manifest.name,
         params=params,
+        max_batch=int(manifest.model.get("batch", 1)),
     )
 
 
-def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
-    model = manifest.model
+def _label_params(manifest: Manifest, kind: type[LabelParams] = LabelParams) -> LabelParams:
     post = dict(manifest.postprocess)
     thresholds = post.pop("thresholds", {})
     unknown = sorted(set(thresholds) - set(manifest.labels))
     if unknown:
         raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
-    params = dataclasses.replace(LabelParams().with_overrides(post), thresholds=thresholds)
+    return dataclasses.replace(kind().with_overrides(post), thresholds=thresholds)
+
+
+def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
+    model = manifest.model
+    params = _label_params(manifest)
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
     return ClassifierRecognizer(
         manifest.name,
-        load_torchscript(manifest.weights),
+        load_network(manifest.weights),
         manifest.sample_rate,
         manifest.labels,
         mel,
@@ -130,8 +174,35 @@ def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
+def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
+    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
+def _music(manifest: Manifest, segment_s: float) -> Recognizer:
+    if manifest.labels != MUSIC_LABELS or manifest.sample_rate != MusicRecognizer.sample_rate:
+        raise ManifestError(
+            manifest.path,
+            f"a music model's labels are musicnn's 50 MagnaTagATune tags in their order, "
+            f"at {MusicRecognizer.sample_rate} Hz: {list(MUSIC_LABELS)}",
+        )
+    params = _label_params(manifest, MusicParams)
+    return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
+PARAMETERS: dict[str, type[Params]] = {
+    "speech": SpeechParams,
+    "pitch": NotesParams,
+    "notes": PolyphonicParams,
+    "classifier": LabelParams,
+    "music": MusicParams,
+}
+"""Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
+
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,
     "pitch": _pitch,
+    "notes": _notes,
     "classifier": _classifier,
+    "music": _music,
 }

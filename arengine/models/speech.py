@@ -3,21 +3,25 @@
 silero-vad's own TorchScript model keeps its LSTM state and audio context on the module, so two
 threads sharing it corrupt each other's results, and it is driven one 32 ms window per Python call.
 Here the state is a local of `forward`: the STFT and the conv encoder run over every window of the
-segment at once, and only the LSTM walks the sequence, in one call.
+segment at once, and only the LSTM walks the sequence, in one call. silero's STFT is a 258x256 conv
+whose basis is a periodic-Hann-windowed DFT, so it is computed as `torch.fft.rfft` of windowed
+frames, and the encoder's short convs as matrix products: 2x faster on one core for the same
+probabilities (within 1e-7 of `arengine.models.speech_reference`; BENCHMARKS.md has the profile).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.features import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
+from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 WINDOW = 512
@@ -27,11 +31,57 @@ CONTEXT = 64
 _N_FFT = 256
 _HOP = 128
 _BINS = _N_FFT // 2 + 1
+MAX_BATCH = 16
+"""Most segments per forward call a manifest may ask for (`[model] batch`)."""
+_CHUNK_WINDOWS = 256
+"""Windows per STFT-and-encoder step (about 1 MiB of frames)."""
+_HANN_TOLERANCE = 1e-6
+"""How far silero's STFT basis may be from a periodic-Hann-windowed DFT (6.2.3: 2.1e-7)."""
+
+
+def read_silero_weights(archive: Path) -> dict[str, Tensor]:
+    """silero-vad's TorchScript weights (`silero_vad.jit`) under its network's layer names.
+
+    Names: `stft_conv.weight` (258, 1, 256), `conv1`..`conv4` and `final_conv` (`.weight`,
+    `.bias`), `lstm.weight_ih_l0` and the other LSTM tensors, as `nn.Conv1d`/`nn.LSTM` name them.
+    The package's `silero_vad_16k.safetensors` is not used: in silero-vad 6.2.3 it holds other
+    weights than the package's TorchScript and ONNX models (probabilities differ by up to 0.96).
+    """
+    with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript; we only read weights
+        warnings.simplefilter("ignore", DeprecationWarning)
+        packaged = torch.jit.load(str(archive), map_location="cpu").state_dict()  # type: ignore[no-untyped-call]
+    names = {
+        "stft_conv.weight": "_model.stft.forward_basis_buffer",
+        "final_conv.weight": "_model.decoder.decoder.2.weight",
+        "final_conv.bias": "_model.decoder.decoder.2.bias",
+    }
+    for i in range(4):
+        for kind in ("weight", "bias"):
+            names[f"conv{i + 1}.{kind}"] = f"_model.encoder.{i}.reparam_conv.{kind}"
+    for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+        names[f"lstm.{kind}_l0"] = f"_model.decoder.rnn.{kind}"
+    return {ours: packaged[theirs].detach().clone() for ours, theirs in names.items()}
+
+
+def hann_dft_distance(basis: Tensor) -> float:
+    """Largest difference between a (258, 1, 256) STFT basis and the periodic-Hann-windowed DFT."""
+    time = torch.arange(_N_FFT, dtype=torch.float64)
+    angle = 2 * torch.pi * torch.arange(_BINS, dtype=torch.float64)[:, None] * time / _N_FFT
+    window = torch.hann_window(_N_FFT, periodic=True, dtype=torch.float64)
+    expected = torch.cat([torch.cos(angle) * window, -torch.sin(angle) * window])
+    return float((basis.to(torch.float64).reshape(2 * _BINS, _N_FFT) - expected).abs().max())
+
+
+def _taps(weight: Tensor, *taps: int) -> Tensor:
+    """Conv1d taps stacked for `rows @ stacked`: (len(taps) * in_channels, out_channels)."""
+    return torch.cat([weight[:, :, tap].t() for tap in taps]).contiguous()
 
 
 class SpeechModel(nn.Module):
     """Per-window speech probabilities for whole segments; holds only immutable weights.
 
+    silero-vad's network, computed as an FFT and matrix products (the reference, with its STFT as
+    a conv, is `arengine.models.speech_reference`; the two agree within 1e-5).
     Input: `(batch, CONTEXT + n * WINDOW)` float32 samples at 16 kHz, the first `CONTEXT` samples
     being the audio just before the segment (zeros at the start of a recording).
     Output: `(batch, n)` probabilities, one per 512-sample window.
@@ -41,68 +91,133 @@ class SpeechModel(nn.Module):
     torch.Size([1, 10])
     """
 
-    def __init__(self) -> None:
+    hann: Tensor
+    conv1_first: Tensor
+    conv1_inner: Tensor
+    conv1_last: Tensor
+    conv1_bias: Tensor
+    conv2_first: Tensor
+    conv2_inner: Tensor
+    conv2_bias: Tensor
+    conv3_first: Tensor
+    conv3_bias: Tensor
+    conv4_centre: Tensor
+    conv4_bias: Tensor
+    out_weight: Tensor
+    out_bias: Tensor
+
+    def __init__(self, weights: Mapping[str, Tensor]) -> None:
         super().__init__()
-        self.stft_conv = nn.Conv1d(1, 2 * _BINS, kernel_size=_N_FFT, stride=_HOP, bias=False)
-        self.conv1 = nn.Conv1d(_BINS, 128, kernel_size=3, padding=1)
-        self.conv2 = nn.Conv1d(128, 64, kernel_size=3, stride=2, padding=1)
-        self.conv3 = nn.Conv1d(64, 64, kernel_size=3, stride=2, padding=1)
-        self.conv4 = nn.Conv1d(64, 128, kernel_size=3, padding=1)
+        distance = hann_dft_distance(weights["stft_conv.weight"])
+        if distance > _HANN_TOLERANCE:
+            raise ValueError(
+                f"the STFT basis is not a periodic-Hann-windowed DFT (max difference {distance:.1e}"
+                f", allowed {_HANN_TOLERANCE:.0e}): these silero-vad weights need another model"
+            )
+        derived = {
+            "hann": torch.hann_window(_N_FFT, periodic=True),
+            "conv1_first": _taps(weights["conv1.weight"], 1, 2),
+            "conv1_inner": _taps(weights["conv1.weight"], 0, 1, 2),
+            "conv1_last": _taps(weights["conv1.weight"], 0, 1),
+            "conv2_first": _taps(weights["conv2.weight"], 1, 2),
+            "conv2_inner": _taps(weights["conv2.weight"], 0, 1, 2),
+            "conv3_first": _taps(weights["conv3.weight"], 1, 2),
+            "conv4_centre": _taps(weights["conv4.weight"], 1),
+            "out_weight": weights["final_conv.weight"].reshape(1, 128).t().contiguous(),
+            "out_bias": weights["final_conv.bias"],
+        }
+        for i in range(1, 5):
+            derived[f"conv{i}_bias"] = weights[f"conv{i}.bias"]
+        # Plain attributes, not buffers: every buffer read goes through nn.Module.__getattr__, which
+        # held the GIL for 12% of a loaded server's GIL-holding samples (loadtests/gil_profile.py).
+        for name, tensor in derived.items():
+            object.__setattr__(self, name, tensor.detach().clone())
         self.lstm = nn.LSTM(128, 128, batch_first=True)
-        self.final_conv = nn.Conv1d(128, 1, kernel_size=1)
+        prefix = "lstm."
+        self.lstm.load_state_dict(
+            {key[len(prefix) :]: value for key, value in weights.items() if key.startswith(prefix)}
+        )
+        self.eval()
+        self.requires_grad_(False)
 
     def forward(self, x: Tensor) -> Tensor:
-        context, window = 64, 512  # TorchScript cannot read module globals
         batch = x.shape[0]
-        n = (x.shape[1] - context) // window
-        # Each window is its 64-sample context plus 512 new samples, reflect-padded by 64.
-        frames = x.unfold(1, context + window, window).reshape(batch * n, 1, context + window)
-        frames = nn.functional.pad(frames, (0, context), mode="reflect")
-        spec = self.stft_conv(frames)
-        bins = spec.shape[1] // 2
-        magnitude = torch.sqrt(spec[:, :bins] ** 2 + spec[:, bins:] ** 2)
-        h = torch.relu(self.conv1(magnitude))
-        h = torch.relu(self.conv2(h))
-        h = torch.relu(self.conv3(h))
-        h = torch.relu(self.conv4(h)).reshape(batch, n, 128)
-        h, _ = self.lstm(h)
-        logits = self.final_conv(torch.relu(h).transpose(1, 2))
-        return torch.sigmoid(logits).squeeze(1)
+        n = (x.shape[1] - CONTEXT) // WINDOW
+        x = x.contiguous()
+        encoded = torch.empty(batch, n, 128, dtype=x.dtype)
+        # The STFT and the encoder go a chunk of windows at a time: their temporaries stay in
+        # the core's L2 cache and under jemalloc's 8 MiB oversize threshold, whose allocations
+        # are returned to the kernel and page-faulted back in on every call (measured: 2270
+        # faults and +50% time per 30 s segment in one piece).
+        step = max(1, _CHUNK_WINDOWS // batch)
+        for first in range(0, n, step):
+            count = min(step, n - first)
+            part = x[:, first * WINDOW : first * WINDOW + CONTEXT + count * WINDOW]
+            rows = self.encode(self.spectrum(part, count))
+            encoded[:, first : first + count] = rows.view(batch, count, 128)
+        h, _ = self.lstm(encoded)
+        return torch.sigmoid(torch.relu(h) @ self.out_weight + self.out_bias).squeeze(2)
+
+    def spectrum(self, x: Tensor, n: int) -> Tensor:
+        """STFT magnitudes of every window: `(batch * n, 4 * 129)`, its four frames side by side.
+
+        Window i is x[512 i : 512 i + 576] reflect-padded by 64 on the right, framed at a hop of
+        128: frames 0-2 lie in the stream and frame 3 ends in the reflection. All four are read
+        straight from the stream, windowed and written once (no unfold, pad or conv copies).
+        `x`: `(batch, CONTEXT + n * WINDOW)` or longer, each row's samples contiguous.
+        """
+        batch, row, start = x.shape[0], x.stride(0), x.storage_offset()
+        frames = torch.empty(batch, n, 4, 256, dtype=x.dtype)
+        inside = x.as_strided((batch, n, 3, 256), (row, 512, 128, 1), start)
+        torch.mul(inside, self.hann, out=frames[:, :, :3])
+        tail = x.as_strided((batch, n, 192), (row, 512, 1), start + 384)
+        torch.mul(tail, self.hann[:192], out=frames[:, :, 3, :192])
+        mirrored = x.as_strided((batch, n, 64), (row, 512, 1), start + 511).flip(2)
+        torch.mul(mirrored, self.hann[192:], out=frames[:, :, 3, 192:])
+        spectrum: Tensor = torch.fft.rfft(frames.view(batch * n, 4, 256))
+        magnitude = spectrum.real.square() + spectrum.imag.square()
+        return magnitude.sqrt_().view(batch * n, 4 * 129)
+
+    def encode(self, spectrum: Tensor) -> Tensor:
+        """conv1-4 with ReLUs, as matrix products over rows of (frame, channel): `(rows, 128)`.
+
+        conv1 (k=3, pad 1) keeps 4 frames, conv2 and conv3 (stride 2) make 2 then 1, and conv4
+        (k=3, pad 1) on a single frame uses only its centre tap. Each output frame is one product
+        of the adjacent input frames it sees (a contiguous slice of the row) with those taps
+        stacked: the zero-padding taps are never computed.
+        """
+        rows = spectrum.shape[0]
+        h1 = torch.empty(rows, 4, 128, dtype=spectrum.dtype)
+        torch.addmm(self.conv1_bias, spectrum[:, :258], self.conv1_first, out=h1[:, 0])
+        torch.addmm(self.conv1_bias, spectrum[:, :387], self.conv1_inner, out=h1[:, 1])
+        torch.addmm(self.conv1_bias, spectrum[:, 129:], self.conv1_inner, out=h1[:, 2])
+        torch.addmm(self.conv1_bias, spectrum[:, 258:], self.conv1_last, out=h1[:, 3])
+        flat = h1.relu_().view(rows, 512)
+        h2 = torch.empty(rows, 2, 64, dtype=spectrum.dtype)
+        torch.addmm(self.conv2_bias, flat[:, :256], self.conv2_first, out=h2[:, 0])
+        torch.addmm(self.conv2_bias, flat[:, 128:], self.conv2_inner, out=h2[:, 1])
+        h3 = torch.addmm(self.conv3_bias, h2.relu_().view(rows, 128), self.conv3_first).relu_()
+        return torch.addmm(self.conv4_bias, h3, self.conv4_centre).relu_()
 
     @classmethod
     def from_silero_package(cls) -> SpeechModel:
         """The model with the weights of the installed `silero-vad` package."""
-        from importlib.resources import files
-
-        return cls.from_silero_archive(Path(str(files("silero_vad.data") / "silero_vad.jit")))
+        return cls(read_silero_weights(silero_package_archive()))
 
     @classmethod
     def from_silero_archive(cls, archive: Path) -> SpeechModel:
-        """Copy the weights of silero-vad's TorchScript model (`silero_vad.jit`).
+        """The model with the weights of silero-vad's TorchScript model (`silero_vad.jit`).
 
         Manifests may point only at the copy inside the installed package, never at a user path.
-        The package's `silero_vad_16k.safetensors` is not used: in silero-vad 6.2.3 it holds other
-        weights than the package's TorchScript and ONNX models (probabilities differ by up to 0.96).
         """
-        with warnings.catch_warnings():  # torch 2.13 deprecates TorchScript; we only read weights
-            warnings.simplefilter("ignore", DeprecationWarning)
-            packaged = torch.jit.load(str(archive), map_location="cpu").state_dict()  # type: ignore[no-untyped-call]
-        names = {
-            "stft_conv.weight": "_model.stft.forward_basis_buffer",
-            "final_conv.weight": "_model.decoder.decoder.2.weight",
-            "final_conv.bias": "_model.decoder.decoder.2.bias",
-        }
-        for i in range(4):
-            for kind in ("weight", "bias"):
-                names[f"conv{i + 1}.{kind}"] = f"_model.encoder.{i}.reparam_conv.{kind}"
-        for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-            names[f"lstm.{kind}_l0"] = f"_model.decoder.rnn.{kind}"
-        model = cls()
-        model.load_state_dict({ours: packaged[theirs] for ours, theirs in names.items()})
-        model.eval()
-        for parameter in model.parameters():
-            parameter.requires_grad_(False)
-        return model
+        return cls(read_silero_weights(archive))
+
+
+def silero_package_archive() -> Path:
+    """The installed `silero-vad` package's TorchScript model."""
+    from importlib.resources import files
+
+    return Path(str(files("silero_vad.data") / "silero_vad.jit"))
 
 
 class SpeechRecognizer:
@@ -124,8 +239,12 @@ class SpeechRecognizer:
         preroll_s: float,
         name: str = "speech",
         params: SpeechParams | None = None,
+        max_batch: int = 1,
     ) -> None:
+        if not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"max_batch must be 1 to {MAX_BATCH}, got {max_batch}")
         self.name = name
+        self.max_batch = max_batch
         self._model = model
         self._params = params or SpeechParams()
         self.plan = SegmentPlan(
@@ -143,6 +262,27 @@ class SpeechRecognizer:
             probabilities = self._model(features)[0]
         scores: np.ndarray = probabilities[segment.skip_frames :].numpy()
         return scores
+
+    def infer_batch(
+        self, features: Sequence[Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """`infer` for several segments in one forward call: one score array per segment.
+
+        Rows are right-padded with zeros to the longest: a window's STFT sees only its own 576
+        samples and the LSTM runs forward in time, so padding after a row's last window changes
+        none of its probabilities. One call over 4 segments costs ~0.9x of 4 calls on one core
+        (the LSTM's per-step cost is shared; BENCHMARKS.md).
+        """
+        width = max(feature.shape[1] for feature in features)
+        x = torch.zeros(len(features), width)
+        for row, feature in zip(x, features, strict=True):
+            row[: feature.shape[1]] = feature[0]
+        with torch.inference_mode():
+            probabilities = self._model(x)
+        return [
+            probabilities[row, segment.skip_frames : (feature.shape[1] - CONTEXT) // WINDOW].numpy()
+            for row, (feature, segment) in enumerate(zip(features, segments, strict=True))
+        ]
 
     def tagger(self, overrides: Overrides) -> SpeechTagger:
         params = self._params.with_overrides(overrides)

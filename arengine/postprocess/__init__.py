@@ -6,25 +6,11 @@ engine feeds them alike, and tags never split or repeat at segment boundaries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from arengine.errors import InvalidInput
-
-
-@dataclass(frozen=True, slots=True)
-class Tag:
-    """One result: `label` between `start` and `end` seconds, with a confidence `score`."""
-
-    start: float
-    end: float
-    label: str
-    score: float
-    frequency_hz: float | None = None
-    """Mean fundamental frequency, for pitch (note) tags only."""
+from arengine.types import Tag
 
 
 class Tagger(Protocol):
@@ -37,15 +23,3 @@ class Tagger(Protocol):
     def finish(self, audio_samples: int) -> list[Tag]:
         """End of the recording (`audio_samples` at the model's rate): the remaining tags."""
         ...
-
-
-def check_overrides(kind: str, overrides: Mapping[str, float], accepted: Iterable[str]) -> None:
-    """Raise `InvalidInput` naming the overrides that do not apply to `kind`, and the accepted."""
-    names = set(accepted)
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise InvalidInput(
-            f"{', '.join(unknown)} does not apply to {kind} models; "
-            f"accepted: {', '.join(sorted(names))}",
-            code="invalid_parameter",
-        )

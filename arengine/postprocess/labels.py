@@ -9,30 +9,63 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
-from arengine.postprocess import Tag, check_overrides
+from arengine.errors import ErrorCode, InvalidInput
+from arengine.params import Bounds, Params, param
+from arengine.types import Tag
 
 
 @dataclass(frozen=True, slots=True)
-class LabelParams:
+class LabelParams(Params):
     """Post-processing of a classifier; `thresholds` overrides `threshold` per label."""
 
-    threshold: float = 0.5
-    min_duration_ms: int = 0
-    merge_gap_ms: int = 0
-    thresholds: Mapping[str, float] = field(default_factory=dict)
+    kind: ClassVar[str] = "classifier"
 
-    def with_overrides(self, overrides: Mapping[str, float]) -> LabelParams:
-        """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        check_overrides("classifier", overrides, {"threshold", "min_duration_ms", "merge_gap_ms"})
-        changed = dataclasses.replace(self, **overrides)  # type: ignore[arg-type]
-        # A client's threshold applies to every label.
+    threshold: float = param(
+        0.5, "A label's tag starts where its score reaches this.", Bounds(0, 1, high_open=True)
+    )
+    min_duration_ms: int = param(0, "Shorter tags are dropped.", Bounds(0, 3_600_000, whole=True))
+    merge_gap_ms: int = param(
+        0, "Runs of the same label this close merge.", Bounds(0, 3_600_000, whole=True)
+    )
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    """Per-label thresholds (manifests only)."""
+
+    def check(self) -> None:
+        bounds = self.bounds()["threshold"]
+        for label, value in self.thresholds.items():
+            if not isinstance(value, int | float) or not bounds.accepts(float(value)):
+                raise InvalidInput(
+                    f"the threshold of {label!r} must be {bounds.text()}, got {value!r}",
+                    code=ErrorCode.INVALID_PARAMETER,
+                )
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LabelParams:
+        """As `Params.with_overrides`; a client's threshold applies to every label."""
+        changed = Params.with_overrides(self, overrides)
         return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed
+
+    def defaults(self) -> dict[str, float]:
+        """The parameters as `GET /v1/models` lists them; per-label ones as `threshold.<label>`."""
+        return {
+            "threshold": self.threshold,
+            "min_duration_ms": self.min_duration_ms,
+            "merge_gap_ms": self.merge_gap_ms,
+            **{f"threshold.{label}": value for label, value in self.thresholds.items()},
+        }
 
     def threshold_of(self, label: str) -> float:
         return self.thresholds.get(label, self.threshold)
+
+
+@dataclass(frozen=True, slots=True)
+class MusicParams(LabelParams):
+    """Post-processing of the music tagger: a classifier's, over 3-s patches."""
+
+    kind: ClassVar[str] = "music"
 
 
 @dataclass(slots=True)

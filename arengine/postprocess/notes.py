@@ -16,16 +16,16 @@ their boundary and a note's length is its frame count times the hop.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from arengine.errors import InvalidInput
-from arengine.postprocess import Tag, check_overrides
+from arengine.errors import ErrorCode, InvalidInput
+from arengine.params import Bounds, Params, param
+from arengine.types import Tag
 
 NAMES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 LOWEST_MIDI = 24
@@ -50,47 +50,31 @@ def semitones(frequency_hz: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class NotesParams:
+class NotesParams(Params):
     """Post-processing parameters of pitch models."""
 
-    threshold: float = 0.65
-    """Voicing: a frame is pitched when its periodicity (CREPE's peak activation) reaches this."""
+    kind: ClassVar[str] = "pitch"
+
     # Measured with CREPE tiny: sine and harmonic tones from 110 to 1000 Hz gave at least 0.80 on
     # every frame; white and brown noise at various levels at most 0.61 (99.9th percentile 0.53).
-    min_duration_ms: float = 100
-    """Shorter notes are dropped."""
-    median_frames: int = 5
-    """Odd width of the median filter, in frames (10 ms each); 1 turns it off."""
+    threshold: float = param(
+        0.65,
+        "Voicing: a frame is pitched when its periodicity (CREPE's peak activation) reaches this.",
+        Bounds(0, 1),
+    )
+    min_duration_ms: float = param(100, "Shorter notes are dropped.", Bounds(0, 3_600_000))
+    median_frames: int = param(
+        5,
+        "Odd width of the median filter, in frames (10 ms each); 1 turns it off.",
+        Bounds(1, 101, whole=True),
+    )
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.threshold <= 1:
+    def check(self) -> None:
+        if self.median_frames % 2 == 0:
             raise InvalidInput(
-                f"threshold must be between 0 and 1, got {self.threshold}",
-                code="invalid_parameter",
+                f"median_frames must be odd, got {self.median_frames}",
+                code=ErrorCode.INVALID_PARAMETER,
             )
-        if not (math.isfinite(self.min_duration_ms) and self.min_duration_ms >= 0):
-            raise InvalidInput(
-                f"min_duration_ms must be a finite number >= 0, got {self.min_duration_ms}",
-                code="invalid_parameter",
-            )
-        width = self.median_frames
-        if width != int(width) or width < 1 or width % 2 == 0 or width > 101:
-            raise InvalidInput(
-                f"median_frames must be an odd whole number from 1 to 101, got {width}",
-                code="invalid_parameter",
-            )
-
-    def with_overrides(self, overrides: Mapping[str, float]) -> NotesParams:
-        """Defaults plus a client's overrides; `InvalidInput` names any that do not apply."""
-        check_overrides("pitch", overrides, (f.name for f in dataclasses.fields(self)))
-        values = dict(overrides)
-        if "median_frames" in values:
-            width = values["median_frames"]
-            values["median_frames"] = int(width) if float(width).is_integer() else width
-        return dataclasses.replace(self, **values)  # type: ignore[arg-type]
-
-    def as_dict(self) -> dict[str, float]:
-        return {k: float(v) for k, v in dataclasses.asdict(self).items()}
 
 
 @dataclass(slots=True)
@@ -109,9 +93,10 @@ class _Note:
 class NoteTagger:
     """Feed `(frames, 2)` `[frequency_hz, periodicity]` scores with `push`, then `finish`.
 
-    >>> tagger = NoteTagger(NotesParams(), sample_rate=16000, hop=160)
-    >>> tagger.push(scores) + tagger.finish(audio_samples)
-    [Tag(start=0.195, end=0.705, label='A4', score=0.93, frequency_hz=440.2)]
+    Example::
+
+        tagger = NoteTagger(NotesParams(), sample_rate=16000, hop=160)
+        tags = tagger.push(scores) + tagger.finish(audio_samples)  # e.g. [Tag(..., label='A4')]
     """
 
     def __init__(self, params: NotesParams, sample_rate: int, hop: int) -> None:

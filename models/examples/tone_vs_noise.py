@@ -1,12 +1,16 @@
 """Build, train and export a small classifier that arengine serves: tones versus noise bursts.
 
-    .venv/bin/python models/examples/tone_vs_noise.py models/tones
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones                 # torch.export
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones --format onnx   # ONNX
+    .venv/bin/python models/examples/tone_vs_noise.py models/tones --format pt     # TorchScript
     .venv/bin/arengine serve --models-dir models      # now serves `tones` beside `speech`
     curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
 
 It synthesises its own training audio, computes the same log-mel features the server computes
-(`arengine.mel.LogMel`, with the manifest's parameters), trains for a few seconds, and writes
-`model.pt` (TorchScript) and `manifest.toml` into the output folder.
+(`arengine.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps (a few
+seconds), and writes the model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml` into
+the output folder. The number of windows per call varies (segments differ in length), so every
+format is exported with a dynamic first dimension.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ class TinyClassifier(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.conv(features)).mean(dim=2)
-        return self.out(hidden)
+        logits: torch.Tensor = self.out(hidden)
+        return logits
 
 
 def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -57,22 +62,22 @@ def synthesize(count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return np.stack(windows), np.array(targets, np.float32)
 
 
-def train(seconds: float = 5.0, seed: int = 0) -> TinyClassifier:
-    """Train on freshly synthesised windows until `seconds` have passed."""
-    import time
-
+def train(steps: int = 400, seed: int = 0, examples: int = 768) -> TinyClassifier:
+    """Train for `steps` batches of 64 drawn from `examples` synthesised windows (their features
+    computed once): the same model on any machine, in a few seconds of CPU."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    mel = LogMel(RATE, MEL)
+    windows, targets = synthesize(examples, rng)
+    with torch.no_grad():
+        features = LogMel(RATE, MEL)(torch.from_numpy(windows))
+    labels = torch.from_numpy(targets)
     model = TinyClassifier(MEL.n_mels, len(LABELS))
     optimiser = torch.optim.Adam(model.parameters(), lr=0.01)
     loss = nn.BCEWithLogitsLoss()
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        windows, targets = synthesize(64, rng)
+    for _ in range(steps):
+        batch = torch.from_numpy(rng.integers(0, examples, 64))
         optimiser.zero_grad()
-        error = loss(model(mel(torch.from_numpy(windows))), torch.from_numpy(targets))
-        error.backward()
+        loss(model(features[batch]), labels[batch]).backward()
         optimiser.step()
     return model.eval()
 
@@ -102,25 +107,55 @@ window_s = {window_s}
 hop_s = {hop_s}
 
 [weights]
-file = "model.pt"
+file = "{weights}"
 
 [postprocess]
 threshold = 0.5
 min_duration_ms = 250
 merge_gap_ms = 250
+
+[card]
+task = "tone and noise-burst detection (a worked example)"
+licence = "MIT"
+source = "models/examples/tone_vs_noise.py, trained on synthesised audio"
+version = "{version}"
 """
 
+FORMATS = {"pt2": "torch.export", "onnx": "onnx", "pt": "torchscript"}
+"""`--format` -> the runtime the server picks for that suffix."""
 
-def export(model: nn.Module, folder: Path, name: str) -> None:
-    """Write `model.pt` (TorchScript) and `manifest.toml` into `folder`."""
+
+def export(model: nn.Module, folder: Path, name: str, format: str = "pt") -> Path:
+    """Write `model.<format>` and `manifest.toml` into `folder`; returns the model file."""
+    if format not in FORMATS:
+        raise ValueError(f"format {format!r}; accepted: {', '.join(FORMATS)}")
     folder.mkdir(parents=True, exist_ok=True)
-    torch.jit.save(torch.jit.script(model), str(folder / "model.pt"))
+    path = folder / f"model.{format}"
+    model = model.eval()
+    example = LogMel(RATE, MEL)(torch.zeros(2, round(WINDOW_S * RATE)))
+    if format == "pt":
+        torch.jit.save(torch.jit.script(model), str(path))
+    else:
+        windows = torch.export.Dim("windows", min=1)
+        program = torch.export.export(model, (example,), dynamic_shapes=({0: windows},))
+        if format == "pt2":
+            torch.export.save(program, str(path))
+        else:
+            torch.onnx.export(program, (example,), str(path), input_names=["features"])
     labels = "[" + ", ".join(f'"{label}"' for label in LABELS) + "]"
     (folder / "manifest.toml").write_text(
         MANIFEST.format(
-            name=name, rate=RATE, labels=labels, mel=MEL, window_s=WINDOW_S, hop_s=HOP_S
+            name=name,
+            rate=RATE,
+            labels=labels,
+            mel=MEL,
+            window_s=WINDOW_S,
+            hop_s=HOP_S,
+            weights=path.name,
+            version=f"example, exported as {FORMATS[format]}",
         )
     )
+    return path
 
 
 def main() -> None:
@@ -128,10 +163,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("folder", type=Path, help="output model folder, e.g. models/tones")
-    parser.add_argument("--seconds", type=float, default=5.0, help="training time")
+    parser.add_argument("--steps", type=int, default=400, help="training batches of 64 windows")
+    parser.add_argument(
+        "--format", choices=FORMATS, default="pt2", help="pt2 (torch.export), onnx or pt"
+    )
     args = parser.parse_args()
-    export(train(args.seconds), args.folder, args.folder.name)
-    print(f"wrote {args.folder}/model.pt and manifest.toml")
+    path = export(train(args.steps), args.folder, args.folder.name, args.format)
+    print(f"wrote {path} and {args.folder}/manifest.toml")
 
 
 if __name__ == "__main__":

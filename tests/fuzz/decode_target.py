@@ -19,7 +19,7 @@ import atheris
 with atheris.instrument_imports():
     from arengine.decode import decode
     from arengine.errors import ArengineError
-    from arengine.features import Segmenter, SegmentPlan
+    from arengine.segments import Segmenter, SegmentPlan
     from arengine.validation import AudioLimits, probe
 
 LIMITS = AudioLimits(

@@ -1,0 +1,447 @@
+"""A client for one arengine server or a cluster behind a load balancer (httpx).
+
+Example (it needs a running server, so it is prose, not a doctest)::
+
+    with Client("http://127.0.0.1:8000", api_key=os.environ.get("ARENGINE_API_KEY")) as client:
+        result = client.recognize("talk.flac", model="speech", threshold=0.6)
+        print([(tag.start, tag.end, tag.label) for tag in result.tags])
+
+`AsyncClient` has the same methods as coroutines (`stream` is an async iterator). Requests the
+server refuses for now (503: overloaded, loading, stopping; 502 from a balancer whose replica
+went away; a refused or reset connection) are retried a bounded number of times, waiting what
+`Retry-After` says (capped); a recognition is a pure function of its upload, so a retry is safe.
+Every other error answer raises the `ServerError` subclass of its HTTP status, carrying the
+server's stable `code` (the README's error table) and message.
+
+This module imports httpx and `arengine.types` only (no torch): all a client program needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from arengine.types import Tag
+
+Audio = str | Path | IO[bytes]
+"""A path, or a binary file object (seekable, so that a retry can send it again)."""
+
+RETRY_STATUSES = frozenset({502, 503})
+"""502: the balancer lost its replica mid-request; 503: the server asks to come back later."""
+
+
+@dataclass(frozen=True, slots=True)
+class AudioInfo:
+    duration_s: float
+    sample_rate: int
+    channels: int
+    format: str
+    subtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Recognition:
+    """A `POST /v1/recognize` JSON answer, typed."""
+
+    model: str
+    audio: AudioInfo
+    tags: tuple[Tag, ...]
+    timings: Mapping[str, float]
+    """Seconds per stage (`validation_s` ... `postprocess_s`) and `total_s`."""
+
+
+class ServerError(Exception):
+    """An error answer: `status` (HTTP), `code` (stable, see the README) and `message`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+class BadRequest(ServerError):
+    """400: corrupt audio or a malformed request."""
+
+
+class Unauthorized(ServerError):
+    """401: no API key or not one of the server's."""
+
+
+class NotFound(ServerError):
+    """404: unknown model or endpoint."""
+
+
+class BodyTimeout(ServerError):
+    """408: the upload stalled."""
+
+
+class TooLarge(ServerError):
+    """413: over `max_upload_bytes` or `max_duration_s`."""
+
+
+class UnsupportedFormat(ServerError):
+    """415: not a container, codec or content type the server decodes."""
+
+
+class InvalidInput(ServerError):
+    """422: a parameter or a property of the audio outside what is accepted."""
+
+
+class Unavailable(ServerError):
+    """503 (or a balancer's 502) after every retry: overloaded, loading or stopping."""
+
+
+class DeadlineExceeded(ServerError):
+    """504: the request's deadline passed on the server."""
+
+
+class InsufficientStorage(ServerError):
+    """507: the server could not spool the upload."""
+
+
+_BY_STATUS: dict[int, type[ServerError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    404: NotFound,
+    408: BodyTimeout,
+    413: TooLarge,
+    415: UnsupportedFormat,
+    422: InvalidInput,
+    502: Unavailable,
+    503: Unavailable,
+    504: DeadlineExceeded,
+    507: InsufficientStorage,
+}
+
+
+def error_of(status: int, body: bytes) -> ServerError:
+    """The exception for an error answer (arengine's JSON body, or a balancer's own page)."""
+    try:
+        detail = json.loads(body)["error"]
+        code, message = str(detail["code"]), str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", body[:200].decode("utf-8", "replace").strip()
+    return _BY_STATUS.get(status, ServerError)(status, code, message or f"HTTP {status}")
+
+
+def recognition_of(data: Mapping[str, Any]) -> Recognition:
+    audio = data["audio"]
+    return Recognition(
+        model=data["model"],
+        audio=AudioInfo(
+            float(audio["duration_s"]),
+            int(audio["sample_rate"]),
+            int(audio["channels"]),
+            str(audio["format"]),
+            str(audio["subtype"]),
+        ),
+        tags=tuple(tag_of(item) for item in data.get("tags", ())),
+        timings={key: float(value) for key, value in data["timings"].items()},
+    )
+
+
+def tag_of(item: Mapping[str, Any]) -> Tag:
+    """A JSON tag as the server's own `Tag` (the optional fields a kind does not set are None)."""
+    known = {field.name for field in dataclasses.fields(Tag)}
+    values = {key: value for key, value in item.items() if key in known}
+    if isinstance(values.get("pitch_bend"), list):
+        values["pitch_bend"] = tuple(values["pitch_bend"])
+    return Tag(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how long to wait before sending a refused request again."""
+
+    retries: int = 4
+    max_wait_s: float = 30.0
+    """Cap on one wait, whatever `Retry-After` says."""
+    backoff_s: float = 0.5
+    """First wait when the answer names none (a refused connection, a 502); doubles each time."""
+
+    def wait_s(self, attempt: int, response: httpx.Response | None) -> float:
+        stated = None if response is None else response.headers.get("retry-after")
+        try:
+            seconds = float(stated) if stated is not None else self.backoff_s * 2**attempt
+        except ValueError:  # an HTTP date: not sent by arengine; fall back to backoff
+            seconds = self.backoff_s * 2**attempt
+        return min(max(seconds, 0.0), self.max_wait_s)
+
+
+def _params(
+    model: str, format: str | None, timeout_s: float | None, overrides: Any
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"model": model, **overrides}
+    if format is not None:
+        params["format"] = format
+    if timeout_s is not None:
+        params["timeout_s"] = timeout_s
+    return params
+
+
+def _upload(audio: Audio, stack: ExitStack) -> dict[str, tuple[str, IO[bytes]]]:
+    """The multipart `file` field, rewound so that each attempt sends the whole file."""
+    if isinstance(audio, str | Path):
+        handle: IO[bytes] = stack.enter_context(Path(audio).open("rb"))  # noqa: SIM115
+        name = Path(audio).name
+    else:
+        handle = audio
+        name = Path(str(getattr(audio, "name", "") or "recording")).name
+    handle.seek(0)
+    return {"file": (name, handle)}
+
+
+_RETRY_ERRORS = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""Transport failures where the replica went away; a timeout is not retried (it would repeat)."""
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+
+
+def _timeout(timeout_s: float) -> httpx.Timeout:
+    # Connect fast (another replica may answer); reading waits for a long recording's answer.
+    return httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+
+
+class Client:
+    """Blocking client; one connection pool, safe to share between threads."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 900.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._http = httpx.Client(
+            base_url=url,
+            headers=_headers(api_key),
+            timeout=_timeout(timeout_s),
+            transport=transport,
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._json("GET", "/v1/info"))
+
+    def models(self) -> list[dict[str, Any]]:
+        return list(self._json("GET", "/v1/models")["models"])
+
+    def recognize(
+        self,
+        audio: Audio,
+        *,
+        model: str = "speech",
+        timeout_s: float | None = None,
+        **overrides: float,
+    ) -> Recognition:
+        """Tag one recording; `overrides` are the post-processing parameters (`threshold`...)."""
+        params = _params(model, None, timeout_s, overrides)
+        return recognition_of(self._json("POST", "/v1/recognize", audio, params))
+
+    def download(
+        self,
+        audio: Audio,
+        format: str,
+        *,
+        model: str = "speech",
+        timeout_s: float | None = None,
+        **overrides: float,
+    ) -> str:
+        """The recording's tags as a file in `format` (csv, txt, raven, rttm, vtt, srt, json)."""
+        params = _params(model, format, timeout_s, overrides)
+        return self._send("POST", "/v1/recognize", audio, params).text
+
+    def stream(
+        self,
+        audio: Audio,
+        *,
+        model: str = "speech",
+        timeout_s: float | None = None,
+        **overrides: float,
+    ) -> Iterator[Tag]:
+        """Tags as the server finalises them (NDJSON); retried only before the first byte."""
+        params = _params(model, "ndjson", timeout_s, overrides)
+        with ExitStack() as stack:
+            response = self._send("POST", "/v1/recognize", audio, params, stack=stack)
+            for line in response.iter_lines():
+                yield from _stream_line(line)
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        audio: Audio | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        return self._send(method, path, audio, params).json()
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        audio: Audio | None,
+        params: dict[str, Any] | None,
+        stack: ExitStack | None = None,
+    ) -> httpx.Response:
+        """The response of the first attempt that is not refused; an error answer raises."""
+        for attempt in range(self.retry.retries + 1):
+            with ExitStack() as files:
+                files_field = None if audio is None else _upload(audio, files)
+                request = self._http.build_request(method, path, params=params, files=files_field)
+                try:
+                    response = self._http.send(request, stream=stack is not None)
+                except _RETRY_ERRORS:
+                    if attempt == self.retry.retries:
+                        raise
+                    time.sleep(self.retry.wait_s(attempt, None))
+                    continue
+            if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
+                response.close()
+                time.sleep(self.retry.wait_s(attempt, response))
+                continue
+            if response.is_error:
+                body = response.read()
+                response.close()
+                raise error_of(response.status_code, body)
+            if stack is not None:
+                stack.callback(response.close)
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _stream_line(line: str) -> Iterator[Tag]:
+    if not line.strip():
+        return
+    item = json.loads(line)
+    if "error" in item:
+        detail = item["error"]
+        raise ServerError(200, str(detail["code"]), str(detail["message"]))
+    if "summary" not in item:
+        yield tag_of(item)
+
+
+class AsyncClient:
+    """The same client for asyncio; `stream` is an async iterator."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 900.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.retry = retry or RetryPolicy()
+        self._http = httpx.AsyncClient(
+            base_url=url,
+            headers=_headers(api_key),
+            timeout=_timeout(timeout_s),
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def info(self) -> dict[str, Any]:
+        return dict((await self._send("GET", "/v1/info", None, None)).json())
+
+    async def models(self) -> list[dict[str, Any]]:
+        return list((await self._send("GET", "/v1/models", None, None)).json()["models"])
+
+    async def recognize(
+        self,
+        audio: Audio,
+        *,
+        model: str = "speech",
+        timeout_s: float | None = None,
+        **overrides: float,
+    ) -> Recognition:
+        params = _params(model, None, timeout_s, overrides)
+        return recognition_of((await self._send("POST", "/v1/recognize", audio, params)).json())
+
+    async def download(
+        self,
+        audio: Audio,
+        format: str,
+        *,
+        model: str = "speech",
+        timeout_s: float | None = None,
+        **overrides: float,
+    ) -> str:
+        params = _params(model, format, timeout_s, overrides)
+        return (await self._send("POST", "/v1/recognize", audio, params)).text
+
+    async def stream(
+        self,
+        audio: Audio,
+        *,
+        model: str = "speech",
+        timeout_s: float | None = None,
+        **overrides: float,
+    ) -> AsyncIterator[Tag]:
+        params = _params(model, "ndjson", timeout_s, overrides)
+        response = await self._send("POST", "/v1/recognize", audio, params, stream=True)
+        try:
+            async for line in response.aiter_lines():
+                for tag in _stream_line(line):
+                    yield tag
+        finally:
+            await response.aclose()
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        audio: Audio | None,
+        params: dict[str, Any] | None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        for attempt in range(self.retry.retries + 1):
+            with ExitStack() as files:
+                files_field = None if audio is None else _upload(audio, files)
+                request = self._http.build_request(method, path, params=params, files=files_field)
+                try:
+                    response = await self._http.send(request, stream=stream)
+                except _RETRY_ERRORS:
+                    if attempt == self.retry.retries:
+                        raise
+                    await asyncio.sleep(self.retry.wait_s(attempt, None))
+                    continue
+            if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
+                await response.aclose()
+                await asyncio.sleep(self.retry.wait_s(attempt, response))
+                continue
+            if response.is_error:
+                body = await response.aread()
+                await response.aclose()
+                raise error_of(response.status_code, body)
+            return response
+        raise AssertionError("unreachable: the last attempt returns or raises")

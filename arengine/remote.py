@@ -1,0 +1,150 @@
+"""`arengine recognize --server URL`: the files of `arengine.runner`, sent to a server or a cluster.
+
+Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
+recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
+`resume` skips inputs whose output file is already there (an interrupted run started again).
+
+Example (with a server at that address)::
+
+    remote = Remote("http://lb:8080", api_key=None)
+    failures = recognize_remote(remote, files, "speech", FORMATS["csv"], out)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+import soundfile
+
+from arengine.client import Client, Recognition, RetryPolicy, ServerError
+from arengine.formats import Format
+from arengine.progress import Progress, make_progress
+from arengine.runner import Failure, _write, output_names
+from arengine.types import AudioInfo, Result, Timings
+
+API_KEY_ENV = "ARENGINE_API_KEY"
+"""The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    url: str
+    api_key: str | None
+    retries: int = 30
+    """Per file: a batch outlasts a busy cluster (503 with `Retry-After`) rather than fail."""
+
+    @classmethod
+    def from_env(cls, url: str) -> Remote:
+        return cls(url, os.environ.get(API_KEY_ENV) or None)
+
+
+def result_of(recognition: Recognition) -> Result:
+    """The server's answer as the engine's `Result`, so the formats render it as in-process."""
+    audio = recognition.audio
+    timings = recognition.timings
+    return Result(
+        model=recognition.model,
+        audio=AudioInfo(
+            format=audio.format,
+            subtype=audio.subtype,
+            sample_rate=audio.sample_rate,
+            channels=audio.channels,
+            frames=round(audio.duration_s * audio.sample_rate),
+        ),
+        tags=recognition.tags,
+        timings=Timings(
+            validation_s=timings.get("validation_s", 0.0),
+            features_s=timings.get("features_s", 0.0),
+            inference_s=timings.get("inference_s", 0.0),
+            postprocess_s=timings.get("postprocess_s", 0.0),
+            total_s=timings.get("total_s", 0.0),
+        ),
+    )
+
+
+def recognize_remote(
+    remote: Remote,
+    files: list[Path],
+    model: str,
+    fmt: Format,
+    out: Path,
+    jobs: int = 4,
+    resume: bool = False,
+    stream: TextIO | None = None,
+) -> list[Failure]:
+    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones."""
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [
+        (path, out / name)
+        for path, name in zip(files, output_names(files, fmt), strict=True)
+        if not (resume and (out / name).exists())
+    ]
+    stream = stream or sys.stderr
+    if len(todo) < len(files):
+        stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+    durations = {path: _duration(path) for path, _ in todo}
+    progress = make_progress(len(todo), sum(durations.values()), stream)
+    failures: list[Failure] = []
+    retry = RetryPolicy(retries=remote.retries)
+    try:
+        with (
+            Client(remote.url, remote.api_key, retry=retry) as client,
+            ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
+        ):
+            running: dict[Future[Recognition], tuple[Path, Path]] = {}
+            for path, target in todo:
+                running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                progress.started(path, durations[path])
+            while running:
+                done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    path, target = running.pop(future)
+                    _settle(future, path, target, fmt, progress, failures)
+    finally:
+        progress.close()
+    return failures
+
+
+def _settle(
+    future: Future[Recognition],
+    path: Path,
+    target: Path,
+    fmt: Format,
+    progress: Progress,
+    failures: list[Failure],
+) -> None:
+    try:
+        result = result_of(future.result())
+        _write(target, fmt.encode(result, path.stem))
+    except (ServerError, httpx.HTTPError, OSError) as error:
+        reason = error.message if isinstance(error, ServerError) else _reason(error)
+        failures.append(Failure(path, reason))
+        progress.failed(path, reason)
+    else:
+        progress.finished(path, result, target)
+
+
+def _recognize_one(client: Client, path: Path, model: str) -> Recognition:
+    if not path.is_file():  # the in-process mode's wording, so both reports read the same
+        raise FileNotFoundError(f"no such file: {path}")
+    return client.recognize(path, model=model)
+
+
+def _reason(error: Exception) -> str:
+    if isinstance(error, httpx.HTTPError):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return str(error)
+
+
+def _duration(path: Path) -> float:
+    """The recording's length from its header, 0 when unreadable (only the ETA needs it)."""
+    try:
+        return float(soundfile.info(str(path)).duration)
+    except Exception:  # any unreadable header; the server will report the real error
+        return 0.0

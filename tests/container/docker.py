@@ -1,0 +1,110 @@
+"""A Docker engine for the container tests: found or started, the image built once, containers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("ARENGINE_IMAGE", "arengine:latest")
+NAME_PREFIX = "arengine-test-"
+"""Every container the tests start is named so; the fixtures remove them by these names."""
+
+
+def docker(
+    *args: str, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *args], capture_output=True, text=True, check=check, timeout=timeout
+    )
+
+
+def engine_unavailable() -> str | None:
+    """None when a Docker engine answers (started here if it can be); else why not."""
+    if shutil.which("docker") is None:
+        return "no docker client (deploy/setup.sh --test installs Debian's docker.io as root)"
+    if docker("info", check=False, timeout=30).returncode == 0:
+        return None
+    dockerd = shutil.which("dockerd")
+    if dockerd is None or os.geteuid() != 0:
+        return "no Docker engine reachable, and dockerd cannot be started here (needs root)"
+    log = Path("/tmp/arengine-dockerd.log").open("ab")  # noqa: SIM115 (outlives this call)
+    subprocess.Popen([dockerd], stdout=log, stderr=log, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if docker("info", check=False, timeout=30).returncode == 0:
+            return None
+        time.sleep(1)
+    return "dockerd did not answer within 60 s (see /tmp/arengine-dockerd.log)"
+
+
+def build_image() -> None:
+    """`make image`, reusing the image when its inputs are unchanged."""
+    done = subprocess.run(
+        [str(ROOT / "deploy" / "image.sh"), "--reuse"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+        env={**os.environ, "ARENGINE_IMAGE": IMAGE},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"make image failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+
+
+@dataclass
+class Container:
+    name: str
+    url: str
+
+    def inspect(self, template: str) -> str:
+        return docker("inspect", "-f", template, self.name).stdout.strip()
+
+    def exec(self, *command: str) -> subprocess.CompletedProcess[str]:
+        return docker("exec", self.name, *command, check=False)
+
+    def logs(self) -> str:
+        done = docker("logs", self.name, check=False)
+        return done.stdout + done.stderr
+
+    def cgroup_memory(self, name: str) -> Path:
+        """A cgroup v1 memory file of the container, read on the host."""
+        full_id = self.inspect("{{.Id}}")
+        return Path("/sys/fs/cgroup/memory/docker") / full_id / name
+
+    def remove(self) -> None:
+        docker("rm", "-f", self.name, check=False)
+
+
+def run_container(name: str, *options: str, ready_within_s: float = 120) -> Container:
+    """`docker run -d` the image on a free loopback port, waiting for /readyz."""
+    NAME = NAME_PREFIX + name
+    docker("rm", "-f", NAME, check=False)
+    docker("run", "-d", "--name", NAME, "-p", "127.0.0.1::8000", *options, IMAGE)
+    port = docker("port", NAME, "8000/tcp").stdout.split()[0].rsplit(":", 1)[1]
+    container = Container(NAME, f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + ready_within_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(container.url + "/readyz", timeout=2).status_code == 200:
+                return container
+        except httpx.TransportError:
+            pass
+        if container.inspect("{{.State.Running}}") != "true":
+            break
+        time.sleep(0.2)
+    logs = container.logs()
+    container.remove()
+    raise RuntimeError(f"container {NAME} not ready:\n{logs[-4000:]}")
+
+
+def remove_test_containers() -> None:
+    names = docker("ps", "-aq", "--filter", f"name={NAME_PREFIX}", check=False).stdout.split()
+    if names:
+        docker("rm", "-f", *names, check=False)

@@ -1,0 +1,222 @@
+"""The Compose stack, up for real: two replicas behind nginx, Prometheus scraping both, the
+dashboard's queries answered by that Prometheus, 40 files through a small admission limit with
+none lost, and a replica killed mid-request."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from arengine.client import Client, Recognition, RetryPolicy
+from arengine.formats import FORMATS
+from tests.conftest import RecordingFactory, free_port
+from tests.container.docker import ROOT, docker
+from tests.container.test_image import _long_wav
+
+COMPOSE = ROOT / "deploy" / "compose"
+PROJECT = "arengine-test-compose"
+DASHBOARD = ROOT / "deploy" / "grafana" / "arengine.json"
+
+
+def _compose_command() -> list[str]:
+    if docker("compose", "version", check=False).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    pytest.skip("neither docker compose nor docker-compose (deploy/setup.sh --test installs it)")
+
+
+@dataclass
+class Stack:
+    command: list[str]
+    env: dict[str, str]
+    balancer: str
+    prometheus: str
+
+    def compose(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        files = ["-f", str(COMPOSE / "docker-compose.yml")]
+        files += ["-f", str(COMPOSE / "docker-compose.local.yml")]
+        return subprocess.run(
+            [*self.command, "-p", PROJECT, *files, *args],
+            capture_output=True, text=True, check=False, timeout=timeout, env=self.env,
+        )  # fmt: skip
+
+    def container(self, service: str) -> str:
+        return self.compose("ps", "-q", service).stdout.strip()
+
+    def replica_url(self, service: str) -> str:
+        template = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
+        address = docker("inspect", "-f", template, self.container(service)).stdout.strip()
+        return f"http://{address}:8000"
+
+    def query(self, expr: str) -> list[dict[str, object]]:
+        answer = httpx.get(self.prometheus + "/api/v1/query", params={"query": expr}).json()
+        assert answer["status"] == "success", answer
+        return list(answer["data"]["result"])
+
+
+@pytest.fixture(scope="module")
+def stack(image: str) -> Iterator[Stack]:
+    command = _compose_command()
+    built = subprocess.run(
+        [str(COMPOSE / "local" / "build.sh")], capture_output=True, text=True, check=False,
+        timeout=900,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    balancer, prometheus = free_port(), free_port()
+    env = {
+        **os.environ,
+        "ARENGINE_MAX_PENDING_REQUESTS": "2",
+        "ARENGINE_BALANCER_PORT": str(balancer),
+        "ARENGINE_PROMETHEUS_PORT": str(prometheus),
+    }
+    running = Stack(command, env, f"http://127.0.0.1:{balancer}", f"http://127.0.0.1:{prometheus}")
+    running.compose("down", "-v")
+    up = running.compose("up", "-d")
+    assert up.returncode == 0, up.stderr
+    try:
+        deadline = time.monotonic() + 120
+        while not all(_ready(running.replica_url(s)) for s in ("arengine-a", "arengine-b")):
+            assert time.monotonic() < deadline, running.compose("logs").stdout[-4000:]
+            time.sleep(0.5)
+        yield running
+    finally:
+        running.compose("down", "-v", "-t", "5")
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_forty_files_through_the_balancer_lose_none(
+    stack: Stack, tmp_path: Path, recording: RecordingFactory
+) -> None:
+    """max_pending_requests=2 per replica, 8 uploads at a time: 503s are retried, none lost."""
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    clip = recording("talk.flac", pieces=[("silence", 0.5), ("speech", 0), ("silence", 0.5)])
+    for index in range(40):
+        shutil.copy(clip.path, inputs / f"file{index:02d}.flac")
+    done = subprocess.run(
+        [sys.executable, "-m", "arengine", "recognize", str(inputs), "--server", stack.balancer,
+         "--jobs", "8", "--format", "csv", "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    outputs = sorted((tmp_path / "out").iterdir())
+    assert [p.name for p in outputs] == [f"file{i:02d}.csv" for i in range(40)]
+    for output in outputs:
+        assert [t.label for t in FORMATS["csv"].parse(output.read_text())] == ["speech"]
+    # Both replicas served: their own counters (read directly, not through the balancer).
+    served = {}
+    for service in ("arengine-a", "arengine-b"):
+        text = httpx.get(stack.replica_url(service) + "/metrics").text
+        served[service] = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("arengine_requests_total{") and 'status="200"' in line
+        )
+    assert all(count > 0 for count in served.values()), served
+    assert sum(served.values()) >= 40
+
+
+def test_prometheus_scrapes_both_replicas(stack: Stack) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        targets = httpx.get(stack.prometheus + "/api/v1/targets").json()["data"]["activeTargets"]
+        health = {t["labels"]["instance"]: t["health"] for t in targets}
+        if health == {"arengine-a:8000": "up", "arengine-b:8000": "up"}:
+            break
+        assert time.monotonic() < deadline, health
+        time.sleep(1)
+
+
+def _panel_queries() -> list[tuple[str, str]]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [
+        (panel["title"], target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    ]
+
+
+def test_every_dashboard_query_returns_data(stack: Stack, recording: RecordingFactory) -> None:
+    """Each panel query, as Grafana would send it ($__rate_interval as a 5-minute window), gives
+    at least one series with a number while traffic goes through the balancer (a rate needs two
+    scrapes, 15 s apart, that saw requests between them)."""
+    queries = _panel_queries()
+    assert len(queries) >= 10
+    clip = recording("talk.wav")
+    deadline = time.monotonic() + 150
+    with Client(stack.balancer, retry=RetryPolicy(retries=10)) as client:
+        while True:
+            for _ in range(4):
+                client.recognize(clip.path)
+            empty = _empty_panels(stack, queries)
+            if not empty:
+                break
+            assert time.monotonic() < deadline, "panels without data:\n" + "\n".join(empty)
+            time.sleep(2)
+
+
+def _empty_panels(stack: Stack, queries: list[tuple[str, str]]) -> list[str]:
+    empty = []
+    for title, expr in queries:
+        result = stack.query(expr.replace("$__rate_interval", "5m"))
+        values = [float(item["value"][1]) for item in result]  # type: ignore[index]
+        if not any(value == value for value in values):  # all NaN, or no series
+            empty.append(f"{title}: {expr}")
+    return empty
+
+
+def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
+    """The request on the killed replica gets its answer (nginx, holding the body, sends it to
+    the other; the client would retry a 502 too); new requests go to the survivor; nothing
+    hangs."""
+    recording = _long_wav(tmp_path / "hour.wav", 3600)
+    outcome: list[Recognition | BaseException] = []
+
+    def send() -> None:
+        with Client(stack.balancer, retry=RetryPolicy(retries=3, backoff_s=0.2)) as client:
+            try:
+                outcome.append(client.recognize(recording))
+            except BaseException as error:  # reported by the assertions below
+                outcome.append(error)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    busy = None
+    deadline = time.monotonic() + 60
+    while busy is None:
+        for service in ("arengine-a", "arengine-b"):
+            info = httpx.get(stack.replica_url(service) + "/v1/info").json()
+            if info["active_jobs"] > 0:
+                busy = service
+        assert time.monotonic() < deadline and sender.is_alive(), outcome
+    survivor = {"arengine-a", "arengine-b"}.difference({busy}).pop()
+    docker("kill", stack.container(busy))
+    sender.join(300)
+    assert not sender.is_alive(), "the request on the killed replica hangs"
+    assert len(outcome) == 1 and isinstance(outcome[0], Recognition), outcome
+    assert outcome[0].audio.duration_s == pytest.approx(3600)
+    logs = stack.compose("logs", "balancer").stdout
+    assert re.search(r'upstream: "http://[\d.]+:8000/v1/recognize"', logs), "nginx saw it cut"
+    with Client(stack.balancer, retry=RetryPolicy(retries=0)) as client:
+        for _ in range(4):
+            assert client.info()["ready"] is True
+    assert _ready(stack.replica_url(survivor))

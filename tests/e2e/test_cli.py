@@ -1,0 +1,213 @@
+"""The command line: one flag per setting, environment variables, jemalloc re-execution."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from arengine.allocator import find_jemalloc
+from arengine.cli import build_parser, main
+from arengine.formats import FORMATS
+from arengine.settings import Settings
+from tests.audio import ffmpeg
+from tests.conftest import RecordingFactory, start_server, stop_server
+
+
+def _settings_from(argv: list[str]) -> Settings:
+    args = vars(build_parser().parse_args(argv))
+    args.pop("command")
+    return Settings(**args)
+
+
+def test_every_setting_is_a_flag() -> None:
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert isinstance(commands, dict)
+    help_text = commands["serve"].format_help()
+    for name in Settings.model_fields:
+        if name == "api_keys":  # a secret: environment only
+            assert "--api-keys" not in help_text and "ARENGINE_API_KEYS" in help_text
+            continue
+        assert f"--{name.replace('_', '-')}" in help_text
+        assert f"ARENGINE_{name.upper()}" in help_text
+
+
+def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARENGINE_PORT", "9100")
+    monkeypatch.setenv("ARENGINE_ENGINE_THREADS", "3")
+    settings = _settings_from(["serve", "--port", "9200", "--no-jemalloc", "--upload-dir", "/tmp"])
+    assert settings.port == 9200
+    assert settings.engine_threads == 3
+    assert settings.jemalloc is False
+    assert settings.upload_dir == Path("/tmp")
+    assert settings.host == "127.0.0.1"
+
+
+def test_out_of_range_settings_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--port", "70000"])
+    assert "port" in str(exited.value.code)
+
+
+def test_module_entry_point_help() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "arengine", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "--intra-op-threads" in done.stdout
+
+
+@pytest.mark.skipif(find_jemalloc() is None, reason="the system jemalloc is not installed")
+def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
+    for flag, expected in (("--jemalloc", "jemalloc"), ("--no-jemalloc", "glibc")):
+        server = start_server(tmp_path, flag, "--engine-threads", "3", "--intra-op-threads", "1")
+        try:
+            info = httpx.get(server.url + "/v1/info").json()
+        finally:
+            stop_server(server)
+        assert info["allocator"] == expected
+        assert info["engine_threads"] == 3
+        assert info["intra_op_threads"] == 1
+        if expected == "jemalloc":
+            assert "allocator=jemalloc" in server.log.read_text()
+
+
+def _arengine(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "arengine", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    inputs = tmp_path / "in"
+    (inputs / "nested").mkdir(parents=True)
+    clips = [recording(f"talk{i}.{ext}") for i, ext in enumerate(["flac", "wav", "mp3"])]
+    for clip in clips[:2]:
+        clip.path.rename(inputs / clip.path.name)
+    clips[2].path.rename(inputs / "nested" / clips[2].path.name)
+    (inputs / "broken.wav").write_bytes(b"RIFF....WAVEfmt " + b"\x00" * 64)
+    (inputs / "notes.md").write_text("not audio, not picked from a folder")
+    out = tmp_path / "out"
+    done = _arengine(
+        "recognize", str(inputs), str(tmp_path / "missing.flac"), "--format", "vtt",
+        "--out", str(out), "--jobs", "2", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["talk0.vtt", "talk1.vtt", "talk2.vtt"]
+    for clip in clips:
+        tags = FORMATS["vtt"].parse((out / f"{clip.path.stem}.vtt").read_text())
+        assert len(tags) == len(clip.speech) == 2
+        for tag, (start, end) in zip(tags, clip.speech, strict=True):
+            assert tag.start == pytest.approx(start, abs=0.3)
+            assert tag.end == pytest.approx(end, abs=0.4)
+    err = done.stderr
+    assert "2 of 5 files failed" in err
+    assert "broken.wav" in err and "missing.flac" in err
+    assert err.count("FAILED") == 2
+    assert "[5/5]" in err and "overall: 5/5 files" in err
+    assert "RTF" in err and "ETA" in err
+    assert done.stdout == ""
+
+
+def test_recognize_exits_0_when_all_succeed(tmp_path: Path, recording: RecordingFactory) -> None:
+    clip = recording("ok.flac")
+    done = _arengine("recognize", str(clip.path), "--format", "csv", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    header, *rows = (tmp_path / "ok.csv").read_text().splitlines()
+    assert header == "start,end,label,score"
+    assert len(rows) == 2
+
+
+def test_recognize_usage_errors(tmp_path: Path) -> None:
+    assert _arengine("recognize", str(tmp_path), cwd=tmp_path).returncode == 2  # no audio
+    bad_format = _arengine("recognize", "x.wav", "--format", "xml", cwd=tmp_path)
+    assert bad_format.returncode == 2
+    assert "csv" in bad_format.stderr
+    (tmp_path / "a.wav").write_bytes(b"")
+    bad_model = _arengine("recognize", "a.wav", "--model", "nope", cwd=tmp_path)
+    assert bad_model.returncode == 2
+    assert "unknown model 'nope'" in bad_model.stderr
+    no_notes = _arengine(
+        "recognize", "a.wav", "--format", "midi", "--models", "speech", cwd=tmp_path
+    )
+    assert no_notes.returncode == 2
+    assert "format midi holds only notes; model 'speech' tags none" in no_notes.stderr
+
+
+def test_recognize_takes_a_format_alias(tmp_path: Path, recording: RecordingFactory) -> None:
+    clip = recording("labels.flac")
+    done = _arengine("recognize", str(clip.path), "--format", "audacity", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(FORMATS["txt"].parse((tmp_path / "labels.txt").read_text())) == 2
+
+
+def test_recognize_help_lists_every_format_and_alias() -> None:
+    parser = build_parser()
+    recognize = parser._subparsers._group_actions[0].choices["recognize"]  # type: ignore[union-attr,index]
+    text = recognize.format_help()
+    for fmt in FORMATS.values():
+        assert f".{fmt.extension}" in text and fmt.description[:30] in " ".join(text.split())
+        for alias in fmt.aliases:
+            assert alias in text
+
+
+def test_models_lists_name_kind_labels_and_rate(tmp_path: Path) -> None:
+    done = _arengine("models", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert rows[0] == ["name", "kind", "labels", "sample_rate"]
+    assert ["speech", "speech", "1", "16000"] in rows
+
+
+def test_models_markdown_prints_the_cards(tmp_path: Path) -> None:
+    done = _arengine("models", "--markdown", "--models", "speech", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    header = "| model | kind | task | labels | licence | source | version | input | segments |"
+    assert lines[0] == header
+    assert lines[2].startswith("| `speech` | speech | voice activity detection")
+    assert "| MIT |" in lines[2] and "| 16000 Hz mono |" in lines[2]
+    assert len(lines) == 3
+
+
+@pytest.mark.parametrize("command", ["recognize", "models", "serve"])
+def test_every_command_has_help_with_examples(command: str, tmp_path: Path) -> None:
+    done = _arengine(command, "--help", cwd=tmp_path)
+    assert done.returncode == 0
+    assert "example" in done.stdout
+    assert f"arengine {command}" in done.stdout
+
+
+def test_recognize_probes_folder_contents_and_lists_what_it_skipped(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    clip = recording("talk.wav")
+    ffmpeg("-i", str(clip.path), "-c:a", "aac", str(inputs / "memo.m4a"))
+    ffmpeg("-i", str(clip.path), "-c:a", "libopus", "-f", "webm", str(inputs / "recording"))
+    (inputs / "cover.mp3").write_text("#EXTM3U\nhttp://127.0.0.1:9/a.ts\n")  # not audio
+    (inputs / "notes.txt").write_text("minutes of the meeting")
+    (inputs / "cut.m4a").write_bytes((inputs / "memo.m4a").read_bytes()[:300])  # audio, damaged
+    out = tmp_path / "out"
+    done = _arengine("recognize", str(inputs), "--out", str(out), "--format", "csv", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["memo.csv", "recording.csv"]
+    for name in ("memo.csv", "recording.csv"):
+        assert len((out / name).read_text().splitlines()) == 1 + len(clip.speech)
+    err = done.stderr
+    assert "skipped 2 file(s) that hold no audio" in err
+    assert "cover.mp3: found an HLS/M3U playlist, not audio" in err
+    assert "notes.txt: not a recognised audio file" in err
+    assert "1 of 3 files failed" in err and "cut.m4a" in err

@@ -1,0 +1,393 @@
+"""The engine: accuracy against silero-vad's sequential path, fairness, bounded memory, faults."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from silero_vad import get_speech_timestamps, load_silero_vad
+
+from arengine.engine.job import JobSpec
+from arengine.engine.pool import EnginePool
+from arengine.errors import Cancelled, StageFailed
+from arengine.models.speech import MAX_BATCH, SpeechModel, SpeechRecognizer
+from arengine.segments import Segment
+from arengine.types import Result, Tag
+from arengine.validation import AudioLimits
+from tests.audio import Recording
+from tests.conftest import RecordingFactory, wait_until
+
+LIMITS = AudioLimits(
+    max_duration_s=4 * 3600, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+)
+
+
+class SlowRecognizer(SpeechRecognizer):
+    """The real recognizer, slowed or broken on demand, counting what it holds."""
+
+    def __init__(
+        self, model: SpeechModel, delay_s: float = 0.0, fail: bool = False, segment_s: float = 5.0
+    ) -> None:
+        super().__init__(model, segment_s=segment_s, preroll_s=1.0)
+        self.delay_s = delay_s
+        self.fail = fail
+        self.gate = threading.Event()
+        self.gate.set()
+        self.calls = 0
+        """Inference calls started, over every request."""
+        self._lock = threading.Lock()
+
+    def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
+        with self._lock:
+            self.calls += 1
+        self.gate.wait()
+        if self.fail:
+            raise RuntimeError("the model broke")
+        time.sleep(self.delay_s)
+        return super().infer(features, segment)
+
+
+def _spec(
+    path: Path, recognizer: SpeechRecognizer, request_id: str = "r", ahead: int = 4
+) -> JobSpec:
+    return JobSpec(
+        request_id=request_id,
+        path=path,
+        recognizer=recognizer,
+        overrides={},
+        limits=LIMITS,
+        segments_ahead=ahead,
+    )
+
+
+def _frame_f1(ours: list[Tag], theirs: list[dict[str, int]], samples: int) -> float:
+    def mask(intervals: list[tuple[float, float]]) -> np.ndarray:
+        out = np.zeros(samples, bool)
+        for start, end in intervals:
+            out[int(start) : int(end)] = True
+        return out
+
+    a = mask([(t.start * 16000, t.end * 16000) for t in ours])
+    b = mask([(d["start"], d["end"]) for d in theirs])
+    return float(2 * (a & b).sum() / (a.sum() + b.sum()))
+
+
+@pytest.fixture
+def long_recording(recording: RecordingFactory) -> Recording:
+    pieces = [
+        p
+        for i in range(24)
+        for p in [("silence", 0.4 + (i % 5) * 0.7), ("speech", 0), ("noise", 0.3 * (i % 2))]
+    ]
+    return recording("long.wav", rate=16000, pieces=pieces)
+
+
+def test_segmented_concurrent_path_agrees_with_silero_sequential(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
+    pool = EnginePool(threads=3)
+    try:
+        recognizer = SpeechRecognizer(speech_model, segment_s=4.0, preroll_s=2.0)
+        result = pool.submit(_spec(long_recording.path, recognizer)).future.result(timeout=120)
+    finally:
+        pool.close()
+    audio, _ = sf.read(long_recording.path, dtype="float32")
+    reference = get_speech_timestamps(torch.from_numpy(audio), load_silero_vad())
+    f1 = _frame_f1(list(result.tags), reference, len(audio))
+    # Measured 0.997 with 4 s segments and 2 s pre-roll (BENCHMARKS.md has the long-file figure).
+    assert f1 >= 0.98, f1
+    assert abs(len(result.tags) - len(reference)) <= 2
+    assert [t.start for t in result.tags] == sorted(t.start for t in result.tags)
+    assert result.audio.duration_s == pytest.approx(long_recording.duration_s)
+
+
+def test_same_answer_with_one_thread_and_many(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
+    answers = []
+    for threads in (1, 4):
+        pool = EnginePool(threads=threads)
+        try:
+            recognizer = SpeechRecognizer(speech_model, segment_s=3.0, preroll_s=1.0)
+            answers.append(pool.submit(_spec(long_recording.path, recognizer)).future.result(60))
+        finally:
+            pool.close()
+    assert answers[0].tags == answers[1].tags
+
+
+def test_a_short_clip_does_not_wait_behind_a_long_recording(
+    speech_model: SpeechModel, recording: RecordingFactory, tmp_path: Path
+) -> None:
+    long = recording("long.wav", pieces=[("noise", 120.0)])
+    short = recording("short.wav", pieces=[("silence", 0.5), ("speech", 0), ("silence", 0.5)])
+    recognizer = SlowRecognizer(speech_model, delay_s=0.02, segment_s=2.0)
+    pool = EnginePool(threads=2)
+    long_calls_when_short_done: list[int] = []
+    try:
+        long_job = pool.submit(_spec(long.path, recognizer, "long"))
+        assert wait_until(lambda: recognizer.calls >= 2)  # the long job is under way
+        short_job = pool.submit(_spec(short.path, recognizer, "short"))
+        short_job.future.add_done_callback(
+            lambda _: long_calls_when_short_done.append(recognizer.calls)
+        )
+        assert short_job.future.result(60).tags
+        assert not long_job.future.done()
+        long_job.future.result(120)
+    finally:
+        pool.close()
+    # The long recording has 60 segments; the clip's 2 took turns with it, not waited for them.
+    assert long_calls_when_short_done[0] < 20
+
+
+def test_decoding_stays_a_bounded_number_of_segments_ahead(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
+    long = recording("long.wav", pieces=[("noise", 60.0)])
+    recognizer = SlowRecognizer(speech_model, segment_s=1.0)
+    recognizer.gate.clear()  # inference stalls: decoding must stop after `ahead` segments
+    pool = EnginePool(threads=3)
+    try:
+        job = pool.submit(_spec(long.path, recognizer, ahead=3))
+        assert wait_until(lambda: job.held_segments == 3)
+        time.sleep(0.3)  # room to overshoot, if decoding did not stop
+        held = job.held_segments
+        recognizer.gate.set()
+        result = job.future.result(60)
+    finally:
+        pool.close()
+    assert held == 3
+    assert job.held_segments == 0
+    assert result.tags == ()
+
+
+def test_a_failing_model_fails_its_request_only(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
+    clip = recording("clip.wav")
+    pool = EnginePool(threads=2)
+    try:
+        broken = pool.submit(_spec(clip.path, SlowRecognizer(speech_model, fail=True), "bad-1"))
+        with pytest.raises(StageFailed, match="inference failed for request bad-1"):
+            broken.future.result(30)
+        for _ in range(50):
+            pool.submit(_spec(clip.path, SlowRecognizer(speech_model, fail=True)))
+        good: Future[Result] = pool.submit(_spec(clip.path, SlowRecognizer(speech_model))).future
+        assert len(good.result(30).tags) == 2
+    finally:
+        pool.close()
+    assert pool.busy == 0
+
+
+def test_cancel_drops_the_remaining_work(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
+    long = recording("long.wav", pieces=[("noise", 60.0)])
+    recognizer = SlowRecognizer(speech_model, delay_s=0.05, segment_s=1.0)
+    pool = EnginePool(threads=2)
+    try:
+        job = pool.submit(_spec(long.path, recognizer))
+        assert wait_until(lambda: recognizer.calls >= 2)
+        job.cancel()
+        with pytest.raises(Cancelled):
+            job.future.result(5)
+        assert wait_until(lambda: pool.busy == 0 and pool.active_jobs == 0)
+        calls = recognizer.calls
+        time.sleep(0.3)
+        assert recognizer.calls == calls, "no inference after the cancel"
+    finally:
+        pool.close()
+
+
+class _Observations:
+    """A StageObserver that keeps every call."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stages: list[tuple[str, str, float]] = []
+        self.waits: list[tuple[str, float]] = []
+
+    def observe_stage(self, model: str, stage: str, seconds: float) -> None:
+        with self.lock:
+            self.stages.append((model, stage, seconds))
+
+    def observe_queue_wait(self, model: str, seconds: float) -> None:
+        with self.lock:
+            self.waits.append((model, seconds))
+
+    def seconds(self, stage: str) -> list[float]:
+        return [s for _, name, s in self.stages if name == stage]
+
+
+def test_the_observer_sees_every_task_and_sums_to_the_timings(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
+    clip = recording("observed.wav", pieces=[("speech", 0), ("silence", 12.0)])
+    observed = _Observations()
+    pool = EnginePool(threads=3, observer=observed)
+    try:
+        result = pool.submit(_spec(clip.path, SlowRecognizer(speech_model))).future.result()
+    finally:
+        pool.close()
+    segments = int(np.ceil(clip.duration_s / 5.0))
+    assert {model for model, _, _ in observed.stages} == {"speech"}
+    assert len(observed.seconds("validation")) == 1
+    assert len(observed.seconds("inference")) == segments
+    assert len(observed.waits) == segments
+    # Decode tasks (one per segment, plus the one that finds the end) and one extraction each.
+    assert len(observed.seconds("features")) == 2 * segments + 1
+    timings = result.timings
+    for stage, total in [
+        ("validation", timings.validation_s),
+        ("features", timings.features_s),
+        ("inference", timings.inference_s),
+        ("postprocess", timings.postprocess_s),
+    ]:
+        assert sum(observed.seconds(stage)) == pytest.approx(total, abs=1e-9), stage
+
+
+def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
+    recognizer = SlowRecognizer(speech_model, delay_s=0.02, segment_s=2.0)
+    heard: list[tuple[int, list[Tag]]] = []
+    lock = threading.Lock()
+
+    def listen(tags: list[Tag]) -> None:
+        with lock:
+            heard.append((recognizer.calls, tags))
+
+    pool = EnginePool(threads=4)
+    try:
+        spec = JobSpec(
+            request_id="listen",
+            path=long_recording.path,
+            recognizer=recognizer,
+            overrides={},
+            limits=LIMITS,
+            segments_ahead=4,
+            on_tags=listen,
+        )
+        job = pool.submit(spec)
+        result = job.future.result(timeout=120)
+    finally:
+        pool.close()
+    assert all(batch for _, batch in heard), "the listener is never called with no tags"
+    assert [tag for _, batch in heard for tag in batch] == list(result.tags)
+    assert len(heard) > 5, "tags arrive in many batches, not all at the end"
+    segments = math.ceil(result.audio.duration_s / 2.0)
+    assert heard[0][0] < segments / 2, "the first tags came before most segments were inferred"
+
+
+def test_a_cancelled_job_tells_the_listener_nothing_more(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
+    clip = recording("talk.wav")
+    recognizer = SlowRecognizer(speech_model)
+    recognizer.gate.clear()
+    heard: list[list[Tag]] = []
+    pool = EnginePool(threads=2)
+    try:
+        spec = JobSpec("c", clip.path, recognizer, {}, LIMITS, 4, on_tags=heard.append)
+        job = pool.submit(spec)
+        job.cancel()
+        recognizer.gate.set()
+        with pytest.raises(Cancelled):
+            job.future.result(timeout=30)
+        time.sleep(0.2)
+    finally:
+        pool.close()
+    assert heard == []
+
+
+class BatchCounter(SpeechRecognizer):
+    """The real recognizer with batching, recording every forward call's segments."""
+
+    def __init__(self, model: SpeechModel, max_batch: int, fail: bool = False) -> None:
+        super().__init__(model, segment_s=2.0, preroll_s=1.0, max_batch=max_batch)
+        self.fail = fail
+        self.calls: list[list[int]] = []
+        self._lock = threading.Lock()
+
+    def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
+        with self._lock:
+            self.calls.append([segment.index])
+        return super().infer(features, segment)
+
+    def infer_batch(
+        self, features: Sequence[torch.Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        with self._lock:
+            self.calls.append([segment.index for segment in segments])
+        if self.fail:
+            raise RuntimeError("the batch broke")
+        return super().infer_batch(features, segments)
+
+
+def test_batched_segments_give_the_same_tags_and_each_segment_once(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
+    answers, recognizers = [], [BatchCounter(speech_model, 1), BatchCounter(speech_model, 4)]
+    pool = EnginePool(threads=2)
+    try:
+        for recognizer in recognizers:
+            answers.append(pool.submit(_spec(long_recording.path, recognizer)).future.result(60))
+    finally:
+        pool.close()
+    alone, batched = recognizers
+    assert {len(call) for call in alone.calls} == {1}
+    assert max(len(call) for call in batched.calls) == 4  # decoding is faster than inference
+    every = sorted(index for call in batched.calls for index in call)
+    assert every == list(range(len(alone.calls)))
+    assert len(answers[0].tags) == len(answers[1].tags) >= 20
+    for ours, theirs in zip(answers[1].tags, answers[0].tags, strict=True):
+        assert abs(ours.start - theirs.start) <= 0.032 and abs(ours.end - theirs.end) <= 0.032
+
+
+def test_a_failing_batch_fails_its_request_only(
+    speech_model: SpeechModel, long_recording: Recording, recording: RecordingFactory
+) -> None:
+    clip = recording("clip.wav")
+    broken = BatchCounter(speech_model, 4, fail=True)
+    pool = EnginePool(threads=2)
+    try:
+        bad = pool.submit(_spec(long_recording.path, broken, "bad-batch"))
+        good = pool.submit(_spec(clip.path, BatchCounter(speech_model, 4), "good"))
+        with pytest.raises(StageFailed, match="inference failed for request bad-batch"):
+            bad.future.result(60)
+        assert len(good.future.result(60).tags) == 2
+    finally:
+        pool.close()
+    assert any(len(call) > 1 for call in broken.calls)
+
+
+def test_a_batch_size_out_of_bounds_is_refused(speech_model: SpeechModel) -> None:
+    for size in (0, MAX_BATCH + 1):
+        with pytest.raises(ValueError, match=f"max_batch must be 1 to {MAX_BATCH}, got {size}"):
+            SpeechRecognizer(speech_model, segment_s=2.0, preroll_s=1.0, max_batch=size)
+
+
+def test_no_batches_while_another_request_is_in_the_pool(
+    speech_model: SpeechModel, long_recording: Recording, recording: RecordingFactory
+) -> None:
+    other = SlowRecognizer(speech_model, segment_s=30.0)
+    other.gate.clear()  # the other request (one segment) stays in the pool, holding one thread
+    batching = BatchCounter(speech_model, 4)
+    pool = EnginePool(threads=2)
+    try:
+        waiting = pool.submit(_spec(recording("clip.wav").path, other, "other"))
+        result = pool.submit(_spec(long_recording.path, batching, "long")).future.result(60)
+        other.gate.set()
+        waiting.future.result(30)
+    finally:
+        other.gate.set()
+        pool.close()
+    assert len(result.tags) >= 20
+    assert batching.calls and {len(call) for call in batching.calls} == {1}

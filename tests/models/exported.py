@@ -1,0 +1,59 @@
+"""The example classifier exported in every format the server reads, and ONNX files made hostile."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import onnx
+
+FORMATS = {"pt": "torchscript", "pt2": "torch.export", "onnx": "onnx"}
+"""Export suffix -> the runtime the server picks for it."""
+
+
+def example() -> ModuleType:
+    """`models/examples/tone_vs_noise.py`, imported once."""
+    if "tone_vs_noise" in sys.modules:
+        return sys.modules["tone_vs_noise"]
+    path = Path(__file__).resolve().parents[2] / "models" / "examples" / "tone_vs_noise.py"
+    spec = importlib.util.spec_from_file_location("tone_vs_noise", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tone_vs_noise"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def export_all(folder: Path, steps: int) -> None:
+    """One network trained for `steps`, exported as `t<suffix>` into `folder/<suffix>`."""
+    tones = example()
+    network = tones.train(steps=steps)
+    for suffix in FORMATS:
+        tones.export(network, folder / suffix, f"t{suffix}", suffix)
+
+
+def with_location(source: Path, folder: Path, location: str) -> None:
+    """A copy of the ONNX model in `source` whose external data is read from `location`."""
+    folder.mkdir(exist_ok=True)
+    model = onnx.load(str(source / "model.onnx"), load_external_data=False)
+    external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert external, "the exporter is expected to write external data"
+    for tensor in external:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = location
+    (folder / "model.onnx").write_bytes(model.SerializeToString())
+    manifest = (source / "manifest.toml").read_text().replace('"tonnx"', f'"{folder.name}"')
+    (folder / "manifest.toml").write_text(manifest)
+
+
+def escaping_onnx(source: Path, models: Path) -> None:
+    """External data outside the model's folder: named by `..`, absolute, through a symlink."""
+    stolen = models / "stolen.data"
+    stolen.write_bytes((source / "model.onnx.data").read_bytes())
+    with_location(source, models / "escape", "../stolen.data")
+    with_location(source, models / "escape-absolute", str(stolen))
+    with_location(source, models / "escape-symlink", "link.data")
+    (models / "escape-symlink" / "link.data").symlink_to(stolen)

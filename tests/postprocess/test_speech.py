@@ -1,0 +1,85 @@
+"""Post-processing: the incremental tagger equals silero-vad's whole-recording function."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from silero_vad import get_speech_timestamps_from_probs
+
+from arengine.postprocess.speech import SpeechParams, SpeechTagger
+from arengine.types import Tag
+
+
+def _probabilities(rng: random.Random, n: int) -> list[float]:
+    out: list[float] = []
+    while len(out) < n:
+        level = rng.choice([0.02, 0.3, 0.4, 0.45, 0.55, 0.9, rng.random()])
+        out += [
+            min(1.0, max(0.0, level + rng.uniform(-0.05, 0.05))) for _ in range(rng.randint(1, 30))
+        ]
+    return out[:n]
+
+
+def _run(
+    probabilities: list[float], params: SpeechParams, audio_samples: int, chunks: list[int]
+) -> list[Tag]:
+    tagger = SpeechTagger(params, sample_rate=16000, hop=512)
+    tags: list[Tag] = []
+    at = 0
+    for size in chunks:
+        tags += tagger.push(probabilities[at : at + size])
+        at += size
+    return tags + tagger.finish(audio_samples)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_silero_for_any_chunking(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(100):
+        n = rng.randint(0, 400)
+        probabilities = _probabilities(rng, n)
+        samples = max(0, n * 512 - rng.randint(0, 511))
+        options = dict(
+            threshold=rng.choice([0.5, 0.3, 0.7]),
+            min_speech_duration_ms=rng.choice([250, 0, 500]),
+            min_silence_duration_ms=rng.choice([100, 0, 300]),
+            speech_pad_ms=rng.choice([30, 0, 200]),
+            max_speech_duration_s=rng.choice([math.inf, 1.0, 2.5]),
+            use_max_poss_sil_at_max_speech=rng.choice([True, False]),
+        )
+        expected = get_speech_timestamps_from_probs(
+            probabilities, audio_length_samples=samples, **options
+        )
+        chunks = [rng.randint(1, 50) for _ in range(n)]
+        ours = {**options, "max_speech_duration_s": None}  # None is arengine's "no limit"
+        if not math.isinf(options["max_speech_duration_s"]):
+            ours["max_speech_duration_s"] = options["max_speech_duration_s"]
+        got = _run(probabilities, SpeechParams(**ours), samples, chunks)  # type: ignore[arg-type]
+        assert len(got) == len(expected), options
+        for tag, reference in zip(got, expected, strict=True):
+            assert tag.start == pytest.approx(reference["start"] / 16000, abs=0.0006)
+            assert tag.end == pytest.approx(reference["end"] / 16000, abs=0.0006)
+
+
+def test_score_is_the_mean_probability_of_the_speech() -> None:
+    probabilities = [0.0] * 10 + [0.8] * 20 + [0.6] * 20 + [0.0] * 20
+    tags = _run(probabilities, SpeechParams(speech_pad_ms=0), 70 * 512, [7] * 10)
+    assert len(tags) == 1
+    assert tags[0].start == pytest.approx(10 * 512 / 16000)
+    assert tags[0].end == pytest.approx(50 * 512 / 16000)
+    assert tags[0].score == pytest.approx(0.7, abs=1e-4)
+    assert tags[0].label == "speech"
+
+
+def test_no_tags_for_silence_and_for_nothing() -> None:
+    assert _run([0.01] * 100, SpeechParams(), 100 * 512, [100]) == []
+    assert _run([], SpeechParams(), 0, []) == []
+
+
+def test_speech_running_to_the_end_is_closed_there() -> None:
+    tags = _run([0.0] * 5 + [0.9] * 30, SpeechParams(), 35 * 512 - 100, [35])
+    assert [(t.start, t.end) for t in tags] == [
+        (round((5 * 512 - 480) / 16000, 3), round((35 * 512 - 100) / 16000, 3))
+    ]

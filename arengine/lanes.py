@@ -69,6 +69,8 @@ class Lane:
     files: ExitStack | None = None
     report: DecodeReport = field(default_factory=DecodeReport)
     received_end: int = 0
+    read_to: list[int] = field(default_factory=lambda: [0])
+    """End (in the stream's time base) of the last packet the lane's demuxer gave."""
     """Model-rate audio samples up to which this lane has decoded (global index)."""
     busy: bool = False
     finished: bool = False
@@ -187,7 +189,8 @@ class LaneDecoding:
 
     def _chunk_blocks(self, lane: Lane, first: int) -> Iterator[np.ndarray]:
         info, rate, cap = self._info, self._rate_out, self._max_frames
-        for block in chunk_blocks(lane.container, info, first, rate, cap, lane.report):
+        blocks = chunk_blocks(lane.container, info, first, rate, cap, lane.report, lane.read_to)
+        for block in blocks:
             lane.received_end = max(lane.received_end, block.received_end)
             yield block.samples
 
@@ -205,6 +208,7 @@ def chunk_blocks(
     rate_out: int,
     max_frames: int,
     report: DecodeReport,
+    read_to: list[int],
 ) -> Iterator[_Block]:
     """Mono blocks at `rate_out` beginning exactly at output sample `first`."""
     gcd = math.gcd(info.sample_rate, rate_out)
@@ -214,7 +218,7 @@ def chunk_blocks(
     feed_from = grid * step_in  # a source frame that falls on the output grid
     out_at = grid * step_out
     stream = soxr.ResampleStream(info.sample_rate, rate_out, 1, dtype="float32", quality="HQ")
-    source = _gathered(_frames_from(container, info, feed_from, max_frames, report))
+    source = _gathered(_frames_from(container, info, feed_from, max_frames, report, read_to))
     for mono in to_mono(source):
         out = stream.resample_chunk(mono) if info.sample_rate != rate_out else mono
         yield from _trimmed(out, out_at, first)
@@ -245,7 +249,12 @@ def _trimmed(out: np.ndarray, out_at: int, first: int) -> Iterator[_Block]:
 
 
 def _frames_from(
-    container: Any, info: AudioInfo, start: int, max_frames: int, report: DecodeReport
+    container: Any,
+    info: AudioInfo,
+    start: int,
+    max_frames: int,
+    report: DecodeReport,
+    read_to: list[int],
 ) -> Iterator[np.ndarray]:
     """Source frames from frame `start` on, as `(frames, channels)` float32."""
     stream = container.streams[info.stream]
@@ -256,6 +265,10 @@ def _frames_from(
     # No seek: a lane only moves forward, so it skips the packets in between without decoding
     # them (demuxing costs a few percent of decoding; FFmpeg's MP3 seek rescans from the start).
     skip_to = max(0, start - round(DECODER_WARMUP_S * info.sample_rate) + base) * den // num
+    if read_to[0] > skip_to:
+        # The lane's last chunk read past this one's warm-up (short segments): go back. The
+        # demuxer has indexed what it read, so this seek does not rescan the file.
+        container.seek(skip_to, stream=stream, backward=True)
     context.flush_buffers()
     checked = False
     at = start
@@ -268,8 +281,10 @@ def _frames_from(
                 f"({error}): the result covers what was decoded"
             )
             return
-        if packet.pts is not None and packet.pts + (packet.duration or 0) < skip_to:
-            continue
+        if packet.pts is not None:
+            read_to[0] = packet.pts + (packet.duration or 0)
+            if read_to[0] < skip_to:
+                continue
         try:
             frames = context.decode(packet)
         except av.error.FFmpegError:

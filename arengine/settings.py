@@ -60,6 +60,10 @@ class Settings(BaseSettings):
         le=256,
         description="Decoded segments a request may hold ahead of the workers; bounds memory per request.",
     )
+    parallel_decoding: bool = Field(
+        False,
+        description="Decode a long MP3, M4A/MP4 or FLAC from several offsets at once (segments_ahead // 2 lanes). Off: on 2 cores it measured slower, see BENCHMARKS.md.",
+    )
     max_upload_bytes: int = Field(
         2 * 1024**3, ge=1024, description="Largest accepted upload, in bytes (413 above it)."
     )

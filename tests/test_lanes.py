@@ -123,7 +123,9 @@ def test_tags_from_parallel_decoding_match_sequential(
             assert parallel_lanes(probe(path, LIMITS), recognizer.plan, 16000, ahead) == max(
                 1, ahead // 2
             )
-            spec = JobSpec("r", path, recognizer, {}, LIMITS, segments_ahead=ahead)
+            spec = JobSpec(
+                "r", path, recognizer, {}, LIMITS, segments_ahead=ahead, parallel_decoding=True
+            )
             results.append(pool.submit(spec).future.result(timeout=300))
     finally:
         pool.close()

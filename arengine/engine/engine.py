@@ -107,6 +107,7 @@ class Engine:
             overrides=overrides,
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
+            parallel_decoding=self.settings.parallel_decoding,
             on_tags=on_tags,
             stream=stream,
         )

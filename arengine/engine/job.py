@@ -52,6 +52,8 @@ class JobSpec:
     """Optional: hears the tags as they become final (from an engine thread, one call at a time)."""
     stream: int | None = None
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
+    parallel_decoding: bool = False
+    """Decode a long seekable file from several offsets at once (`arengine/lanes.py`)."""
 
 
 class Job:
@@ -177,7 +179,7 @@ class Job:
         info = probe(spec.path, spec.limits, spec.stream)
         max_frames = int(spec.limits.max_duration_s * info.sample_rate)
         rate, plan, ahead = spec.recognizer.sample_rate, spec.recognizer.plan, spec.segments_ahead
-        lanes = parallel_lanes(info, plan, rate, ahead)
+        lanes = parallel_lanes(info, plan, rate, ahead) if spec.parallel_decoding else 1
         with self._lock:
             if lanes > 1:  # a long compressed file: decoded from several offsets at once
                 self._lanes = LaneDecoding(spec.path, info, plan, rate, max_frames, lanes, ahead)

@@ -13,6 +13,7 @@ Example (with a server at that address)::
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ import soundfile
 
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.formats import Format
-from arengine.runner import Failure, Progress, _write, output_names
+from arengine.progress import make_progress
+from arengine.runner import Failure, _write, output_names
 from arengine.types import AudioInfo, Result, Tag, Timings
 
 API_KEY_ENV = "ARENGINE_API_KEY"
@@ -83,11 +85,13 @@ def recognize_remote(
         for path, name in zip(files, output_names(files, fmt), strict=True)
         if not (resume and (out / name).exists())
     ]
-    progress = Progress(len(todo), sum(_duration(path) for path, _ in todo))
-    if stream is not None:
-        progress.stream = stream
+    stream = stream or sys.stderr
+    durations = {path: _duration(path) for path, _ in todo}
     if len(todo) < len(files):
-        progress.stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+        stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+    # The server does the work: no bar per file (the uploads are all queued at once), only the
+    # overall one, which moves as files come back.
+    progress = make_progress(len(todo), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
     with (
@@ -104,16 +108,14 @@ def recognize_remote(
                 path, target = running.pop(future)
                 try:
                     result = result_of(future.result())
-                    _write(target, fmt.render(result, path.stem))
+                    _write(target, fmt.encode(result, path.stem))
                 except (ServerError, httpx.HTTPError, OSError) as error:
                     reason = error.message if isinstance(error, ServerError) else _reason(error)
                     failures.append(Failure(path, reason))
-                    progress.failed_file(path, reason)
+                    progress.failed(path, reason)
                 else:
                     progress.finished(path, result, target)
-            progress.tick()
-    if progress.tty:
-        progress.stream.write("\r\033[K" + progress.overall() + "\n")
+    progress.close()
     return failures
 
 

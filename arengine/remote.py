@@ -1,4 +1,4 @@
-"""`arengine recognize --server URL`: the batch of `arengine.batch`, sent to a server or a cluster.
+"""`arengine recognize --server URL`: the files of `arengine.runner`, sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
 recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
@@ -24,9 +24,9 @@ import soundfile
 
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.formats import Format
-from arengine.progress import make_progress
+from arengine.progress import Progress, make_progress
 from arengine.runner import Failure, _write, output_names
-from arengine.types import AudioInfo, Result, Tag, Timings
+from arengine.types import AudioInfo, Result, Timings
 
 API_KEY_ENV = "ARENGINE_API_KEY"
 """The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
@@ -57,7 +57,7 @@ def result_of(recognition: Recognition) -> Result:
             channels=audio.channels,
             frames=round(audio.duration_s * audio.sample_rate),
         ),
-        tags=tuple(Tag(t.start, t.end, t.label, t.score, t.frequency_hz) for t in recognition.tags),
+        tags=recognition.tags,
         timings=Timings(
             validation_s=timings.get("validation_s", 0.0),
             features_s=timings.get("features_s", 0.0),
@@ -86,37 +86,48 @@ def recognize_remote(
         if not (resume and (out / name).exists())
     ]
     stream = stream or sys.stderr
-    durations = {path: _duration(path) for path, _ in todo}
     if len(todo) < len(files):
         stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
-    # The server does the work: no bar per file (the uploads are all queued at once), only the
-    # overall one, which moves as files come back.
+    durations = {path: _duration(path) for path, _ in todo}
     progress = make_progress(len(todo), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
-    with (
-        Client(remote.url, remote.api_key, retry=retry) as client,
-        ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
-    ):
-        running: dict[Future[Recognition], tuple[Path, Path]] = {
-            pool.submit(_recognize_one, client, path, model): (path, target)
-            for path, target in todo
-        }
-        while running:
-            done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in done:
-                path, target = running.pop(future)
-                try:
-                    result = result_of(future.result())
-                    _write(target, fmt.encode(result, path.stem))
-                except (ServerError, httpx.HTTPError, OSError) as error:
-                    reason = error.message if isinstance(error, ServerError) else _reason(error)
-                    failures.append(Failure(path, reason))
-                    progress.failed(path, reason)
-                else:
-                    progress.finished(path, result, target)
-    progress.close()
+    try:
+        with (
+            Client(remote.url, remote.api_key, retry=retry) as client,
+            ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
+        ):
+            running: dict[Future[Recognition], tuple[Path, Path]] = {}
+            for path, target in todo:
+                running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                progress.started(path, durations[path])
+            while running:
+                done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    path, target = running.pop(future)
+                    _settle(future, path, target, fmt, progress, failures)
+    finally:
+        progress.close()
     return failures
+
+
+def _settle(
+    future: Future[Recognition],
+    path: Path,
+    target: Path,
+    fmt: Format,
+    progress: Progress,
+    failures: list[Failure],
+) -> None:
+    try:
+        result = result_of(future.result())
+        _write(target, fmt.encode(result, path.stem))
+    except (ServerError, httpx.HTTPError, OSError) as error:
+        reason = error.message if isinstance(error, ServerError) else _reason(error)
+        failures.append(Failure(path, reason))
+        progress.failed(path, reason)
+    else:
+        progress.finished(path, result, target)
 
 
 def _recognize_one(client: Client, path: Path, model: str) -> Recognition:

@@ -8,9 +8,10 @@ JAMS is written as plain JSON in its schema: the `jams` package pulls pandas, sc
 into the server only to serialise a dict, and it warns under the current jsonschema; the tests
 load and validate what is written here with `jams` itself.
 
->>> text = render_textgrid(result, "talk")
->>> [t.label for t in parse_textgrid(text)]
-['speech', 'speech']
+Example, with a `Result` of two speech tags::
+
+    text = render_textgrid(result, "talk")
+    labels = [t.label for t in parse_textgrid(text)]  # ['speech', 'speech']
 """
 
 from __future__ import annotations

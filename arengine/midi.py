@@ -5,9 +5,10 @@ name such as `C#4`), else from its `frequency_hz`; its velocity is its score. Wh
 pitch is off the note's centre (or the tag carries `pitch_bend`), the note gets pitch-wheel
 events on a channel of its own, so that bends of overlapping notes do not bend each other.
 
->>> data = render_midi(result, "song")      # bytes of a type-0 .mid file
->>> parse_midi(data)[0].label
-'A4'
+Example, with a `Result` whose first note is an A4::
+
+    data = render_midi(result, "song")  # the bytes of a type-0 .mid file
+    label = parse_midi(data)[0].label  # 'A4'
 """
 
 from __future__ import annotations

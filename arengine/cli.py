@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from arengine.formats import FORMATS
+from arengine.formats import FORMAT_NAMES, FORMATS, known_formats
 from arengine.settings import Settings
 
 log = logging.getLogger("arengine")
@@ -40,8 +40,13 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize songs/ --model pitch --format raven
   ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
 
-formats: """
-    + ", ".join(f"{f.name} (.{f.extension})" for f in FORMATS.values())
+formats (other names in brackets):
+"""
+    + "\n".join(
+        f"  {f.name:<9}{' (' + ', '.join(f.aliases) + ')' if f.aliases else '':<13} "
+        f".{f.extension:<15}{f.description}"
+        for f in FORMATS.values()
+    )
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
@@ -76,7 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
     recognize.add_argument("--model", default="speech", help="model name (default: speech)")
     recognize.add_argument(
-        "--format", default="json", choices=list(FORMATS), help="output format (default: json)"
+        "--format",
+        default="json",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"output format: {known_formats().removesuffix(', ndjson')} (default: json)",
     )
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
@@ -248,6 +257,12 @@ def recognize(
         if model not in engine.models:
             known = ", ".join(sorted(engine.models)) or "none"
             print(f"arengine: unknown model {model!r}; loaded models: {known}", file=sys.stderr)
+            return 2
+        if not get_format(format).accepts(engine.models[model].recognizer.labels):
+            print(
+                f"arengine: format {format} holds only notes; model {model!r} tags none",
+                file=sys.stderr,
+            )
             return 2
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:

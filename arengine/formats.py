@@ -1,12 +1,13 @@
-"""Output formats of a result, shared by the CLI and the HTTP API, and their parsers.
+"""Output formats of a result, shared by the CLI, the HTTP API and the page, and their parsers.
 
-Each `Format` renders a `Result` to text and parses that text back to tags (for round-trips and
+Each `Format` is declared once below (name, aliases, media type, extension, what it holds); it
+renders a `Result` to text (or bytes, for MIDI) and parses that back to tags (for round-trips and
 for tools that read what arengine wrote). Times keep the precision the format allows.
 
 Example::
 
-    text = FORMATS["csv"].render(result, "talk")
-    tags = FORMATS["csv"].parse(text)  # the result's tags, to the format's precision
+    data = FORMATS["csv"].encode(result, "talk")  # bytes; `render` gives text (bytes for MIDI)
+    tags = FORMATS["csv"].parse(data)  # the result's tags, to the format's precision
 """
 
 from __future__ import annotations
@@ -19,7 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from arengine.annotations import (
+    parse_eaf,
+    parse_jams,
+    parse_textgrid,
+    render_eaf,
+    render_jams,
+    render_textgrid,
+)
+from arengine.midi import midi_number, parse_midi, render_midi
 from arengine.types import Result, Tag, result_dict
+
+Content = str | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,21 +41,63 @@ class Format:
     name: str
     media_type: str
     extension: str
-    render: Callable[[Result, str], str]
+    render: Callable[[Result, str], Content]
     """`render(result, source_name)`: the source name is used where a format names its file."""
-    parse: Callable[[str], list[Tag]]
+    parse: Callable[[Content], list[Tag]]
     precision_s: float
     """How close a parsed time is to the written one."""
+    description: str
+    """What the file holds, for the README, `--help` and the page."""
+    aliases: tuple[str, ...] = ()
+    """Other names users type for it (`audacity` for `txt`)."""
+    notes_only: bool = False
+    """It holds only pitched notes: refused for models whose labels are not note names."""
+    binary: bool = False
+    """`render` returns bytes."""
+
+    def text(self, result: Result, source: str) -> str:
+        """The file's text; `TypeError` for a binary format (use `encode`)."""
+        content = self.render(result, source)
+        if isinstance(content, bytes):
+            raise TypeError(f"format {self.name} is binary: use encode()")
+        return content
+
+    def encode(self, result: Result, source: str) -> bytes:
+        """The file's bytes (text formats in UTF-8)."""
+        content = self.render(result, source)
+        return content if isinstance(content, bytes) else content.encode("utf-8")
+
+    def accepts(self, labels: tuple[str, ...] | list[str]) -> bool:
+        """Whether a model with these labels has anything this format can hold."""
+        return not self.notes_only or all(midi_number(label) is not None for label in labels)
+
+
+def _text(parse: Callable[[str], list[Tag]]) -> Callable[[Content], list[Tag]]:
+    def read(content: Content) -> list[Tag]:
+        return parse(content.decode("utf-8") if isinstance(content, bytes) else content)
+
+    return read
+
+
+def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag]]:
+    def read(content: Content) -> list[Tag]:
+        if isinstance(content, str):
+            raise TypeError("a binary format is parsed from bytes")
+        return parse(content)
+
+    return read
 
 
 def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency = item.get("frequency_hz")
+    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
     return Tag(
         start=float(item["start"]),
         end=float(item["end"]),
         label=str(item["label"]),
         score=float(item.get("score", 0.0)),
         frequency_hz=None if frequency in (None, "") else float(frequency),
+        midi=None if midi in (None, "") else int(midi),
+        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
     )
 
 
@@ -208,26 +262,41 @@ def _parse_cues(text: str) -> list[Tag]:
     return tags
 
 
-FORMATS: dict[str, Format] = {
-    f.name: f
-    for f in [
-        Format("json", "application/json", "json", _render_json, _parse_json, 1e-9),
-        Format("csv", "text/csv", "csv", _render_csv, _parse_csv, 1e-9),
-        Format("txt", "text/plain", "txt", _render_audacity, _parse_audacity, 1e-6),
-        Format(
-            "raven",
-            "text/tab-separated-values",
-            "selections.txt",
-            _render_raven,
-            _parse_raven,
-            1e-6,
-        ),
-        Format("rttm", "text/x-rttm", "rttm", _render_rttm, _parse_rttm, 2e-3),
-        Format("vtt", "text/vtt", "vtt", _render_vtt, _parse_cues, 1e-3),
-        Format("srt", "application/x-subrip", "srt", _render_srt, _parse_cues, 1e-3),
-    ]
-}
+_DECLARED = (
+    Format("json", "application/json", "json", _render_json, _text(_parse_json), 1e-9,
+           "the JSON body of the API"),
+    Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
+           "`start,end,label,score`, plus `frequency_hz` for pitch tags"),
+    Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
+           "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),
+    Format("raven", "text/tab-separated-values", "selections.txt", _render_raven,
+           _text(_parse_raven), 1e-6,
+           "Raven selection table (a note's band is a quarter-tone around its pitch; other tags "
+           "span 0 to Nyquist)", aliases=("selections",)),
+    Format("rttm", "text/x-rttm", "rttm", _render_rttm, _text(_parse_rttm), 2e-3,
+           "RTTM: `SPEAKER <file> 1 <start> <duration> <NA> <NA> <label> <NA> <NA>`"),
+    Format("vtt", "text/vtt", "vtt", _render_vtt, _text(_parse_cues), 1e-3,
+           "WebVTT, one cue per tag: `label (score)`", aliases=("webvtt",)),
+    Format("srt", "application/x-subrip", "srt", _render_srt, _text(_parse_cues), 1e-3,
+           "SubRip, likewise", aliases=("subrip",)),
+    Format("textgrid", "text/x-praat-textgrid", "TextGrid", render_textgrid,
+           _text(parse_textgrid), 1e-9,
+           "Praat TextGrid (long form): one interval tier per label", aliases=("praat",)),
+    Format("eaf", "text/x-eaf+xml", "eaf", render_eaf, _text(parse_eaf), 5e-4,
+           "ELAN annotation document: one tier per label, milliseconds", aliases=("elan",)),
+    Format("jams", "application/vnd.jams+json", "jams", render_jams, _text(parse_jams), 1e-9,
+           "JAMS: one `note_midi` annotation for notes, else `tag_open`"),
+    Format("midi", "audio/midi", "mid", render_midi, _binary(parse_midi), 5e-4,
+           "Standard MIDI file, one track: velocity from the score, pitch bends where the pitch "
+           "is off the note (note models only)", aliases=("mid",), notes_only=True,
+           binary=True),
+)  # fmt: skip
+FORMATS: dict[str, Format] = {f.name: f for f in _DECLARED}
 """Every format by name; `json` is the default everywhere."""
+ALIASES: dict[str, str] = {alias: f.name for f in _DECLARED for alias in f.aliases}
+"""Other names users type, each to its format's name."""
+FORMAT_NAMES = (*FORMATS, *ALIASES)
+"""Every name `format` takes (besides `ndjson`)."""
 
 
 STREAM = "ndjson"
@@ -238,10 +307,15 @@ STREAM_MEDIA_TYPE = "application/x-ndjson"
 def get_format(name: str) -> Format:
     """The format called `name`; `ValueError` listing the known ones otherwise."""
     try:
-        return FORMATS[name]
+        return FORMATS[ALIASES.get(name, name)]
     except KeyError:
-        known = ", ".join([*FORMATS, STREAM])
-        raise ValueError(f"unknown format {name!r}; known formats: {known}") from None
+        raise ValueError(f"unknown format {name!r}; known formats: {known_formats()}") from None
+
+
+def known_formats() -> str:
+    """The format names for messages and help: `txt (audacity), ..., ndjson`."""
+    names = [f"{f.name} ({', '.join(f.aliases)})" if f.aliases else f.name for f in _DECLARED]
+    return ", ".join([*names, STREAM])
 
 
 def negotiate(accept: str | None) -> str | None:

@@ -47,6 +47,10 @@ class Tag:
     score: float
     frequency_hz: float | None = None
     """Mean fundamental frequency, for pitch (note) tags only."""
+    midi: int | None = None
+    """MIDI note number (69 is A4), for note tags only."""
+    pitch_bend: tuple[float, ...] | None = None
+    """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,7 @@ def tag_dict(tag: Tag) -> dict[str, Any]:
     {'start': 0.5, 'end': 1.25, 'label': 'speech', 'score': 0.9}
     """
     return {
-        field.name: value
+        field.name: list(value) if isinstance(value, tuple) else value
         for field in dataclasses.fields(tag)
         if (value := getattr(tag, field.name)) is not None
     }

@@ -44,12 +44,14 @@ def main() -> None:
     parser.add_argument("--clips", type=int, default=40)
     parser.add_argument("--long-clients", type=int, default=2)
     parser.add_argument("--port", type=int, default=8795)
+    parser.add_argument("--models-dir", type=Path, help="serve these models (default: the repo's)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
     clip = folder / "clip.wav"
     speech = phrases(16000)[0][: 5 * 16000]
     sf.write(clip, np.concatenate([speech, np.zeros(5 * 16000 - len(speech), np.float32)]), 16000)
-    server, url = start_server(args.port)
+    flags = ["--models-dir", str(args.models_dir)] if args.models_dir else []
+    server, url = start_server(args.port, *flags)
     try:
         alone = [post(url, clip) for _ in range(args.clips)]
         stop = threading.Event()

@@ -52,3 +52,19 @@ def test_cpu_seconds_of_this_process_increase() -> None:
     before = cpu_seconds(os.getpid())
     sum(i * i for i in range(2_000_000))
     assert cpu_seconds(os.getpid()) > before
+
+
+def test_the_mixed_recording_and_note_f1(tmp_path: Path) -> None:
+    from loadtests.notes_vs_basic_pitch import mixed
+    from tests.music import f1
+
+    audio, notes = mixed(10, tmp_path)
+    duration = len(audio) / 22050
+    assert duration >= 10 and notes
+    assert all(0 <= n.start < n.end <= duration for n in notes)
+    exact = [(n.start, n.end, n.midi) for n in notes]
+    assert f1(notes, exact) == (1.0, 1.0, 1.0)
+    late = [(s + 0.06, e, m) for s, e, m in exact]  # onsets 60 ms late: outside the tolerance
+    assert f1(notes, late)[2] == 0.0
+    octave = [(s, e, m + 12) for s, e, m in exact]
+    assert f1(notes, octave)[2] == 0.0

@@ -142,8 +142,9 @@ def test_a_recognition_moves_the_counters(server: Server, recording: RecordingFa
     segments = delta("arengine_queue_wait_seconds_count", model="speech")
     # The server cuts 4 s segments: each one is an inference of its own.
     assert segments == pytest.approx(clip.duration_s // 4 + 1, abs=1)
+    # One observation per forward call: a call may take a batch of the request's segments.
     inference = delta("arengine_stage_duration_seconds_count", model="speech", stage="inference")
-    assert inference == segments
+    assert 1 <= inference <= segments
     for stage in STAGES:
         assert delta("arengine_stage_duration_seconds_count", model="speech", stage=stage) >= 1
 

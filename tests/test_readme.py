@@ -10,6 +10,7 @@ from pathlib import Path
 
 from arengine.cli import ENV_ONLY
 from arengine.errors import ErrorCode
+from arengine.formats import FORMATS
 from arengine.models.registry import PARAMETERS
 from arengine.settings import Settings
 
@@ -52,6 +53,18 @@ def parameters_table() -> str:
     return "\n".join(rows)
 
 
+def formats_table() -> str:
+    """One row per output format: name (and aliases), media type, extension, content."""
+    rows = ["| `format` | `Accept` | extension | content |", "|---|---|---|---|"]
+    for fmt in FORMATS.values():
+        names = " ".join(f"`{name}`" for name in (fmt.name, *fmt.aliases))
+        default = " (default)" if fmt.name == "json" else ""
+        rows.append(
+            f"| {names}{default} | `{fmt.media_type}` | `.{fmt.extension}` | {fmt.description} |"
+        )
+    return "\n".join(rows)
+
+
 def _assert_in_readme(table: str, what: str) -> None:
     assert table in README, f"README's {what} table is stale; paste this:\n\n{table}\n"
 
@@ -72,6 +85,10 @@ def test_the_settings_table_matches_the_settings_class() -> None:
     _assert_in_readme(settings_table(), "settings")
 
 
+def test_the_formats_table_matches_the_declarations() -> None:
+    _assert_in_readme(formats_table(), "formats")
+
+
 def test_the_parameters_table_matches_the_declarations() -> None:
     _assert_in_readme(parameters_table(), "post-processing parameters")
 
@@ -84,4 +101,4 @@ def test_every_path_in_the_code_map_exists() -> None:
 
 
 if __name__ == "__main__":
-    print(error_table(), settings_table(), parameters_table(), sep="\n\n")
+    print(error_table(), settings_table(), parameters_table(), formats_table(), sep="\n\n")

@@ -93,10 +93,21 @@ class Job:
         """Decoded segments waiting for an engine thread to start their inference."""
         return len(self._decoded)
 
-    def take(self) -> Task | None:
-        """The next runnable task, or None."""
+    @property
+    def progress(self) -> tuple[float, float | None]:
+        """(audio seconds post-processed, the recording's duration once validated): what a
+        progress bar shows; read from any thread without the lock (two plain reads)."""
+        info, done = self._info, self._next_post
+        recognizer = self.spec.recognizer
+        seconds = done * recognizer.plan.segment_samples / recognizer.sample_rate
+        if info is None:
+            return 0.0, None
+        return min(seconds, info.duration_s), info.duration_s
+
+    def take(self, batching: bool = True) -> Task | None:
+        """The next runnable task, or None; `batching=False`: one segment per inference task."""
         with self._lock:
-            task = self._next_task()
+            task = self._next_task(batching)
             if task is not None:
                 self._running += 1
             return task
@@ -105,7 +116,7 @@ class Job:
         """Drop the remaining work; a task already running finishes and is discarded."""
         self._fail(Cancelled("the request was cancelled"))
 
-    def _next_task(self) -> Task | None:
+    def _next_task(self, batching: bool) -> Task | None:
         if self.finished:
             return None
         if self._info is None:
@@ -113,7 +124,7 @@ class Job:
                 return None
             self._validating = True
             return functools.partial(self._run, Stage.VALIDATION, self._validate)
-        batch = self.spec.recognizer.max_batch
+        batch = self.spec.recognizer.max_batch if batching else 1
         # A batching model reads ahead far enough for one batch in flight and the next decoding.
         ahead = max(self.spec.segments_ahead, 2 * batch)
         can_decode = (

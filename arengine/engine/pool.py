@@ -98,8 +98,11 @@ class EnginePool:
         alternate. Finished jobs are dropped here.
         """
         self._jobs = deque(job for job in self._jobs if not job.finished)
+        # Batches only for a job alone in the pool: a batch holds its thread ~4x longer, which a
+        # clip arriving behind it would wait for (p99 +100 ms under load, BENCHMARKS.md).
+        alone = len(self._jobs) == 1
         for job in sorted(self._jobs, key=lambda job: job.served_s):
-            task = job.take()
+            task = job.take(batching=alone)
             if task is not None:
                 return task
         return None

@@ -27,17 +27,27 @@ from arengine.errors import (
     InvalidInput,
     NotReady,
 )
-from arengine.formats import STREAM, STREAM_MEDIA_TYPE, Format, get_format, negotiate
+from arengine.formats import (
+    FORMATS,
+    STREAM,
+    STREAM_MEDIA_TYPE,
+    Format,
+    get_format,
+    negotiate,
+)
 from arengine.http.errors import error_responses
 from arengine.http.schemas import (
+    DEFAULT_MODEL,
     FailureOut,
+    FormatOut,
+    FormatsResponse,
     InfoResponse,
     ModelOut,
     ModelsResponse,
     RecognizeQuery,
     RecognizeResponse,
 )
-from arengine.http.streaming import TagFeed, TagStream, lines, stop
+from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
 from arengine.http.uploads import UploadLimits, UploadPace, check_declared_length, spool
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
@@ -93,10 +103,15 @@ async def recognize(
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     output = query.format or negotiate(request.headers.get("accept")) or "json"
     recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
+    if output != STREAM:
+        _check_format(get_format(output), recognizer)
     request.state.model = query.model  # a loaded model's name: a bounded label value
     record = _Record(request, recognizer.name, started)
     if output == STREAM:
-        return await _stream(request, engine, recognizer, overrides, record, started + timeout)
+        deadline = started + timeout
+        return await _stream(
+            request, engine, recognizer, overrides, record, deadline, query.progress
+        )
     try:
         with ExitStack() as cleanup:
             path = await _admit_and_spool(request, engine, cleanup, started + timeout)
@@ -109,6 +124,17 @@ async def recognize(
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
     return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+
+
+def _check_format(fmt: Format, recognizer: Recognizer) -> None:
+    """A notes-only format (MIDI) for a model whose tags are not notes: refused before upload."""
+    if not fmt.accepts(recognizer.labels):
+        fitting = ", ".join(f.name for f in FORMATS.values() if f.accepts(recognizer.labels))
+        raise InvalidInput(
+            f"format {fmt.name} holds only notes and model {recognizer.name!r} tags no notes; "
+            f"formats for it: {fitting}, {STREAM}",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
 
 
 def _refuse_repeated(request: Request) -> None:
@@ -198,7 +224,7 @@ def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
     if media_type.startswith("text/"):
         media_type += "; charset=utf-8"
     return Response(
-        fmt.render(result, stem or "recording"),
+        fmt.encode(result, stem or "recording"),
         media_type=media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
@@ -236,6 +262,7 @@ async def _stream(
     overrides: Overrides,
     record: _Record,
     deadline: float,
+    progress: bool,
 ) -> Response:
     """Admit, spool and submit as a JSON request does, then stream the tags as NDJSON.
 
@@ -253,7 +280,11 @@ async def _stream(
         feed.watch(job)
         gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
         try:
-            first = await feed.next(deadline, gone)
+            first = await feed.next(deadline, gone, PROGRESS_EVERY_S if progress else None)
+            # With progress lines the stream starts once the upload is validated, not at the
+            # first tag (a 2-hour file may have none for minutes); errors before it stay plain.
+            while first is None and job.progress[1] is None:
+                first = await feed.next(deadline, gone, PROGRESS_EVERY_S)
         finally:
             gone.cancel()
     except BaseException as error:
@@ -265,7 +296,7 @@ async def _stream(
         cleanup.close()
         record.done(status, result)
 
-    stream = lines(feed, first, deadline, finish)
+    stream = lines(feed, first, deadline, finish, progress)
     return TagStream(stream, lambda: finish(499, None), media_type=STREAM_MEDIA_TYPE)
 
 
@@ -285,7 +316,14 @@ async def models(request: Request) -> ModelsResponse:
             FailureOut(manifest=str(failure.path), reason=failure.reason)
             for failure in engine.failures
         ],
+        default=DEFAULT_MODEL if DEFAULT_MODEL in engine.models else None,
     )
+
+
+@router.get("/v1/formats", response_model=FormatsResponse, responses=error_responses(401))
+async def formats() -> FormatsResponse:
+    """The output formats `format` takes (the page's download buttons come from here)."""
+    return FormatsResponse(formats=[FormatOut.of(f) for f in FORMATS.values()], stream=STREAM)
 
 
 @router.get("/v1/info", response_model=InfoResponse, responses=error_responses(401))

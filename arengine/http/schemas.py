@@ -6,9 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from arengine.formats import FORMATS, STREAM, get_format
+from arengine.formats import STREAM, Format, get_format, known_formats
 from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
 from arengine.types import Result, result_dict
+
+DEFAULT_MODEL = "speech"
+"""The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
 
 
 class _QueryBase(BaseModel):
@@ -17,7 +20,7 @@ class _QueryBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(
-        "speech",
+        DEFAULT_MODEL,
         min_length=1,
         max_length=64,
         pattern=r"^[A-Za-z0-9_.-]+$",
@@ -32,8 +35,14 @@ class _QueryBase(BaseModel):
     format: str | None = Field(
         None,
         max_length=16,
-        description=f"Response format: {', '.join(FORMATS)}, or {STREAM} (tags streamed as they "
-        "are final). Default: from the Accept header, else json.",
+        description=f"Response format (see GET /v1/formats): {known_formats()}; {STREAM} streams "
+        "the tags as they are final. Default: from the Accept header, else json.",
+    )
+
+    progress: bool = Field(
+        False,
+        description=f"{STREAM} only: also send a `progress` line (`audio_s` post-processed, "
+        "`duration_s`) about once a second.",
     )
 
     @field_validator("format")
@@ -100,6 +109,12 @@ class TagOut(BaseModel):
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
     frequency_hz: float | None = Field(
         None, description="Pitch models: mean frequency of the note."
+    )
+    midi: int | None = Field(None, description="Note models: MIDI note number (69 is A4).")
+    pitch_bend: list[float] | None = Field(
+        None,
+        description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
+        "relative to `midi` in thirds of a semitone.",
     )
 
 
@@ -206,6 +221,9 @@ class FailureOut(BaseModel):
 
 class ModelsResponse(BaseModel):
     models: list[ModelOut]
+    default: str | None = Field(
+        description="The model a request without `model` gets (null when it is not loaded)."
+    )
     unavailable: list[FailureOut] = Field(description="Models that failed to load, and why.")
 
 
@@ -226,3 +244,30 @@ class InfoResponse(BaseModel):
         description="Requests inside the engine (validated, decoding or inferring)."
     )
     limits: dict[str, float | int]
+
+
+class FormatOut(BaseModel):
+    name: str = Field(description="The value of `format`.")
+    aliases: list[str] = Field(description="Other names `format` takes for it.")
+    media_type: str = Field(description="Its Content-Type (and the `Accept` value that picks it).")
+    extension: str = Field(description="The downloaded file's extension, without the dot.")
+    description: str
+    notes_only: bool = Field(description="Only for models whose labels are note names.")
+    binary: bool
+
+    @classmethod
+    def of(cls, fmt: Format) -> FormatOut:
+        return cls(
+            name=fmt.name,
+            aliases=list(fmt.aliases),
+            media_type=fmt.media_type,
+            extension=fmt.extension,
+            description=fmt.description,
+            notes_only=fmt.notes_only,
+            binary=fmt.binary,
+        )
+
+
+class FormatsResponse(BaseModel):
+    formats: list[FormatOut]
+    stream: str = Field(description="The `format` (or Accept media type) of the NDJSON stream.")

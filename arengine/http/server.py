@@ -56,8 +56,6 @@ class GracefulServer(uvicorn.Server):
         log.info("shutting down: listener closed")
         for server in self.servers:
             server.close()
-        for sock in sockets or []:
-            sock.close()
         for connection in list(self.server_state.connections):
             connection.shutdown()
         await asyncio.sleep(0.1)

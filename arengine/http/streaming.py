@@ -39,6 +39,7 @@ class TagFeed:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[list[Tag]] = asyncio.Queue()
         self._result: asyncio.Future[Result] | None = None
+        self._job: Job | None = None
 
     def listener(self) -> Callable[[list[Tag]], None]:
         def hear(tags: list[Tag]) -> None:  # runs on an engine thread
@@ -47,14 +48,22 @@ class TagFeed:
         return hear
 
     def watch(self, job: Job) -> None:
+        self._job = job
         self._result = asyncio.wrap_future(job.future)
         # A cancelled job's exception is expected: read it so asyncio does not log it.
         self._result.add_done_callback(lambda future: future.cancelled() or future.exception())
 
+    def progress(self) -> dict[str, Any]:
+        """The job's progress as the stream's `progress` line."""
+        assert self._job is not None
+        done, duration = self._job.progress
+        return {"progress": {"audio_s": round(done, 3), "duration_s": duration}}
+
     async def next(
-        self, deadline: float, gone: asyncio.Future[Any] | None = None
-    ) -> list[Tag] | Result:
-        """The next batch of final tags, or the result once the job is done (with every tag)."""
+        self, deadline: float, gone: asyncio.Future[Any] | None = None, tick: float | None = None
+    ) -> list[Tag] | Result | None:
+        """The next batch of final tags, or the result once the job is done (with every tag);
+        None when `tick` seconds pass first."""
         assert self._result is not None  # watch() comes right after submitting
         if not self._queue.empty():
             return self._queue.get_nowait()
@@ -62,10 +71,11 @@ class TagFeed:
         waiting: set[asyncio.Future[Any]] = {getter, self._result}
         if gone is not None:
             waiting.add(gone)
+        left = max(deadline - time.monotonic(), 0.0)
         try:
             done, _ = await asyncio.wait(
                 waiting,
-                timeout=max(deadline - time.monotonic(), 0.0),
+                timeout=left if tick is None else min(left, tick),
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
@@ -77,22 +87,39 @@ class TagFeed:
             return self._result.result()
         if gone is not None and gone in done:
             raise Cancelled("the client disconnected")
+        if tick is not None and time.monotonic() < deadline:
+            return None
         raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
+
+
+PROGRESS_EVERY_S = 1.0
+"""How often a stream that asked for `progress` gets a progress line."""
 
 
 async def lines(
     feed: TagFeed,
-    first: list[Tag] | Result,
+    first: list[Tag] | Result | None,
     deadline: float,
     finish: Callable[[int, Result | None], None],
+    progress: bool = False,
 ) -> AsyncIterator[bytes]:
-    """NDJSON: the tags in order, then `{"summary": ...}` or `{"error": ...}`."""
-    event, sent, status, result = first, 0, 499, None
+    """NDJSON: the tags in order (with `{"progress": ...}` lines about once a second when
+    `progress`), then `{"summary": ...}` or `{"error": ...}`."""
+    event: list[Tag] | Result | None = first
+    sent, status, result = 0, 499, None
+    tick = PROGRESS_EVERY_S if progress else None
+    reported = time.monotonic()
     try:
-        while isinstance(event, list):
-            yield _ndjson([tag_dict(tag) for tag in event])
-            sent += len(event)
-            event = await feed.next(deadline)
+        if progress:
+            yield _ndjson([feed.progress()])
+        while not isinstance(event, Result):
+            if event:
+                yield _ndjson([tag_dict(tag) for tag in event])
+                sent += len(event)
+            if progress and time.monotonic() - reported >= PROGRESS_EVERY_S:
+                reported = time.monotonic()
+                yield _ndjson([feed.progress()])
+            event = await feed.next(deadline, tick=tick)
         result = event
         yield _ndjson([tag_dict(tag) for tag in result.tags[sent:]])
         body = {key: value for key, value in result_dict(result).items() if key != "tags"}

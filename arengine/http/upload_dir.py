@@ -3,8 +3,8 @@
 Only a directory named by `upload_dir` is swept: the system temporary directory is shared with
 other programs (and other arengine servers). Only regular files of this user named as the spooler
 names them (`arengine-XXXXXXXX.upload`) are removed, and only when no other live server uses the
-directory: every server holds a shared lock on `arengine-uploads.lock` there, and sweeps only if
-it can take that lock exclusively.
+directory: every server holds a shared `flock` on the directory itself, and sweeps only if it can
+take that lock exclusively (the kernel releases it when a server dies, SIGKILL included).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = "arengine-uploads.lock"
 SPOOLED = re.compile(r"^arengine-[a-z0-9_]{8}\.upload$")
 """The names `tempfile.mkstemp(prefix="arengine-", suffix=".upload")` gives."""
 
@@ -38,7 +37,7 @@ class UploadDir:
         if directory is None:
             return cls(None, 0)
         try:
-            lock = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            lock = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as error:
             log.warning("upload directory %s not swept: %s", directory, error.strerror)
             return cls(None, 0)

@@ -1,4 +1,5 @@
-"""The browser page at `/`: its three files are served from the package, nothing from a CDN."""
+"""The browser page at `/`: its files are served from the package, nothing from a CDN, no build
+step (plain ES modules)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from starlette.exceptions import HTTPException
 STATIC = Path(__file__).parent / "static"
 ASSETS = {
     "app.js": "text/javascript; charset=utf-8",
+    "api.js": "text/javascript; charset=utf-8",
+    "timeline.js": "text/javascript; charset=utf-8",
+    "recorder.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 PUBLIC_PATHS = ("/", *(f"/static/{name}" for name in ASSETS))

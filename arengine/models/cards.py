@@ -29,7 +29,9 @@ def segment_plan(loaded: LoadedModel) -> str:
     parts = [f"{_seconds(plan.segment_samples, rate)} segments"]
     if plan.preroll_frames:
         parts.append(f"{_seconds(plan.preroll_frames * plan.hop, rate)} pre-roll")
-    parts.append(f"a score every {_seconds(plan.hop, rate)}")
+    # A plan's step may hold several scores (a notes window holds 142 frames of 256 samples).
+    score_hop = getattr(recognizer, "score_hop", plan.hop)
+    parts.append(f"a score every {_seconds(score_hop, rate)}")
     return ", ".join(parts)
 
 

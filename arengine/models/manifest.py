@@ -16,7 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-KINDS = ("speech", "pitch", "classifier", "music")
+KINDS = ("speech", "pitch", "notes", "classifier", "music")
+FIXED_LABELS = ("pitch", "notes")
+"""Kinds whose labels are note names, fixed by the kind: their manifests list none."""
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -91,10 +93,10 @@ def _checked(path: Path, data: dict[str, Any]) -> Manifest:
         raise ManifestError(path, f"name {name!r} must match {_NAME.pattern}")
     if kind not in KINDS:
         raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    labels = data.get("labels", [] if kind == "pitch" else None)
+    labels = data.get("labels", [] if kind in FIXED_LABELS else None)
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise ManifestError(path, "labels must be a list of strings")
-    if not labels and kind != "pitch":  # a pitch model's labels are the note names
+    if not labels and kind not in FIXED_LABELS:
         raise ManifestError(path, f"a {kind} model needs its labels")
     rate = data.get("sample_rate")
     if not isinstance(rate, int) or not 8000 <= rate <= 192000:

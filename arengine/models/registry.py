@@ -20,6 +20,7 @@ from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.music import LABELS as MUSIC_LABELS
 from arengine.models.music import MusicRecognizer
+from arengine.models.notes import NotesRecognizer
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import FORMATS, load_network
@@ -27,6 +28,7 @@ from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.params import Params
 from arengine.postprocess.labels import LabelParams, MusicParams
 from arengine.postprocess.notes import NotesParams
+from arengine.postprocess.polyphonic import PolyphonicParams
 from arengine.postprocess.speech import SpeechParams
 from arengine.segments import Segment
 
@@ -172,6 +174,11 @@ def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
+def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
+    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
 def _music(manifest: Manifest, segment_s: float) -> Recognizer:
     if manifest.labels != MUSIC_LABELS or manifest.sample_rate != MusicRecognizer.sample_rate:
         raise ManifestError(
@@ -186,6 +193,7 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
 PARAMETERS: dict[str, type[Params]] = {
     "speech": SpeechParams,
     "pitch": NotesParams,
+    "notes": PolyphonicParams,
     "classifier": LabelParams,
     "music": MusicParams,
 }
@@ -194,6 +202,7 @@ PARAMETERS: dict[str, type[Params]] = {
 BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "speech": _speech,
     "pitch": _pitch,
+    "notes": _notes,
     "classifier": _classifier,
     "music": _music,
 }

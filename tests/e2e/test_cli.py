@@ -137,6 +137,28 @@ def test_recognize_usage_errors(tmp_path: Path) -> None:
     bad_model = _arengine("recognize", "a.wav", "--model", "nope", cwd=tmp_path)
     assert bad_model.returncode == 2
     assert "unknown model 'nope'" in bad_model.stderr
+    no_notes = _arengine(
+        "recognize", "a.wav", "--format", "midi", "--models", "speech", cwd=tmp_path
+    )
+    assert no_notes.returncode == 2
+    assert "format midi holds only notes; model 'speech' tags none" in no_notes.stderr
+
+
+def test_recognize_takes_a_format_alias(tmp_path: Path, recording: RecordingFactory) -> None:
+    clip = recording("labels.flac")
+    done = _arengine("recognize", str(clip.path), "--format", "audacity", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(FORMATS["txt"].parse((tmp_path / "labels.txt").read_text())) == 2
+
+
+def test_recognize_help_lists_every_format_and_alias() -> None:
+    parser = build_parser()
+    recognize = parser._subparsers._group_actions[0].choices["recognize"]  # type: ignore[union-attr,index]
+    text = recognize.format_help()
+    for fmt in FORMATS.values():
+        assert f".{fmt.extension}" in text and fmt.description[:30] in " ".join(text.split())
+        for alias in fmt.aliases:
+            assert alias in text
 
 
 def test_models_lists_name_kind_labels_and_rate(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from arengine.formats import FORMATS
+from arengine.formats import FORMATS, known_formats
 from tests.conftest import RecordingFactory, Server, ServerFactory
 
 
@@ -25,7 +25,7 @@ def _post(
         )
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("name", sorted(n for n, f in FORMATS.items() if not f.notes_only))
 def test_every_format_by_query(server: Server, recording: RecordingFactory, name: str) -> None:
     clip = recording("my talk.flac")
     expected = _post(server, clip.path).json()["tags"]
@@ -37,7 +37,7 @@ def test_every_format_by_query(server: Server, recording: RecordingFactory, name
     assert response.headers["content-disposition"] == (
         f'attachment; filename="my talk.{fmt.extension}"'
     )
-    tags = fmt.parse(response.text)
+    tags = fmt.parse(response.content)
     assert [t.label for t in tags] == [t["label"] for t in expected]
     for got, want in zip(tags, expected, strict=True):
         assert got.start == pytest.approx(want["start"], abs=fmt.precision_s)
@@ -87,7 +87,41 @@ def test_unknown_format_is_refused_with_the_list(
     response = _post(server, clip.path, format="xml")
     assert response.status_code == 422
     assert response.json()["error"]["code"] == "invalid_parameter"
-    assert "json, csv, txt, raven, rttm, vtt, srt, ndjson" in response.json()["error"]["message"]
+    assert known_formats() in response.json()["error"]["message"]
+
+
+def test_an_alias_answers_its_format(server: Server, recording: RecordingFactory) -> None:
+    clip = recording("labels.wav")
+    response = _post(server, clip.path, format="audacity")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-disposition"] == 'attachment; filename="labels.txt"'
+    assert len(FORMATS["txt"].parse(response.text)) == 2
+
+
+def test_midi_for_a_model_without_notes_is_refused_before_the_upload(server: Server) -> None:
+    with server.client() as client:
+        response = client.post(
+            "/v1/recognize",
+            params={"format": "midi", "model": "speech"},
+            content=b"not even audio",
+            headers={"Content-Type": "audio/wav"},
+        )
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_parameter"
+    assert "holds only notes" in error["message"] and "textgrid" in error["message"]
+
+
+def test_formats_endpoint_lists_the_declarations(server: Server) -> None:
+    with server.client() as client:
+        body = client.get("/v1/formats").json()
+        models = client.get("/v1/models").json()
+    assert [f["name"] for f in body["formats"]] == list(FORMATS)
+    txt = next(f for f in body["formats"] if f["name"] == "txt")
+    assert txt["aliases"] == ["audacity"] and txt["extension"] == "txt"
+    assert next(f for f in body["formats"] if f["name"] == "midi")["binary"] is True
+    assert body["stream"] == "ndjson"
+    assert models["default"] == "speech"
 
 
 def _stream_lines(
@@ -194,3 +228,22 @@ def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording:
     assert all("summary" not in line for line in lines)
     # The server is free again: a normal request works.
     assert httpx.get(slow_server.url + "/readyz").status_code == 200
+
+
+def test_stream_progress_lines_start_before_the_first_tag(
+    slow_server: Server, long_recording: Path
+) -> None:
+    lines = [line for _, line in _stream_lines(slow_server, long_recording, progress="true")]
+    progress = [line["progress"] for line in lines if "progress" in line]
+    tags = [line for line in lines if "start" in line]
+    summary = lines[-1]["summary"]
+    duration = summary["audio"]["duration_s"]
+    assert "progress" in lines[0], "the stream opens with progress, not with the first tag"
+    assert len(progress) >= 2
+    done = [p["audio_s"] for p in progress]
+    assert done == sorted(done) and done[-1] <= duration
+    assert all(p["duration_s"] == pytest.approx(duration) for p in progress)
+    assert summary["tag_count"] == len(tags) >= 44
+    # Without `progress`, no progress line: the stream older clients read is unchanged.
+    plain = [line for _, line in _stream_lines(slow_server, long_recording)]
+    assert not any("progress" in line for line in plain)

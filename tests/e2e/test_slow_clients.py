@@ -231,6 +231,26 @@ def test_the_header_limit_holds_for_headers_sent_in_one_write(server: Server, si
         assert _error_of(reply) == (431, "headers_too_large")
 
 
+def test_headers_arriving_in_pieces_past_the_limit_get_the_json_431(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(20):  # 20 KB of headers, never finished, in 1 KB writes
+                sock.sendall(b"X-Piece: " + b"a" * 1000 + b"\r\n")
+                time.sleep(0.01)
+        except OSError:
+            pass
+        reply = _read_reply(sock, 5)
+    assert _error_of(reply) == (431, "headers_too_large")
+
+
+def test_a_garbage_request_line_gets_the_json_400(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", _port(server))) as sock:
+        sock.sendall(b"HELLO THERE\r\n\r\n")
+        reply = _read_reply(sock, 5)
+    assert _error_of(reply) == (400, "bad_request")
+
+
 def test_content_length_with_transfer_encoding_is_refused(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
         sock.sendall(

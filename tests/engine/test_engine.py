@@ -372,3 +372,22 @@ def test_a_batch_size_out_of_bounds_is_refused(speech_model: SpeechModel) -> Non
     for size in (0, MAX_BATCH + 1):
         with pytest.raises(ValueError, match=f"max_batch must be 1 to {MAX_BATCH}, got {size}"):
             SpeechRecognizer(speech_model, segment_s=2.0, preroll_s=1.0, max_batch=size)
+
+
+def test_no_batches_while_another_request_is_in_the_pool(
+    speech_model: SpeechModel, long_recording: Recording, recording: RecordingFactory
+) -> None:
+    other = SlowRecognizer(speech_model, segment_s=30.0)
+    other.gate.clear()  # the other request (one segment) stays in the pool, holding one thread
+    batching = BatchCounter(speech_model, 4)
+    pool = EnginePool(threads=2)
+    try:
+        waiting = pool.submit(_spec(recording("clip.wav").path, other, "other"))
+        result = pool.submit(_spec(long_recording.path, batching, "long")).future.result(60)
+        other.gate.set()
+        waiting.future.result(30)
+    finally:
+        other.gate.set()
+        pool.close()
+    assert len(result.tags) >= 20
+    assert batching.calls and {len(call) for call in batching.calls} == {1}

@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +25,7 @@ from arengine.engine.admission import Admission
 from arengine.errors import ErrorCode, Overloaded
 from arengine.http.app import create_app
 from arengine.http.server import ACCEPT_ERROR, QuietAcceptErrors, connection_cap
+from arengine.http.upload_dir import UploadDir
 from arengine.settings import Settings, parse_api_keys
 
 Scenario = Callable[[httpx.AsyncClient, Any], Awaitable[None]]
@@ -170,3 +175,28 @@ def test_the_connection_cap_fits_the_open_file_limit() -> None:
     assert connection_cap(settings, 256) == 256 - 64 - 64 - 64
     assert connection_cap(settings, 1_048_576) == 1000
     assert connection_cap(settings, 100) == 1
+
+
+def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
+    def low_soft_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 4096))
+
+    script = "from arengine.http.server import open_file_limit; print(open_file_limit())"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        preexec_fn=low_soft_limit,
+    )
+    assert done.stdout.strip() == "4096"
+
+
+def test_an_upload_directory_that_cannot_be_locked_is_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        claim = UploadDir.claim(tmp_path / "missing")
+    claim.close()
+    assert claim.swept == 0
+    assert "not swept" in caplog.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from silero_vad import load_silero_vad
 
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from arengine.models.speech import (
     CONTEXT,
     WINDOW,
@@ -175,3 +177,22 @@ def test_a_batch_of_segments_gives_each_segment_its_own_scores(
         alone = recognizer.infer(feature, segment)
         assert scores.shape == alone.shape == (segment.frames,)
         assert np.abs(scores - alone).max() <= 1e-5
+
+
+def test_the_manifest_sets_the_batch_size_and_a_bad_one_is_reported(tmp_path: Path) -> None:
+    shipped = (DEFAULT_MODELS_DIR / "speech" / "manifest.toml").read_text()
+    assert "\nbatch = 4" in shipped
+    for name, batch in [("four", "4"), ("zero", "0"), ("huge", "17")]:
+        (tmp_path / name).mkdir()
+        text = shipped.replace('name = "speech"', f'name = "{name}"')
+        (tmp_path / name / "manifest.toml").write_text(
+            text.replace("\nbatch = 4", f"\nbatch = {batch}")
+        )
+    loaded, failures = load_models(tmp_path)
+    assert list(loaded) == ["four"]
+    assert loaded["four"].recognizer.max_batch == 4
+    reasons = sorted(failure.reason for failure in failures)
+    assert reasons == [
+        "ValueError: max_batch must be 1 to 16, got 0",
+        "ValueError: max_batch must be 1 to 16, got 17",
+    ]

@@ -1,96 +1,204 @@
-// The arengine page: upload a recording, draw its waveform with the tags as regions, download.
+// The arengine page: pick or record a recording, run one or more models on it (one streamed
+// request per model, one track each), see and hear the tags, download them in any format.
 "use strict";
 
-const FORMATS = ["json", "csv", "txt", "raven", "rttm", "vtt", "srt"];
-const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+import { ApiError, apiKey, download, getJson, setApiKey, streamTags } from "./api.js";
+import { MicRecorder } from "./recorder.js";
+import { Timeline, clock } from "./timeline.js";
+
 const $ = (selector) => document.querySelector(selector);
+const NOTE = /^[A-G]#?-?\d+$/;
+const BIG_FILE = 50 * 1024 * 1024; // above this, decode for drawing at 8 kHz to bound memory
+
+const state = { file: null, models: [], formats: [], controller: null, stopAt: null, progress: new Map() };
+const player = $("#player");
+const mic = new MicRecorder();
+const timeline = new Timeline($("#timeline"), seek, (model, tag) => playTag(tag));
 
 function setStatus(text, error = false) {
-  const status = $("#status");
-  status.textContent = text;
-  status.classList.toggle("error", error);
+  $("#status").textContent = text;
+  $("#status").classList.toggle("error", error);
 }
 
-async function loadModels() {
-  const response = await fetch("/v1/models");
-  const body = await response.json();
-  if (!response.ok) {
-    setStatus(`${body.error.code}: ${body.error.message}`, true);
-    return;
-  }
-  for (const model of body.models) {
-    const option = new Option(`${model.name} (${model.kind})`, model.name);
-    $("#model").append(option);
-  }
+function setState(name) {
+  document.body.dataset.state = name; // tests and scripts wait on this
 }
 
-async function recognize(file, model, format) {
-  const body = new FormData();
-  body.append("file", file);
-  const query = new URLSearchParams({ model });
-  if (format) query.set("format", format);
-  return fetch(`/v1/recognize?${query}`, { method: "POST", body });
-}
-
-async function decode(file) {
+// Models, formats and the API key --------------------------------------------------------------
+async function loadServer() {
   try {
-    const context = new OfflineAudioContext(1, 1, 44100);
+    const [models, formats] = await Promise.all([getJson("/v1/models"), getJson("/v1/formats")]);
+    state.models = models.models;
+    state.formats = formats.formats;
+    showModels(models.default);
+    setStatus(state.file ? "Ready." : "Choose or record a recording.");
+  } catch (error) {
+    const hint = error instanceof ApiError && error.status === 401 ? " Enter the API key." : "";
+    setStatus(String(error.message || error) + hint, true);
+  }
+}
+
+function showModels(defaultModel) {
+  const box = $("#models");
+  box.querySelectorAll("label").forEach((label) => label.remove());
+  const fallback = state.models.length ? state.models[0].name : null;
+  for (const model of state.models) {
+    const label = document.createElement("label");
+    const box_ = document.createElement("input");
+    box_.type = "checkbox";
+    box_.value = model.name;
+    box_.checked = model.name === (defaultModel || fallback);
+    label.append(box_, `${model.name} (${model.kind})`);
+    box.append(label);
+  }
+  document.body.dataset.models = state.models.length;
+}
+
+function chosenModels() {
+  return [...document.querySelectorAll("#models input:checked")].map((input) => input.value);
+}
+
+// Recognition ----------------------------------------------------------------------------------
+async function decodeForDrawing(file) {
+  try {
+    const rate = file.size > BIG_FILE ? 8000 : 22050;
+    const context = new OfflineAudioContext(1, 1, rate);
     return await context.decodeAudioData(await file.arrayBuffer());
   } catch {
-    return null; // a codec this browser lacks: the regions are still drawn
+    return null; // a codec this browser lacks: the tags are still drawn
   }
 }
 
-function drawWaveform(audio) {
-  const canvas = $("#canvas");
-  const width = (canvas.width = canvas.clientWidth * devicePixelRatio);
-  const height = (canvas.height = canvas.clientHeight * devicePixelRatio);
-  const draw = canvas.getContext("2d");
-  draw.clearRect(0, 0, width, height);
-  if (!audio) return;
-  const samples = audio.getChannelData(0);
-  const step = Math.max(1, Math.floor(samples.length / width));
-  draw.fillStyle = "#445";
-  for (let x = 0; x < width; x++) {
-    let low = 1, high = -1;
-    for (let i = x * step; i < Math.min((x + 1) * step, samples.length); i++) {
-      low = Math.min(low, samples[i]);
-      high = Math.max(high, samples[i]);
-    }
-    if (high < low) continue;
-    const top = ((1 - high) / 2) * height;
-    draw.fillRect(x, top, 1, Math.max(1, ((high - low) / 2) * height));
-  }
-}
-
-function colorOf(labels, label) {
-  if (!labels.has(label)) labels.set(label, COLORS[labels.size % COLORS.length]);
-  return labels.get(label);
-}
-
-function drawTags(tags, duration) {
-  const regions = $("#regions"), rows = $("#tags tbody"), legend = $("#legend");
-  regions.replaceChildren();
-  rows.replaceChildren();
-  legend.replaceChildren();
-  const labels = new Map();
-  tags.forEach((tag, index) => {
-    const color = colorOf(labels, tag.label);
-    const region = document.createElement("div");
-    region.className = "region";
-    region.dataset.start = tag.start;
-    region.dataset.end = tag.end;
-    region.dataset.label = tag.label;
-    region.title = `${tag.label} ${tag.start.toFixed(2)}–${tag.end.toFixed(2)} s`;
-    region.style.left = `${(100 * tag.start) / duration}%`;
-    region.style.width = `${(100 * (tag.end - tag.start)) / duration}%`;
-    region.style.background = color;
-    regions.append(region);
-    const row = rows.insertRow();
-    const cells = [index + 1, tag.start.toFixed(3), tag.end.toFixed(3), tag.label, tag.score.toFixed(3)];
-    for (const cell of cells) row.insertCell().textContent = cell;
+async function recognize() {
+  const file = state.file;
+  const models = chosenModels();
+  if (!file) return setStatus("Choose or record a recording first.", true);
+  if (!models.length) return setStatus("Choose at least one model.", true);
+  state.controller = new AbortController();
+  const signal = state.controller.signal;
+  startView(file, models);
+  setRunning(true);
+  setStatus(`Recognizing ${file.name} with ${models.join(", ")}…`);
+  const drawing = decodeForDrawing(file).then((audio) => {
+    timeline.reset(audio ? audio.duration : timeline.duration, audio);
+    models.forEach((model) => timeline.addTrack(model));
+    state.tagsByModel.forEach((tags, model) => timeline.addTags(model, tags));
+    timeline.draw();
   });
-  for (const [label, color] of labels) {
+  const runs = models.map((model) => runModel(file, model, signal));
+  const outcomes = await Promise.allSettled(runs);
+  await drawing;
+  setRunning(false);
+  finish(models, outcomes, signal.aborted);
+}
+
+function startView(file, models) {
+  player.src = URL.createObjectURL(file);
+  $("#view").hidden = false;
+  $("#tags tbody").replaceChildren();
+  $("#legend").replaceChildren();
+  state.tagsByModel = new Map(models.map((model) => [model, []]));
+  state.progress = new Map(models.map((model) => [model, 0]));
+  timeline.reset(0, null);
+  models.forEach((model) => timeline.addTrack(model));
+  showDownloads(file, models);
+  setState("running");
+}
+
+async function runModel(file, model, signal) {
+  const summary = await streamTags(file, model, signal, {
+    onTags: (tags) => {
+      state.tagsByModel.get(model).push(...tags);
+      timeline.addTags(model, tags);
+      addRows(model, tags);
+      showLegend();
+      const last = tags[tags.length - 1];
+      bumpProgress(model, last.end, timeline.duration);
+    },
+    onProgress: (done, duration) => {
+      timeline.setDuration(duration);
+      bumpProgress(model, done, duration);
+    },
+  });
+  timeline.setDuration(summary.audio.duration_s);
+  bumpProgress(model, summary.audio.duration_s, summary.audio.duration_s);
+  return summary;
+}
+
+function bumpProgress(model, done, duration) {
+  if (!duration) return;
+  state.progress.set(model, Math.max(state.progress.get(model) || 0, Math.min(done / duration, 1)));
+  const shares = [...state.progress.values()];
+  const share = shares.reduce((a, b) => a + b, 0) / shares.length;
+  $("#progress").value = share;
+  $("#progress-text").textContent = `${Math.round(100 * share)} % of ${clock(duration)}`;
+}
+
+function finish(models, outcomes, cancelled) {
+  timeline.flush();
+  const failed = outcomes
+    .map((outcome, index) => [models[index], outcome])
+    .filter(([, outcome]) => outcome.status === "rejected");
+  for (const [model, outcome] of failed) {
+    const name = document.querySelector(`.track[data-model="${CSS.escape(model)}"] .track-name`);
+    if (name) {
+      name.classList.add("error");
+      name.title = String(outcome.reason.message || outcome.reason);
+    }
+  }
+  const count = [...state.tagsByModel.values()].reduce((sum, tags) => sum + tags.length, 0);
+  if (cancelled) {
+    setStatus(`Cancelled; ${count} tags so far.`);
+    setState("cancelled");
+  } else if (failed.length) {
+    const reasons = failed.map(([model, outcome]) => `${model}: ${outcome.reason.message || outcome.reason}`);
+    setStatus(reasons.join("; "), true);
+    setState(failed.length === models.length ? "failed" : "done");
+  } else {
+    setStatus(`${count} tags in ${clock(timeline.duration)} of audio.`);
+    setState("done");
+  }
+}
+
+function setRunning(running) {
+  $("#run").disabled = running;
+  $("#cancel").disabled = !running;
+  $("#progress-row").hidden = !running && $("#progress").value >= 1;
+  if (running) $("#progress").value = 0;
+}
+
+function cancel() {
+  if (state.controller) state.controller.abort(); // closes the connections: the server cancels
+}
+
+// The table and the legend -----------------------------------------------------------------------
+function addRows(model, tags) {
+  const rows = document.createDocumentFragment();
+  const offset = state.tagsByModel.get(model).length - tags.length;
+  tags.forEach((tag, index) => {
+    const row = document.createElement("tr");
+    row.dataset.model = model;
+    row.dataset.start = tag.start;
+    row.dataset.end = tag.end;
+    const cells = [model, offset + index + 1, tag.start.toFixed(3), tag.end.toFixed(3), tag.label, tag.score.toFixed(3)];
+    for (const cell of cells) row.insertCell().textContent = cell;
+    row.addEventListener("click", () => {
+      if (tag.start < timeline.view.start || tag.end > timeline.view.end) {
+        const pad = Math.max(timeline.span, tag.end - tag.start) / 2;
+        timeline.show((tag.start + tag.end) / 2 - pad, (tag.start + tag.end) / 2 + pad);
+      }
+      playTag(tag);
+    });
+    rows.append(row);
+  });
+  $("#tags tbody").append(rows);
+}
+
+function showLegend() {
+  const legend = $("#legend");
+  if (legend.childElementCount === timeline.labels.size) return;
+  legend.replaceChildren();
+  for (const [label, color] of timeline.labels) {
     const item = document.createElement("span");
     const swatch = document.createElement("span");
     swatch.className = "swatch";
@@ -100,69 +208,142 @@ function drawTags(tags, duration) {
   }
 }
 
-function filenameOf(response, fallback) {
-  const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
-  return match ? match[1] : fallback;
-}
-
-async function download(file, model, format) {
-  setStatus(`Preparing ${format}…`);
-  const response = await recognize(file, model, format);
-  if (!response.ok) {
-    const body = await response.json();
-    setStatus(`${body.error.code}: ${body.error.message}`, true);
-    return;
-  }
-  const link = document.createElement("a");
-  link.href = URL.createObjectURL(await response.blob());
-  link.download = filenameOf(response, `recording.${format}`);
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
-  setStatus(`Downloaded ${link.download}.`);
-}
-
-function showDownloads(file, model) {
+// Downloads: one format menu per model, the formats from GET /v1/formats -------------------------
+function showDownloads(file, models) {
   const box = $("#downloads");
-  box.querySelectorAll("button").forEach((button) => button.remove());
-  for (const format of FORMATS) {
+  box.replaceChildren("Download:");
+  for (const model of models) {
+    const labels = (state.models.find((m) => m.name === model) || { labels: [] }).labels;
+    const notes = labels.length > 0 && labels.every((label) => NOTE.test(label));
+    const select = document.createElement("select");
+    select.dataset.model = model;
+    for (const format of state.formats.filter((f) => notes || !f.notes_only)) {
+      select.append(new Option(`${format.name} (.${format.extension})`, format.name));
+    }
     const button = document.createElement("button");
     button.type = "button";
-    button.textContent = format;
-    button.dataset.format = format;
-    button.addEventListener("click", () => download(file, model, format));
-    box.append(button);
+    button.textContent = `${model} ⤓`;
+    button.dataset.model = model;
+    button.addEventListener("click", () => save(file, model, select.value));
+    const group = document.createElement("span");
+    group.append(select, button);
+    box.append(group);
   }
 }
 
-async function onSubmit(event) {
-  event.preventDefault();
-  const file = $("#file").files[0];
-  const model = $("#model").value;
-  if (!file) return;
-  $("#run").disabled = true;
-  setStatus(`Recognizing ${file.name}…`);
+async function save(file, model, format) {
+  setStatus(`Preparing ${model} as ${format}…`);
   try {
-    const [response, audio] = await Promise.all([recognize(file, model), decode(file)]);
-    const body = await response.json();
-    if (!response.ok) {
-      setStatus(`${body.error.code}: ${body.error.message}`, true);
-      return;
-    }
-    $("#view").hidden = false;
-    drawWaveform(audio);
-    drawTags(body.tags, body.audio.duration_s);
-    showDownloads(file, model);
-    const seconds = body.timings.total_s.toFixed(2);
-    setStatus(`${body.tags.length} tags in ${body.audio.duration_s.toFixed(1)} s of audio (${seconds} s).`);
-    document.body.dataset.done = "true";
+    const { blob, name } = await download(file, model, format);
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(blob);
+    link.download = name;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+    setStatus(`Downloaded ${name}.`);
   } catch (error) {
-    setStatus(String(error), true);
-  } finally {
-    $("#run").disabled = false;
+    setStatus(String(error.message || error), true);
   }
 }
 
-$("#form").addEventListener("submit", onSubmit);
-loadModels();
+// Playback and the cursor ----------------------------------------------------------------------
+function seek(time) {
+  state.stopAt = null;
+  player.currentTime = time;
+  timeline.moveCursor(time);
+  showClock();
+}
+
+function playTag(tag) {
+  document.querySelectorAll("#tags tr.playing").forEach((row) => row.classList.remove("playing"));
+  const row = document.querySelector(`#tags tr[data-start="${tag.start}"][data-end="${tag.end}"]`);
+  if (row) row.classList.add("playing");
+  player.currentTime = tag.start;
+  state.stopAt = tag.end;
+  document.body.dataset.playing = `${tag.start}-${tag.end}`;
+  timeline.moveCursor(tag.start);
+  player.play().catch(() => {}); // a browser refusing autoplay still moves the cursor
+}
+
+function tick() {
+  if (state.stopAt !== null && player.currentTime >= state.stopAt) {
+    player.pause();
+    player.currentTime = state.stopAt;
+    state.stopAt = null;
+  }
+  if (!player.paused || timeline.position !== player.currentTime) {
+    timeline.moveCursor(player.currentTime);
+    showClock();
+  }
+  $("#play").textContent = player.paused ? "▶ Play" : "❚❚ Pause";
+  requestAnimationFrame(tick);
+}
+
+function showClock() {
+  $("#clock").textContent = clock(player.currentTime, 0.1);
+}
+
+// Microphone -----------------------------------------------------------------------------------
+async function startRecording() {
+  try {
+    await mic.start();
+  } catch (error) {
+    return setStatus(`Microphone: ${error.message || error}`, true);
+  }
+  $("#record").hidden = true;
+  $("#stop-recording").hidden = false;
+  setStatus("Recording from the microphone…");
+  const timer = setInterval(() => {
+    if (!mic.recording) return clearInterval(timer);
+    $("#mic-time").textContent = clock(mic.seconds(), 0.1);
+  }, 100);
+}
+
+async function stopRecording() {
+  const file = await mic.stop();
+  $("#record").hidden = false;
+  $("#stop-recording").hidden = true;
+  state.file = file;
+  $("#file").value = "";
+  $("#mic-time").textContent = `${file.name} (${Math.round(file.size / 1024)} KiB)`;
+  recognize(); // sent as recorded: WebM with Opus
+}
+
+// Wiring ---------------------------------------------------------------------------------------
+$("#file").required = false; // a microphone recording stands in for a file
+$("#form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  recognize();
+});
+$("#file").addEventListener("change", () => {
+  state.file = $("#file").files[0] || null;
+  $("#mic-time").textContent = "";
+});
+$("#cancel").addEventListener("click", cancel);
+$("#record").addEventListener("click", startRecording);
+$("#stop-recording").addEventListener("click", stopRecording);
+$("#key").value = apiKey();
+$("#key").addEventListener("change", () => {
+  setApiKey($("#key").value.trim());
+  loadServer();
+});
+$("#play").addEventListener("click", () => {
+  state.stopAt = null;
+  if (player.paused) player.play().catch(() => {});
+  else player.pause();
+});
+$("#zoom-in").addEventListener("click", () => timeline.zoom(0.5, timeline.position));
+$("#zoom-out").addEventListener("click", () => timeline.zoom(2, timeline.position));
+$("#zoom-fit").addEventListener("click", () => timeline.show(0, timeline.duration));
+$("#scroll").addEventListener("input", () => timeline.scrollTo($("#scroll").value / 1000));
+$("#timeline").addEventListener("viewchange", () => {
+  const room = timeline.duration - timeline.span;
+  $("#scroll").value = room > 0 ? (1000 * timeline.view.start) / room : 0;
+  $("#scroll").disabled = room <= 0;
+});
+window.addEventListener("resize", () => timeline.draw());
+requestAnimationFrame(tick);
+loadServer();
+window.arengine = { timeline, state, player }; // for the console and the browser tests

@@ -1,0 +1,91 @@
+// The server's API as the page uses it: the API key (this browser session only), JSON calls,
+// and the NDJSON tag stream of POST /v1/recognize.
+"use strict";
+
+const KEY = "arengine.apiKey";
+
+export function apiKey() {
+  return sessionStorage.getItem(KEY) || "";
+}
+
+export function setApiKey(value) {
+  // sessionStorage: the key is gone when the tab closes and never reaches localStorage or a cookie.
+  if (value) sessionStorage.setItem(KEY, value);
+  else sessionStorage.removeItem(KEY);
+}
+
+function headers(extra = {}) {
+  const key = apiKey();
+  return key ? { ...extra, Authorization: `Bearer ${key}` } : extra;
+}
+
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(`${code}: ${message}`);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function errorOf(response) {
+  try {
+    const body = await response.json();
+    return new ApiError(response.status, body.error.code, body.error.message);
+  } catch {
+    return new ApiError(response.status, "http_" + response.status, response.statusText);
+  }
+}
+
+export async function getJson(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) throw await errorOf(response);
+  return response.json();
+}
+
+function upload(file, params, signal, accept) {
+  const body = new FormData();
+  body.append("file", file);
+  const query = new URLSearchParams(params);
+  return fetch(`/v1/recognize?${query}`, {
+    method: "POST", body, signal, headers: headers(accept ? { Accept: accept } : {}),
+  });
+}
+
+// Streams one recognition: calls onTags(tags), onProgress(audio_s, duration_s) as lines arrive;
+// resolves with the summary. Aborting `signal` closes the connection, which cancels the job.
+export async function streamTags(file, model, signal, { onTags, onProgress }) {
+  const response = await upload(file, { model, progress: "true" }, signal, "application/x-ndjson");
+  if (!response.ok) throw await errorOf(response);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    pending += value;
+    const lines = pending.split("\n");
+    pending = lines.pop();
+    let tags = [];
+    for (const line of lines.filter((text) => text.trim())) {
+      const item = JSON.parse(line);
+      if (item.start !== undefined) {
+        tags.push(item);
+        continue;
+      }
+      if (tags.length) onTags(tags); // the tags before a summary or error line count too
+      tags = [];
+      if (item.summary) return item.summary;
+      if (item.error) throw new ApiError(200, item.error.code, item.error.message);
+      if (item.progress) onProgress(item.progress.audio_s, item.progress.duration_s);
+    }
+    if (tags.length) onTags(tags);
+  }
+  throw new ApiError(0, "stream_ended", "the server closed the stream before its summary");
+}
+
+// One format of a model's tags as a file (the server recognizes the file again to write it).
+export async function download(file, model, format) {
+  const response = await upload(file, { model, format });
+  if (!response.ok) throw await errorOf(response);
+  const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
+  return { blob: await response.blob(), name: match ? match[1] : `recording.${format}` };
+}

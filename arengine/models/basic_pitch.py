@@ -1,0 +1,199 @@
+"""Spotify's basic-pitch network (Bittner et al., ICASSP 2022, Apache-2.0) as a plain torch module.
+
+The network is re-declared from basic-pitch 0.4.0's `models.py` and `layers/nnaudio.py` (its ONNX
+export `nmp.onnx` is the reference), with the weights taken from that ONNX file's initializers by
+`models/notes/convert_basic_pitch.py`:
+
+1. a constant-Q transform (nnAudio's CQT2010v2): one 36-bin octave kernel (256 taps) applied to the
+   signal, then to the signal low-passed and halved 8 times, 9 octaves from 27.5 Hz, bottom 309
+   bins kept, hop 256 samples (86.13 frames/s at 22.05 kHz);
+2. power in dB, rescaled to [0, 1] over each window (min and max of the whole window), then the
+   folded batch norm (one scale and shift);
+3. harmonic stacking: the CQT shifted by 0.5, 1, 2 .. 7 harmonics (8 channels, 264 bins);
+4. a small CNN with three heads: contour (264 bins, 3 per semitone), note and onset (88 keys,
+   A0 .. C8). Batch norms are folded into the convolutions, as in the ONNX graph.
+
+The module holds only immutable weights: every engine thread can call it at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional
+
+SAMPLE_RATE = 22050
+WINDOW = 43844
+"""Samples per network call: 2 s minus one hop, as basic-pitch trained it."""
+HOP = 256
+FRAMES = 172
+"""Output frames per window; frame `j` is centred on the window's sample `j * 256`."""
+KEYS = 88
+LOWEST_MIDI = 21
+"""A0, the note of key 0."""
+CONTOUR_BINS = 264
+_OCTAVES = 9
+_BINS_PER_OCTAVE = 36
+_CQT_BINS = 309
+_SHIFTS = (-36, 0, 36, 57, 72, 84, 93, 101)
+"""Bins to shift for harmonics 0.5, 1, 2 .. 7: `round(36 * log2(h))`."""
+
+SHAPES: dict[str, tuple[int, ...]] = {
+    "cqt_real": (36, 1, 256),
+    "cqt_imag": (36, 1, 256),
+    "lowpass": (1, 1, 256),
+    "cqt_scale": (_CQT_BINS,),
+    "norm": (2,),
+    "contour1.weight": (8, 8, 3, 39),
+    "contour1.bias": (8,),
+    "contour2.weight": (1, 8, 5, 5),
+    "contour2.bias": (1,),
+    "note1.weight": (32, 1, 7, 7),
+    "note1.bias": (32,),
+    "note2.weight": (1, 32, 7, 3),
+    "note2.bias": (1,),
+    "onset1.weight": (32, 8, 5, 5),
+    "onset1.bias": (32,),
+    "onset2.weight": (1, 33, 3, 3),
+    "onset2.bias": (1,),
+}
+"""Every tensor of the weights file and its shape."""
+
+
+def _smooth(n: int) -> int:
+    """The least 5-smooth number (factors 2, 3, 5 only) >= n: an FFT size that is fast."""
+    while True:
+        rest = n
+        for factor in (2, 3, 5):
+            while rest % factor == 0:
+                rest //= factor
+        if rest == 1:
+            return n
+        n += 1
+
+
+class Activations(NamedTuple):
+    """The three outputs, each `(windows, 172, bins)` in [0, 1]."""
+
+    note: Tensor
+    onset: Tensor
+    contour: Tensor
+
+
+class BasicPitch(nn.Module):
+    """basic-pitch's activations for `(windows, 43844)` float32 audio at 22.05 kHz.
+
+    >>> model = BasicPitch.load(Path("models/notes/nmp.pt"))
+    >>> model(torch.zeros(2, WINDOW)).note.shape
+    torch.Size([2, 172, 88])
+    """
+
+    def __init__(self, weights: dict[str, Tensor]) -> None:
+        super().__init__()
+        for name, shape in SHAPES.items():
+            tensor = weights[name]
+            if tuple(tensor.shape) != shape:
+                raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected {shape}")
+            tensor = tensor.to(torch.float32).contiguous()
+            if tensor.dim() == 4:
+                # oneDNN runs these convolutions about 5x faster channels-last (the 3x39 one:
+                # 84 ms a window contiguous, 17 ms channels-last, one core).
+                tensor = tensor.contiguous(memory_format=torch.channels_last)
+            self.register_buffer(name.replace(".", "_"), tensor)
+
+    def _w(self, name: str) -> Tensor:
+        tensor: Tensor = getattr(self, name.replace(".", "_"))
+        return tensor
+
+    def forward(self, audio: Tensor) -> Activations:
+        stack = self.harmonic_stack(self.log_cqt(audio))
+        stack = stack.contiguous(memory_format=torch.channels_last)
+        hidden = torch.relu(self._conv(stack, "contour1", padding=(1, 19)))
+        contour = torch.sigmoid(self._conv(hidden, "contour2", padding=(2, 2)))
+        hidden = torch.relu(self._conv(contour, "note1", stride=(1, 3), padding=(3, 2)))
+        note = torch.sigmoid(self._conv(hidden, "note2", padding=(3, 1)))
+        hidden = torch.relu(self._conv(stack, "onset1", stride=(1, 3), padding=(2, 1)))
+        onset = torch.sigmoid(
+            self._conv(torch.cat([note, hidden], dim=1), "onset2", padding=(1, 1))
+        )
+        return Activations(note[:, 0], onset[:, 0], contour[:, 0])
+
+    def _conv(
+        self, x: Tensor, layer: str, padding: tuple[int, int], stride: tuple[int, int] = (1, 1)
+    ) -> Tensor:
+        """A Keras "same" convolution (batch norm folded in), on `(windows, ch, time, freq)`."""
+        weight, bias = self._w(f"{layer}.weight"), self._w(f"{layer}.bias")
+        return functional.conv2d(x, weight, bias, stride=stride, padding=padding)
+
+    def cqt_power(self, audio: Tensor) -> Tensor:
+        """`(windows, 172, 309)` CQT power, lowest bin (27.5 Hz) first."""
+        x = audio.unsqueeze(1)
+        hop = HOP
+        octaves = [self._octave(x, hop)]
+        for _ in range(_OCTAVES - 1):
+            x = self._halve(x)
+            hop //= 2
+            octaves.insert(0, self._octave(x, hop))
+        real = torch.cat([o[0] for o in octaves], dim=1)[:, -_CQT_BINS:]
+        imag = torch.cat([o[1] for o in octaves], dim=1)[:, -_CQT_BINS:]
+        scale = self._w("cqt_scale").unsqueeze(1)
+        power = (real * scale).square() + (imag * scale).square()
+        return power.transpose(1, 2)
+
+    def _halve(self, x: Tensor) -> Tensor:
+        """nnAudio's `downsampling_by_n` (match_torch_exactly): the 256-tap low-pass filter over
+        the zero-padded signal, every second output. Done by FFT: a 1-channel 256-tap convolution
+        ran at under 1 GMAC/s in oneDNN (8.5 ms a window for the 8 octaves, 2.1 ms this way;
+        the outputs differ by under 1e-6)."""
+        padded = functional.pad(x, (127, 127))
+        length = padded.shape[-1]
+        size = _smooth(length)
+        taps = torch.fft.rfft(self._w("lowpass").reshape(-1), size)
+        filtered: Tensor = torch.fft.irfft(torch.fft.rfft(padded, size) * taps.conj(), size)
+        return filtered[..., : length - 255 : 2]
+
+    def _octave(self, x: Tensor, hop: int) -> tuple[Tensor, Tensor]:
+        padded = functional.pad(x, (128, 128), mode="reflect")
+        real = functional.conv1d(padded, self._w("cqt_real"), stride=hop)
+        imag = functional.conv1d(padded, self._w("cqt_imag"), stride=hop)
+        return real, imag
+
+    def log_cqt(self, audio: Tensor) -> Tensor:
+        """basic-pitch's NormalizedLog and batch norm: `(windows, 172, 309)`."""
+        # The ONNX graph takes the magnitude's square root and squares it again; same float ops.
+        power = self.cqt_power(audio).sqrt().square()
+        db = torch.log(power + 1e-10) * 0.4342944819 * 10.0
+        offset = db - db.amin(dim=(1, 2), keepdim=True)
+        peak = offset.amax(dim=(1, 2), keepdim=True)
+        normalised = torch.where(peak == 0, torch.zeros_like(offset), offset / peak)
+        norm = self._w("norm")
+        return normalised * norm[0] + norm[1]
+
+    @staticmethod
+    def harmonic_stack(cqt: Tensor) -> Tensor:
+        """`(windows, 172, 309)` to `(windows, 8, 172, 264)`: bin `b` of channel `h` is bin
+        `b + shift[h]` of the input (zero outside it)."""
+        channels = []
+        for shift in _SHIFTS:
+            if shift >= 0:
+                shifted = functional.pad(cqt[:, :, shift:], (0, shift))
+            else:
+                shifted = functional.pad(cqt[:, :, :shift], (-shift, 0))
+            channels.append(shifted[:, :, :CONTOUR_BINS])
+        return torch.stack(channels, dim=1)
+
+    @classmethod
+    def load(cls, path: Path) -> BasicPitch:
+        """The network with the weights written by `models/notes/convert_basic_pitch.py`, frozen."""
+        weights = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(weights, dict):
+            raise ValueError(f"{path} does not hold a dict of tensors")
+        missing = sorted(set(SHAPES) - set(weights))
+        if missing:
+            raise ValueError(f"{path} lacks {', '.join(missing)}")
+        model = cls(weights)
+        model.eval()
+        return model

@@ -1,0 +1,114 @@
+"""The torch port of basic-pitch's network against the original ONNX model's activations."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from arengine.models.basic_pitch import FRAMES, WINDOW, BasicPitch
+
+NOTES = Path(__file__).resolve().parents[2] / "models" / "notes"
+
+
+@pytest.fixture(scope="module")
+def model() -> BasicPitch:
+    return BasicPitch.load(NOTES / "nmp.pt")
+
+
+@pytest.fixture(scope="module")
+def clip() -> np.ndarray:
+    audio, rate = sf.read(NOTES / "reference.flac", dtype="float32")
+    assert rate == 22050 and audio.shape == (WINDOW,)
+    clip: np.ndarray = audio
+    return clip
+
+
+def _run(model: BasicPitch, audio: np.ndarray) -> dict[str, np.ndarray]:
+    with torch.inference_mode():
+        out = model(torch.from_numpy(audio).reshape(-1, WINDOW))
+    return {name: getattr(out, name).numpy() for name in ("note", "onset", "contour")}
+
+
+def test_matches_the_stored_onnx_activations(model: BasicPitch, clip: np.ndarray) -> None:
+    reference = np.load(NOTES / "reference.npz")
+    ours = _run(model, clip)
+    for name, width in (("note", 88), ("onset", 88), ("contour", 264)):
+        assert ours[name].shape == (1, FRAMES, width)
+        np.testing.assert_allclose(ours[name][0], reference[name], rtol=0, atol=1e-4)
+    # The clip has notes: the comparison is not between two near-zero maps.
+    assert reference["note"].max() > 0.5 and reference["onset"].max() > 0.5
+
+
+def test_the_vendored_onnx_file_is_basic_pitchs() -> None:
+    digest = hashlib.sha256((NOTES / "nmp.onnx").read_bytes()).hexdigest()
+    assert digest == "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec"
+
+
+def test_matches_onnxruntime_live(model: BasicPitch, clip: np.ndarray) -> None:
+    """basic-pitch's own nmp.onnx (vendored unchanged) under onnxruntime, where it is installed:
+    on the clip and on a louder, noisier copy, batched."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    path = Path(os.environ.get("ARENGINE_BASIC_PITCH_ONNX", NOTES / "nmp.onnx"))
+    rng = np.random.default_rng(3)
+    noisy = (clip * 2 + 0.02 * rng.standard_normal(WINDOW)).astype(np.float32)
+    batch = np.stack([clip, noisy])
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    theirs = session.run(
+        ["StatefulPartitionedCall:1", "StatefulPartitionedCall:2", "StatefulPartitionedCall:0"],
+        {"serving_default_input_2:0": batch[:, :, None]},
+    )
+    ours = _run(model, batch)
+    for name, expected in zip(("note", "onset", "contour"), theirs, strict=True):
+        np.testing.assert_allclose(ours[name], expected, rtol=0, atol=1e-4)
+
+
+def test_windows_are_independent_in_a_batch(model: BasicPitch, clip: np.ndarray) -> None:
+    """Each window is normalised on its own, so batching never changes a window's output."""
+    alone = _run(model, clip)
+    quiet = (0.01 * clip[::-1]).copy()
+    batched = _run(model, np.stack([quiet, clip]))
+    for name in alone:
+        np.testing.assert_allclose(batched[name][1], alone[name][0], rtol=0, atol=1e-4)
+
+
+def test_silence_gives_no_activity(model: BasicPitch) -> None:
+    out = _run(model, np.zeros(WINDOW, np.float32))
+    assert out["note"].max() < 0.3 and out["onset"].max() < 0.5
+
+
+def test_threads_share_the_model(model: BasicPitch, clip: np.ndarray) -> None:
+    """One module called from 4 threads at once gives each thread the serial result."""
+    inputs = [np.roll(clip, 5000 * i) for i in range(4)]
+    serial = [_run(model, audio)["note"] for audio in inputs]
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        for _ in range(3):
+            results[i] = _run(model, inputs[i])["note"]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i in range(4):
+        np.testing.assert_allclose(results[i], serial[i], rtol=0, atol=1e-6)
+
+
+def test_rejects_a_weights_file_with_a_wrong_shape(tmp_path: Path) -> None:
+    state = torch.load(NOTES / "nmp.pt", weights_only=True)
+    state["note2.weight"] = torch.zeros(1, 32, 7, 5)
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=r"note2.weight has shape \(1, 32, 7, 5\), expected"):
+        BasicPitch.load(tmp_path / "bad.pt")
+    del state["note2.weight"]
+    torch.save(state, tmp_path / "short.pt")
+    with pytest.raises(ValueError, match=r"lacks note2\.weight"):
+        BasicPitch.load(tmp_path / "short.pt")

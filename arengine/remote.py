@@ -13,6 +13,7 @@ Example (with a server at that address)::
 from __future__ import annotations
 
 import os
+import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ import soundfile
 
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.formats import Format
-from arengine.runner import Failure, Progress, _write, output_names
+from arengine.progress import Progress, make_progress
+from arengine.runner import Failure, _write, output_names
 from arengine.types import AudioInfo, Result, Tag, Timings
 
 API_KEY_ENV = "ARENGINE_API_KEY"
@@ -75,6 +77,7 @@ def recognize_remote(
     jobs: int = 4,
     resume: bool = False,
     stream: TextIO | None = None,
+    every_s: float = 10.0,
 ) -> list[Failure]:
     """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones."""
     out.mkdir(parents=True, exist_ok=True)
@@ -83,38 +86,49 @@ def recognize_remote(
         for path, name in zip(files, output_names(files, fmt), strict=True)
         if not (resume and (out / name).exists())
     ]
-    progress = Progress(len(todo), sum(_duration(path) for path, _ in todo))
-    if stream is not None:
-        progress.stream = stream
+    out_stream = stream or sys.stderr
     if len(todo) < len(files):
-        progress.stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+        out_stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+    durations = {path: _duration(path) for path, _ in todo}
+    progress = make_progress(len(todo), sum(durations.values()), out_stream, every_s)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
     with (
         Client(remote.url, remote.api_key, retry=retry) as client,
         ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
     ):
-        running: dict[Future[Recognition], tuple[Path, Path]] = {
-            pool.submit(_recognize_one, client, path, model): (path, target)
-            for path, target in todo
-        }
-        while running:
-            done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-            for future in done:
-                path, target = running.pop(future)
-                try:
-                    result = result_of(future.result())
-                    _write(target, fmt.render(result, path.stem))
-                except (ServerError, httpx.HTTPError, OSError) as error:
-                    reason = error.message if isinstance(error, ServerError) else _reason(error)
-                    failures.append(Failure(path, reason))
-                    progress.failed_file(path, reason)
-                else:
-                    progress.finished(path, result, target)
-            progress.tick()
-    if progress.tty:
-        progress.stream.write("\r\033[K" + progress.overall() + "\n")
+        running: dict[Future[Recognition], tuple[Path, Path]] = {}
+        for path, target in todo:
+            running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+            progress.started(path, durations[path])
+        try:
+            while running:
+                done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    path, target = running.pop(future)
+                    _settle(future, path, target, fmt, progress, failures)
+        finally:
+            progress.close()
     return failures
+
+
+def _settle(
+    future: Future[Recognition],
+    path: Path,
+    target: Path,
+    fmt: Format,
+    progress: Progress,
+    failures: list[Failure],
+) -> None:
+    try:
+        result = result_of(future.result())
+        _write(target, fmt.encode(result, path.stem))
+    except (ServerError, httpx.HTTPError, OSError) as error:
+        reason = error.message if isinstance(error, ServerError) else _reason(error)
+        failures.append(Failure(path, reason))
+        progress.failed(path, reason)
+    else:
+        progress.finished(path, result, target)
 
 
 def _recognize_one(client: Client, path: Path, model: str) -> Recognition:

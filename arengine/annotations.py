@@ -109,8 +109,7 @@ def _note_number(tag: Tag) -> float | None:
     models), else the label's note name; None for a tag with no pitch."""
     if tag.frequency_hz:
         return fractional_midi(tag.frequency_hz)
-    number: int | None = getattr(tag, "midi", None)
-    return float(number) if number is not None else midi_number(tag.label)
+    return float(tag.midi) if tag.midi is not None else midi_number(tag.label)
 
 
 def _is_note(tag: Tag) -> bool:

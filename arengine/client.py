@@ -13,12 +13,13 @@ went away; a refused or reset connection) are retried a bounded number of times,
 Every other error answer raises the `ServerError` subclass of its HTTP status, carrying the
 server's stable `code` (the README's error table) and message.
 
-This module imports httpx only (no torch): it is the whole dependency of a client program.
+This module imports httpx and `arengine.types` only (no torch): all a client program needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -29,20 +30,13 @@ from typing import IO, Any
 
 import httpx
 
+from arengine.types import Tag
+
 Audio = str | Path | IO[bytes]
 """A path, or a binary file object (seekable, so that a retry can send it again)."""
 
 RETRY_STATUSES = frozenset({502, 503})
 """502: the balancer lost its replica mid-request; 503: the server asks to come back later."""
-
-
-@dataclass(frozen=True, slots=True)
-class Tag:
-    start: float
-    end: float
-    label: str
-    score: float
-    frequency_hz: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +149,12 @@ def recognition_of(data: Mapping[str, Any]) -> Recognition:
 
 
 def tag_of(item: Mapping[str, Any]) -> Tag:
-    frequency = item.get("frequency_hz")
-    return Tag(
-        float(item["start"]),
-        float(item["end"]),
-        str(item["label"]),
-        float(item["score"]),
-        None if frequency is None else float(frequency),
-    )
+    """A JSON tag as the server's own `Tag` (the optional fields a kind does not set are None)."""
+    known = {field.name for field in dataclasses.fields(Tag)}
+    values = {key: value for key, value in item.items() if key in known}
+    if isinstance(values.get("pitch_bend"), list):
+        values["pitch_bend"] = tuple(values["pitch_bend"])
+    return Tag(**values)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""`arengine recognize --server URL`: the batch of `arengine.batch`, sent to a server or a cluster.
+"""`arengine recognize --server URL`: the files of `arengine.runner`, sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
 recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
@@ -12,6 +12,7 @@ Example (with a server at that address)::
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -26,7 +27,7 @@ from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.formats import Format
 from arengine.progress import Progress, make_progress
 from arengine.runner import Failure, _write, output_names
-from arengine.types import AudioInfo, Result, Tag, Timings
+from arengine.types import AudioInfo, Result, Timings
 
 API_KEY_ENV = "ARENGINE_API_KEY"
 """The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
@@ -57,7 +58,7 @@ def result_of(recognition: Recognition) -> Result:
             channels=audio.channels,
             frames=round(audio.duration_s * audio.sample_rate),
         ),
-        tags=tuple(Tag(t.start, t.end, t.label, t.score, t.frequency_hz) for t in recognition.tags),
+        tags=recognition.tags,
         timings=Timings(
             validation_s=timings.get("validation_s", 0.0),
             features_s=timings.get("features_s", 0.0),
@@ -77,7 +78,6 @@ def recognize_remote(
     jobs: int = 4,
     resume: bool = False,
     stream: TextIO | None = None,
-    every_s: float = 10.0,
 ) -> list[Failure]:
     """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones."""
     out.mkdir(parents=True, exist_ok=True)
@@ -86,29 +86,33 @@ def recognize_remote(
         for path, name in zip(files, output_names(files, fmt), strict=True)
         if not (resume and (out / name).exists())
     ]
-    out_stream = stream or sys.stderr
+    stream = stream or sys.stderr
     if len(todo) < len(files):
-        out_stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+        stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
     durations = {path: _duration(path) for path, _ in todo}
-    progress = make_progress(len(todo), sum(durations.values()), out_stream, every_s)
+    progress = make_progress(len(todo), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
-    with (
-        Client(remote.url, remote.api_key, retry=retry) as client,
-        ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
-    ):
-        running: dict[Future[Recognition], tuple[Path, Path]] = {}
-        for path, target in todo:
-            running[pool.submit(_recognize_one, client, path, model)] = (path, target)
-            progress.started(path, durations[path])
-        try:
-            while running:
+    try:
+        with (
+            Client(remote.url, remote.api_key, retry=retry) as client,
+            ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
+        ):
+            pending = iter(todo)
+            running: dict[Future[Recognition], tuple[Path, Path]] = {}
+            while True:
+                # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
+                for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
+                    running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                    progress.started(path, durations[path])
+                if not running:
+                    break
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
                     path, target = running.pop(future)
                     _settle(future, path, target, fmt, progress, failures)
-        finally:
-            progress.close()
+    finally:
+        progress.close()
     return failures
 
 

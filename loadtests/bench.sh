@@ -18,6 +18,11 @@ $py -m loadtests.recordings "$out/pitch.wav" --minutes 2
 step "Thread sweep, speech";        $py -m loadtests.thread_sweep "$out/long.wav" --out "$out"
 step "Thread sweep, pitch";         $py -m loadtests.thread_sweep "$out/pitch.wav" --model pitch --segment-s 5 --out "$out"
 step "Peers";                       $py -m loadtests.peers "$out/long.wav" --http
+step "Roofline";                    $py -m loadtests.roofline
+step "Speech model profile";        $py -m loadtests.speech_model profile
+step "Speech model equivalence";    $py -m loadtests.speech_model equivalence "$out/long.wav"
+step "Speech model variants";       $py -m loadtests.speech_variants "$out/long.wav" --compile
+step "GIL holders (needs py-spy)";  $py -m loadtests.gil_profile "$out/long.wav" --rounds 1 --out "$out/gil.txt"
 step "Memory against length";       $py -m loadtests.memory_vs_length "$out/short.wav" "$out/huge.wav" "$out/huge.flac"
 step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"
 step "Short clips under load";      $py -m loadtests.short_under_load "$out/huge.wav" --clips 40

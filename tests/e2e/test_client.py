@@ -23,11 +23,11 @@ from arengine.client import (
     InvalidInput,
     NotFound,
     RetryPolicy,
-    Tag,
     Unauthorized,
     Unavailable,
 )
 from arengine.formats import FORMATS
+from arengine.types import Tag
 from tests.conftest import RecordingFactory, Server, free_port, start_server, stop_server
 
 FAST = RetryPolicy(retries=2, backoff_s=0.01, max_wait_s=0.05)

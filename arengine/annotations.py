@@ -8,9 +8,10 @@ JAMS is written as plain JSON in its schema: the `jams` package pulls pandas, sc
 into the server only to serialise a dict, and it warns under the current jsonschema; the tests
 load and validate what is written here with `jams` itself.
 
->>> text = render_textgrid(result, "talk")
->>> [t.label for t in parse_textgrid(text)]
-['speech', 'speech']
+Example, with a `Result` of two speech tags::
+
+    text = render_textgrid(result, "talk")
+    labels = [t.label for t in parse_textgrid(text)]  # ['speech', 'speech']
 """
 
 from __future__ import annotations
@@ -109,8 +110,7 @@ def _note_number(tag: Tag) -> float | None:
     models), else the label's note name; None for a tag with no pitch."""
     if tag.frequency_hz:
         return fractional_midi(tag.frequency_hz)
-    number: int | None = getattr(tag, "midi", None)
-    return float(number) if number is not None else midi_number(tag.label)
+    return float(tag.midi) if tag.midi is not None else midi_number(tag.label)
 
 
 def _is_note(tag: Tag) -> bool:

@@ -5,9 +5,10 @@ name such as `C#4`), else from its `frequency_hz`; its velocity is its score. Wh
 pitch is off the note's centre (or the tag carries `pitch_bend`), the note gets pitch-wheel
 events on a channel of its own, so that bends of overlapping notes do not bend each other.
 
->>> data = render_midi(result, "song")      # bytes of a type-0 .mid file
->>> parse_midi(data)[0].label
-'A4'
+Example, with a `Result` whose first note is an A4::
+
+    data = render_midi(result, "song")  # the bytes of a type-0 .mid file
+    label = parse_midi(data)[0].label  # 'A4'
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mido
@@ -28,6 +28,8 @@ TEMPO = 500_000
 """120 beats per minute at 500 ticks per beat: one tick is one millisecond."""
 BEND_RANGE = 2.0
 """Semitones at full pitch-wheel deflection: the General MIDI default."""
+BEND_BINS_PER_SEMITONE = 3
+"""`Tag.pitch_bend` counts in thirds of a semitone (basic-pitch's contour bins)."""
 MIN_BEND = 0.05
 """Semitones (5 cents): below this a note is written without a bend."""
 _CHANNELS = [channel for channel in range(16) if channel != 9]  # channel 10 is drums in GM
@@ -61,7 +63,7 @@ class _Note:
 
 
 def _note(tag: Tag) -> _Note | None:
-    number = getattr(tag, "midi", None) or midi_number(tag.label)
+    number = tag.midi if tag.midi is not None else midi_number(tag.label)
     if number is None and tag.frequency_hz:
         number = round(fractional_midi(tag.frequency_hz))
     if number is None or not 0 <= number <= 127:
@@ -73,12 +75,15 @@ def _note(tag: Tag) -> _Note | None:
 
 
 def _bends(tag: Tag, number: int, start: int, end: int) -> tuple[tuple[int, float], ...]:
-    """Semitone offsets from `number`: the tag's `pitch_bend` contour spread evenly over the note
-    (as basic-pitch's own MIDI writer does), else one offset from its mean frequency."""
-    contour: Sequence[float] | None = getattr(tag, "pitch_bend", None)
+    """Semitone offsets from `number`: the tag's `pitch_bend` contour (thirds of a semitone, one
+    per frame) spread evenly over the note as basic-pitch's own MIDI writer does, else one offset
+    from its mean frequency."""
+    contour = tag.pitch_bend
     if contour:
         step = (end - start) / len(contour)
-        return tuple((start + round(i * step), float(v)) for i, v in enumerate(contour))
+        return tuple(
+            (start + round(i * step), v / BEND_BINS_PER_SEMITONE) for i, v in enumerate(contour)
+        )
     if tag.frequency_hz:
         offset = fractional_midi(tag.frequency_hz) - number
         if abs(offset) >= MIN_BEND:

@@ -5,8 +5,12 @@ with the real-time factor so far), and one overall bar in audio seconds with fil
 Elsewhere (a log, CI): one line per finished file, the overall line after it, and for a long file a
 line every `every_s` seconds saying how far it is.
 
->>> progress = make_progress(files=3, total_audio_s=7300.0, stream=sys.stderr)
->>> progress.started(path, 7200.0); progress.advanced(path, 60.0); progress.finished(path, ...)
+Example::
+
+    progress = make_progress(files=3, total_audio_s=7300.0, stream=sys.stderr)
+    progress.started(path, 7200.0)
+    progress.advanced(path, 60.0)
+    progress.finished(path, result, out)
 """
 
 from __future__ import annotations

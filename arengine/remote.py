@@ -12,6 +12,7 @@ Example (with a server at that address)::
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -97,11 +98,15 @@ def recognize_remote(
             Client(remote.url, remote.api_key, retry=retry) as client,
             ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
         ):
+            pending = iter(todo)
             running: dict[Future[Recognition], tuple[Path, Path]] = {}
-            for path, target in todo:
-                running[pool.submit(_recognize_one, client, path, model)] = (path, target)
-                progress.started(path, durations[path])
-            while running:
+            while True:
+                # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
+                for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
+                    running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                    progress.started(path, durations[path])
+                if not running:
+                    break
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
                     path, target = running.pop(future)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import mido
@@ -26,14 +25,6 @@ NOTES = (
     Tag(0.75, 1.25, "C#5", 0.4, 570.0),  # half a semitone sharp of C#5 (554.37 Hz)
     Tag(2.0, 2.5, "E4", 1.0, 329.63),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class NoteTag(Tag):
-    """A tag with the optional fields a note model (basic-pitch) sets."""
-
-    midi: int | None = None
-    pitch_bend: tuple[float, ...] = ()
 
 
 def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
@@ -134,7 +125,7 @@ def pretty_semitones(pitch: int) -> float:
 
 def test_midi_takes_the_note_models_fields_and_frequency_only_tags() -> None:
     tags = (
-        NoteTag(0.0, 0.5, "note", 0.5, None, midi=72, pitch_bend=(0.0, 0.5, 1.0, 0.0)),
+        Tag(0.0, 0.5, "note", 0.5, None, midi=72, pitch_bend=(0.0, 1.5, 3.0, 0.0)),
         Tag(1.0, 1.5, "voiced", 0.5, 220.0),  # no note name: the number from its frequency
         Tag(2.0, 2.5, "speech", 0.5),  # no pitch at all: left out
     )
@@ -167,7 +158,7 @@ def test_jams_text_is_plain_json_with_the_model_named() -> None:
 
 
 def test_jams_takes_the_note_models_midi_field(tmp_path: Path) -> None:
-    tags = (NoteTag(0.0, 0.5, "note", 0.5, None, midi=72), NoteTag(1.0, 1.5, "note", 0.7, None, 60))
+    tags = (Tag(0.0, 0.5, "note", 0.5, None, midi=72), Tag(1.0, 1.5, "note", 0.7, None, 60))
     path = tmp_path / "notes.jams"
     path.write_bytes(FORMATS["jams"].encode(_result(tags, "notes"), "x"))
     (annotation,) = _load_jams(path).annotations

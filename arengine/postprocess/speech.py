@@ -85,8 +85,8 @@ class SpeechTagger:
     >>> tagger = SpeechTagger(SpeechParams(), sample_rate=16000, hop=512)
     >>> import numpy as np
     >>> probabilities = np.r_[np.zeros(20), np.full(40, 0.9), np.zeros(20)]  # 32-ms windows
-    >>> tagger.push(probabilities) + tagger.finish(80 * 512)
-    [Tag(start=0.61, end=1.95, label='speech', score=0.9, frequency_hz=None)]
+    >>> [(t.start, t.end, t.score) for t in tagger.push(probabilities) + tagger.finish(80 * 512)]
+    [(0.61, 1.95, 0.9)]
     """
 
     def __init__(self, params: SpeechParams, sample_rate: int, hop: int) -> None:

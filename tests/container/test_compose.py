@@ -215,7 +215,7 @@ def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
     assert len(outcome) == 1 and isinstance(outcome[0], Recognition), outcome
     assert outcome[0].audio.duration_s == pytest.approx(3600)
     logs = stack.compose("logs", "balancer").stdout
-    assert re.search(r'upstream: "http://[\d.]+:8000/v1/recognize"', logs), "nginx saw it cut"
+    assert re.search(r'upstream: "http://[^"]+/v1/recognize', logs), "nginx saw it cut"
     with Client(stack.balancer, retry=RetryPolicy(retries=0)) as client:
         for _ in range(4):
             assert client.info()["ready"] is True

@@ -56,3 +56,44 @@ def test_notes_come_back_with_midi_and_pitch_bends(server: Server, tmp_path: Pat
             "B",
         }
         assert len(tag["pitch_bend"]) >= 10 and "frequency_hz" not in tag
+
+
+def test_notes_as_midi_open_in_pretty_midi(server: Server, tmp_path: Path) -> None:
+    import io
+    import warnings
+
+    audio = render(TUNE, tmp_path, 44100)
+    path = tmp_path / "tune.flac"
+    sf.write(path, audio, 44100)
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        tags = []
+        midi = b""
+        for fmt in ("json", "midi"):
+            with path.open("rb") as body:
+                response = client.post(
+                    "/v1/recognize",
+                    params={"model": "notes", "pitch_bends": 1, "format": fmt},
+                    files={"file": body},
+                )
+            assert response.status_code == 200, response.text
+            if fmt == "json":
+                tags = response.json()["tags"]
+            else:
+                midi = response.content
+    assert response.headers["content-disposition"] == 'attachment; filename="tune.mid"'
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # pkg_resources, on import
+        import pretty_midi
+
+        song = pretty_midi.PrettyMIDI(io.BytesIO(midi))
+    notes = sorted((n for i in song.instruments for n in i.notes), key=lambda n: (n.start, n.pitch))
+    want = sorted(tags, key=lambda t: (round(t["start"], 3), t["midi"]))
+    assert [n.pitch for n in notes] == [t["midi"] for t in want]
+    for note, tag in zip(notes, want, strict=True):
+        assert abs(note.start - tag["start"]) <= 5e-4 and abs(note.end - tag["end"]) <= 5e-4
+        assert note.velocity == max(1, round(tag["score"] * 127))
+    # Each bent note's contour is on its channel, in semitones (thirds of a semitone / 3).
+    bends = [b for i in song.instruments for b in i.pitch_bends if b.pitch]
+    if any(any(t["pitch_bend"]) for t in tags):
+        assert bends
+    assert all(abs(b.pitch) <= 8191 for b in bends)

@@ -341,6 +341,11 @@ def test_two_models_get_a_track_each(
         ]
         assert tags, model
         _assert_regions(_track(page, model), tags, 0, expected["audio"]["duration_s"])
+    starts = page.eval_on_selector_all(
+        "#tags tbody tr", "rows => rows.map(r => Number(r.dataset.start))"
+    )
+    models = page.eval_on_selector_all("#tags tbody tr", "rows => rows.map(r => r.dataset.model)")
+    assert starts == sorted(starts) and set(models) == {"speech", "pitch"}, "one timeline order"
     formats = page.eval_on_selector_all(
         '#downloads select[data-model="pitch"] option', "els => els.map(e => e.value)"
     )

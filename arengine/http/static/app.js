@@ -173,7 +173,7 @@ function cancel() {
 
 // The table and the legend -----------------------------------------------------------------------
 function addRows(model, tags) {
-  const rows = document.createDocumentFragment();
+  const body = $("#tags tbody");
   const offset = state.tagsByModel.get(model).length - tags.length;
   tags.forEach((tag, index) => {
     const row = document.createElement("tr");
@@ -189,9 +189,20 @@ function addRows(model, tags) {
       }
       playTag(tag);
     });
-    rows.append(row);
+    body.insertBefore(row, body.rows[firstRowAfter(body.rows, tag.start)] || null);
   });
-  $("#tags tbody").append(rows);
+}
+
+// Rows stay in timestamp order across models (each model's stream is in order, not their mix).
+function firstRowAfter(rows, start) {
+  let low = 0;
+  let high = rows.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (Number(rows[middle].dataset.start) <= start) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
 
 function showLegend() {

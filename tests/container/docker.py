@@ -25,6 +25,10 @@ def docker(
     )
 
 
+_DAEMONS: list[subprocess.Popen[bytes]] = []
+"""The dockerd this module started, if any."""
+
+
 def engine_unavailable() -> str | None:
     """None when a Docker engine answers (started here if it can be); else why not."""
     if shutil.which("docker") is None:
@@ -34,8 +38,13 @@ def engine_unavailable() -> str | None:
     dockerd = shutil.which("dockerd")
     if dockerd is None or os.geteuid() != 0:
         return "no Docker engine reachable, and dockerd cannot be started here (needs root)"
-    log = Path("/tmp/arengine-dockerd.log").open("ab")  # noqa: SIM115 (outlives this call)
-    subprocess.Popen([dockerd], stdout=log, stderr=log, start_new_session=True)
+    # dockerd outlives the tests on purpose. The child keeps its own copy of the log descriptor,
+    # and the handle stays referenced, so neither is reclaimed (with a warning) mid-run.
+    log = os.open("/tmp/arengine-dockerd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        _DAEMONS.append(subprocess.Popen([dockerd], stdout=log, stderr=log, start_new_session=True))
+    finally:
+        os.close(log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if docker("info", check=False, timeout=30).returncode == 0:

@@ -124,9 +124,14 @@ def _ffmpeg_blocks(
     path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
 ) -> Iterator[np.ndarray]:
     """FFmpeg's frames gathered into blocks of about `block_frames`."""
+    return gathered(_ffmpeg_frames(path, info, report), block_frames)
+
+
+def gathered(frames: Iterator[np.ndarray], block_frames: int) -> Iterator[np.ndarray]:
+    """Decoder frames (a thousand samples or so) gathered into blocks of about `block_frames`."""
     pending: list[np.ndarray] = []
     held = 0
-    for frame in _ffmpeg_frames(path, info, report):
+    for frame in frames:
         pending.append(frame)
         held += len(frame)
         if held >= block_frames:

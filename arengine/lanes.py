@@ -24,7 +24,7 @@ import numpy as np
 import soxr
 
 from arengine import ffmpeg, sniff
-from arengine.decode import BLOCK_FRAMES, DecodeReport, _checked, _packets, to_mono
+from arengine.decode import BLOCK_FRAMES, DecodeReport, _checked, _packets, gathered, to_mono
 from arengine.errors import CorruptAudio, ErrorCode, TooLarge
 from arengine.segments import Segment, Segmenter, SegmentPlan
 from arengine.types import AudioInfo
@@ -218,7 +218,8 @@ def chunk_blocks(
     feed_from = grid * step_in  # a source frame that falls on the output grid
     out_at = grid * step_out
     stream = soxr.ResampleStream(info.sample_rate, rate_out, 1, dtype="float32", quality="HQ")
-    source = _gathered(_frames_from(container, info, feed_from, max_frames, report, read_to))
+    frames = _frames_from(container, info, feed_from, max_frames, report, read_to)
+    source = gathered(frames, BLOCK_FRAMES)
     for mono in to_mono(source):
         out = stream.resample_chunk(mono) if info.sample_rate != rate_out else mono
         yield from _trimmed(out, out_at, first)
@@ -226,20 +227,6 @@ def chunk_blocks(
     if info.sample_rate != rate_out:
         tail = stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
         yield from _trimmed(tail, out_at, first)
-
-
-def _gathered(frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
-    """Frames (a thousand samples or so) gathered into blocks of about `BLOCK_FRAMES`."""
-    pending: list[np.ndarray] = []
-    held = 0
-    for frame in frames:
-        pending.append(frame)
-        held += len(frame)
-        if held >= BLOCK_FRAMES:
-            yield np.concatenate(pending)
-            pending, held = [], 0
-    if pending:
-        yield np.concatenate(pending)
 
 
 def _trimmed(out: np.ndarray, out_at: int, first: int) -> Iterator[_Block]:

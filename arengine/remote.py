@@ -12,6 +12,7 @@ Example (with a server at that address)::
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -25,8 +26,8 @@ import soundfile
 
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.formats import Format
-from arengine.progress import Progress, make_progress
-from arengine.runner import Failure, _write, output_names
+from arengine.progress import make_progress
+from arengine.runner import Failure, output_names, settle
 from arengine.types import AudioInfo, Result, Timings
 
 API_KEY_ENV = "ARENGINE_API_KEY"
@@ -110,29 +111,11 @@ def recognize_remote(
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
                     path, target = running.pop(future)
-                    _settle(future, path, target, fmt, progress, failures)
+                    outcome = functools.partial(_answer, future)
+                    settle(outcome, path, target, fmt, progress, failures, _reason)
     finally:
         progress.close()
     return failures
-
-
-def _settle(
-    future: Future[Recognition],
-    path: Path,
-    target: Path,
-    fmt: Format,
-    progress: Progress,
-    failures: list[Failure],
-) -> None:
-    try:
-        result = result_of(future.result())
-        _write(target, fmt.encode(result, path.stem))
-    except (ServerError, httpx.HTTPError, OSError) as error:
-        reason = error.message if isinstance(error, ServerError) else _reason(error)
-        failures.append(Failure(path, reason))
-        progress.failed(path, reason)
-    else:
-        progress.finished(path, result, target)
 
 
 def _recognize_one(client: Client, path: Path, model: str) -> Recognition:
@@ -141,10 +124,17 @@ def _recognize_one(client: Client, path: Path, model: str) -> Recognition:
     return client.recognize(path, model=model)
 
 
-def _reason(error: Exception) -> str:
+def _reason(error: Exception) -> str | None:
+    """What a failed upload's report says; None for an error no upload should cause."""
+    if isinstance(error, ServerError):
+        return error.message
     if isinstance(error, httpx.HTTPError):
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return str(error)
+    return None
+
+
+def _answer(future: Future[Recognition]) -> Result:
+    return result_of(future.result())
 
 
 def _duration(path: Path) -> float:

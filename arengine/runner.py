@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +111,7 @@ def recognize_files(
             done, _ = wait(running, timeout=0.25, return_when=FIRST_COMPLETED)
             for future in done:
                 path, target, _ = running.pop(future)
-                _settle(future, path, target, fmt, progress, failures)
+                settle(future.result, path, target, fmt, progress, failures)
             for path, _, job in running.values():
                 if job is not None:
                     progress.advanced(path, job.progress[0])
@@ -120,23 +120,34 @@ def recognize_files(
     return failures
 
 
-def _settle(
-    future: Future[Result],
+def settle(
+    outcome: Callable[[], Result],
     path: Path,
     target: Path,
     fmt: Format,
     progress: Progress,
     failures: list[Failure],
+    reason_of: Callable[[Exception], str | None] = lambda error: None,
 ) -> None:
+    """Write one finished file's output, or record its failure; `reason_of` names the errors of
+    the caller's transport (None for an error it does not expect, which is raised)."""
     try:
-        result = future.result()
+        result = outcome()
         _write(target, fmt.encode(result, path.stem))
-    except (ArengineError, OSError) as error:
-        reason = error.message if isinstance(error, ArengineError) else str(error)
+    except Exception as error:
+        reason = _reason(error) or reason_of(error)
+        if reason is None:
+            raise
         failures.append(Failure(path, reason))
         progress.failed(path, reason)
     else:
         progress.finished(path, result, target)
+
+
+def _reason(error: Exception) -> str | None:
+    if isinstance(error, ArengineError):
+        return error.message
+    return str(error) if isinstance(error, OSError) else None
 
 
 def _take(

@@ -2,9 +2,10 @@
 
 Only a directory named by `upload_dir` is swept: the system temporary directory is shared with
 other programs (and other arengine servers). Only regular files of this user named as the spooler
-names them (`arengine-XXXXXXXX.upload`) are removed, and only when no other live server uses the
-directory: every server holds a shared `flock` on the directory itself, and sweeps only if it can
-take that lock exclusively (the kernel releases it when a server dies, SIGKILL included).
+names them (`arengine-`, eight random characters, `.upload`) are removed, and only when no other
+live server uses the directory: every server holds a shared `flock` on the directory itself, and
+sweeps only if it can take that lock exclusively (the kernel releases it when a server dies,
+SIGKILL included).
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ class Recognition:
     tags: tuple[Tag, ...]
     timings: Mapping[str, float]
     """Seconds per stage (`validation_s` ... `postprocess_s`) and `total_s`."""
+    model_timings: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    """For several models (`model="speech,notes"`): each one's timings, by name."""
 
 
 class ServerError(Exception):
@@ -145,6 +147,10 @@ def recognition_of(data: Mapping[str, Any]) -> Recognition:
         ),
         tags=tuple(tag_of(item) for item in data.get("tags", ())),
         timings={key: float(value) for key, value in data["timings"].items()},
+        model_timings={
+            name: {key: float(value) for key, value in timings.items()}
+            for name, timings in data.get("model_timings", {}).items()
+        },
     )
 
 

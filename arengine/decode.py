@@ -15,7 +15,7 @@ one policy for what goes wrong, counted while decoding rather than trusted from 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,10 @@ from typing import Any
 import av
 import numpy as np
 import soundfile as sf
-import soxr
 
 from arengine import ffmpeg, sniff
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
+from arengine.tee import Tee
 from arengine.types import AudioInfo
 
 BLOCK_FRAMES = 65536
@@ -226,53 +226,47 @@ def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         yield np.clip(mono, -1.0, 1.0)
 
 
-def resample(
-    blocks: Iterator[np.ndarray], rate_in: int, rate_out: int
-) -> Generator[np.ndarray, None, None]:
-    """Resample a mono stream with soxr (band-limited, high quality), block by block."""
-    if rate_in == rate_out:
-        yield from blocks
-        return
-    stream = soxr.ResampleStream(rate_in, rate_out, 1, dtype="float32", quality="HQ")
-    for block in blocks:
-        out = stream.resample_chunk(block)
-        if len(out):
-            yield out
-    tail = stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True)
-    if len(tail):
-        yield tail
-
-
 class Decoding:
-    """The whole chain for one upload: mono float32 blocks at `rate_out`; `info()` at the end.
+    """The whole chain for one upload: mono float32 blocks at each rate of `rates` (one reader
+    per rate given, each distinct rate resampled once); `info()` at the end.
 
-    Example: `blocks = Decoding(path, probe(path, limits), 16000, cap)`; after
-    `np.concatenate(list(blocks))`, `blocks.info().duration_s` is the decoded length.
+    Iterating a `Decoding` reads its first reader. Example: `blocks = Decoding(path,
+    probe(path, limits), 16000, cap)`; after `np.concatenate(list(blocks))`,
+    `blocks.info().duration_s` is the decoded length.
     """
 
-    def __init__(self, path: Path, info: AudioInfo, rate_out: int, max_frames: int) -> None:
+    def __init__(
+        self, path: Path, info: AudioInfo, rates: int | Sequence[int], max_frames: int
+    ) -> None:
         self._probed = info
         self.report = DecodeReport()
-        blocks = read_blocks(path, info, max_frames, self.report)
-        self._chain: Generator[np.ndarray, None, None] = resample(
-            to_mono(blocks), info.sample_rate, rate_out
-        )
+        mono = to_mono(read_blocks(path, info, max_frames, self.report))
+        self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
+        self._first = self._tee.reader(0)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return self
 
     def __next__(self) -> np.ndarray:
-        return next(self._chain)
+        return next(self._first)
+
+    def reader(self, index: int) -> Iterator[np.ndarray]:
+        """The blocks at `rates[index]`; a reader ahead of the others decodes for all of them."""
+        return self._first if index == 0 else self._tee.reader(index)
+
+    def held_samples(self, index: int) -> int:
+        """Samples decoded for reader `index` that it has not taken yet."""
+        return self._tee.held_samples(index)
 
     def close(self) -> None:
         """Stop decoding and release the file."""
-        self._chain.close()
+        self._tee.close()
 
     def info(self) -> AudioInfo:
         """What was decoded: the probed info with the decoded length, truncation and warnings."""
         return self.report.finish(self._probed)
 
 
-def decode(path: Path, info: AudioInfo, rate_out: int, max_frames: int) -> Decoding:
-    """The whole chain: mono float32 blocks at `rate_out` from a file probed as `info`."""
-    return Decoding(path, info, rate_out, max_frames)
+def decode(path: Path, info: AudioInfo, rates: int | Sequence[int], max_frames: int) -> Decoding:
+    """The whole chain: mono float32 blocks at `rates` from a file probed as `info`."""
+    return Decoding(path, info, rates, max_frames)

@@ -98,6 +98,7 @@ def _tag_of(item: dict[str, Any]) -> Tag:
         frequency_hz=None if frequency in (None, "") else float(frequency),
         midi=None if midi in (None, "") else int(midi),
         pitch_bend=None if bend is None else tuple(float(b) for b in bend),
+        model=item.get("model") or None,
     )
 
 
@@ -117,11 +118,18 @@ def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     pitch = _has_pitch(result)
-    writer.writerow(["start", "end", "label", "score", *(["frequency_hz"] if pitch else [])])
+    several = bool(result.model_timings)
+    writer.writerow(
+        ["start", "end", "label", "score"]
+        + (["frequency_hz"] if pitch else [])
+        + (["model"] if several else [])
+    )
     for tag in result.tags:
         row: list[object] = [tag.start, tag.end, tag.label, tag.score]
         if pitch:
             row.append("" if tag.frequency_hz is None else tag.frequency_hz)
+        if several:
+            row.append(tag.model)
         writer.writerow(row)
     return out.getvalue()
 
@@ -266,7 +274,8 @@ _DECLARED = (
     Format("json", "application/json", "json", _render_json, _text(_parse_json), 1e-9,
            "the JSON body of the API"),
     Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
-           "`start,end,label,score`, plus `frequency_hz` for pitch tags"),
+           "`start,end,label,score`, plus `frequency_hz` for pitch tags and `model` for "
+           "several models"),
     Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
            "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),
     Format("raven", "text/tab-separated-values", "selections.txt", _render_raven,

@@ -66,6 +66,8 @@ class Tag:
     """MIDI note number (69 is A4), for note tags only."""
     pitch_bend: tuple[float, ...] | None = None
     """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
+    model: str | None = None
+    """The model that gave the tag, in a request for several models."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,9 @@ class Result:
     audio: AudioInfo
     tags: tuple[Tag, ...]
     timings: Timings
+    model_timings: tuple[tuple[str, Timings], ...] = ()
+    """For a request of several models, each one's stage times (decoding counts for the model
+    whose segment needed it; validation, shared, for none) and its wall time to its last tag."""
 
 
 def tag_dict(tag: Tag) -> dict[str, Any]:
@@ -130,10 +135,14 @@ def timings_dict(timings: Timings) -> dict[str, float]:
 
 
 def result_dict(result: Result) -> dict[str, Any]:
-    """A result as JSON: `model`, `audio`, `tags` (in order) and `timings`."""
-    return {
+    """A result as JSON: `model`, `audio`, `tags` (in order) and `timings`, plus
+    `model_timings` (by model name) for several models."""
+    out = {
         "model": result.model,
         "audio": audio_dict(result.audio),
         "tags": [tag_dict(tag) for tag in result.tags],
         "timings": timings_dict(result.timings),
     }
+    if result.model_timings:
+        out["model_timings"] = {name: timings_dict(t) for name, t in result.model_timings}
+    return out

@@ -114,7 +114,7 @@ def arengine_engine(path: Path, threads: int, batch: int | None = None) -> Outco
         max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
     )
     try:
-        spec = JobSpec("bench", path, recognizer, {}, limits, 4)
+        spec = JobSpec("bench", path, (recognizer,), {}, limits, 4)
         seconds, cpu, result = _timed(lambda: pool.submit(spec).future.result())
     finally:
         pool.close()

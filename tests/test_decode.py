@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.decode import decode, read_blocks, resample, to_mono
+from arengine.decode import decode, read_blocks, to_mono
 from arengine.errors import InvalidInput, TooLarge
+from arengine.tee import Tee
 from arengine.validation import AudioLimits, probe
 
 LIMITS = AudioLimits(
@@ -28,16 +30,49 @@ def _peak_hz(audio: np.ndarray, rate: int) -> float:
     return float(np.argmax(spectrum) * rate / len(audio))
 
 
+def _resampled(blocks: list[np.ndarray], rate_in: int, rate_out: int) -> np.ndarray:
+    return np.concatenate(list(Tee(iter(blocks), rate_in, [rate_out]).reader(0)))
+
+
 def test_resampling_keeps_frequencies_and_removes_what_cannot_be_kept() -> None:
     rate = 44100
-    kept = np.concatenate(
-        list(resample(iter(np.array_split(_tone(3000, rate, 2), 37)), rate, 16000))
-    )
+    kept = _resampled(np.array_split(_tone(3000, rate, 2), 37), rate, 16000)
     assert len(kept) == pytest.approx(32000, abs=2)
     assert _peak_hz(kept, 16000) == pytest.approx(3000, abs=5)
     # 11 kHz is above the 8 kHz Nyquist limit: a naive decimation would alias it to 5 kHz.
-    gone = np.concatenate(list(resample(iter([_tone(11000, rate, 2)]), rate, 16000)))
+    gone = _resampled([_tone(11000, rate, 2)], rate, 16000)
     assert np.sqrt(np.mean(gone[1000:-1000] ** 2)) < 0.01
+
+
+def test_a_tee_gives_each_reader_the_stream_at_its_rate_whatever_order_they_read_in() -> None:
+    rate = 44100
+    blocks = np.array_split(_tone(1000, rate, 3), 11)
+    tee = Tee(iter(blocks), rate, [16000, 22050, 16000])
+    first, notes, again = (tee.reader(i) for i in range(3))
+    head = next(notes)  # the 22.05 kHz reader pulls first: the others' blocks wait for them
+    assert tee.held_samples(0) == tee.held_samples(2) > 0
+    rest = [np.concatenate(list(reader)) for reader in (first, again)]
+    assert tee.held_samples(1) > 0 and tee.held_samples(0) == tee.held_samples(2) == 0
+    alone = [_resampled(list(blocks), rate, out) for out in (16000, 22050)]
+    assert np.array_equal(rest[0], alone[0]) and np.array_equal(rest[1], alone[0])
+    assert np.array_equal(np.concatenate([head, *notes]), alone[1])
+    assert tee.held_samples(1) == 0
+
+
+def test_a_closed_tee_drops_what_it_held_and_closes_its_source() -> None:
+    closed: list[bool] = []
+
+    def source() -> Iterator[np.ndarray]:
+        try:
+            yield from np.array_split(_tone(1000, 16000, 2), 4)
+        finally:
+            closed.append(True)
+
+    tee = Tee(source(), 16000, [16000, 16000])
+    next(tee.reader(0))
+    assert tee.held_samples(1) == 8000
+    tee.close()
+    assert closed == [True] and tee.held_samples(1) == 0 and list(tee.reader(1)) == []
 
 
 def test_channels_are_averaged() -> None:

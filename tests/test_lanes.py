@@ -124,7 +124,7 @@ def test_tags_from_parallel_decoding_match_sequential(
                 1, ahead // 2
             )
             spec = JobSpec(
-                "r", path, recognizer, {}, LIMITS, segments_ahead=ahead, parallel_decoding=True
+                "r", path, (recognizer,), {}, LIMITS, segments_ahead=ahead, parallel_decoding=True
             )
             results.append(pool.submit(spec).future.result(timeout=300))
     finally:

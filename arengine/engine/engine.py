@@ -10,9 +10,15 @@ from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
 from arengine.engine.pool import EnginePool
-from arengine.errors import ErrorCode, NotReady, UnknownModel
+from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, LoadFailure, load_models
+from arengine.models.registry import (
+    DEFAULT_MODELS_DIR,
+    LoadedModel,
+    LoadFailure,
+    load_models,
+    overrides_by_model,
+)
 from arengine.settings import Settings
 from arengine.threads import available_cpus
 from arengine.validation import AudioLimits
@@ -27,9 +33,9 @@ class Engine:
 
         engine = Engine(Settings())
         engine.load_models()
-        speech = engine.check("speech", {"threshold": 0.6})
-        job = engine.recognize(Path("talk.flac"), speech, {"threshold": 0.6}, "r1")
-        result = job.future.result()
+        models = engine.check("speech,notes", {"threshold": 0.6})
+        job = engine.recognize(Path("talk.flac"), models, {"threshold": 0.6}, "r1")
+        result = job.future.result()  # both models' tags, in timestamp order
     """
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
@@ -72,23 +78,37 @@ class Engine:
         else:
             log.error("no model could be loaded from %s: the server stays not ready", folder)
 
-    def check(self, model: str, overrides: Overrides) -> Recognizer:
-        """The recognizer for `model` if the request can be admitted; raises the reason if not."""
+    def check(self, model: str, overrides: Overrides) -> tuple[Recognizer, ...]:
+        """The recognizers of `model` (one name, or several separated by commas) if the request
+        can be admitted; raises the reason if not."""
         if self._stopping:
             raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
         if not self.ready:
             raise NotReady("the models are still loading; retry shortly")
-        loaded = self.models.get(model)
+        names = model.split(",")
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise InvalidInput(
+                f"model names {', '.join(repeated)} more than once; name each model once",
+                code=ErrorCode.INVALID_PARAMETER,
+            )
+        recognizers = tuple(self._recognizer(name) for name in names)
+        shares = overrides_by_model(recognizers, overrides)
+        for recognizer, own in zip(recognizers, shares, strict=True):
+            recognizer.tagger(own)  # validates the overrides before any upload is read
+        return recognizers
+
+    def _recognizer(self, name: str) -> Recognizer:
+        loaded = self.models.get(name)
         if loaded is None:
             known = ", ".join(sorted(self.models))
-            raise UnknownModel(f"unknown model {model!r}; loaded models: {known}")
-        loaded.recognizer.tagger(overrides)  # validates the overrides before any upload is read
+            raise UnknownModel(f"unknown model {name!r}; loaded models: {known}")
         return loaded.recognizer
 
     def recognize(
         self,
         path: Path,
-        recognizer: Recognizer,
+        recognizers: tuple[Recognizer, ...],
         overrides: Overrides,
         request_id: str,
         on_tags: TagListener | None = None,
@@ -103,7 +123,7 @@ class Engine:
         spec = JobSpec(
             request_id=request_id,
             path=path,
-            recognizer=recognizer,
+            recognizers=recognizers,
             overrides=overrides,
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,

@@ -5,10 +5,16 @@ A job hands out one task at a time to the pool: validation first, then alternate
 inference of decoded segments (any order, any thread; up to the model's `max_batch` segments in
 one forward call, when that pays). Post-processing consumes inference results
 strictly in segment order, so tags come out in timestamp order and segment cuts are invisible.
+
+A request for several models decodes its upload once (`arengine/tee.py`: one resampling per
+distinct rate) and runs one `_ModelRun` per model: its own segments, inference and tagger. No
+model decodes more than one segment length ahead of the slowest, which bounds the audio held
+between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -22,10 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from arengine.decode import Decoding, decode
+from arengine.engine.merge import TagMerge
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.lanes import Lane, LaneDecoding, parallel_lanes
 from arengine.models.recognizer import Overrides, Recognizer
+from arengine.models.registry import overrides_by_model
 from arengine.postprocess import Tagger
 from arengine.segments import Segment, Segmenter
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
@@ -44,8 +52,10 @@ class JobSpec:
 
     request_id: str
     path: Path
-    recognizer: Recognizer
+    recognizers: tuple[Recognizer, ...]
+    """The models to run, in the order the request named them (one, usually)."""
     overrides: Overrides
+    """Post-processing overrides; with several models, each takes those its kind has."""
     limits: AudioLimits
     segments_ahead: int
     on_tags: TagListener | None = None
@@ -54,6 +64,61 @@ class JobSpec:
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
     """Decode a long seekable file from several offsets at once (`arengine/lanes.py`)."""
+
+    @property
+    def model(self) -> str:
+        """The models' names as the request gave them: `speech`, or `speech,notes`."""
+        return ",".join(recognizer.name for recognizer in self.recognizers)
+
+
+class _ModelRun:
+    """One model's share of a job: its segments, their inference results and its tagger.
+    Every field is guarded by the job's lock."""
+
+    def __init__(self, index: int, recognizer: Recognizer, tagger: Tagger) -> None:
+        self.index = index
+        self.recognizer = recognizer
+        self.tagger = tagger
+        self.segments: Segmenter | None = None
+        self.lanes: LaneDecoding | None = None
+        """Set instead of `segments` when a long file is decoded from several offsets."""
+        self.segment_count: int | None = None
+        self.decoded: deque[tuple[Segment, float]] = deque()
+        """Decoded segments waiting for inference, with the perf_counter time each was queued."""
+        self.results: dict[int, np.ndarray] = {}
+        self.next_post = 0
+        self.undelivered = 0
+        """Segments decoded and not yet post-processed: what bounds this model's memory."""
+        self.done = False
+        """Its tagger has finished: every tag of this model is out."""
+        self.seconds = dict.fromkeys(Stage, 0.0)
+        self.wall_s = 0.0
+        plan = recognizer.plan
+        self.segment_s = plan.segment_samples / recognizer.sample_rate
+
+    @property
+    def decoded_s(self) -> float:
+        """Audio cut into segments so far, in seconds (where its decoding has got to)."""
+        produced = self.segments.index if self.segments is not None else self.next_post
+        return produced * self.segment_s
+
+    @property
+    def source(self) -> Segmenter | LaneDecoding:
+        source = self.lanes or self.segments
+        assert source is not None  # set by validation, which always runs first
+        return source
+
+    def ahead(self, segments_ahead: int, batching: bool) -> int:
+        """Segments it may hold decoded: a batching model reads ahead far enough for one batch
+        in flight and the next decoding."""
+        return max(segments_ahead, 2 * self.batch(batching))
+
+    def batch(self, batching: bool) -> int:
+        return self.recognizer.max_batch if batching else 1
+
+    def finishable(self) -> bool:
+        """Every segment post-processed and the end known: its tagger can finish."""
+        return not self.done and self.next_post == self.segment_count
 
 
 class Job:
@@ -68,7 +133,7 @@ class Job:
         self._wake = wake
         self._lock = threading.Lock()
         self._started = time.perf_counter()
-        self._seconds = dict.fromkeys(Stage, 0.0)
+        self._validation_s = 0.0
         self.finished = False
         self.served_s = 0.0
         """Engine seconds this job's tasks have taken; the pool serves the least-served first."""
@@ -78,38 +143,35 @@ class Job:
         self._postprocessing = False
         self._info: AudioInfo | None = None
         self._decoder: Decoding | None = None
-        self._lanes: LaneDecoding | None = None
-        """Set instead of `_segments` when a long file is decoded from several offsets."""
-        self._segments: Segmenter | None = None
-        self._segment_count: int | None = None
-        self._decoded: deque[tuple[Segment, float]] = deque()
-        """Decoded segments waiting for inference, with the perf_counter time each was queued."""
-        self._results: dict[int, np.ndarray] = {}
-        self._next_post = 0
-        self._undelivered = 0
-        """Segments decoded and not yet post-processed: what bounds this job's memory."""
-        self._tagger: Tagger = spec.recognizer.tagger(spec.overrides)
+        shares = overrides_by_model(spec.recognizers, spec.overrides)
+        self._runs = [
+            _ModelRun(index, recognizer, recognizer.tagger(own))
+            for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
+        ]
+        self._several = len(self._runs) > 1
+        self._window_s = max(run.segment_s for run in self._runs)
+        """How far (in audio) one model's decoding may run ahead of the slowest model's."""
+        self._merge = TagMerge(len(self._runs))
         self._tags: list[Tag] = []
 
     @property
     def held_segments(self) -> int:
         """Decoded segments not yet post-processed: the audio this job holds in memory."""
-        return self._undelivered
+        return sum(run.undelivered for run in self._runs)
 
     @property
     def queued_segments(self) -> int:
         """Decoded segments waiting for an engine thread to start their inference."""
-        return len(self._decoded)
+        return sum(len(run.decoded) for run in self._runs)
 
     @property
     def progress(self) -> tuple[float, float | None]:
-        """(audio seconds post-processed, the recording's duration once validated): what a
-        progress bar shows; read from any thread without the lock (two plain reads)."""
-        info, done = self._info, self._next_post
-        recognizer = self.spec.recognizer
-        seconds = done * recognizer.plan.segment_samples / recognizer.sample_rate
+        """(audio seconds post-processed by every model, the recording's duration once
+        validated): what a progress bar shows; read from any thread without the lock."""
+        info = self._info
         if info is None:
             return 0.0, None
+        seconds = min(run.next_post * run.segment_s for run in self._runs)
         return min(seconds, info.duration_s), info.duration_s
 
     def take(self, batching: bool = True) -> Task | None:
@@ -132,27 +194,47 @@ class Job:
                 return None
             self._validating = True
             return functools.partial(self._run, Stage.VALIDATION, self._validate)
-        batch = self.spec.recognizer.max_batch if batching else 1
-        # A batching model reads ahead far enough for one batch in flight and the next decoding.
-        ahead = max(self.spec.segments_ahead, 2 * batch)
-        if self._lanes is not None:
-            can_decode = self._lanes.free(self._next_post + ahead) is not None
-        else:
-            can_decode = (
-                not self._decoding and self._segment_count is None and self._undelivered < ahead
-            )
+        decodable = self._decodable(batching)
         # Inference first, so decoded audio does not pile up; a batching model's segments wait
-        # for a full batch only while this thread could decode instead of idling.
-        if self._decoded and (len(self._decoded) >= batch or not can_decode):
-            taken = [self._decoded.popleft() for _ in range(min(batch, len(self._decoded)))]
-            return functools.partial(self._run, Stage.INFERENCE, self._infer, taken)
-        if can_decode and self._lanes is not None:
-            lane = self._lanes.take(self._next_post + ahead)
-            return functools.partial(self._run, Stage.FEATURES, self._decode_lane, lane)
-        if can_decode:
-            self._decoding = True
-            return functools.partial(self._run, Stage.FEATURES, self._decode)
-        return None
+        # for a full batch only while this thread could decode instead of idling. The model
+        # furthest behind goes first, so the others' tags are not held back in the merge.
+        waiting = [run for run in self._runs if run.decoded]
+        for run in sorted(waiting, key=lambda run: run.next_post * run.segment_s):
+            batch = run.batch(batching)
+            if len(run.decoded) >= batch or decodable is None:
+                taken = [run.decoded.popleft() for _ in range(min(batch, len(run.decoded)))]
+                return functools.partial(self._run, Stage.INFERENCE, self._infer, run, taken)
+        if decodable is None:
+            return None
+        if decodable.lanes is not None:
+            lane = decodable.lanes.take(decodable.next_post + self._ahead(decodable, batching))
+            return functools.partial(self._run, Stage.FEATURES, self._decode_lane, decodable, lane)
+        self._decoding = True
+        return functools.partial(self._run, Stage.FEATURES, self._decode, decodable)
+
+    def _ahead(self, run: _ModelRun, batching: bool) -> int:
+        return run.ahead(self.spec.segments_ahead, batching)
+
+    def _decodable(self, batching: bool) -> _ModelRun | None:
+        """The model whose next segment to decode now, or None: the one furthest behind among
+        those with room, and only within one segment length of the slowest model."""
+        first = self._runs[0]
+        if first.lanes is not None:  # parallel lanes: a request for one model only
+            room = first.lanes.free(first.next_post + self._ahead(first, batching))
+            return first if room is not None else None
+        if self._decoding:
+            return None
+        decoding = [run for run in self._runs if run.segment_count is None]
+        if not decoding:
+            return None
+        slowest = min(run.decoded_s for run in decoding)
+        ready = [
+            run
+            for run in decoding
+            if run.undelivered < self._ahead(run, batching)
+            and run.decoded_s <= slowest + self._window_s
+        ]
+        return min(ready, key=lambda run: run.decoded_s, default=None)
 
     def _run(self, stage: Stage, work: Callable[..., None], *args: object) -> None:
         started = time.perf_counter()
@@ -178,65 +260,74 @@ class Job:
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream)
         max_frames = int(spec.limits.max_duration_s * info.sample_rate)
-        rate, plan, ahead = spec.recognizer.sample_rate, spec.recognizer.plan, spec.segments_ahead
-        lanes = parallel_lanes(info, plan, rate, ahead) if spec.parallel_decoding else 1
+        ahead, runs = spec.segments_ahead, self._runs
+        first = runs[0].recognizer
+        lanes = 1
+        if spec.parallel_decoding and not self._several:
+            lanes = parallel_lanes(info, first.plan, first.sample_rate, ahead)
         with self._lock:
             if lanes > 1:  # a long compressed file: decoded from several offsets at once
-                self._lanes = LaneDecoding(spec.path, info, plan, rate, max_frames, lanes, ahead)
+                runs[0].lanes = LaneDecoding(
+                    spec.path, info, first.plan, first.sample_rate, max_frames, lanes, ahead
+                )
             else:
-                self._decoder = decode(spec.path, info, rate, max_frames)
-                self._segments = Segmenter(self._decoder, plan)
+                rates = [run.recognizer.sample_rate for run in runs]
+                self._decoder = decode(spec.path, info, rates, max_frames)
+                for run in runs:
+                    run.segments = Segmenter(self._decoder.reader(run.index), run.recognizer.plan)
             self._info = info
         seconds = time.perf_counter() - started
         with self._lock:
-            self._seconds[Stage.VALIDATION] += seconds
-        self._observe(Stage.VALIDATION, seconds)
+            self._validation_s += seconds
+        # Validation is shared by the models: counted once, under the first model's name.
+        self._observer.observe_stage(first.name, Stage.VALIDATION, seconds)
 
-    def _decode(self) -> None:
+    def _decode(self, run: _ModelRun) -> None:
         started = time.perf_counter()
-        assert self._segments is not None  # set by validation, which always runs first
-        segment = next(self._segments, None)
-        decoded = time.perf_counter()
-        self._observe(Stage.FEATURES, decoded - started)
-        with self._lock:
-            self._seconds[Stage.FEATURES] += decoded - started
-            self._decoding = False
-            if segment is not None:
-                self._decoded.append((segment, decoded))
-                self._undelivered += 1
-                return
-            self._segment_count = self._segments.index
-            complete = not self._postprocessing and self._next_post == self._segment_count
-        if complete:
-            self._complete()
+        assert run.segments is not None  # set by validation, which always runs first
+        segment = next(run.segments, None)
+        self._decoded(run, segment, started, run.segments.index)
 
-    def _decode_lane(self, lane: Lane | None) -> None:
+    def _decode_lane(self, run: _ModelRun, lane: Lane | None) -> None:
         started = time.perf_counter()
-        assert self._lanes is not None and lane is not None  # `free` found it under the lock
+        lanes = run.lanes
+        assert lanes is not None and lane is not None  # `free` found it under the lock
         try:
-            segment = self._lanes.produce(lane)
+            segment = lanes.produce(lane)
         except BaseException:
             with self._lock:
-                self._lanes.abandon(lane)  # the job fails; no end is inferred from this lane
+                lanes.abandon(lane)  # the job fails; no end is inferred from this lane
             raise
-        decoded = time.perf_counter()
-        self._observe(Stage.FEATURES, decoded - started)
         with self._lock:
-            self._seconds[Stage.FEATURES] += decoded - started
-            self._lanes.release(lane, ended=segment is None)
-            if segment is not None:
-                self._decoded.append((segment, decoded))
-                self._undelivered += 1
-                return
-            self._segment_count = self._lanes.segment_count
-            complete = not self._postprocessing and self._next_post == self._segment_count
-        if complete:
-            self._complete()
+            lanes.release(lane, ended=segment is None)
+            count = lanes.segment_count
+        self._decoded(run, segment, started, count)
 
-    def _infer(self, taken: list[tuple[Segment, float]]) -> None:
-        """Stage 3 for one segment, or one forward call over a batch of this job's segments
+    def _decoded(
+        self, run: _ModelRun, segment: Segment | None, started: float, count: int | None
+    ) -> None:
+        """Queue a decoded segment for inference; or, at the end (`count` segments in all),
+        let post-processing finish the model."""
+        decoded = time.perf_counter()
+        self._observe(run, Stage.FEATURES, decoded - started)
+        with self._lock:
+            run.seconds[Stage.FEATURES] += decoded - started
+            if run.lanes is None:
+                self._decoding = False
+            if segment is not None:
+                run.decoded.append((segment, decoded))
+                run.undelivered += 1
+                return
+            run.segment_count = count
+            start = not self._postprocessing
+            self._postprocessing = True
+        if start:
+            self._postprocess_in_order()
+
+    def _infer(self, run: _ModelRun, taken: list[tuple[Segment, float]]) -> None:
+        """Stage 3 for one segment, or one forward call over a batch of this model's segments
         (their failure fails this request only, like one segment's)."""
-        recognizer = self.spec.recognizer
+        recognizer = run.recognizer
         started = time.perf_counter()
         for _, queued in taken:
             self._observer.observe_queue_wait(recognizer.name, started - queued)
@@ -248,79 +339,107 @@ class Job:
         else:
             scores = recognizer.infer_batch(features, segments)
         inferred = time.perf_counter()
-        self._observe(Stage.FEATURES, extracted - started)
-        self._observe(Stage.INFERENCE, inferred - extracted)
+        self._observe(run, Stage.FEATURES, extracted - started)
+        self._observe(run, Stage.INFERENCE, inferred - extracted)
         with self._lock:
-            self._seconds[Stage.FEATURES] += extracted - started
-            self._seconds[Stage.INFERENCE] += inferred - extracted
+            run.seconds[Stage.FEATURES] += extracted - started
+            run.seconds[Stage.INFERENCE] += inferred - extracted
             for segment, result in zip(segments, scores, strict=True):
-                self._results[segment.index] = result
+                run.results[segment.index] = result
             if self._postprocessing:
                 return
             self._postprocessing = True
         self._postprocess_in_order()
 
     def _postprocess_in_order(self) -> None:
-        """Post-process results in segment order; one thread at a time, the others hand over."""
+        """Post-process each model's results in segment order, and finish each model's tagger
+        once its last segment is through; one thread at a time, the others hand over."""
         while True:
             with self._lock:
-                scores = self._results.pop(self._next_post, None)
-                if scores is None or self.finished:
+                step = None if self.finished else self._next_step()
+                if step is None:
                     self._postprocessing = False
-                    complete = self._next_post == self._segment_count and not self.finished
+                    complete = not self.finished and all(run.done for run in self._runs)
                     break
-                self._next_post += 1
-                self._undelivered -= 1
+                run, scores = step
             started = time.perf_counter()
-            tags = self._tagger.push(scores)
+            if scores is not None:
+                tags = run.tagger.push(scores)
+            else:
+                tags = run.tagger.finish(run.source.total_samples or 0)
             seconds = time.perf_counter() - started
-            self._observe(Stage.POSTPROCESS, seconds)
+            self._observe(run, Stage.POSTPROCESS, seconds)
+            if self._several:
+                tags = [dataclasses.replace(tag, model=run.recognizer.name) for tag in tags]
             with self._lock:
-                self._tags.extend(tags)
-                self._seconds[Stage.POSTPROCESS] += seconds
-            self._announce(tags)
+                run.seconds[Stage.POSTPROCESS] += seconds
+                if scores is None:
+                    run.wall_s = time.perf_counter() - self._started
+                released = self._merge.add(run.index, tags, done=scores is None)
+                self._tags.extend(released)
+            self._announce(released)
         if complete:
             self._complete()
 
+    def _next_step(self) -> tuple[_ModelRun, np.ndarray | None] | None:
+        """A model's next result in order (claimed), or a model to finish (`None` scores);
+        under the lock."""
+        for run in self._runs:
+            scores = run.results.pop(run.next_post, None)
+            if scores is not None:
+                run.next_post += 1
+                run.undelivered -= 1
+                return run, scores
+            if run.finishable():
+                run.done = True
+                return run, None
+        return None
+
     def _complete(self) -> None:
-        """Called once, by the task that saw the last segment post-processed. Everything that can
+        """Called once, by the post-processing that finished the last model. Everything that can
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
-        started = time.perf_counter()
-        source = self._lanes or self._segments
-        assert source is not None and (self._decoder or self._lanes) is not None
-        total = source.total_samples or 0
-        last = self._tagger.finish(total)
-        tags = tuple(self._tags + last)
-        finishing = time.perf_counter() - started
-        self._observe(Stage.POSTPROCESS, finishing)
-        decoded = self._lanes or self._decoder
+        run = self._runs[0]
+        decoded = run.lanes or self._decoder
         assert decoded is not None
         info = decoded.info()  # the decoded length, not the header's claim
         with self._lock:
             if self.finished:
                 return
             self.finished = True
-            seconds = self._seconds
-            seconds[Stage.POSTPROCESS] += finishing
-        self._announce(last)
-        timings = Timings.of(seconds, total_s=time.perf_counter() - self._started)
-        self.future.set_result(Result(self.spec.recognizer.name, info, tags, timings))
+            tags = tuple(self._tags)
+        total = time.perf_counter() - self._started
+        result = Result(self.spec.model, info, tags, self._timings(total), self._model_timings())
+        self.future.set_result(result)
+
+    def _timings(self, total_s: float) -> Timings:
+        seconds = {stage: sum(run.seconds[stage] for run in self._runs) for stage in Stage}
+        seconds[Stage.VALIDATION] = self._validation_s
+        return Timings.of(seconds, total_s=total_s)
+
+    def _model_timings(self) -> tuple[tuple[str, Timings], ...]:
+        """Each model's own stage times and wall time to its last tag, for several models."""
+        if not self._several:
+            return ()
+        return tuple(
+            (run.recognizer.name, Timings.of(run.seconds, total_s=run.wall_s)) for run in self._runs
+        )
 
     def _announce(self, tags: list[Tag]) -> None:
-        """Tell the listener; `_postprocess_in_order` and `_complete` never overlap: in order."""
+        """Tell the listener; post-processing runs on one thread at a time: in order."""
         if tags and self.spec.on_tags is not None and not self.future.done():
             self.spec.on_tags(tags)
 
-    def _observe(self, stage: Stage, seconds: float) -> None:
-        self._observer.observe_stage(self.spec.recognizer.name, stage, seconds)
+    def _observe(self, run: _ModelRun, stage: Stage, seconds: float) -> None:
+        self._observer.observe_stage(run.recognizer.name, stage, seconds)
 
     def _fail(self, error: ArengineError) -> None:
         with self._lock:
             if self.finished:
                 return
             self.finished = True
-            self._decoded.clear()
-            self._results.clear()
+            for run in self._runs:
+                run.decoded.clear()
+                run.results.clear()
             idle = self._running == 0
         self.future.set_exception(error)
         if idle:
@@ -328,11 +447,14 @@ class Job:
         self._wake()
 
     def _release(self) -> None:
-        """Close the decoder (and its file) once no task is using it."""
+        """Close the decoders (and the file) once no task is using them."""
         with self._lock:
-            segments, self._segments = self._segments, None
-            lanes, self._lanes = self._lanes, None
-        if segments is not None:
-            segments.close()
-        if lanes is not None:
-            lanes.close()
+            closing: list[Segmenter | LaneDecoding | Decoding] = []
+            for run in self._runs:
+                closing += [source for source in (run.segments, run.lanes) if source is not None]
+                run.segments = run.lanes = None
+            if self._decoder is not None:
+                closing.append(self._decoder)
+                self._decoder = None
+        for source in closing:
+            source.close()

@@ -102,22 +102,24 @@ async def recognize(
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     output = query.format or negotiate(request.headers.get("accept")) or "json"
-    recognizer = engine.check(query.model, overrides)  # before reading the body: refuse fast
+    recognizers = engine.check(query.model, overrides)  # before reading the body: refuse fast
     if output != STREAM:
-        _check_format(get_format(output), recognizer)
-    request.state.model = query.model  # a loaded model's name: a bounded label value
+        for recognizer in recognizers:
+            _check_format(get_format(output), recognizer)
+    # Loaded models' names, each once: a bounded label value.
+    request.state.model = query.model
     request.state.stream = query.stream
-    record = _Record(request, recognizer.name, started)
+    record = _Record(request, query.model, started)
     if output == STREAM:
         deadline = started + timeout
         return await _stream(
-            request, engine, recognizer, overrides, record, deadline, query.progress
+            request, engine, recognizers, overrides, record, deadline, query.progress
         )
     try:
         with ExitStack() as cleanup:
             path = await _admit_and_spool(request, engine, cleanup, started + timeout)
             job = engine.recognize(
-                path, recognizer, overrides, request.state.request_id, stream=query.stream
+                path, recognizers, overrides, request.state.request_id, stream=query.stream
             )
             result = await _outcome(request, job, started + timeout)
     except BaseException as error:
@@ -261,7 +263,7 @@ async def _outcome(request: Request, job: Job, deadline: float) -> Result:
 async def _stream(
     request: Request,
     engine: Engine,
-    recognizer: Recognizer,
+    recognizers: tuple[Recognizer, ...],
     overrides: Overrides,
     record: _Record,
     deadline: float,
@@ -278,7 +280,7 @@ async def _stream(
         feed = TagFeed()
         job = engine.recognize(
             path,
-            recognizer,
+            recognizers,
             overrides,
             request.state.request_id,
             feed.listener(),

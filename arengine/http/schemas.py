@@ -22,9 +22,11 @@ class _QueryBase(BaseModel):
     model: str = Field(
         DEFAULT_MODEL,
         min_length=1,
-        max_length=64,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description="Name of a loaded model (see GET /v1/models).",
+        max_length=256,
+        pattern=r"^[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*$",
+        description="Name of a loaded model (see GET /v1/models), or several separated by "
+        "commas (`speech,notes`): the upload is decoded once, every tag carries its `model`, "
+        "and the tags of all of them come in one timestamp order.",
     )
     timeout_s: float | None = Field(
         None,
@@ -134,6 +136,9 @@ class TagOut(BaseModel):
         description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
         "relative to `midi` in thirds of a semitone.",
     )
+    model: str | None = Field(
+        None, description="The model that gave the tag, when the request named several."
+    )
 
 
 class TimingsOut(BaseModel):
@@ -145,10 +150,15 @@ class TimingsOut(BaseModel):
 
 
 class RecognizeResponse(BaseModel):
-    model: str
+    model: str = Field(description="The model, or the models as the request named them.")
     audio: AudioOut
     tags: list[TagOut]
-    timings: TimingsOut
+    timings: TimingsOut = Field(description="Seconds per stage, summed over threads and models.")
+    model_timings: dict[str, TimingsOut] | None = Field(
+        None,
+        description="For several models: each one's stage times (decoding counts for the model "
+        "that needed it) and its wall time to its last tag.",
+    )
 
     @classmethod
     def of(cls, result: Result) -> RecognizeResponse:

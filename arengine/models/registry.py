@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from arengine.errors import ErrorCode, InvalidInput
 from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
@@ -22,7 +23,7 @@ from arengine.models.music import LABELS as MUSIC_LABELS
 from arengine.models.music import MusicRecognizer
 from arengine.models.notes import NotesRecognizer
 from arengine.models.pitch import PitchRecognizer
-from arengine.models.recognizer import Recognizer
+from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.params import Params
@@ -206,3 +207,26 @@ BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "classifier": _classifier,
     "music": _music,
 }
+
+
+def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) -> list[Overrides]:
+    """Each model's share of a request's overrides: all of them for one model (its kind refuses
+    those that do not apply); for several, each takes those its kind has, and one that no model
+    takes is refused.
+
+    >>> from types import SimpleNamespace as Model
+    >>> overrides_by_model([Model(kind="speech"), Model(kind="music")], {"threshold": 0.6})
+    [{'threshold': 0.6}, {'threshold': 0.6}]
+    """
+    if len(recognizers) == 1:
+        return [overrides]
+    accepted = [set(PARAMETERS[recognizer.kind].bounds()) for recognizer in recognizers]
+    unknown = sorted(set(overrides) - set().union(*accepted))
+    if unknown:
+        kinds = ", ".join(sorted({recognizer.kind for recognizer in recognizers}))
+        raise InvalidInput(
+            f"{', '.join(unknown)} does not apply to any of the requested models ({kinds} "
+            f"models); accepted: {', '.join(sorted(set().union(*accepted)))}",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+    return [{k: v for k, v in overrides.items() if k in names} for names in accepted]

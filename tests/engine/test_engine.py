@@ -61,7 +61,7 @@ def _spec(
     return JobSpec(
         request_id=request_id,
         path=path,
-        recognizer=recognizer,
+        recognizers=(recognizer,),
         overrides={},
         limits=LIMITS,
         segments_ahead=ahead,
@@ -269,7 +269,7 @@ def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
         spec = JobSpec(
             request_id="listen",
             path=long_recording.path,
-            recognizer=recognizer,
+            recognizers=(recognizer,),
             overrides={},
             limits=LIMITS,
             segments_ahead=4,
@@ -295,7 +295,7 @@ def test_a_cancelled_job_tells_the_listener_nothing_more(
     heard: list[list[Tag]] = []
     pool = EnginePool(threads=2)
     try:
-        spec = JobSpec("c", clip.path, recognizer, {}, LIMITS, 4, on_tags=heard.append)
+        spec = JobSpec("c", clip.path, (recognizer,), {}, LIMITS, 4, on_tags=heard.append)
         job = pool.submit(spec)
         job.cancel()
         recognizer.gate.set()

@@ -140,7 +140,9 @@ def test_speech_tags_match_the_conv_reference(
     pool = EnginePool(threads=2)
     try:
         tags = [
-            pool.submit(JobSpec("r", clip.path, SpeechRecognizer(model, 4.0, 2.0), {}, limits, 4))
+            pool.submit(
+                JobSpec("r", clip.path, (SpeechRecognizer(model, 4.0, 2.0),), {}, limits, 4)
+            )
             .future.result(timeout=120)
             .tags
             for model in (speech_model, reference)

@@ -214,8 +214,8 @@ def test_engine_segments_and_threads_give_the_whole_file_result(
         engine = Engine(Settings(engine_threads=2, models="notes", segment_s=segment_s))
         engine.load_models()
         try:
-            recognizer = engine.check("notes", {})
-            job = engine.recognize(path, recognizer, {}, f"t-{segment_s}")
+            recognizers = engine.check("notes", {})
+            job = engine.recognize(path, recognizers, {}, f"t-{segment_s}")
             results.append(job.future.result(timeout=300).tags)
         finally:
             engine.close()

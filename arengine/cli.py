@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from arengine.formats import FORMAT_NAMES, FORMATS, known_formats
+from arengine.formats import FORMAT_NAMES, FORMATS, get_format, known_formats
 from arengine.settings import Settings
 
-if TYPE_CHECKING:  # the runner module loads torch; `--help` should not
+if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
+    from arengine.engine.engine import Engine
     from arengine.runner import Failure
 
 log = logging.getLogger("arengine")
@@ -82,7 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
-    recognize.add_argument("--model", default="speech", help="model name (default: speech)")
+    recognize.add_argument(
+        "--model",
+        default="speech",
+        help="model name, or several separated by commas (speech,notes: decoded once, "
+        "one output with every model's tags in timestamp order); default: speech",
+    )
     recognize.add_argument(
         "--format",
         default="json",
@@ -233,7 +239,6 @@ def recognize(
     resume: bool = False,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
-    from arengine.formats import get_format
     from arengine.runner import expand, output_names, recognize_files
 
     files, skipped = expand(inputs)
@@ -259,21 +264,29 @@ def recognize(
             return 0
     engine = _engine(settings)
     try:
-        if model not in engine.models:
-            known = ", ".join(sorted(engine.models)) or "none"
-            print(f"arengine: unknown model {model!r}; loaded models: {known}", file=sys.stderr)
-            return 2
-        if not get_format(format).accepts(engine.models[model].recognizer.labels):
-            print(
-                f"arengine: format {format} holds only notes; model {model!r} tags none",
-                file=sys.stderr,
-            )
+        refused = _refusal(engine, model, format)
+        if refused is not None:
+            print(f"arengine: {refused}", file=sys.stderr)
             return 2
         failures = recognize_files(engine, files, model, get_format(format), out, jobs)
     finally:
         engine.close()
     _print_skipped(skipped)
     return _report(failures, files)
+
+
+def _refusal(engine: Engine, model: str, format: str) -> str | None:
+    """Why `model` (one name or several, comma-separated) cannot run or fill `format`."""
+    from arengine.errors import ArengineError
+
+    try:
+        recognizers = engine.check(model, {})
+    except ArengineError as error:
+        return str(error)
+    for recognizer in recognizers:
+        if not get_format(format).accepts(recognizer.labels):
+            return f"format {format} holds only notes; model {recognizer.name!r} tags none"
+    return None
 
 
 def _report(failures: list[Any], files: list[Path]) -> int:

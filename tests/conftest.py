@@ -81,6 +81,17 @@ def recording(tmp_path: Path, phrases: Phrases) -> RecordingFactory:
     return make
 
 
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m arengine ARGS` in `cwd`: its exit status and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "arengine", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
 def wait_until(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
     """Poll `condition` until it holds (True) or `seconds` pass (False): tests wait for events,
     never assert how long something took."""

@@ -13,6 +13,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from tests.audio import speak
+
 SOUNDFONT = Path("/usr/share/sounds/sf2/FluidR3_GM.sf2")
 PIANO, GUITAR, VIOLIN, STRINGS, FLUTE = 0, 24, 40, 48, 73
 
@@ -139,3 +141,17 @@ def f1(reference: list[Note], estimated: list[tuple[float, float, int]]) -> tupl
         ref_i, ref_p, est_i, est_p, onset_tolerance=0.05, offset_ratio=None
     )
     return float(precision), float(recall), float(score)
+
+
+def speech_and_melodies(folder: Path) -> Path:
+    """About 45 s of espeak-ng phrases and FluidR3 melodies in turn, as 44.1 kHz stereo FLAC:
+    speech, notes and music tags to find, and a rate that each model's differs from."""
+    parts = []
+    for turn in range(4):
+        voice, rate = speak(f"Part {turn} of a recording with speech and music.", folder)
+        tune = render(melody(0.0, 8.0, (PIANO, FLUTE)[turn % 2], seed=turn), folder, rate)
+        parts += [voice, np.zeros(rate // 2, np.float32), tune[: 8 * rate]]
+    audio = soxr.resample(np.concatenate(parts), rate, 44100).astype(np.float32)
+    path = folder / "speech-and-music.flac"
+    sf.write(path, np.stack([audio, 0.8 * audio], axis=1), 44100)
+    return path

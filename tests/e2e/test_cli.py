@@ -15,6 +15,7 @@ from arengine.formats import FORMATS
 from arengine.settings import Settings
 from tests.audio import ffmpeg
 from tests.conftest import RecordingFactory, start_server, stop_server
+from tests.conftest import run_cli as _arengine
 
 
 def _settings_from(argv: list[str]) -> Settings:
@@ -75,16 +76,6 @@ def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
         assert info["intra_op_threads"] == 1
         if expected == "jemalloc":
             assert "allocator=jemalloc" in server.log.read_text()
-
-
-def _arengine(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "arengine", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
 
 
 def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(

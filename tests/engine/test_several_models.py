@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 import soxr
 import torch
 
@@ -23,8 +22,7 @@ from arengine.segments import Segment
 from arengine.settings import Settings
 from arengine.types import Result, Stage, Tag
 from arengine.validation import AudioLimits
-from tests.audio import speak
-from tests.music import FLUTE, PIANO, melody, render
+from tests.music import speech_and_melodies
 
 SEGMENT_S = 4.0
 MODELS = ("speech", "notes", "music")
@@ -43,19 +41,7 @@ def engine() -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def speech_and_music(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """About a minute of espeak-ng phrases and FluidR3 melodies in turn, as 44.1 kHz stereo
-    FLAC: every model has something to tag, and two of the three model rates differ from it."""
-    folder = tmp_path_factory.mktemp("several")
-    parts = []
-    for turn in range(4):
-        voice, rate = speak(f"Part {turn} of a recording with speech and music.", folder)
-        assert rate == 22050
-        tune = render(melody(0.0, 8.0, (PIANO, FLUTE)[turn % 2], seed=turn), folder)
-        parts += [voice, np.zeros(rate // 2, np.float32), tune[: 8 * rate]]
-    audio = soxr.resample(np.concatenate(parts), 22050, 44100).astype(np.float32)
-    path = folder / "speech-and-music.flac"
-    sf.write(path, np.stack([audio, 0.8 * audio], axis=1), 44100)
-    return path
+    return speech_and_melodies(tmp_path_factory.mktemp("several"))
 
 
 class _Backlog:

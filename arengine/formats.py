@@ -118,7 +118,7 @@ def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     pitch = _has_pitch(result)
-    several = bool(result.model_timings)
+    several = any(tag.model is not None for tag in result.tags)
     writer.writerow(
         ["start", "end", "label", "score"]
         + (["frequency_hz"] if pitch else [])

@@ -12,10 +12,12 @@ Example (with a server at that address)::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
 import sys
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +51,6 @@ class Remote:
 def result_of(recognition: Recognition) -> Result:
     """The server's answer as the engine's `Result`, so the formats render it as in-process."""
     audio = recognition.audio
-    timings = recognition.timings
     return Result(
         model=recognition.model,
         audio=AudioInfo(
@@ -60,14 +61,15 @@ def result_of(recognition: Recognition) -> Result:
             frames=round(audio.duration_s * audio.sample_rate),
         ),
         tags=recognition.tags,
-        timings=Timings(
-            validation_s=timings.get("validation_s", 0.0),
-            features_s=timings.get("features_s", 0.0),
-            inference_s=timings.get("inference_s", 0.0),
-            postprocess_s=timings.get("postprocess_s", 0.0),
-            total_s=timings.get("total_s", 0.0),
+        timings=_timings(recognition.timings),
+        model_timings=tuple(
+            (name, _timings(timings)) for name, timings in recognition.model_timings.items()
         ),
     )
+
+
+def _timings(seconds: Mapping[str, float]) -> Timings:
+    return Timings(**{f.name: seconds.get(f.name, 0.0) for f in dataclasses.fields(Timings)})
 
 
 def recognize_remote(

@@ -111,6 +111,19 @@ def test_a_bad_list_of_models_is_refused_before_the_upload_is_read(
     assert error["code"] == code and message in error["message"], error
 
 
+def test_the_cli_asks_a_server_for_several_models(
+    server: Server, tmp_path: Path, recording: Path
+) -> None:
+    done = run_cli(
+        "recognize", str(recording), "--server", server.url, "--model", "notes,speech",
+        "--format", "csv", "--out", str(tmp_path), cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "speech-and-music.csv").read_text())))
+    assert {row["model"] for row in rows} == {"notes", "speech"}
+    assert [float(row["start"]) for row in rows] == sorted(float(row["start"]) for row in rows)
+
+
 def test_the_cli_runs_several_models_into_one_file(tmp_path: Path, recording: Path) -> None:
     done = run_cli(
         "recognize", str(recording), "--model", "speech,notes", "--models", MODELS,

@@ -330,7 +330,10 @@ def test_two_models_get_a_track_each(
 ) -> None:
     clip = recording("both.wav")
     page = _open(browser, server)
+    page.evaluate(SPY)
     _run(page, clip.path, ["speech", "pitch"])
+    (sent,) = page.evaluate("window.sent")  # one upload for both models, decoded once
+    assert "model=pitch%2Cspeech" in sent["url"], sent["url"]
     tracks = page.eval_on_selector_all(".track", "els => els.map(e => e.dataset.model)")
     assert tracks == ["pitch", "speech"]  # in the models' order
     for model in ("speech", "pitch"):

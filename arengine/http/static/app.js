@@ -1,5 +1,6 @@
 // The arengine page: pick or record a recording, run one or more models on it (one streamed
-// request per model, one track each), see and hear the tags, download them in any format.
+// request for all of them, decoded once on the server; one track each), see and hear the tags,
+// download them in any format.
 "use strict";
 
 import { ApiError, apiKey, download, getJson, setApiKey, streamTags } from "./api.js";
@@ -85,11 +86,10 @@ async function recognize() {
     state.tagsByModel.forEach((tags, model) => timeline.addTags(model, tags));
     timeline.draw();
   });
-  const runs = models.map((model) => runModel(file, model, signal));
-  const outcomes = await Promise.allSettled(runs);
+  const [outcome] = await Promise.allSettled([runModels(file, models, signal)]);
   await drawing;
   setRunning(false);
-  finish(models, outcomes, signal.aborted);
+  finish(models, models.map(() => outcome), signal.aborted);
 }
 
 function startView(file, models) {
@@ -105,23 +105,29 @@ function startView(file, models) {
   setState("running");
 }
 
-async function runModel(file, model, signal) {
-  const summary = await streamTags(file, model, signal, {
+// One request for every chosen model (`model=a,b`): the server decodes the file once and tags
+// each model's tags with `model`; a one-model answer has none, its tags are that model's.
+async function runModels(file, models, signal) {
+  const summary = await streamTags(file, models.join(","), signal, {
     onTags: (tags) => {
-      state.tagsByModel.get(model).push(...tags);
-      timeline.addTags(model, tags);
-      addRows(model, tags);
+      for (const model of models) {
+        const own = tags.filter((tag) => (tag.model || models[0]) === model);
+        if (!own.length) continue;
+        state.tagsByModel.get(model).push(...own);
+        timeline.addTags(model, own);
+        addRows(model, own);
+        bumpProgress(model, own[own.length - 1].end, timeline.duration);
+      }
       showLegend();
-      const last = tags[tags.length - 1];
-      bumpProgress(model, last.end, timeline.duration);
     },
     onProgress: (done, duration) => {
       timeline.setDuration(duration);
-      bumpProgress(model, done, duration);
+      models.forEach((model) => bumpProgress(model, done, duration));
     },
   });
-  timeline.setDuration(summary.audio.duration_s);
-  bumpProgress(model, summary.audio.duration_s, summary.audio.duration_s);
+  const duration = summary.audio.duration_s;
+  timeline.setDuration(duration);
+  models.forEach((model) => bumpProgress(model, duration, duration));
   return summary;
 }
 
@@ -151,8 +157,9 @@ function finish(models, outcomes, cancelled) {
     setStatus(`Cancelled; ${count} tags so far.`);
     setState("cancelled");
   } else if (failed.length) {
-    const reasons = failed.map(([model, outcome]) => `${model}: ${outcome.reason.message || outcome.reason}`);
-    setStatus(reasons.join("; "), true);
+    // One request for all the models: one reason, however many tracks it failed.
+    const reasons = new Set(failed.map(([, outcome]) => String(outcome.reason.message || outcome.reason)));
+    setStatus([...reasons].join("; "), true);
     setState(failed.length === models.length ? "failed" : "done");
   } else {
     setStatus(`${count} tags in ${clock(timeline.duration)} of audio.`);

@@ -7,7 +7,7 @@ one forward call, when that pays). Post-processing consumes inference results
 strictly in segment order, so tags come out in timestamp order and segment cuts are invisible.
 
 A request for several models decodes its upload once (`arengine/tee.py`: one resampling per
-distinct rate) and runs one `_ModelRun` per model: its own segments, inference and tagger. No
+distinct rate) and runs one `ModelRun` per model: its own segments, inference and tagger. No
 model decodes more than one segment length ahead of the slowest, which bounds the audio held
 between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`).
 """
@@ -19,7 +19,6 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -29,12 +28,12 @@ import numpy as np
 
 from arengine.decode import Decoding, decode
 from arengine.engine.merge import TagMerge
+from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.lanes import Lane, LaneDecoding, parallel_lanes
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
-from arengine.postprocess import Tagger
 from arengine.segments import Segment, Segmenter
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
 from arengine.validation import AudioLimits, probe
@@ -71,56 +70,6 @@ class JobSpec:
         return ",".join(recognizer.name for recognizer in self.recognizers)
 
 
-class _ModelRun:
-    """One model's share of a job: its segments, their inference results and its tagger.
-    Every field is guarded by the job's lock."""
-
-    def __init__(self, index: int, recognizer: Recognizer, tagger: Tagger) -> None:
-        self.index = index
-        self.recognizer = recognizer
-        self.tagger = tagger
-        self.segments: Segmenter | None = None
-        self.lanes: LaneDecoding | None = None
-        """Set instead of `segments` when a long file is decoded from several offsets."""
-        self.segment_count: int | None = None
-        self.decoded: deque[tuple[Segment, float]] = deque()
-        """Decoded segments waiting for inference, with the perf_counter time each was queued."""
-        self.results: dict[int, np.ndarray] = {}
-        self.next_post = 0
-        self.undelivered = 0
-        """Segments decoded and not yet post-processed: what bounds this model's memory."""
-        self.done = False
-        """Its tagger has finished: every tag of this model is out."""
-        self.seconds = dict.fromkeys(Stage, 0.0)
-        self.wall_s = 0.0
-        plan = recognizer.plan
-        self.segment_s = plan.segment_samples / recognizer.sample_rate
-
-    @property
-    def decoded_s(self) -> float:
-        """Audio cut into segments so far, in seconds (where its decoding has got to)."""
-        produced = self.segments.index if self.segments is not None else self.next_post
-        return produced * self.segment_s
-
-    @property
-    def source(self) -> Segmenter | LaneDecoding:
-        source = self.lanes or self.segments
-        assert source is not None  # set by validation, which always runs first
-        return source
-
-    def ahead(self, segments_ahead: int, batching: bool) -> int:
-        """Segments it may hold decoded: a batching model reads ahead far enough for one batch
-        in flight and the next decoding."""
-        return max(segments_ahead, 2 * self.batch(batching))
-
-    def batch(self, batching: bool) -> int:
-        return self.recognizer.max_batch if batching else 1
-
-    def finishable(self) -> bool:
-        """Every segment post-processed and the end known: its tagger can finish."""
-        return not self.done and self.next_post == self.segment_count
-
-
 class Job:
     """The per-request state machine; the pool calls `take`, everything else is internal."""
 
@@ -145,7 +94,7 @@ class Job:
         self._decoder: Decoding | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
         self._runs = [
-            _ModelRun(index, recognizer, recognizer.tagger(own))
+            ModelRun(index, recognizer, recognizer.tagger(own))
             for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
         ]
         self._several = len(self._runs) > 1
@@ -212,10 +161,10 @@ class Job:
         self._decoding = True
         return functools.partial(self._run, Stage.FEATURES, self._decode, decodable)
 
-    def _ahead(self, run: _ModelRun, batching: bool) -> int:
+    def _ahead(self, run: ModelRun, batching: bool) -> int:
         return run.ahead(self.spec.segments_ahead, batching)
 
-    def _decodable(self, batching: bool) -> _ModelRun | None:
+    def _decodable(self, batching: bool) -> ModelRun | None:
         """The model whose next segment to decode now, or None: the one furthest behind among
         those with room, and only within one segment length of the slowest model."""
         first = self._runs[0]
@@ -282,13 +231,13 @@ class Job:
         # Validation is shared by the models: counted once, under the first model's name.
         self._observer.observe_stage(first.name, Stage.VALIDATION, seconds)
 
-    def _decode(self, run: _ModelRun) -> None:
+    def _decode(self, run: ModelRun) -> None:
         started = time.perf_counter()
         assert run.segments is not None  # set by validation, which always runs first
         segment = next(run.segments, None)
         self._decoded(run, segment, started, run.segments.index)
 
-    def _decode_lane(self, run: _ModelRun, lane: Lane | None) -> None:
+    def _decode_lane(self, run: ModelRun, lane: Lane | None) -> None:
         started = time.perf_counter()
         lanes = run.lanes
         assert lanes is not None and lane is not None  # `free` found it under the lock
@@ -304,7 +253,7 @@ class Job:
         self._decoded(run, segment, started, count)
 
     def _decoded(
-        self, run: _ModelRun, segment: Segment | None, started: float, count: int | None
+        self, run: ModelRun, segment: Segment | None, started: float, count: int | None
     ) -> None:
         """Queue a decoded segment for inference; or, at the end (`count` segments in all),
         let post-processing finish the model."""
@@ -324,7 +273,7 @@ class Job:
         if start:
             self._postprocess_in_order()
 
-    def _infer(self, run: _ModelRun, taken: list[tuple[Segment, float]]) -> None:
+    def _infer(self, run: ModelRun, taken: list[tuple[Segment, float]]) -> None:
         """Stage 3 for one segment, or one forward call over a batch of this model's segments
         (their failure fails this request only, like one segment's)."""
         recognizer = run.recognizer
@@ -381,7 +330,7 @@ class Job:
         if complete:
             self._complete()
 
-    def _next_step(self) -> tuple[_ModelRun, np.ndarray | None] | None:
+    def _next_step(self) -> tuple[ModelRun, np.ndarray | None] | None:
         """A model's next result in order (claimed), or a model to finish (`None` scores);
         under the lock."""
         for run in self._runs:
@@ -429,7 +378,7 @@ class Job:
         if tags and self.spec.on_tags is not None and not self.future.done():
             self.spec.on_tags(tags)
 
-    def _observe(self, run: _ModelRun, stage: Stage, seconds: float) -> None:
+    def _observe(self, run: ModelRun, stage: Stage, seconds: float) -> None:
         self._observer.observe_stage(run.recognizer.name, stage, seconds)
 
     def _fail(self, error: ArengineError) -> None:

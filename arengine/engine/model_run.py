@@ -1,0 +1,65 @@
+"""One model's share of a job: its segments, their inference results and its tagger.
+
+A job runs one `ModelRun` per model it was asked for; the job's lock guards every field.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from arengine.lanes import LaneDecoding
+from arengine.models.recognizer import Recognizer
+from arengine.postprocess import Tagger
+from arengine.segments import Segment, Segmenter
+from arengine.types import Stage
+
+
+class ModelRun:
+    """One model's segments, inference results and tagger within a job."""
+
+    def __init__(self, index: int, recognizer: Recognizer, tagger: Tagger) -> None:
+        self.index = index
+        self.recognizer = recognizer
+        self.tagger = tagger
+        self.segments: Segmenter | None = None
+        self.lanes: LaneDecoding | None = None
+        """Set instead of `segments` when a long file is decoded from several offsets."""
+        self.segment_count: int | None = None
+        self.decoded: deque[tuple[Segment, float]] = deque()
+        """Decoded segments waiting for inference, with the perf_counter time each was queued."""
+        self.results: dict[int, np.ndarray] = {}
+        self.next_post = 0
+        self.undelivered = 0
+        """Segments decoded and not yet post-processed: what bounds this model's memory."""
+        self.done = False
+        """Its tagger has finished: every tag of this model is out."""
+        self.seconds = dict.fromkeys(Stage, 0.0)
+        self.wall_s = 0.0
+        plan = recognizer.plan
+        self.segment_s = plan.segment_samples / recognizer.sample_rate
+
+    @property
+    def decoded_s(self) -> float:
+        """Audio cut into segments so far, in seconds (where its decoding has got to)."""
+        produced = self.segments.index if self.segments is not None else self.next_post
+        return produced * self.segment_s
+
+    @property
+    def source(self) -> Segmenter | LaneDecoding:
+        source = self.lanes or self.segments
+        assert source is not None  # set by validation, which always runs first
+        return source
+
+    def ahead(self, segments_ahead: int, batching: bool) -> int:
+        """Segments it may hold decoded: a batching model reads ahead far enough for one batch
+        in flight and the next decoding."""
+        return max(segments_ahead, 2 * self.batch(batching))
+
+    def batch(self, batching: bool) -> int:
+        return self.recognizer.max_batch if batching else 1
+
+    def finishable(self) -> bool:
+        """Every segment post-processed and the end known: its tagger can finish."""
+        return not self.done and self.next_post == self.segment_count

@@ -67,6 +67,16 @@ class Engine:
         """Shutting down: not ready, no new requests; admitted ones finish."""
         self._stopping = True
 
+    def cut_off(self) -> None:
+        """The drain is over: every request still in the engine ends now with 503
+        `shutting_down` (a stream gets it as its last line)."""
+        self._stopping = True
+        self.pool.abort_all(
+            NotReady(
+                "the server is shutting down: the request was cut off", code=ErrorCode.SHUTTING_DOWN
+            )
+        )
+
     def load_models(self) -> None:
         """Load and warm up the models; ready when this returns with at least one loaded."""
         settings = self.settings

@@ -133,7 +133,11 @@ class Job:
 
     def cancel(self) -> None:
         """Drop the remaining work; a task already running finishes and is discarded."""
-        self._fail(Cancelled("the request was cancelled"))
+        self.abort(Cancelled("the request was cancelled"))
+
+    def abort(self, error: ArengineError) -> None:
+        """End the job with `error` (its listener and its waiter get it), as `cancel` does."""
+        self._fail(error)
 
     def _next_task(self, batching: bool) -> Task | None:
         if self.finished:

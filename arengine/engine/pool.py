@@ -12,6 +12,7 @@ from collections import deque
 
 from arengine.engine.job import Job, JobSpec, Task
 from arengine.engine.observer import NullObserver, StageObserver
+from arengine.errors import ArengineError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,13 @@ class EnginePool:
         """Decoded segments not yet post-processed, across the active jobs."""
         with self._condition:
             return sum(job.held_segments for job in self._jobs if not job.finished)
+
+    def abort_all(self, error: ArengineError) -> None:
+        """End every active job with `error`; running tasks finish and are discarded."""
+        with self._condition:
+            jobs = [job for job in self._jobs if not job.finished]
+        for job in jobs:
+            job.abort(error)
 
     def close(self) -> None:
         """Cancel what is queued, let running tasks end, join the threads."""

@@ -3,7 +3,8 @@
 First SIGTERM or SIGINT: the engine stops being ready (`/readyz` 503, new requests 503) at once; the
 listener stays open `shutdown_delay_s` so load balancers see it, then uvicorn stops accepting and
 gives in-flight requests `shutdown_timeout_s` to finish. A second signal exits at once. Requests cut
-off either way answer 503 `shutting_down` (`arengine.http.errors.InternalErrorMiddleware`).
+off either way answer 503 `shutting_down` (`arengine.http.errors.InternalErrorMiddleware`); an
+NDJSON stream already under way ends with a `{"error": {"code": "shutting_down", ...}}` line.
 
 Connections are limited by `arengine.http.protocol`; the cap is lowered to fit the open-file limit,
 and when descriptors run out anyway, asyncio's accept error is logged once a minute, not in a loop.
@@ -73,10 +74,17 @@ class GracefulServer(uvicorn.Server):
         if not tasks:
             return
         log.warning("cutting off %d request(s) still running", len(tasks))
+        # Requests in the engine end with 503 `shutting_down` through their jobs, so a stream
+        # already under way can still say so in its last line; the rest (uploads) are
+        # cancelled, and answer the same as soon as they run (InternalErrorMiddleware).
+        engine = getattr(self._app.state, "engine", None)
+        if engine is not None:
+            engine.cut_off()
+            _, tasks = await asyncio.wait(tasks, timeout=1.0)
         for task in tasks:
             task.cancel()
-        # Each answers 503 `shutting_down` as soon as it runs (InternalErrorMiddleware).
-        await asyncio.wait(tasks, timeout=2.0)
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not uvicorn's handler: it re-raises the signal after shutdown, so the exit code would

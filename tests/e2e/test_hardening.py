@@ -334,6 +334,42 @@ def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path
     assert "removed 1 upload(s) left in" in again.log.read_text()
 
 
+def test_a_stream_cut_off_by_a_second_signal_ends_with_a_shutting_down_line(
+    tmp_path: Path, long_silence: Path
+) -> None:
+    running = start_server(
+        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models", "speech"
+    )
+    lines: list[dict[str, Any]] = []
+
+    def stream() -> None:
+        with (
+            long_silence.open("rb") as body,
+            httpx.stream(
+                "POST",
+                running.url + "/v1/recognize",
+                params={"format": "ndjson", "progress": "true"},
+                files={"file": body},
+                timeout=60,
+            ) as response,
+        ):
+            lines.extend(json.loads(line) for line in response.iter_lines() if line)
+
+    reader = threading.Thread(target=stream)
+    reader.start()
+    assert wait_until(lambda: bool(lines), 10), "the stream starts once the upload is validated"
+    running.process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    running.process.send_signal(signal.SIGTERM)
+    reader.join(30)
+    assert running.process.wait(10) == 0
+    assert "progress" in lines[0]
+    assert lines[-1]["error"]["code"] == "shutting_down", lines[-1]
+    assert "cut off" in lines[-1]["error"]["message"]
+    log = running.log.read_text()
+    assert "Traceback" not in log and "Exception in ASGI application" not in log
+
+
 def test_a_second_signal_answers_a_request_in_the_engine_with_503_shutting_down(
     tmp_path: Path, long_silence: Path
 ) -> None:

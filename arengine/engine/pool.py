@@ -36,7 +36,7 @@ class EnginePool:
         self._stopping = False
         self._busy = 0
         self._workers = [
-            threading.Thread(target=self._work, name=f"arengine-engine-{i}", daemon=True)
+            threading.Thread(target=self._work, args=(i,), name=f"arengine-engine-{i}", daemon=True)
             for i in range(threads)
         ]
         for worker in self._workers:
@@ -98,7 +98,7 @@ class EnginePool:
         for worker in self._workers:
             worker.join()
 
-    def _take(self) -> Task | None:
+    def _take(self, worker: int) -> Task | None:
         """The next task of the job with the least engine time so far; caller holds the lock.
 
         Least attained service: a clip that has just arrived has had none, so its few tasks go
@@ -106,19 +106,21 @@ class EnginePool:
         alternate. Finished jobs are dropped here.
         """
         self._jobs = deque(job for job in self._jobs if not job.finished)
-        # Batches only for a job alone in the pool: a batch holds its thread ~4x longer, which a
-        # clip arriving behind it would wait for (p99 +100 ms under load, BENCHMARKS.md).
-        alone = len(self._jobs) == 1
+        # A batch holds its thread ~4x longer than one segment. A job alone is batched on every
+        # thread; with several jobs, on every thread but the first, which so stays back within
+        # one segment's time for a clip that arrives (a clip behind batches on every thread
+        # waited 100 ms more at p99; batching none lost 25% throughput: BENCHMARKS.md).
+        batching = len(self._jobs) == 1 or worker > 0
         for job in sorted(self._jobs, key=lambda job: job.served_s):
-            task = job.take(batching=alone)
+            task = job.take(batching=batching)
             if task is not None:
                 return task
         return None
 
-    def _work(self) -> None:
+    def _work(self, worker: int) -> None:
         while True:
             with self._condition:
-                while (task := self._take()) is None:
+                while (task := self._take(worker)) is None:
                     if self._stopping:
                         return
                     self._condition.wait()

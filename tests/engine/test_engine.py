@@ -314,11 +314,14 @@ class BatchCounter(SpeechRecognizer):
         super().__init__(model, segment_s=2.0, preroll_s=1.0, max_batch=max_batch)
         self.fail = fail
         self.calls: list[list[int]] = []
+        self.threads: list[str] = []
+        """The engine thread of each call in `calls`."""
         self._lock = threading.Lock()
 
     def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
         with self._lock:
             self.calls.append([segment.index])
+            self.threads.append(threading.current_thread().name)
         return super().infer(features, segment)
 
     def infer_batch(
@@ -326,6 +329,7 @@ class BatchCounter(SpeechRecognizer):
     ) -> list[np.ndarray]:
         with self._lock:
             self.calls.append([segment.index for segment in segments])
+            self.threads.append(threading.current_thread().name)
         if self.fail:
             raise RuntimeError("the batch broke")
         return super().infer_batch(features, segments)
@@ -374,13 +378,15 @@ def test_a_batch_size_out_of_bounds_is_refused(speech_model: SpeechModel) -> Non
             SpeechRecognizer(speech_model, segment_s=2.0, preroll_s=1.0, max_batch=size)
 
 
-def test_no_batches_while_another_request_is_in_the_pool(
+def test_with_another_request_in_the_pool_the_first_thread_never_batches(
     speech_model: SpeechModel, long_recording: Recording, recording: RecordingFactory
 ) -> None:
+    """The first engine thread stays within one segment's time of a clip that arrives; the
+    others batch the long recording's segments."""
     other = SlowRecognizer(speech_model, segment_s=30.0)
     other.gate.clear()  # the other request (one segment) stays in the pool, holding one thread
     batching = BatchCounter(speech_model, 4)
-    pool = EnginePool(threads=2)
+    pool = EnginePool(threads=3)
     try:
         waiting = pool.submit(_spec(recording("clip.wav").path, other, "other"))
         result = pool.submit(_spec(long_recording.path, batching, "long")).future.result(60)
@@ -390,4 +396,7 @@ def test_no_batches_while_another_request_is_in_the_pool(
         other.gate.set()
         pool.close()
     assert len(result.tags) >= 20
-    assert batching.calls and {len(call) for call in batching.calls} == {1}
+    on_first = [len(call) for call, thread in zip(batching.calls, batching.threads, strict=True)
+                if thread == "arengine-engine-0"]  # fmt: skip
+    assert set(on_first) <= {1}, "the first thread took a batch while a clip could arrive"
+    assert max(len(call) for call in batching.calls) > 1, "the other threads batch"

@@ -65,6 +65,11 @@ class ErrorCode(StrEnum):
         413,
         "the body passed `max_upload_bytes` (checked on `Content-Length` and while streaming)",
     )
+    RESULT_TOO_LARGE = (
+        "result_too_large",
+        413,
+        "the result sent to `POST /v1/render` passed 32 MiB",
+    )
     AUDIO_TOO_LONG = (
         "audio_too_long",
         413,
@@ -103,6 +108,11 @@ class ErrorCode(StrEnum):
         "no multipart field named `file`, or the audio in another field",
     )
     TOO_MANY_FILES = "too_many_files", 422, "more than one `file` part"
+    INVALID_RESULT = (
+        "invalid_result",
+        422,
+        "the body of `POST /v1/render` is not a result of `POST /v1/recognize` (the message says where)",
+    )
     EMPTY_FILE = "empty_file", 422, "the uploaded file has no bytes"
     EMPTY_AUDIO = "empty_audio", 422, "the recording has no audio frames"
     UNSUPPORTED_CHANNELS = (

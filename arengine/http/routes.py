@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -36,6 +35,7 @@ from arengine.formats import (
     negotiate,
 )
 from arengine.http.errors import error_responses
+from arengine.http.render import download
 from arengine.http.schemas import (
     DEFAULT_MODEL,
     FailureOut,
@@ -128,7 +128,7 @@ async def recognize(
     record.done(200, result)
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
-    return _download(get_format(output), result, getattr(request.state, "upload_name", None))
+    return download(get_format(output), result, getattr(request.state, "upload_name", None))
 
 
 def _check_format(fmt: Format, recognizer: Recognizer) -> None:
@@ -219,20 +219,6 @@ async def _admit_and_spool(
     request.state.upload_name = upload.filename
     cleanup.enter_context(admission.pending_slot())
     return upload.path
-
-
-def _download(fmt: Format, result: Result, upload_name: str | None) -> Response:
-    """`result` as a file in `fmt`, named after the upload."""
-    stem = re.sub(r"[^A-Za-z0-9._ -]", "_", Path(upload_name or "").stem).strip(" .")
-    name = f"{stem or 'recording'}.{fmt.extension}"
-    media_type = fmt.media_type
-    if media_type.startswith("text/"):
-        media_type += "; charset=utf-8"
-    return Response(
-        fmt.encode(result, stem or "recording"),
-        media_type=media_type,
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
-    )
 
 
 async def _outcome(request: Request, job: Job, deadline: float) -> Result:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from arengine.formats import STREAM, Format, get_format, known_formats
 from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
-from arengine.types import Result, result_dict
+from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
 
 DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
@@ -104,9 +104,11 @@ else:
 
 
 class AudioOut(BaseModel):
-    duration_s: float
-    sample_rate: int
-    channels: int
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    duration_s: float = Field(ge=0)
+    sample_rate: int = Field(ge=1)
+    channels: int = Field(ge=1)
     format: str = Field(description="Container as a user knows it: WAV, FLAC, MP3, MP4/MOV, Ogg...")
     subtype: str = Field(
         description="Codec: AAC, Opus, MP3, FLAC... (libsndfile's for WAV: PCM_16)."
@@ -123,14 +125,18 @@ class AudioOut(BaseModel):
 
 
 class TagOut(BaseModel):
-    start: float = Field(description="Seconds from the start of the recording.")
-    end: float
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    start: float = Field(ge=0, description="Seconds from the start of the recording.")
+    end: float = Field(ge=0)
     label: str
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
     frequency_hz: float | None = Field(
         None, description="Pitch models: mean frequency of the note."
     )
-    midi: int | None = Field(None, description="Note models: MIDI note number (69 is A4).")
+    midi: int | None = Field(
+        None, ge=0, le=127, description="Note models: MIDI note number (69 is A4)."
+    )
     pitch_bend: list[float] | None = Field(
         None,
         description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
@@ -142,6 +148,8 @@ class TagOut(BaseModel):
 
 
 class TimingsOut(BaseModel):
+    model_config = ConfigDict(allow_inf_nan=False)
+
     validation_s: float
     features_s: float
     inference_s: float
@@ -163,6 +171,37 @@ class RecognizeResponse(BaseModel):
     @classmethod
     def of(cls, result: Result) -> RecognizeResponse:
         return cls.model_validate(result_dict(result))
+
+    def to_result(self) -> Result:
+        """Back to the engine's `Result` (what `POST /v1/render` writes in a format)."""
+        audio = self.audio
+        info = AudioInfo(
+            format=audio.format,
+            subtype=audio.subtype,
+            sample_rate=audio.sample_rate,
+            channels=audio.channels,
+            frames=round(audio.duration_s * audio.sample_rate),
+            decoder=audio.decoder,
+            stream=audio.stream,
+            truncated=audio.truncated,
+            warnings=tuple(audio.warnings),
+        )
+        tags = tuple(
+            Tag(**{**tag.model_dump(exclude={"pitch_bend"}), "pitch_bend": _bend(tag)})
+            for tag in self.tags
+        )
+        by_model = self.model_timings or {}
+        return Result(
+            self.model,
+            info,
+            tags,
+            Timings(**self.timings.model_dump()),
+            tuple((name, Timings(**t.model_dump())) for name, t in by_model.items()),
+        )
+
+
+def _bend(tag: TagOut) -> tuple[float, ...] | None:
+    return None if tag.pitch_bend is None else tuple(tag.pitch_bend)
 
 
 class ErrorDetail(BaseModel):

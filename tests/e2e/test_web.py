@@ -261,9 +261,14 @@ def test_five_minutes_drawn_zoomed_and_played(
     position = page.evaluate("window.arengine.player.currentTime")
     assert fifth["start"] - 0.05 <= position <= fifth["end"]
 
-    with page.expect_download() as started:
+    # The tags the page holds are written by POST /v1/render: the recording is not sent again.
+    with (
+        page.expect_request(lambda r: "/v1/recognize" in r.url or "/v1/render" in r.url) as sent,
+        page.expect_download() as started,
+    ):
         page.select_option('#downloads select[data-model="speech"]', "textgrid")
         page.click('#downloads button[data-model="speech"]')
+    assert "/v1/render?format=textgrid" in sent.value.url
     saved = tmp_path / started.value.suggested_filename
     assert saved.name == "five minutes.TextGrid"
     started.value.save_as(saved)
@@ -357,6 +362,12 @@ def test_two_models_get_a_track_each(
         '#downloads select[data-model="speech"] option', "els => els.map(e => e.value)"
     )
     assert "midi" not in speech_formats and "textgrid" in speech_formats
+    with page.expect_download() as started:
+        page.select_option('#downloads select[data-model="pitch"]', "midi")
+        page.click('#downloads button[data-model="pitch"]')
+    midi = FORMATS["midi"].parse(Path(started.value.path()).read_bytes())
+    pitch_tags = page.evaluate("window.arengine.state.tagsByModel.get('pitch')")
+    assert [t.label for t in midi] == [t["label"] for t in pitch_tags]
     _shot(page, tmp_path, "two-models.png")
     page.close()
 

@@ -82,9 +82,15 @@ export async function streamTags(file, model, signal, { onTags, onProgress }) {
   throw new ApiError(0, "stream_ended", "the server closed the stream before its summary");
 }
 
-// One format of a model's tags as a file (the server recognizes the file again to write it).
-export async function download(file, model, format) {
-  const response = await upload(file, { model, format });
+// One format of a model's tags as a file: the tags the page holds, written by POST /v1/render
+// (the recording is not sent again); before a run has its summary, by recognizing the file again.
+export async function download(file, model, format, result) {
+  const response = result
+    ? await fetch(`/v1/render?${new URLSearchParams({ format, name: file.name })}`, {
+        method: "POST", body: JSON.stringify(result),
+        headers: headers({ "Content-Type": "application/json" }),
+      })
+    : await upload(file, { model, format });
   if (!response.ok) throw await errorOf(response);
   const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
   return { blob: await response.blob(), name: match ? match[1] : `recording.${format}` };

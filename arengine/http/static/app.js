@@ -99,6 +99,7 @@ function startView(file, models) {
   $("#legend").replaceChildren();
   state.tagsByModel = new Map(models.map((model) => [model, []]));
   state.progress = new Map(models.map((model) => [model, 0]));
+  state.summary = null;
   timeline.reset(0, null);
   models.forEach((model) => timeline.addTrack(model));
   showDownloads(file, models);
@@ -125,6 +126,7 @@ async function runModels(file, models, signal) {
       models.forEach((model) => bumpProgress(model, done, duration));
     },
   });
+  state.summary = summary;
   const duration = summary.audio.duration_s;
   timeline.setDuration(duration);
   models.forEach((model) => bumpProgress(model, duration, duration));
@@ -252,7 +254,7 @@ function showDownloads(file, models) {
 async function save(file, model, format) {
   setStatus(`Preparing ${model} as ${format}…`);
   try {
-    const { blob, name } = await download(file, model, format);
+    const { blob, name } = await download(file, model, format, resultOf(model));
     const link = document.createElement("a");
     link.href = URL.createObjectURL(blob);
     link.download = name;
@@ -264,6 +266,15 @@ async function save(file, model, format) {
   } catch (error) {
     setStatus(String(error.message || error), true);
   }
+}
+
+// One model's tags as `POST /v1/recognize` would have answered them, once the run has its summary.
+function resultOf(model) {
+  const summary = state.summary;
+  if (!summary) return null;
+  const timings = (summary.model_timings || {})[model] || summary.timings;
+  const tags = state.tagsByModel.get(model).map(({ model: _, ...tag }) => tag);
+  return { model, audio: summary.audio, timings, tags };
 }
 
 // Playback and the cursor ----------------------------------------------------------------------

@@ -190,7 +190,7 @@ def _packets(
 
 
 def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
-    channels = len(frame.layout.channels)
+    channels = frame.layout.nb_channels
     if frame.sample_rate != info.sample_rate or channels != info.channels:
         raise InvalidInput(
             f"the stream changes from {info.sample_rate} Hz, {info.channels} channel(s) to "

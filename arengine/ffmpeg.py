@@ -168,10 +168,17 @@ def to_float32(frame: av.AudioFrame) -> np.ndarray:
 
     Planar float frames come back as a transposed view: the caller concatenates them anyway.
     """
+    fmt = frame.format
+    kind = fmt.name.rstrip("p")
+    if kind == "flt" and fmt.is_planar:
+        # The codecs' usual output (MP3, AAC, Vorbis, Opus): each plane read in place, which
+        # costs a third of `to_ndarray` per frame (80,000 frames in 35 minutes of MP3).
+        count = frame.samples
+        planes = [np.frombuffer(plane, np.float32, count=count) for plane in frame.planes]
+        return planes[0][:, None] if len(planes) == 1 else np.stack(planes, axis=1)
     array = frame.to_ndarray()
-    channels = len(frame.layout.channels)
-    array = array.T if frame.format.is_planar else array.reshape(-1, channels)
-    kind = frame.format.name.rstrip("p")
+    channels = frame.layout.nb_channels
+    array = array.T if fmt.is_planar else array.reshape(-1, channels)
     if kind == "flt":
         return array
     if kind == "u8":

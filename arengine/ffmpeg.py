@@ -174,7 +174,7 @@ def to_float32(frame: av.AudioFrame) -> np.ndarray:
         # The codecs' usual output (MP3, AAC, Vorbis, Opus): each plane read in place, which
         # costs a third of `to_ndarray` per frame (80,000 frames in 35 minutes of MP3).
         count = frame.samples
-        planes = [np.frombuffer(plane, np.float32, count=count) for plane in frame.planes]
+        planes = [np.frombuffer(memoryview(plane), np.float32, count) for plane in frame.planes]
         return planes[0][:, None] if len(planes) == 1 else np.stack(planes, axis=1)
     array = frame.to_ndarray()
     channels = frame.layout.nb_channels

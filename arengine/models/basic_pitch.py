@@ -103,6 +103,11 @@ class BasicPitch(nn.Module):
                 # 84 ms a window contiguous, 17 ms channels-last, one core).
                 tensor = tensor.contiguous(memory_format=torch.channels_last)
             self.register_buffer(name.replace(".", "_"), tensor)
+        # The onset head's weights for its two inputs apart (see `forward`).
+        onset = self._w("onset2.weight")
+        for part, channels in (("note", slice(0, 1)), ("hidden", slice(1, None))):
+            split = onset[:, channels].contiguous(memory_format=torch.channels_last)
+            self.register_buffer(f"onset2_{part}", split)
 
     def _w(self, name: str) -> Tensor:
         tensor: Tensor = getattr(self, name.replace(".", "_"))
@@ -111,15 +116,19 @@ class BasicPitch(nn.Module):
     def forward(self, audio: Tensor) -> Activations:
         stack = self.harmonic_stack(self.log_cqt(audio))
         stack = stack.contiguous(memory_format=torch.channels_last)
-        hidden = torch.relu(self._conv(stack, "contour1", padding=(1, 19)))
+        # In-place ReLU: out of place, on these channels-last tensors, it took 27 ms a call for
+        # 8 windows (a fifth of the forward); in place, under 1 ms.
+        hidden = torch.relu_(self._conv(stack, "contour1", padding=(1, 19)))
         contour = torch.sigmoid(self._conv(hidden, "contour2", padding=(2, 2)))
-        hidden = torch.relu(self._conv(contour, "note1", stride=(1, 3), padding=(3, 2)))
+        hidden = torch.relu_(self._conv(contour, "note1", stride=(1, 3), padding=(3, 2)))
         note = torch.sigmoid(self._conv(hidden, "note2", padding=(3, 1)))
-        hidden = torch.relu(self._conv(stack, "onset1", stride=(1, 3), padding=(2, 1)))
-        onset = torch.sigmoid(
-            self._conv(torch.cat([note, hidden], dim=1), "onset2", padding=(1, 1))
-        )
-        return Activations(note[:, 0], onset[:, 0], contour[:, 0])
+        hidden = torch.relu_(self._conv(stack, "onset1", stride=(1, 3), padding=(2, 1)))
+        # The onset head's convolution over [note, hidden], as the sum of one over each: the
+        # same sums without copying the 33 channels together (a tenth of the forward).
+        bias = self._w("onset2.bias")
+        onset = functional.conv2d(hidden, self._w("onset2_hidden"), bias, padding=(1, 1))
+        onset += functional.conv2d(note, self._w("onset2_note"), None, padding=(1, 1))
+        return Activations(note[:, 0], torch.sigmoid_(onset)[:, 0], contour[:, 0])
 
     def _conv(
         self, x: Tensor, layer: str, padding: tuple[int, int], stride: tuple[int, int] = (1, 1)

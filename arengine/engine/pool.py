@@ -108,8 +108,9 @@ class EnginePool:
         self._jobs = deque(job for job in self._jobs if not job.finished)
         # A batch holds its thread ~4x longer than one segment. A job alone is batched on every
         # thread; with several jobs, on every thread but the first, which so stays back within
-        # one segment's time for a clip that arrives (a clip behind batches on every thread
-        # waited 100 ms more at p99; batching none lost 25% throughput: BENCHMARKS.md).
+        # one segment's time for a clip that arrives (behind batches on every thread, a clip
+        # once waited 100 ms more at p99; batching none made two single-thread processes 27%
+        # faster than one process with two threads: BENCHMARKS.md).
         batching = len(self._jobs) == 1 or worker > 0
         for job in sorted(self._jobs, key=lambda job: job.served_s):
             task = job.take(batching=batching)

@@ -205,7 +205,9 @@ def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
     while busy is None:
         for service in ("arengine-a", "arengine-b"):
             info = httpx.get(stack.replica_url(service) + "/v1/info").json()
-            if info["active_jobs"] > 0:
+            # Receiving the upload or in the engine: the hour takes under 2 s of engine time,
+            # which a poll on `active_jobs` alone once missed.
+            if info["uploading_requests"] + info["pending_requests"] > 0:
                 busy = service
         assert time.monotonic() < deadline and sender.is_alive(), outcome
     survivor = {"arengine-a", "arengine-b"}.difference({busy}).pop()

@@ -15,6 +15,7 @@ one policy for what goes wrong, counted while decoding rather than trusted from 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ import numpy as np
 import soundfile as sf
 
 from arengine import ffmpeg, sniff
+from arengine.arrival import Arrival, GrowingFile
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
 from arengine.tee import Tee
 from arengine.types import AudioInfo
@@ -73,15 +75,20 @@ def read_blocks(
     max_frames: int,
     report: DecodeReport | None = None,
     block_frames: int = BLOCK_FRAMES,
+    arrival: Arrival | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield `(frames, channels)` float32 blocks; stop with `TooLarge` past `max_frames`.
 
     The cap is counted on decoded frames, not taken from the header, so a small compressed file
-    that decodes to hours is stopped after `max_frames`.
+    that decodes to hours is stopped after `max_frames`. With `arrival`, the WAV at `path` is
+    still being uploaded and is read as it arrives.
     """
     report = report if report is not None else DecodeReport()
-    reader = _ffmpeg_blocks if info.decoder == sniff.FFMPEG else _sndfile_blocks
-    for block in reader(path, info, report, block_frames):
+    if info.decoder == sniff.FFMPEG:
+        blocks = _ffmpeg_blocks(path, info, report, block_frames)
+    else:
+        blocks = _sndfile_blocks(path, info, report, block_frames, arrival)
+    for block in blocks:
         report.frames += len(block)
         if report.frames > max_frames:
             raise TooLarge(
@@ -95,8 +102,20 @@ def read_blocks(
 
 
 def _sndfile_blocks(
-    path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
+    path: Path,
+    info: AudioInfo,
+    report: DecodeReport,
+    block_frames: int,
+    arrival: Arrival | None,
 ) -> Iterator[np.ndarray]:
+    opened = GrowingFile(arrival) if arrival is not None else contextlib.nullcontext(str(path))
+    try:
+        with opened as source, sf.SoundFile(source) as audio:
+            while (block := _read(audio, block_frames)) is not None:
+                yield block
+    except sf.LibsndfileError as error:
+        raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
+    # Checked once read, when an upload read as it arrived has ended too.
     header = sniff.wav_header(path) if info.format.startswith("WAV") else None
     if header is not None and header.data_present < header.data_bytes:
         report.truncated = True
@@ -104,12 +123,6 @@ def _sndfile_blocks(
             f"the WAV header states {header.data_bytes} bytes of audio but the file holds "
             f"{header.data_present}: the result covers what is there"
         )
-    try:
-        with sf.SoundFile(str(path)) as audio:
-            while (block := _read(audio, block_frames)) is not None:
-                yield block
-    except sf.LibsndfileError as error:
-        raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
 
 
 def _read(audio: sf.SoundFile, frames: int) -> np.ndarray | None:
@@ -236,11 +249,17 @@ class Decoding:
     """
 
     def __init__(
-        self, path: Path, info: AudioInfo, rates: int | Sequence[int], max_frames: int
+        self,
+        path: Path,
+        info: AudioInfo,
+        rates: int | Sequence[int],
+        max_frames: int,
+        arrival: Arrival | None = None,
     ) -> None:
         self._probed = info
         self.report = DecodeReport()
-        mono = to_mono(read_blocks(path, info, max_frames, self.report))
+        blocks = read_blocks(path, info, max_frames, self.report, arrival=arrival)
+        mono = to_mono(blocks)
         self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
         self._first = self._tee.reader(0)
 
@@ -267,6 +286,13 @@ class Decoding:
         return self.report.finish(self._probed)
 
 
-def decode(path: Path, info: AudioInfo, rates: int | Sequence[int], max_frames: int) -> Decoding:
-    """The whole chain: mono float32 blocks at `rates` from a file probed as `info`."""
-    return Decoding(path, info, rates, max_frames)
+def decode(
+    path: Path,
+    info: AudioInfo,
+    rates: int | Sequence[int],
+    max_frames: int,
+    arrival: Arrival | None = None,
+) -> Decoding:
+    """The whole chain: mono float32 blocks at `rates` from a file probed as `info` (still
+    arriving, with `arrival`)."""
+    return Decoding(path, info, rates, max_frames, arrival)

@@ -85,12 +85,19 @@ class WavHeader:
     """Bytes the `data` chunk claims."""
     data_present: int
     """Bytes of it that the file holds."""
+    data_offset: int = 0
+    """Where the `data` chunk's bytes start."""
+    format_tag: int = 0
+    """1 PCM, 3 float, 0xFFFE extensible; others are compressed."""
+    block_align: int = 0
+    """Bytes per frame (for PCM and float)."""
 
 
 def wav_header(path: Path) -> WavHeader | None:
     """The `fmt ` and `data` chunks of a RIFF/WAVE file; None if either is missing."""
     size = path.stat().st_size
     rate = channels = None
+    tag = align = 0
     with open(path, "rb") as file:
         if file.read(12)[8:12] != b"WAVE":
             return None
@@ -101,10 +108,12 @@ def wav_header(path: Path) -> WavHeader | None:
             kind, length = chunk[:4], struct.unpack("<I", chunk[4:])[0]
             start = file.tell()
             if kind == b"fmt ":
-                fmt = file.read(8)
-                channels, rate = struct.unpack("<HI", fmt[2:8]) if len(fmt) == 8 else (0, 0)
+                fmt = file.read(14)
+                tag, channels, rate = struct.unpack("<HHI", fmt[:8]) if len(fmt) >= 8 else (0, 0, 0)
+                align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) == 14 else 0
             elif kind == b"data" and rate is not None and channels is not None:
-                return WavHeader(rate, channels, length, max(0, min(length, size - start)))
+                present = max(0, min(length, size - start))
+                return WavHeader(rate, channels, length, present, start, tag, align)
             file.seek(start + length + (length & 1))
     return None
 

@@ -10,6 +10,7 @@ import av
 import soundfile as sf
 
 from arengine import ffmpeg, sniff
+from arengine.arrival import Arrival, GrowingFile
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
 from arengine.types import AudioInfo
 
@@ -51,10 +52,13 @@ class AudioLimits:
     max_sample_rate: int
 
 
-def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioInfo:
+def probe(
+    path: Path, limits: AudioLimits, stream: int | None = None, arrival: Arrival | None = None
+) -> AudioInfo:
     """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
 
     `stream` picks the n-th audio stream (0-based) of a file that has several; the first otherwise.
+    With `arrival`, `path` is a WAV still being uploaded, its header already there.
 
     Example: `probe(Path("speech.m4a"), limits).format` is `"MP4/MOV"`.
     """
@@ -70,7 +74,7 @@ def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioIn
                 f"a {found} file has one audio stream; stream accepts 0",
                 code=ErrorCode.UNKNOWN_STREAM,
             )
-        info = _probe_sndfile(path, limits)
+        info = _probe_sndfile(path, limits, arrival)
     else:
         overrun = sniff.mp4_box_overrun(path) if found == "MP4/MOV" else None
         if overrun is not None:
@@ -84,9 +88,13 @@ def probe(path: Path, limits: AudioLimits, stream: int | None = None) -> AudioIn
     return info
 
 
-def _probe_sndfile(path: Path, limits: AudioLimits) -> AudioInfo:
+def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> AudioInfo:
     try:
-        header = sf.info(str(path))
+        if arrival is None:
+            header = sf.info(str(path))
+        else:
+            with GrowingFile(arrival) as growing:
+                header = sf.info(growing)
     except (sf.LibsndfileError, RuntimeError, ValueError) as error:
         _explain_wav(path, limits)
         text = getattr(error, "error_string", None) or str(error)

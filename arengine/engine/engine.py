@@ -6,6 +6,7 @@ import logging
 import threading
 from pathlib import Path
 
+from arengine.arrival import Arrival
 from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
@@ -123,12 +124,13 @@ class Engine:
         request_id: str,
         on_tags: TagListener | None = None,
         stream: int | None = None,
+        arrival: Arrival | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
         `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
-        an audio stream of a file that has several.
+        an audio stream of a file that has several; `arrival`: a WAV still being uploaded.
         """
         spec = JobSpec(
             request_id=request_id,
@@ -140,6 +142,7 @@ class Engine:
             parallel_decoding=self.settings.parallel_decoding,
             on_tags=on_tags,
             stream=stream,
+            arrival=arrival,
         )
         return self.pool.submit(spec)
 

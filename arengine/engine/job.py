@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.decode import Decoding, decode
+from arengine.arrival import Arrival, abandoned
+from arengine.decode import BLOCK_FRAMES, Decoding, decode
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, StageObserver
@@ -63,6 +64,8 @@ class JobSpec:
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
     """Decode a long seekable file from several offsets at once (`arengine/lanes.py`)."""
+    arrival: Arrival | None = None
+    """Set when `path` is a WAV still being uploaded: read as it arrives (`arengine/arrival.py`)."""
 
     @property
     def model(self) -> str:
@@ -178,7 +181,7 @@ class Job:
         if self._decoding:
             return None
         decoding = [run for run in self._runs if run.segment_count is None]
-        if not decoding:
+        if not decoding or not self._arrived():
             return None
         slowest = min(run.decoded_s for run in decoding)
         ready = [
@@ -188,6 +191,17 @@ class Job:
             and run.decoded_s <= slowest + self._window_s
         ]
         return min(ready, key=lambda run: run.decoded_s, default=None)
+
+    def _arrived(self) -> bool:
+        """Whether the next segment's bytes are uploaded (always, once the body is complete); if
+        not, the pool is woken when they are, so no engine thread waits on a client."""
+        arrival, decoder, info = self.spec.arrival, self._decoder, self._info
+        if arrival is None or decoder is None or info is None:
+            return True
+        # One decoding task reads under a segment and its pre-roll (each at most `window_s`),
+        # rounded up to whole blocks; more only makes it start a little later.
+        span = int(2 * self._window_s * info.sample_rate) + 2 * BLOCK_FRAMES
+        return arrival.ready(decoder.report.frames + span, self._wake)
 
     def _run(self, stage: Stage, work: Callable[..., None], *args: object) -> None:
         started = time.perf_counter()
@@ -211,12 +225,12 @@ class Job:
     def _validate(self) -> None:
         started = time.perf_counter()
         spec = self.spec
-        info = probe(spec.path, spec.limits, spec.stream)
+        info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
         max_frames = int(spec.limits.max_duration_s * info.sample_rate)
         ahead, runs = spec.segments_ahead, self._runs
         first = runs[0].recognizer
         lanes = 1
-        if spec.parallel_decoding and not self._several:
+        if spec.parallel_decoding and not self._several and spec.arrival is None:
             lanes = parallel_lanes(info, first.plan, first.sample_rate, ahead)
         with self._lock:
             if lanes > 1:  # a long compressed file: decoded from several offsets at once
@@ -225,7 +239,7 @@ class Job:
                 )
             else:
                 rates = [run.recognizer.sample_rate for run in runs]
-                self._decoder = decode(spec.path, info, rates, max_frames)
+                self._decoder = decode(spec.path, info, rates, max_frames, spec.arrival)
                 for run in runs:
                     run.segments = Segmenter(self._decoder.reader(run.index), run.recognizer.plan)
             self._info = info
@@ -394,6 +408,8 @@ class Job:
                 run.decoded.clear()
                 run.results.clear()
             idle = self._running == 0
+        if self.spec.arrival is not None:
+            self.spec.arrival.fail(abandoned())  # a read waiting for the upload gives up
         self.future.set_exception(error)
         if idle:
             self._release()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
 from arengine.allocator import active_allocator
+from arengine.arrival import HEADER_BYTES, Arrival, wav_layout
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import (
@@ -48,7 +52,13 @@ from arengine.http.schemas import (
     RecognizeResponse,
 )
 from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
-from arengine.http.uploads import UploadLimits, UploadPace, check_declared_length, spool
+from arengine.http.uploads import (
+    Upload,
+    UploadLimits,
+    UploadPace,
+    check_declared_length,
+    spool,
+)
 from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.settings import Settings
@@ -117,9 +127,19 @@ async def recognize(
         )
     try:
         with ExitStack() as cleanup:
-            path = await _admit_and_spool(request, engine, cleanup, started + timeout)
-            job = engine.recognize(
-                path, recognizers, overrides, request.state.request_id, stream=query.stream
+            job = await _admit_and_submit(
+                request,
+                engine,
+                cleanup,
+                started + timeout,
+                lambda path, arrival: engine.recognize(
+                    path,
+                    recognizers,
+                    overrides,
+                    request.state.request_id,
+                    stream=query.stream,
+                    arrival=arrival,
+                ),
             )
             result = await _outcome(request, job, started + timeout)
     except BaseException as error:
@@ -186,18 +206,26 @@ def received_at(request: Request) -> float:
     return stamped if isinstance(stamped, float) else time.monotonic()
 
 
-async def _admit_and_spool(
-    request: Request, engine: Engine, cleanup: ExitStack, deadline: float
-) -> Path:
-    """Check the declared length, spool the upload in an upload slot, then take an engine slot;
-    `cleanup` releases the slot and deletes the file, whatever happens later.
+Submit = Callable[[Path, Arrival | None], Job]
+"""Submits the request's job for the upload at a path (still arriving, with an `Arrival`)."""
+
+
+async def _admit_and_submit(
+    request: Request, engine: Engine, cleanup: ExitStack, deadline: float, submit: Submit
+) -> Job:
+    """Check the declared length, spool the upload in an upload slot, take an engine slot once
+    the body is complete, and submit the job; `cleanup` releases the slot and deletes the file,
+    whatever happens later.
 
     The engine's fullness is checked before the body is read too, so that a request it has no
-    room for is refused at once rather than after its upload.
+    room for is refused at once rather than after its upload. A PCM WAV of declared length is
+    submitted as soon as its header is on disk and recognised while it arrives
+    (`arengine/arrival.py`); a job that fails meanwhile ends the upload with its error.
     """
     settings: Settings = request.app.state.settings
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)
-    check_declared_length(request.headers.get("content-length"), limits)
+    declared = request.headers.get("content-length")
+    check_declared_length(declared, limits)
     admission = engine.admission
     admission.check_room()
     pace = UploadPace(
@@ -206,19 +234,71 @@ async def _admit_and_spool(
         min_bytes_per_s=settings.min_upload_bytes_per_s,
         grace_s=settings.upload_grace_s,
     )
+    arrival = Arrival()
+    job: Job | None = None
     with admission.uploading_slot() as progress:
-        upload = await spool(
-            request.stream(),
-            request.headers.get("content-type"),
-            limits,
-            settings.upload_dir,
-            pace,
-            progress,
+        body = request.stream()
+        content_type = request.headers.get("content-type")
+        spooling = asyncio.ensure_future(
+            spool(body, content_type, limits, settings.upload_dir, pace, progress, arrival)
         )
-    cleanup.callback(upload.path.unlink, missing_ok=True)
+        try:
+            if declared is not None:
+                job = await _submit_early(arrival, spooling, int(declared), submit)
+            upload = await _spooled(spooling, job)
+            cleanup.callback(upload.path.unlink, missing_ok=True)
+            cleanup.enter_context(admission.pending_slot())
+        except BaseException as error:
+            spooling.cancel()  # the spool deletes its file
+            if job is not None:
+                job.abort(error if isinstance(error, ArengineError) else Cancelled("cancelled"))
+            raise
     request.state.upload_name = upload.filename
-    cleanup.enter_context(admission.pending_slot())
-    return upload.path
+    return job or submit(upload.path, None)
+
+
+async def _submit_early(
+    arrival: Arrival, spooling: asyncio.Future[Upload], declared: int, submit: Submit
+) -> Job | None:
+    """Submit a PCM WAV once its header is on disk; None for any other upload, or one whose
+    body was complete by then (submitted when complete, as usual)."""
+    loop = asyncio.get_running_loop()
+    header: asyncio.Future[None] = loop.create_future()
+    # Called on this loop's thread: the spool, which writes the bytes, runs here.
+    arrival.notify_at(HEADER_BYTES, lambda: _resolve(header, None))
+    await asyncio.wait(_either(header, spooling), return_when=asyncio.FIRST_COMPLETED)
+    if spooling.done() or arrival.path is None:
+        return None
+    arrival.layout = wav_layout(arrival.path, declared)
+    return None if arrival.layout is None else submit(arrival.path, arrival)
+
+
+async def _spooled(spooling: asyncio.Future[Upload], job: Job | None) -> Upload:
+    """The finished upload; or, if `job` (started on the header) fails first, its error."""
+    if job is not None:
+        loop = asyncio.get_running_loop()
+        failed: asyncio.Future[BaseException] = loop.create_future()
+
+        def done(future: Future[Result]) -> None:
+            error = future.exception()
+            if error is not None:
+                with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                    loop.call_soon_threadsafe(_resolve, failed, error)
+
+        job.future.add_done_callback(done)
+        await asyncio.wait(_either(spooling, failed), return_when=asyncio.FIRST_COMPLETED)
+        if not spooling.done():
+            raise failed.result()
+    return await spooling
+
+
+def _resolve(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _either(*futures: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
+    return set(futures)
 
 
 async def _outcome(request: Request, job: Job, deadline: float) -> Result:
@@ -262,15 +342,21 @@ async def _stream(
     """
     cleanup = ExitStack()
     try:
-        path = await _admit_and_spool(request, engine, cleanup, deadline)
         feed = TagFeed()
-        job = engine.recognize(
-            path,
-            recognizers,
-            overrides,
-            request.state.request_id,
-            feed.listener(),
-            stream=request.state.stream,
+        job = await _admit_and_submit(
+            request,
+            engine,
+            cleanup,
+            deadline,
+            lambda path, arrival: engine.recognize(
+                path,
+                recognizers,
+                overrides,
+                request.state.request_id,
+                feed.listener(),
+                stream=request.state.stream,
+                arrival=arrival,
+            ),
         )
         cleanup.callback(stop, job)
         feed.watch(job)

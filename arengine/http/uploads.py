@@ -21,6 +21,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import ClientDisconnect
 
+from arengine.arrival import Arrival
 from arengine.engine.admission import UploadProgress
 from arengine.errors import (
     ArengineError,
@@ -119,12 +120,36 @@ async def spool(
     directory: Path | None,
     pace: UploadPace,
     progress: UploadProgress | None = None,
+    arrival: Arrival | None = None,
 ) -> Upload:
     """Write the audio of a request body to a temporary file in `directory`, at `pace` or
-    faster, counting the bytes in `progress`.
+    faster, counting the bytes in `progress`, and the audio's bytes on disk in `arrival`.
 
-    The file is removed if anything goes wrong, the client disconnecting included.
+    The file is removed if anything goes wrong, the client disconnecting included; `arrival`
+    then fails with the error (or `Cancelled`).
     """
+    arrival = arrival or Arrival()
+    try:
+        upload = await _spool(body, content_type, limits, directory, pace, progress, arrival)
+    except ArengineError as error:
+        arrival.fail(error)
+        raise
+    except BaseException:
+        arrival.fail(Cancelled("the upload was cancelled"))
+        raise
+    arrival.finish()
+    return upload
+
+
+async def _spool(
+    body: AsyncIterator[bytes],
+    content_type: str | None,
+    limits: UploadLimits,
+    directory: Path | None,
+    pace: UploadPace,
+    progress: UploadProgress | None,
+    arrival: Arrival,
+) -> Upload:
     media_type, options = parse_options_header(content_type or "")
     media = media_type.decode("latin-1").lower()
     boundary = options.get(b"boundary")
@@ -145,8 +170,9 @@ async def spool(
     except OSError as error:
         raise _no_room(error) from None
     path = Path(name)
+    arrival.opened(path)
     try:
-        with os.fdopen(fd, "wb") as target:
+        with _Sink(os.fdopen(fd, "wb"), arrival) as target:
             if boundary and media == "multipart/form-data":
                 filename, size = await _MultipartSpooler(boundary, target, limits).run(chunks)
             else:
@@ -189,12 +215,39 @@ async def _paced(
         yield chunk
 
 
-async def _copy(body: AsyncIterator[bytes], target: BinaryIO, limits: UploadLimits) -> int:
+class _Sink:
+    """The spool file: what each body chunk brought is flushed and counted in `arrival`, so a
+    reader of the file (the engine, for a WAV read as it arrives) sees it."""
+
+    def __init__(self, file: BinaryIO, arrival: Arrival) -> None:
+        self._file = file
+        self._arrival = arrival
+        self._unflushed = 0
+
+    def __enter__(self) -> _Sink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._unflushed += len(data)
+
+    def flush(self) -> None:
+        if self._unflushed:
+            self._file.flush()
+            self._arrival.add(self._unflushed)
+            self._unflushed = 0
+
+
+async def _copy(body: AsyncIterator[bytes], target: _Sink, limits: UploadLimits) -> int:
     size = 0
     async for chunk in body:
         size += len(chunk)
         _check_size(size, limits)
         target.write(chunk)
+        target.flush()
     return size
 
 
@@ -209,7 +262,7 @@ def _check_size(size: int, limits: UploadLimits) -> None:
 class _MultipartSpooler:
     """python-multipart callbacks that write the `file` part and only count the others."""
 
-    def __init__(self, boundary: bytes, target: BinaryIO, limits: UploadLimits) -> None:
+    def __init__(self, boundary: bytes, target: _Sink, limits: UploadLimits) -> None:
         self._target = target
         self._limits = limits
         self._parser = MultipartParser(
@@ -248,8 +301,10 @@ class _MultipartSpooler:
                 ) from None
             if self._error is not None:
                 raise self._error
+            self._target.flush()
         with contextlib.suppress(MultipartParseError):
             self._parser.finalize()
+        self._target.flush()
         if not self._found:
             got = ", ".join(repr(name) for name in self._names) or "no parts"
             raise InvalidInput(

@@ -1,0 +1,204 @@
+"""An upload still arriving, read while it arrives: the engine starts on a WAV's header.
+
+The HTTP layer spools the body to a file and counts the bytes in an `Arrival`. For a PCM WAV
+whose length is declared, the job starts as soon as the header is on disk (`wav_layout`):
+libsndfile reads the file through a `GrowingFile`, whose reads wait for their bytes, and the job
+offers a decoding task only once its segment's bytes are there (`Arrival.ready`), so an engine
+thread does not sit waiting on a slow client. Upload and recognition overlap instead of adding
+up. Every other upload is recognised once its body is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from arengine import sniff
+from arengine.errors import ArengineError, Cancelled
+
+HEADER_BYTES = 64 * 1024
+"""Bytes awaited before the header is read: a WAV's `data` chunk starts well within them."""
+
+READ_AHEAD = 1 << 20
+"""Bytes read from the file at a time, of those that have arrived."""
+
+_PCM_TAGS = (1, 3, 0xFFFE)
+"""WAV format tags whose frames are a fixed `block_align` bytes: PCM, float, extensible."""
+
+
+@dataclass(frozen=True, slots=True)
+class WavLayout:
+    """Where a PCM WAV's frames lie: frame `n` is at `data_offset + n * frame_bytes`; the file
+    is read up to `end`."""
+
+    data_offset: int
+    frame_bytes: int
+    end: int
+
+
+def wav_layout(path: Path, declared_bytes: int) -> WavLayout | None:
+    """The layout of the RIFF/WAVE file being written to `path` (at most `declared_bytes` long),
+    or None when it is not a PCM WAV whose `data` chunk has begun."""
+    header = sniff.wav_header(path)
+    if header is None or header.format_tag not in _PCM_TAGS or header.block_align <= 0:
+        return None
+    if header.block_align % max(header.channels, 1):
+        return None
+    # A header may claim more than is sent (or 0xFFFFFFFF from a pipe): the body bounds it.
+    end = min(header.data_offset + header.data_bytes, declared_bytes)
+    return WavLayout(header.data_offset, header.block_align, end)
+
+
+class Arrival:
+    """The bytes of one upload written so far to its file, and how the upload ended.
+
+    Written by the event loop (`opened`, `add`, `finish`, `fail`), read by engine threads.
+    """
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.layout: WavLayout | None = None
+        self._written = 0
+        self._ended = False
+        self._error: ArengineError | None = None
+        self._condition = threading.Condition()
+        self._notify_at = 0
+        self._notify: Callable[[], None] | None = None
+
+    @property
+    def written(self) -> int:
+        return self._written
+
+    @property
+    def ended(self) -> bool:
+        """The body is complete, or the upload failed."""
+        return self._ended
+
+    def opened(self, path: Path) -> None:
+        self.path = path
+
+    def add(self, size: int) -> None:
+        """`size` more bytes are on disk (flushed)."""
+        with self._condition:
+            if self._ended:
+                return
+            self._written += size
+            self._condition.notify_all()
+            call = self._due()
+        if call is not None:
+            call()
+
+    def finish(self) -> None:
+        """The body is complete: reads past what was written now end there."""
+        self._end(None)
+
+    def fail(self, error: ArengineError) -> None:
+        """The upload failed (or its job did): waiting reads raise `error`."""
+        self._end(error)
+
+    def notify_at(self, size: int, callback: Callable[[], None]) -> None:
+        """Call `callback` (once, from the writer's thread) when `size` bytes are written or the
+        upload ends; at once if that is already so. Replaces an earlier request."""
+        with self._condition:
+            self._notify_at, self._notify = size, callback
+            call = self._due()
+        if call is not None:
+            call()
+
+    def ready(self, frames: int, callback: Callable[[], None]) -> bool:
+        """Whether the first `frames` frames (or all there will be) are on disk; if not,
+        `callback` is called once they are."""
+        layout = self.layout
+        assert layout is not None  # set before the job that asks is submitted
+        needed = min(layout.data_offset + frames * layout.frame_bytes, layout.end)
+        with self._condition:
+            if self._ended or self._written >= needed:
+                return True
+            self._notify_at, self._notify = needed, callback
+            return False
+
+    def wait(self, upto: int) -> int:
+        """Block until the bytes before `upto` are on disk or the upload ends; the end of what
+        can be read, at most `upto`. Raises the upload's error if it failed."""
+        with self._condition:
+            while self._written < upto and not self._ended:
+                self._condition.wait()
+            if self._error is not None:
+                raise self._error
+            return min(upto, self._written)
+
+    def _due(self) -> Callable[[], None] | None:
+        """The pending callback if its moment has come (under the lock), cleared."""
+        call = self._notify
+        if call is None or (self._written < self._notify_at and not self._ended):
+            return None
+        self._notify = None
+        return call
+
+    def _end(self, error: ArengineError | None) -> None:
+        with self._condition:
+            if self._ended:
+                return
+            self._ended = True
+            self._error = error
+            self._condition.notify_all()
+            call = self._due()
+        if call is not None:
+            call()
+
+
+class GrowingFile:
+    """A read-only file object over an upload still arriving, for libsndfile's virtual IO:
+    a read waits for its bytes; the file is `layout.end` bytes long, or shorter if the upload
+    stopped there. Use it as a context manager."""
+
+    def __init__(self, arrival: Arrival) -> None:
+        assert arrival.path is not None and arrival.layout is not None
+        self._arrival = arrival
+        self._end = arrival.layout.end
+        self._fd = os.open(arrival.path, os.O_RDONLY)
+        self._position = 0
+        self._cache = memoryview(b"")
+        self._cache_at = 0
+
+    def __enter__(self) -> GrowingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._end}[whence]
+        self._position = max(base + offset, 0)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def readinto(self, buffer: memoryview | bytearray) -> int:
+        # libsndfile reads 8 KiB at a time through a Python callback: serve those from one
+        # larger read of what has arrived.
+        target = memoryview(buffer).cast("B")
+        wanted = min(self._position + len(target), self._end)
+        if wanted <= self._position:
+            return 0
+        offset = self._position - self._cache_at
+        if offset < 0 or wanted > self._cache_at + len(self._cache):
+            available = self._arrival.wait(wanted)
+            ahead = min(self._position + READ_AHEAD, self._end, self._arrival.written)
+            upto = max(available, ahead)
+            self._cache = memoryview(os.pread(self._fd, upto - self._position, self._position))
+            self._cache_at, offset = self._position, 0
+            wanted = min(wanted, available)
+        size = max(min(wanted - self._position, len(self._cache) - offset), 0)
+        target[:size] = self._cache[offset : offset + size]
+        self._position += size
+        return size
+
+
+def abandoned() -> Cancelled:
+    """The error waiting reads get when their job ends before the upload does."""
+    return Cancelled("the request ended before its upload")

@@ -1,16 +1,16 @@
 """An upload still arriving, read while it arrives: the engine starts on a WAV's header.
 
 The HTTP layer spools the body to a file and counts the bytes in an `Arrival`. For a PCM WAV
-whose length is declared, the job starts as soon as the header is on disk (`wav_layout`):
-libsndfile reads the file through a `GrowingFile`, whose reads wait for their bytes, and the job
-offers a decoding task only once its segment's bytes are there (`Arrival.ready`), so an engine
-thread does not sit waiting on a slow client. Upload and recognition overlap instead of adding
-up. Every other upload is recognised once its body is complete.
+whose length is declared, the job starts as soon as the header is on disk (`wav_layout`). The
+job offers a decoding task only once its segment's bytes are there (`Arrival.ready`), so an
+engine thread does not sit waiting on a slow client, and libsndfile reads the file as it stands
+(`decode.arriving_blocks` reopens it when it has read all that was there). Upload and
+recognition overlap instead of adding up. Every other upload is recognised once its body is
+complete.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,9 +21,6 @@ from arengine.errors import ArengineError, Cancelled
 
 HEADER_BYTES = 64 * 1024
 """Bytes awaited before the header is read: a WAV's `data` chunk starts well within them."""
-
-READ_AHEAD = 1 << 20
-"""Bytes read from the file at a time, of those that have arrived."""
 
 _PCM_TAGS = (1, 3, 0xFFFE)
 """WAV format tags whose frames are a fixed `block_align` bytes: PCM, float, extensible."""
@@ -37,6 +34,15 @@ class WavLayout:
     data_offset: int
     frame_bytes: int
     end: int
+
+    @property
+    def frames(self) -> int:
+        """Frames in the file once it is all there."""
+        return max(self.end - self.data_offset, 0) // self.frame_bytes
+
+    def byte_after(self, frames: int) -> int:
+        """The end of the first `frames` frames (of the file, at most)."""
+        return min(self.data_offset + frames * self.frame_bytes, self.end)
 
 
 def wav_layout(path: Path, declared_bytes: int) -> WavLayout | None:
@@ -113,7 +119,7 @@ class Arrival:
         `callback` is called once they are."""
         layout = self.layout
         assert layout is not None  # set before the job that asks is submitted
-        needed = min(layout.data_offset + frames * layout.frame_bytes, layout.end)
+        needed = layout.byte_after(frames)
         with self._condition:
             if self._ended or self._written >= needed:
                 return True
@@ -148,55 +154,6 @@ class Arrival:
             call = self._due()
         if call is not None:
             call()
-
-
-class GrowingFile:
-    """A read-only file object over an upload still arriving, for libsndfile's virtual IO:
-    a read waits for its bytes; the file is `layout.end` bytes long, or shorter if the upload
-    stopped there. Use it as a context manager."""
-
-    def __init__(self, arrival: Arrival) -> None:
-        assert arrival.path is not None and arrival.layout is not None
-        self._arrival = arrival
-        self._end = arrival.layout.end
-        self._fd = os.open(arrival.path, os.O_RDONLY)
-        self._position = 0
-        self._cache = memoryview(b"")
-        self._cache_at = 0
-
-    def __enter__(self) -> GrowingFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self._fd)
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self._end}[whence]
-        self._position = max(base + offset, 0)
-        return self._position
-
-    def tell(self) -> int:
-        return self._position
-
-    def readinto(self, buffer: memoryview | bytearray) -> int:
-        # libsndfile reads 8 KiB at a time through a Python callback: serve those from one
-        # larger read of what has arrived.
-        target = memoryview(buffer).cast("B")
-        wanted = min(self._position + len(target), self._end)
-        if wanted <= self._position:
-            return 0
-        offset = self._position - self._cache_at
-        if offset < 0 or wanted > self._cache_at + len(self._cache):
-            available = self._arrival.wait(wanted)
-            ahead = min(self._position + READ_AHEAD, self._end, self._arrival.written)
-            upto = max(available, ahead)
-            self._cache = memoryview(os.pread(self._fd, upto - self._position, self._position))
-            self._cache_at, offset = self._position, 0
-            wanted = min(wanted, available)
-        size = max(min(wanted - self._position, len(self._cache) - offset), 0)
-        target[:size] = self._cache[offset : offset + size]
-        self._position += size
-        return size
 
 
 def abandoned() -> Cancelled:

@@ -15,7 +15,6 @@ one policy for what goes wrong, counted while decoding rather than trusted from 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 import soundfile as sf
 
 from arengine import ffmpeg, sniff
-from arengine.arrival import Arrival, GrowingFile
+from arengine.arrival import Arrival
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
 from arengine.tee import Tee
 from arengine.types import AudioInfo
@@ -108,11 +107,13 @@ def _sndfile_blocks(
     block_frames: int,
     arrival: Arrival | None,
 ) -> Iterator[np.ndarray]:
-    opened = GrowingFile(arrival) if arrival is not None else contextlib.nullcontext(str(path))
     try:
-        with opened as source, sf.SoundFile(source) as audio:
-            while (block := _read(audio, block_frames)) is not None:
-                yield block
+        if arrival is not None:
+            yield from arriving_blocks(path, arrival, block_frames)
+        else:
+            with sf.SoundFile(str(path)) as audio:
+                while (block := _read(audio, block_frames)) is not None:
+                    yield block
     except sf.LibsndfileError as error:
         raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
     # Checked once read, when an upload read as it arrived has ended too.
@@ -123,6 +124,30 @@ def _sndfile_blocks(
             f"the WAV header states {header.data_bytes} bytes of audio but the file holds "
             f"{header.data_present}: the result covers what is there"
         )
+
+
+def arriving_blocks(path: Path, arrival: Arrival, block_frames: int) -> Iterator[np.ndarray]:
+    """libsndfile's blocks of a WAV still being uploaded to `path`.
+
+    libsndfile counts a WAV's frames from the file's size when it opens it, so the file is
+    reopened (at the frame reached) whenever all that was on disk has been read. Reading through
+    a Python file object instead would take the GIL for every 8 KiB libsndfile reads.
+    """
+    layout = arrival.layout
+    assert layout is not None  # set before the job is submitted
+    done = 0
+    while done < layout.frames:
+        # Returns at once when the job's gate let this read start; waits if its estimate fell
+        # short, or until the upload ends.
+        arrival.wait(layout.byte_after(done + min(block_frames, layout.frames - done)))
+        with sf.SoundFile(str(path)) as audio:
+            if audio.frames <= done:  # the upload ended before the header's claim
+                return
+            audio.seek(done)
+            while done < layout.frames and (block := _read(audio, block_frames)) is not None:
+                block = block[: layout.frames - done]
+                done += len(block)
+                yield block
 
 
 def _read(audio: sf.SoundFile, frames: int) -> np.ndarray | None:

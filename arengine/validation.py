@@ -10,7 +10,7 @@ import av
 import soundfile as sf
 
 from arengine import ffmpeg, sniff
-from arengine.arrival import Arrival, GrowingFile
+from arengine.arrival import Arrival
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
 from arengine.types import AudioInfo
 
@@ -90,11 +90,7 @@ def probe(
 
 def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> AudioInfo:
     try:
-        if arrival is None:
-            header = sf.info(str(path))
-        else:
-            with GrowingFile(arrival) as growing:
-                header = sf.info(growing)
+        header = sf.info(str(path))
     except (sf.LibsndfileError, RuntimeError, ValueError) as error:
         _explain_wav(path, limits)
         text = getattr(error, "error_string", None) or str(error)
@@ -106,6 +102,8 @@ def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> 
         channels=int(header.channels),
         frames=max(int(header.frames), 0),
     )
+    if arrival is not None and arrival.layout is not None:  # a WAV still being uploaded
+        info = replace(info, frames=arrival.layout.frames)
     _check_codec(info)
     return info
 

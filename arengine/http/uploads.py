@@ -172,7 +172,8 @@ async def _spool(
     path = Path(name)
     arrival.opened(path)
     try:
-        with _Sink(os.fdopen(fd, "wb"), arrival) as target:
+        with os.fdopen(fd, "wb") as file:
+            target = _Sink(file, arrival)
             if boundary and media == "multipart/form-data":
                 filename, size = await _MultipartSpooler(boundary, target, limits).run(chunks)
             else:
@@ -223,12 +224,6 @@ class _Sink:
         self._file = file
         self._arrival = arrival
         self._unflushed = 0
-
-    def __enter__(self) -> _Sink:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._file.close()
 
     def write(self, data: bytes) -> None:
         self._file.write(data)

@@ -1,0 +1,31 @@
+"""An upload in progress, written piece by piece as the HTTP layer's spool writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arengine.arrival import HEADER_BYTES, Arrival, wav_layout
+
+
+class Arriving:
+    """Copies `source` into `target` piece by piece, as the spool does, counting in `arrival`."""
+
+    def __init__(self, source: Path, target: Path) -> None:
+        self.data = source.read_bytes()
+        self.target = target
+        self.sent = 0
+        self.arrival = Arrival()
+        target.write_bytes(b"")
+        self.arrival.opened(target)
+
+    def send(self, size: int) -> None:
+        piece = self.data[self.sent : self.sent + size]
+        with self.target.open("ab") as out:
+            out.write(piece)
+        self.sent += len(piece)
+        self.arrival.add(len(piece))
+
+    def start(self) -> None:
+        """Send the header and read its layout, as the HTTP layer does before submitting."""
+        self.send(HEADER_BYTES)
+        self.arrival.layout = wav_layout(self.target, len(self.data))

@@ -1,0 +1,81 @@
+"""A job started on a WAV's header: it decodes only audio that has arrived, without holding an
+engine thread while it waits, and ends with the tags of the complete file."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from arengine.engine.job import JobSpec
+from arengine.engine.pool import EnginePool
+from arengine.errors import BodyTimeout, ErrorCode
+from arengine.models.speech import SpeechModel, SpeechRecognizer
+from tests.arriving import Arriving
+from tests.audio import Recording
+from tests.conftest import RecordingFactory, wait_until
+from tests.engine.test_engine import LIMITS
+
+
+def _spec(path: Path, recognizer: SpeechRecognizer) -> JobSpec:
+    return JobSpec("r", path, (recognizer,), {}, LIMITS, segments_ahead=4)
+
+
+def _long(recording: RecordingFactory) -> Recording:
+    pieces = [p for i in range(12) for p in [("silence", 2.0 + i % 4), ("speech", 0), ("noise", 1)]]
+    return recording("long.wav", rate=16000, pieces=pieces)
+
+
+def test_a_job_decodes_what_has_arrived_with_no_thread_waiting_for_the_rest(
+    speech_model: SpeechModel, recording: RecordingFactory, tmp_path: Path
+) -> None:
+    long = _long(recording)
+    recognizer = SpeechRecognizer(speech_model, segment_s=5.0, preroll_s=1.0)
+    pool = EnginePool(threads=2)
+    try:
+        expected = pool.submit(_spec(long.path, recognizer)).future.result(60)
+        upload = Arriving(long.path, tmp_path / "arriving.wav")
+        upload.start()
+        upload.send(len(upload.data) // 2)
+        arrived_s = (upload.sent - 44) / 2 / 16000
+        job = pool.submit(
+            dataclasses.replace(_spec(upload.target, recognizer), arrival=upload.arrival)
+        )
+        assert wait_until(lambda: job.progress[0] > 0)  # recognising before the upload ends
+        # Then it stops where the bytes stop, and no thread sits waiting for the rest.
+        assert wait_until(lambda: pool.busy == 0)
+        time.sleep(0.3)
+        stalled_s = job.progress[0]
+        idle, finished = pool.busy == 0, job.finished
+        while upload.sent < len(upload.data):
+            upload.send(50_000)
+        upload.arrival.finish()
+        result = job.future.result(60)
+    finally:
+        pool.close()
+    assert idle and not finished
+    assert 0 < stalled_s <= arrived_s
+    assert result.tags == expected.tags
+    assert result.audio == expected.audio
+
+
+def test_an_upload_that_fails_fails_its_job_with_the_upload_error(
+    speech_model: SpeechModel, recording: RecordingFactory, tmp_path: Path
+) -> None:
+    long = _long(recording)
+    recognizer = SpeechRecognizer(speech_model, segment_s=5.0, preroll_s=1.0)
+    upload = Arriving(long.path, tmp_path / "arriving.wav")
+    upload.start()
+    pool = EnginePool(threads=2)
+    try:
+        job = pool.submit(
+            dataclasses.replace(_spec(upload.target, recognizer), arrival=upload.arrival)
+        )
+        assert wait_until(lambda: job.progress[1] is not None)  # validated on the header alone
+        upload.arrival.fail(BodyTimeout("no body data for 30 s"))
+        error = job.future.exception(30)
+        assert wait_until(lambda: pool.busy == 0 and pool.active_jobs == 0)
+    finally:
+        pool.close()
+    assert isinstance(error, BodyTimeout)
+    assert error.code == ErrorCode.BODY_TIMEOUT

@@ -64,6 +64,10 @@ class Settings(BaseSettings):
         False,
         description="Decode a long MP3, M4A/MP4 or FLAC from several offsets at once (segments_ahead // 2 lanes). Off: on 2 cores it measured slower, see BENCHMARKS.md.",
     )
+    read_while_uploading: bool = Field(
+        True,
+        description="Start recognising a PCM WAV of declared length once its header has arrived, each segment once its bytes have (the response still comes after the whole body). Off: every upload is recognised once complete.",
+    )
     max_upload_bytes: int = Field(
         2 * 1024**3, ge=1024, description="Largest accepted upload, in bytes (413 above it)."
     )

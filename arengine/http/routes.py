@@ -243,7 +243,7 @@ async def _admit_and_submit(
             spool(body, content_type, limits, settings.upload_dir, pace, progress, arrival)
         )
         try:
-            if declared is not None:
+            if declared is not None and settings.read_while_uploading:
                 job = await _submit_early(arrival, spooling, int(declared), submit)
             upload = await _spooled(spooling, job)
             cleanup.callback(upload.path.unlink, missing_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,20 @@ def test_a_client_that_leaves_mid_upload_leaves_no_job_and_no_file(
     assert wait_until(lambda: list(server.upload_dir.iterdir()) == [])
     again = httpx.post(server.url + "/v1/recognize", files={"file": talk.path.read_bytes()})
     assert again.status_code == 200
+
+
+def test_with_the_setting_off_the_job_waits_for_the_whole_body(
+    serve: ServerFactory, talk: Recording
+) -> None:
+    server = serve("--models", "speech", "--no-read-while-uploading")
+    sock, body = _request(server, talk.path.read_bytes(), multipart=False)
+    with sock:
+        sock.sendall(body[: len(body) // 2])
+        assert wait_until(lambda: _info(server)["uploading_requests"] == 1)
+        time.sleep(1.0)  # room for a job to start, if one were going to
+        during = _info(server)["active_jobs"]
+        sock.sendall(body[len(body) // 2 :])
+        status, answer = _reply(sock)
+    assert during == 0
+    assert status == 200, answer
+    assert answer["tags"]

@@ -248,20 +248,33 @@ def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
     )
 
 
-def to_mono(blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
-    """Average the channels; reject non-finite samples; clip float audio to [-1, 1]."""
+def to_mono(blocks: Iterator[np.ndarray], bounded: bool = False) -> Iterator[np.ndarray]:
+    """Average the channels; reject non-finite samples; clip float audio to [-1, 1].
+
+    `bounded`: the samples were integers (libsndfile's PCM), so they are finite and within
+    [-1, 1) already; the check and the clip, a third of this step's time, are skipped.
+    """
     for block in blocks:
-        mono = block[:, 0].copy()
+        # The block may be a decoder's frame buffer: changed only in a copy, unless not at all.
+        mono = block[:, 0] if bounded and block.shape[1] == 1 else block[:, 0].copy()
         for channel in range(1, block.shape[1]):  # faster than mean() over a strided axis
             mono += block[:, channel]
         if block.shape[1] > 1:
             mono *= np.float32(1 / block.shape[1])
+        if bounded:
+            yield mono
+            continue
         # One float64 sum finds a NaN or an infinity without overflowing on finite samples.
         if not np.isfinite(mono.sum(dtype=np.float64)):
             raise InvalidInput(
                 "the audio contains NaN or infinite samples", code=ErrorCode.NON_FINITE_AUDIO
             )
-        yield np.clip(mono, -1.0, 1.0)
+        yield np.clip(mono, -1.0, 1.0, out=mono)
+
+
+def is_integer_pcm(info: AudioInfo) -> bool:
+    """Integer samples read by libsndfile, which scales them into [-1, 1)."""
+    return info.decoder == sniff.LIBSNDFILE and info.subtype.startswith("PCM_")
 
 
 class Decoding:
@@ -284,7 +297,7 @@ class Decoding:
         self._probed = info
         self.report = DecodeReport()
         blocks = read_blocks(path, info, max_frames, self.report, arrival=arrival)
-        mono = to_mono(blocks)
+        mono = to_mono(blocks, bounded=is_integer_pcm(info))
         self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
         self._first = self._tee.reader(0)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.decode import decode, read_blocks, to_mono
+from arengine.decode import decode, is_integer_pcm, read_blocks, to_mono
 from arengine.errors import InvalidInput, TooLarge
 from arengine.tee import Tee
 from arengine.validation import AudioLimits, probe
@@ -108,3 +108,24 @@ def test_decode_chain_gives_mono_at_the_model_rate(tmp_path: Path) -> None:
     out = np.concatenate(list(decode(path, probe(path, LIMITS), 16000, max_frames=10**9)))
     assert len(out) == pytest.approx(24000, abs=2)
     assert _peak_hz(out, 16000) == pytest.approx(440, abs=2)
+
+
+def test_integer_pcm_skips_the_checks_and_decodes_the_same_samples(tmp_path: Path) -> None:
+    path = tmp_path / "stereo.wav"
+    rng = np.random.default_rng(3)
+    sf.write(path, rng.uniform(-1, 1, (40_000, 2)), 16000, subtype="PCM_16")
+    info = probe(path, LIMITS)
+    assert is_integer_pcm(info)
+    checked = np.concatenate(list(to_mono(read_blocks(path, info, 10**9))))
+    assert np.array_equal(np.concatenate(list(decode(path, info, 16000, 10**9))), checked)
+
+
+def test_a_float_wav_is_still_checked_and_clipped(tmp_path: Path) -> None:
+    path = tmp_path / "float.wav"
+    sf.write(path, np.array([0.5, 1.5, -2.0], np.float32), 16000, subtype="FLOAT")
+    info = probe(path, LIMITS)
+    assert not is_integer_pcm(info)
+    assert np.concatenate(list(decode(path, info, 16000, 10**9))).tolist() == [0.5, 1.0, -1.0]
+    sf.write(path, np.array([0.5, np.nan, 0.1], np.float32), 16000, subtype="FLOAT")
+    with pytest.raises(InvalidInput, match="NaN or infinite"):
+        list(decode(path, probe(path, LIMITS), 16000, 10**9))

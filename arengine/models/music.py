@@ -147,6 +147,14 @@ def _front(conv: nn.Module, norm: nn.Module, length: int, x: Tensor) -> Tensor:
     return pooled
 
 
+CHUNK_PATCHES = 1
+"""Patches per forward call. A 30-s segment's patches in one call (or 4, or 8) made front-end
+temporaries past jemalloc's 8 MiB `oversize_threshold`, which go back to the kernel when freed:
+~500k page faults and half the CPU in the kernel per minute of audio under the server's
+allocator. One patch a call: 43x real time on one core against 28-29x (BENCHMARKS.md); a patch's
+front end still passes 8 MiB, so some faults remain."""
+
+
 class MusicRecognizer:
     """3-s patches -> musicnn -> 50 tag probabilities -> runs over each tag's threshold."""
 
@@ -178,7 +186,12 @@ class MusicRecognizer:
 
     def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
         with torch.inference_mode():
-            scores = self._model(features)
+            scores = torch.cat(
+                [
+                    self._model(features[i : i + CHUNK_PATCHES])
+                    for i in range(0, len(features), CHUNK_PATCHES)
+                ]
+            )
         out: np.ndarray = scores[segment.skip_frames :].numpy()
         return out
 

@@ -31,10 +31,12 @@ CENTS_OFFSET = 1997.3794084376191
 _CHANNELS = (1, 128, 16, 16, 16, 32, 64)
 """Tiny capacity: `full` is 1, 1024, 128, 128, 128, 256, 512."""
 _BN_EPS = 0.0010000000474974513
-CHUNK_FRAMES = 128
+CHUNK_FRAMES = 32
 """Frames per forward call. The first layer's output is 128 KiB a frame, 390 MB for a 30 s segment
-in one call; in chunks of 128 it is 17 MB, and throughput is the same or better (measured:
-~840 frames/s per core at 128, ~800 for 3000 frames in one call)."""
+in one call. At 128 frames (17 MB) it crossed jemalloc's 8 MiB `oversize_threshold`, whose
+allocations go back to the kernel when freed: 578k page faults and a fifth of the CPU in the
+kernel per 30 s of audio under the server's allocator. At 32 (4 MB) the faults are gone and one
+core ran 9.3-9.4x real time instead of 7.5x, alternating (BENCHMARKS.md)."""
 
 
 class Crepe(nn.Module):

@@ -18,6 +18,7 @@ $py -m loadtests.recordings "$out/pitch.wav" --minutes 2
 step "Thread sweep, speech";        $py -m loadtests.thread_sweep "$out/long.wav" --out "$out"
 step "Thread sweep, pitch";         $py -m loadtests.thread_sweep "$out/pitch.wav" --model pitch --segment-s 5 --out "$out"
 step "Peers";                       $py -m loadtests.peers "$out/long.wav" --http
+step "Upload overlapped";           $py -m loadtests.upload_overlap "$out/long.wav"
 step "Roofline";                    $py -m loadtests.roofline
 step "Speech model profile";        $py -m loadtests.speech_model profile
 step "Speech model equivalence";    $py -m loadtests.speech_model equivalence "$out/long.wav"
@@ -27,7 +28,7 @@ step "Memory against length";       $py -m loadtests.memory_vs_length "$out/shor
 step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"
 step "Short clips under load";      $py -m loadtests.short_under_load "$out/huge.wav" --clips 40
 step "Pitch throughput";            $py -m loadtests.pitch_throughput --seconds 60
-step "Models and weight formats";   $py -m loadtests.model_speed --seconds 60
+step "Models and weight formats";   $py -m loadtests.model_speed --processes
 step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
 step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
 $py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"

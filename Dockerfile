@@ -65,7 +65,7 @@ ENV PATH=/opt/venv/bin:$PATH \
 USER 10001:10001
 WORKDIR /app
 EXPOSE 8000
-# uvicorn drains in-flight requests on SIGTERM (30 s graceful timeout in arengine/cli.py).
+# uvicorn drains in-flight requests on SIGTERM (30 s graceful timeout in arengine/cli/commands.py).
 STOPSIGNAL SIGTERM
 # Liveness only (/healthz); readiness (/readyz, models warmed) is for the orchestrator. No curl in
 # slim images: Python's urllib raises, so exits non-zero, on a refused connection or a non-2xx.

@@ -18,9 +18,9 @@ from pathlib import Path
 import av
 import numpy as np
 
-from arengine.decode import read_blocks, to_mono
-from arengine.tee import Tee
-from arengine.validation import AudioLimits, probe
+from arengine.audio.decode import read_blocks, to_mono
+from arengine.audio.tee import Tee
+from arengine.audio.validation import AudioLimits, probe
 
 LIMITS = AudioLimits(
     max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000

@@ -6,7 +6,8 @@ Encodes the given WAV (44.1 kHz stereo is the interesting case) with Debian's ff
 format both libraries read, decodes every file with both on one thread, best of three, and prints
 a Markdown table: speed in multiples of real time, and the agreement of the two decodes as the
 signal-to-difference ratio after aligning them (the lag is printed: decoders trim encoder delay
-differently). Only to choose the decoder per format; arengine's choice is in `arengine/sniff.py`.
+differently). Only to choose the decoder per format; arengine's choice is in
+`arengine/audio/sniff.py`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def sndfile_decode(path: Path) -> np.ndarray:
 
 
 def ffmpeg_decode(path: Path) -> np.ndarray:
-    from arengine.ffmpeg import open_upload, to_float32
+    from arengine.audio.ffmpeg import open_upload, to_float32
 
     frames: list[np.ndarray] = []
     with open_upload(path) as container:

@@ -18,7 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from arengine.threads import available_cpus
+from arengine.system.threads import available_cpus
 from loadtests.server import running_server
 from loadtests.threads_vs_processes import load
 

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from arengine.allocator import active_allocator, find_jemalloc
+from arengine.audio.segments import Segment, Segmenter
 from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, load_models
 from arengine.models.runtimes import FORMATS
-from arengine.segments import Segment, Segmenter
 from arengine.settings import Settings
-from arengine.threads import available_cpus
+from arengine.system.allocator import active_allocator, find_jemalloc
+from arengine.system.threads import available_cpus
 
 
 def x_real_time(loaded: LoadedModel, audio: np.ndarray, threads: int, balance: int = 1) -> float:

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from arengine.audio.segments import Segmenter
 from arengine.models.notes import NotesRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
-from arengine.postprocess.polyphonic import PolyphonicParams
-from arengine.segments import Segmenter
+from arengine.postprocess.notes import PolyphonicParams
 from loadtests.notes_vs_basic_pitch import mixed
 from tests.music import Note, f1, polyphonic_piece, render
 

@@ -17,8 +17,8 @@ import sys
 
 import torch
 
-from arengine.allocator import active_allocator
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.system.allocator import active_allocator
 from loadtests.model_speed import as_served, noise, x_real_time
 
 

@@ -28,13 +28,13 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from arengine.audio.segments import Segmenter
+from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from arengine.models.speech import WINDOW, SpeechModel, SpeechRecognizer
-from arengine.segments import Segmenter
-from arengine.threads import available_cpus
-from arengine.validation import AudioLimits
+from arengine.system.threads import available_cpus
 from loadtests.agreement import Intervals, frame_f1
 from loadtests.roofline import (
     ROOFLINE_HEADER,

@@ -15,10 +15,10 @@ import time
 import numpy as np
 import torch
 
+from arengine.audio.segments import Segment, Segmenter
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
-from arengine.segments import Segment, Segmenter
-from arengine.threads import available_cpus
+from arengine.system.threads import available_cpus
 
 
 def frames_per_second(recognizer: PitchRecognizer, audio: np.ndarray, threads: int) -> float:

@@ -23,7 +23,9 @@ import soundfile as sf
 import torch
 from torch import Tensor, nn
 
-from arengine.decode import decode
+from arengine.audio.decode import decode
+from arengine.audio.segments import Segmenter
+from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.models.speech import (
@@ -34,12 +36,10 @@ from arengine.models.speech import (
     read_silero_weights,
     silero_package_archive,
 )
-from arengine.models.speech_reference import ConvSpeechModel
-from arengine.segments import Segmenter
-from arengine.threads import available_cpus
-from arengine.validation import AudioLimits
+from arengine.system.threads import available_cpus
 from loadtests.agreement import frame_f1
 from loadtests.roofline import counted_flops, this_cpu
+from tests.models.speech_reference import ConvSpeechModel
 
 LSTM_FLOPS_PER_WINDOW = 2 * 2 * 128 * 4 * 128
 """Input and recurrent products of one LSTM step (128 in, 128 hidden, 4 gates); the flop counter

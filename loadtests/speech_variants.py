@@ -21,10 +21,10 @@ import numpy as np
 import soundfile as sf
 import torch
 
-from arengine.decode import decode
+from arengine.audio.decode import decode
+from arengine.audio.segments import Segmenter
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
-from arengine.segments import Segmenter
 from loadtests.agreement import Intervals, frame_f1
 from loadtests.roofline import this_cpu
 

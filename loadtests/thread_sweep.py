@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from arengine.threads import available_cpus
+from arengine.system.threads import available_cpus
 from loadtests.server import running_server
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import soundfile as sf
 
-from arengine.threads import available_cpus
+from arengine.system.threads import available_cpus
 from loadtests.server import memory_mib, running_server
 from loadtests.thread_sweep import cpu_seconds
 

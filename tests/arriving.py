@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arengine.arrival import HEADER_BYTES, Arrival, wav_layout
+from arengine.audio.arrival import HEADER_BYTES, Arrival, wav_layout
 
 
 class Arriving:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from arengine.models.speech import SpeechModel
-from tests.audio import Recording, compose, speak, write
+from tests.recordings import Recording, compose, speak, write
 
 torch.set_num_threads(1)
 

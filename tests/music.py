@@ -13,7 +13,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from tests.audio import speak
+from tests.recordings import speak
 
 SOUNDFONT = Path("/usr/share/sounds/sf2/FluidR3_GM.sf2")
 PIANO, GUITAR, VIOLIN, STRINGS, FLUTE = 0, 24, 40, 48, 73

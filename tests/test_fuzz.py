@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.audio import FORMATS, write
+from tests.recordings import FORMATS, write
 
 TARGET = Path(__file__).parent / "fuzz" / "decode_target.py"
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from arengine.cli import ENV_ONLY
+from arengine.cli.commands import ENV_ONLY
 from arengine.errors import ErrorCode
-from arengine.formats import FORMATS
 from arengine.models.registry import PARAMETERS
+from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

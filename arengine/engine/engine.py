@@ -6,7 +6,8 @@ import logging
 import threading
 from pathlib import Path
 
-from arengine.arrival import Arrival
+from arengine.audio.arrival import Arrival
+from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import StageObserver
@@ -21,8 +22,7 @@ from arengine.models.registry import (
     overrides_by_model,
 )
 from arengine.settings import Settings
-from arengine.threads import available_cpus
-from arengine.validation import AudioLimits
+from arengine.system.threads import available_cpus
 
 log = logging.getLogger(__name__)
 

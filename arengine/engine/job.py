@@ -6,7 +6,7 @@ inference of decoded segments (any order, any thread; up to the model's `max_bat
 one forward call, when that pays). Post-processing consumes inference results
 strictly in segment order, so tags come out in timestamp order and segment cuts are invisible.
 
-A request for several models decodes its upload once (`arengine/tee.py`: one resampling per
+A request for several models decodes its upload once (`arengine/audio/tee.py`: one resampling per
 distinct rate) and runs one `ModelRun` per model: its own segments, inference and tagger. No
 model decodes more than one segment length ahead of the slowest, which bounds the audio held
 between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`).
@@ -26,18 +26,18 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.arrival import Arrival, abandoned
-from arengine.decode import BLOCK_FRAMES, Decoding, decode
+from arengine.audio.arrival import Arrival, abandoned
+from arengine.audio.decode import BLOCK_FRAMES, Decoding, decode
+from arengine.audio.lanes import Lane, LaneDecoding, parallel_lanes
+from arengine.audio.segments import Segment, Segmenter
+from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.lanes import Lane, LaneDecoding, parallel_lanes
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
-from arengine.segments import Segment, Segmenter
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
-from arengine.validation import AudioLimits, probe
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +63,9 @@ class JobSpec:
     stream: int | None = None
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
-    """Decode a long seekable file from several offsets at once (`arengine/lanes.py`)."""
+    """Decode a long seekable file from several offsets at once (`arengine/audio/lanes.py`)."""
     arrival: Arrival | None = None
-    """Set when `path` is a WAV still being uploaded: read as it arrives (`arengine/arrival.py`)."""
+    """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
 
     @property
     def model(self) -> str:

@@ -9,10 +9,10 @@ from collections import deque
 
 import numpy as np
 
-from arengine.lanes import LaneDecoding
+from arengine.audio.lanes import LaneDecoding
+from arengine.audio.segments import Segment, Segmenter
 from arengine.models.recognizer import Recognizer
 from arengine.postprocess import Tagger
-from arengine.segments import Segment, Segmenter
 from arengine.types import Stage
 
 

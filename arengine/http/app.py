@@ -17,16 +17,16 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
-from arengine.allocator import active_allocator
 from arengine.engine.engine import Engine
 from arengine.http import render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
 from arengine.http.upload_dir import UploadDir
-from arengine.memory import Jemalloc
-from arengine.metrics import Metrics
 from arengine.settings import Settings
+from arengine.system.allocator import active_allocator
+from arengine.system.memory import Jemalloc
+from arengine.system.metrics import Metrics
 
 log = logging.getLogger(__name__)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine.errors import ArengineError, ErrorCode
 from arengine.http.schemas import ErrorResponse
-from arengine.metrics import Metrics
+from arengine.system.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

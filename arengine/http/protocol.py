@@ -22,7 +22,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from arengine.errors import ErrorCode
-from arengine.metrics import Metrics
+from arengine.system.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

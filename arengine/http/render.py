@@ -17,9 +17,9 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from arengine.errors import ErrorCode, InvalidInput, TooLarge
-from arengine.formats import Format, get_format, known_formats
 from arengine.http.errors import error_responses
 from arengine.http.schemas import RecognizeResponse
+from arengine.outputs.formats import Format, get_format, known_formats
 from arengine.types import Result
 
 router = APIRouter()

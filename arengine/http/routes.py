@@ -18,8 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
-from arengine.allocator import active_allocator
-from arengine.arrival import HEADER_BYTES, Arrival, wav_layout
+from arengine.audio.arrival import HEADER_BYTES, Arrival, wav_layout
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import (
@@ -29,14 +28,6 @@ from arengine.errors import (
     ErrorCode,
     InvalidInput,
     NotReady,
-)
-from arengine.formats import (
-    FORMATS,
-    STREAM,
-    STREAM_MEDIA_TYPE,
-    Format,
-    get_format,
-    negotiate,
 )
 from arengine.http.errors import error_responses
 from arengine.http.render import download
@@ -59,10 +50,19 @@ from arengine.http.uploads import (
     check_declared_length,
     spool,
 )
-from arengine.metrics import Metrics
 from arengine.models.recognizer import Overrides, Recognizer
+from arengine.outputs.formats import (
+    FORMATS,
+    STREAM,
+    STREAM_MEDIA_TYPE,
+    Format,
+    get_format,
+    negotiate,
+)
 from arengine.settings import Settings
-from arengine.threads import available_cpus
+from arengine.system.allocator import active_allocator
+from arengine.system.metrics import Metrics
+from arengine.system.threads import available_cpus
 from arengine.types import Result
 
 router = APIRouter()
@@ -220,7 +220,7 @@ async def _admit_and_submit(
     The engine's fullness is checked before the body is read too, so that a request it has no
     room for is refused at once rather than after its upload. A PCM WAV of declared length is
     submitted as soon as its header is on disk and recognised while it arrives
-    (`arengine/arrival.py`); a job that fails meanwhile ends the upload with its error.
+    (`arengine/audio/arrival.py`); a job that fails meanwhile ends the upload with its error.
     """
     settings: Settings = request.app.state.settings
     limits = UploadLimits(max_bytes=settings.max_upload_bytes)

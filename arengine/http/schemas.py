@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from arengine.formats import STREAM, Format, get_format, known_formats
 from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
+from arengine.outputs.formats import STREAM, Format, get_format, known_formats
 from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
 
 DEFAULT_MODEL = "speech"

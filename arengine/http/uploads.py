@@ -21,7 +21,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 from starlette.requests import ClientDisconnect
 
-from arengine.arrival import Arrival
+from arengine.audio.arrival import Arrival
 from arengine.engine.admission import UploadProgress
 from arengine.errors import (
     ArengineError,

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from arengine.mel import LogMel, MelParams
+from arengine.audio.segments import Segment, SegmentPlan
+from arengine.models.mel import LogMel, MelParams
 from arengine.models.recognizer import Overrides
 from arengine.models.runtimes import Network
 from arengine.postprocess.labels import LabelParams, LabelTagger
-from arengine.segments import Segment, SegmentPlan
 
 ACTIVATIONS = ("sigmoid", "softmax")
 

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from arengine.mel import mel_filterbank
+from arengine.audio.segments import Segment, SegmentPlan
+from arengine.models.mel import mel_filterbank
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.labels import LabelParams, LabelTagger
-from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 N_FFT = 512

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.basic_pitch import HOP, KEYS, LOWEST_MIDI, SAMPLE_RATE, WINDOW, BasicPitch
 from arengine.models.recognizer import Overrides
-from arengine.postprocess.notes import note_name
-from arengine.postprocess.polyphonic import FrameGrid, PolyphonicParams, PolyphonicTagger
-from arengine.segments import Segment, SegmentPlan
+from arengine.postprocess.notes import FrameGrid, PolyphonicParams, PolyphonicTagger
+from arengine.postprocess.pitch import note_name
 
 EDGE_FRAMES = 15
 """Frames dropped at each edge of a window, as basic-pitch's `unwrap_output` does."""

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
-from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger
-from arengine.segments import Segment, SegmentPlan
+from arengine.postprocess.pitch import NOTE_LABELS, NotesParams, NoteTagger
 
 SAMPLE_RATE = 16000
 WINDOW = 1024

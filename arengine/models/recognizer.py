@@ -8,8 +8,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from arengine.audio.segments import Segment, SegmentPlan
 from arengine.postprocess import Tagger
-from arengine.segments import Segment, SegmentPlan
 
 Overrides = Mapping[str, float]
 """Post-processing parameters a client set explicitly; the others keep the model's defaults."""

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.mel import MelParams
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
+from arengine.models.mel import MelParams
 from arengine.models.music import LABELS as MUSIC_LABELS
 from arengine.models.music import MusicRecognizer
 from arengine.models.notes import NotesRecognizer
@@ -26,12 +27,11 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.params import Params
 from arengine.postprocess.labels import LabelParams, MusicParams
-from arengine.postprocess.notes import NotesParams
-from arengine.postprocess.polyphonic import PolyphonicParams
+from arengine.postprocess.notes import PolyphonicParams
+from arengine.postprocess.params import Params
+from arengine.postprocess.pitch import NotesParams
 from arengine.postprocess.speech import SpeechParams
-from arengine.segments import Segment
 
 log = logging.getLogger(__name__)
 

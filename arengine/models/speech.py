@@ -6,7 +6,7 @@ Here the state is a local of `forward`: the STFT and the conv encoder run over e
 segment at once, and only the LSTM walks the sequence, in one call. silero's STFT is a 258x256 conv
 whose basis is a periodic-Hann-windowed DFT, so it is computed as `torch.fft.rfft` of windowed
 frames, and the encoder's short convs as matrix products: 2x faster on one core for the same
-probabilities (within 1e-7 of `arengine.models.speech_reference`; BENCHMARKS.md has the profile).
+probabilities (within 1e-7 of `tests.models.speech_reference`; BENCHMARKS.md has the profile).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
-from arengine.segments import Segment, SegmentPlan
 
 SAMPLE_RATE = 16000
 WINDOW = 512
@@ -81,7 +81,7 @@ class SpeechModel(nn.Module):
     """Per-window speech probabilities for whole segments; holds only immutable weights.
 
     silero-vad's network, computed as an FFT and matrix products (the reference, with its STFT as
-    a conv, is `arengine.models.speech_reference`; the two agree within 1e-5).
+    a conv, is `tests.models.speech_reference`; the two agree within 1e-5).
     Input: `(batch, CONTEXT + n * WINDOW)` float32 samples at 16 kHz, the first `CONTEXT` samples
     being the audio just before the segment (zeros at the start of a recording).
     Output: `(batch, n)` probabilities, one per 512-sample window.

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.params import Bounds, Params, param
+from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
 

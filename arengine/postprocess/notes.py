@@ -1,193 +1,285 @@
-"""Note tags from per-frame pitch, streamed: voicing, a median filter, notes by semitone.
+"""Polyphonic note tags from basic-pitch's activations, streamed: its note creation, in chunks.
 
-Scores are `(frames, 2)` arrays of `[frequency_hz, periodicity]`, pushed in timestamp order,
-segment after segment. Each frame is voiced when its periodicity reaches the threshold; then a
-median filter of odd width `median_frames` runs over the stream (the voicing by majority, the pitch
-in semitones by the median of the voiced frames), so one frame's dropout or octave jump does not
-split a note. A streaming median needs `median_frames // 2` frames after a frame before that frame
-is final: they are kept across pushes, and `finish` flushes them as if the recording ended in
-silence. Consecutive filtered frames on the same MIDI note form one note tag; its score is the
-mean periodicity of its frames and its `frequency_hz` the mean of their filtered frequencies.
+Scores are `(frames, 440)` rows: note (88 keys, A0 .. C8), onset (88) and contour (264 bins, a
+third of a semitone each), pushed in order. `note_events` is basic-pitch 0.4.0's
+`output_to_notes_polyphonic` (Apache-2.0): onset peaks over a threshold, latest first, each extended
+while the key's note activation stays over `frame_threshold` (gaps under 11 frames allowed) and
+claiming that stretch and the neighbouring keys; then the "melodia trick" turns the strongest
+remaining activity into notes. Pitch bends are its `get_pitch_bends`.
 
-Times: frame `i` is centred on sample `i * hop`. A note over frames `a..b` spans
-`[a * hop - hop / 2, b * hop + hop / 2]` (clipped to the recording), so back-to-back notes share
-their boundary and a note's length is its frame count times the hop.
+That algorithm looks at the whole recording; the tagger runs it on chunks. It handles onsets
+latest first, so a note is shaped only by notes that start after it. Every `_CHUNK` frames (15 s)
+there is a cut: the chunk's notes are those starting before the cut, computed on the frames up
+to `_LOOKAHEAD` (5 s) after it, a lookahead doubled while a note reaches its end (up to 40 s: a
+note sounding longer past a cut is the only one that can split). The next chunk starts `_MARGIN`
+frames before the cut (onset peaks need their neighbours) and keeps the notes from the cut on.
+So a segment cut never splits or repeats a note; the cuts depend only on the frames, so the
+notes do not depend on the segments; and they are the whole recording's notes, except that
+- basic-pitch rescales its inferred onsets by the recording's largest onset and frame rise; here
+  by the chunk's;
+- the melodia trick (off by default) takes the strongest remaining activity of the whole
+  recording first; here of the chunk.
+The last window pushed is never used before `finish`: its frames may be zero padding past the
+recording's end.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from arengine.errors import ErrorCode, InvalidInput
-from arengine.params import Bounds, Params, param
+from arengine.postprocess.params import Bounds, Params, param
+from arengine.postprocess.pitch import note_name
 from arengine.types import Tag
 
-NAMES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
-LOWEST_MIDI = 24
-"""C1 (32.7 Hz); CREPE's lowest bin is 31.7 Hz."""
-HIGHEST_MIDI = 107
-"""B7 (3951 Hz); CREPE's highest bin is 2006 Hz, so the top octave is never reached."""
-
-
-def note_name(midi: int) -> str:
-    """Scientific pitch notation: `note_name(69) == "A4"`, `note_name(61) == "C#4"`."""
-    return f"{NAMES[midi % 12]}{midi // 12 - 1}"
-
-
-NOTE_LABELS = tuple(note_name(m) for m in range(LOWEST_MIDI, HIGHEST_MIDI + 1))
-"""Every label a note tag can have: C1 .. B7."""
-
-
-def semitones(frequency_hz: np.ndarray) -> np.ndarray:
-    """Fractional MIDI note numbers: 69 is A4 (440 Hz)."""
-    result: np.ndarray = 69 + 12 * np.log2(np.maximum(frequency_hz, 1e-6) / 440)
-    return result
+KEYS = 88
+LOWEST_MIDI = 21
+CONTOUR_BINS = 264
+COLUMNS = 2 * KEYS + CONTOUR_BINS
+"""Note, onset and contour activations per frame."""
+FRAMES_PER_S = 22050 / 256
+ENERGY_TOL = 11
+"""Frames under `frame_threshold` that end a note (basic-pitch's `energy_tol`)."""
+_MARGIN = 4
+_CHUNK = 1290
+"""Frames (15 s) from one cut to the next."""
+_LOOKAHEAD = 430
+"""Frames (5 s) after a cut that the notes before it see; doubled while a note reaches its end."""
+_MAX_LOOKAHEAD = 8 * _LOOKAHEAD
+"""40 s: a note still going on then is cut (only such a note can split)."""
+_BEND_TOLERANCE = 25
+_BEND_WINDOW = np.exp(-0.5 * (np.arange(-_BEND_TOLERANCE, _BEND_TOLERANCE + 1) / 5.0) ** 2)
+"""scipy's `gaussian(51, std=5)`, as basic-pitch weights the contour for pitch bends."""
 
 
 @dataclass(frozen=True, slots=True)
-class NotesParams(Params):
-    """Post-processing parameters of pitch models."""
+class PolyphonicParams(Params):
+    """Post-processing parameters of `notes` models (basic-pitch's `predict()` names)."""
 
-    kind: ClassVar[str] = "pitch"
+    kind: ClassVar[str] = "notes"
 
-    # Measured with CREPE tiny: sine and harmonic tones from 110 to 1000 Hz gave at least 0.80 on
-    # every frame; white and brown noise at various levels at most 0.61 (99.9th percentile 0.53).
-    threshold: float = param(
-        0.65,
-        "Voicing: a frame is pitched when its periodicity (CREPE's peak activation) reaches this.",
-        Bounds(0, 1),
+    # Tuned on FluidR3 renderings (loadtests/notes_tuning.py, seeds the benchmark does not use):
+    # basic-pitch's 0.5 / 0.3 / melodia gave mean note F1 0.73; 0.8 / 0.35 / no melodia 0.88,
+    # mostly from precision (speech and noise made notes; melodia's notes lack onsets).
+    onset_threshold: float = param(
+        0.8, "A note starts at an onset activation peak at least this high.", Bounds(0, 1)
     )
-    min_duration_ms: float = param(100, "Shorter notes are dropped.", Bounds(0, 3_600_000))
-    median_frames: int = param(
-        5,
-        "Odd width of the median filter, in frames (10 ms each); 1 turns it off.",
-        Bounds(1, 101, whole=True),
+    frame_threshold: float = param(
+        0.35, "A note lasts while its note activation stays at least this high.", Bounds(0, 1)
     )
-
-    def check(self) -> None:
-        if self.median_frames % 2 == 0:
-            raise InvalidInput(
-                f"median_frames must be odd, got {self.median_frames}",
-                code=ErrorCode.INVALID_PARAMETER,
-            )
-
-
-@dataclass(slots=True)
-class _Note:
-    midi: int
-    first: int
-    last: int
-    periodicity: float
-    frequency: float
+    min_note_ms: float = param(127.7, "Notes this short or shorter are dropped.", Bounds(0, 10_000))
+    melodia: int = param(
+        0,
+        "1: also make notes of strong activity without an onset (basic-pitch's melodia "
+        "trick); 0: only from onsets.",
+        Bounds(0, 1, whole=True),
+    )
+    infer_onsets: int = param(
+        1, "1: sudden rises of the note activation count as onsets too.", Bounds(0, 1, whole=True)
+    )
+    pitch_bends: int = param(
+        0,
+        "1: each note tag carries its pitch bends (thirds of a semitone, one per frame).",
+        Bounds(0, 1, whole=True),
+    )
 
     @property
-    def frames(self) -> int:
-        return self.last - self.first + 1
+    def min_note_frames(self) -> int:
+        return round(self.min_note_ms / 1000 * round(FRAMES_PER_S))
 
 
-class NoteTagger:
-    """Feed `(frames, 2)` `[frequency_hz, periodicity]` scores with `push`, then `finish`.
+Event = tuple[int, int, int, float]
+"""`(start_frame, end_frame, key, amplitude)`: end exclusive, key 0 is A0."""
 
-    Example::
 
-        tagger = NoteTagger(NotesParams(), sample_rate=16000, hop=160)
-        tags = tagger.push(scores) + tagger.finish(audio_samples)  # e.g. [Tag(..., label='A4')]
+def inferred_onsets(onsets: np.ndarray, frames: np.ndarray, n_diff: int = 2) -> np.ndarray:
+    """basic-pitch's `get_infered_onsets`: onsets or sharp rises of the frame activations."""
+    diffs = []
+    for n in range(1, n_diff + 1):
+        shifted = np.concatenate([np.zeros((n, frames.shape[1])), frames])
+        diffs.append(shifted[n:, :] - shifted[:-n, :])
+    frame_diff = np.min(diffs, axis=0)
+    frame_diff[frame_diff < 0] = 0
+    frame_diff[:n_diff, :] = 0
+    peak = np.max(frame_diff)
+    if peak > 0:
+        frame_diff = np.max(onsets) * frame_diff / peak
+    result: np.ndarray = np.max([onsets, frame_diff], axis=0)
+    return result
+
+
+def _scan(energy: np.ndarray, key: int, start: int, threshold: float, step: int) -> tuple[int, int]:
+    """basic-pitch's inner loop: from `start` (exclusive) in `step` direction until ENERGY_TOL
+    frames in a row are under `threshold` or the chunk's edge; where it stopped, and how many
+    quiet frames it had counted."""
+    n = len(energy)
+    i, k = start + step, 0
+    while (i < n - 1 if step > 0 else i > 0) and k < ENERGY_TOL:
+        k = k + 1 if energy[i, key] < threshold else 0
+        i += step
+    return i, k
+
+
+def _claim(energy: np.ndarray, first: int, last: int, key: int) -> None:
+    energy[first:last, max(key - 1, 0) : key + 2] = 0
+
+
+def note_events(frames: np.ndarray, onsets: np.ndarray, params: PolyphonicParams) -> list[Event]:
+    """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations."""
+    threshold, min_len = params.frame_threshold, params.min_note_frames
+    if len(frames) < 3:  # no onset peak (it needs two neighbours), no note
+        return []
+    if params.infer_onsets:
+        onsets = inferred_onsets(onsets, frames)
+    # scipy's argrelmax along time: strictly above both neighbours; the edges never are.
+    peaks = np.zeros(onsets.shape)
+    inner = onsets[1:-1]
+    peaks[1:-1] = np.where((inner > onsets[:-2]) & (inner > onsets[2:]), inner, 0)
+    times, keys = np.nonzero(peaks >= params.onset_threshold)
+    energy = frames.astype(np.float64, copy=True)
+    n = len(frames)
+    events: list[Event] = []
+    for start, key in zip(times[::-1], keys[::-1], strict=True):
+        if start >= n - 1:
+            continue
+        i, k = _scan(energy, int(key), int(start), threshold, 1)
+        end = i - k
+        if end - start <= min_len:
+            continue
+        _claim(energy, int(start), end, int(key))
+        events.append((int(start), end, int(key), float(np.mean(frames[start:end, key]))))
+    if params.melodia:
+        events += _melodia(frames, energy, threshold, min_len)
+    return events
+
+
+def _melodia(frames: np.ndarray, energy: np.ndarray, threshold: float, min_len: int) -> list[Event]:
+    """The strongest remaining activity, grown both ways, claiming every frame its scans visit."""
+    events: list[Event] = []
+    while energy.size and np.max(energy) > threshold:
+        middle, key = (int(x) for x in np.unravel_index(np.argmax(energy), energy.shape))
+        energy[middle, key] = 0
+        # Each scan reads a frame of `key` before zeroing it, so reading first is the same.
+        forward, k_forward = _scan(energy, key, middle, threshold, 1)
+        backward, k_backward = _scan(energy, key, middle, threshold, -1)
+        _claim(energy, middle + 1, forward, key)
+        _claim(energy, backward + 1, middle, key)
+        end, start = forward - 1 - k_forward, backward + 1 + k_backward
+        if end - start <= min_len:
+            continue
+        events.append((start, end, key, float(np.mean(frames[start:end, key]))))
+    return events
+
+
+def pitch_bends(contour: np.ndarray, event: Event) -> tuple[float, ...]:
+    """basic-pitch's `get_pitch_bends` for one note: per frame, the contour peak near the key
+    (Gaussian-weighted, 25 bins either side), in thirds of a semitone from the key."""
+    start, end, key, _ = event
+    centre = 3 * key
+    low, high = max(centre - _BEND_TOLERANCE, 0), min(CONTOUR_BINS, centre + _BEND_TOLERANCE + 1)
+    weights = _BEND_WINDOW[low - (centre - _BEND_TOLERANCE) : high - (centre - _BEND_TOLERANCE)]
+    peaks = np.argmax(contour[start:end, low:high] * weights, axis=1)
+    return tuple(float(b) for b in peaks - (centre - low))
+
+
+@dataclass(frozen=True, slots=True)
+class FrameGrid:
+    """Where frames sit: `per_window` frames `hop` apart, windows `step` samples apart."""
+
+    hop: int = 256
+    per_window: int = 142
+    step: int = 36164
+
+    def sample(self, frame: int) -> int:
+        """The sample a frame is centred on."""
+        window, inside = divmod(frame, self.per_window)
+        return window * self.step + inside * self.hop
+
+
+class PolyphonicTagger:
+    """Feed `(frames, 440)` activations with `push`, then `finish`; tags in start order.
+
+    >>> scores = np.zeros((300, COLUMNS), np.float32)
+    >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
+    >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
+    >>> tagger = PolyphonicTagger(PolyphonicParams())
+    >>> [(t.label, t.midi, t.start, t.end) for t in tagger.push(scores) + tagger.finish(76800)]
+    [('C4', 60, 0.232, 1.393)]
     """
 
-    def __init__(self, params: NotesParams, sample_rate: int, hop: int) -> None:
+    def __init__(
+        self, params: PolyphonicParams, sample_rate: int = 22050, grid: FrameGrid | None = None
+    ) -> None:
         self.params = params
         self.sample_rate = sample_rate
-        self.hop = hop
-        self.half = params.median_frames // 2
-        # Frames not yet final, plus the `half` frames before them that their windows need:
-        # columns are semitones (NaN when unvoiced) and periodicity. The recording is preceded by
-        # `half` unvoiced frames.
-        self.window = np.full((self.half, 2), np.nan)
-        self.window_start = -self.half
-        """Frame index of `window[0]`."""
-        self.next_frame = 0
-        """Frame index of the next pushed frame."""
-        self.note: _Note | None = None
-        min_frames = params.min_duration_ms / 1000 * sample_rate / hop
-        self.min_frames = max(1, math.ceil(min_frames - 1e-9))
+        self.grid = grid or FrameGrid()
+        self._buffer = np.zeros((0, COLUMNS), dtype=np.float32)
+        self._start = 0
+        """Frame index of `_buffer[0]` in the recording."""
+        self._done = 0
+        """Notes that start before this frame have been tagged."""
 
     def push(self, scores: np.ndarray) -> list[Tag]:
-        """The next frames' `[frequency_hz, periodicity]`; returns the notes now final."""
-        scores = np.asarray(scores, dtype=np.float64).reshape(-1, 2)
-        frequency, periodicity = scores[:, 0], scores[:, 1]
-        voiced = (periodicity >= self.params.threshold) & (frequency > 0)
-        pitch = np.where(voiced, semitones(frequency), np.nan)
-        rows = np.stack([pitch, periodicity], axis=1)
-        self.next_frame += len(rows)
-        return self._advance(rows)
+        """The next frames' activations; returns the notes now final."""
+        rows = np.asarray(scores, dtype=np.float32).reshape(-1, COLUMNS)
+        self._buffer = np.concatenate([self._buffer, rows])
+        tags: list[Tag] = []
+        while (events := self._next_chunk()) is not None:
+            cut = self._done - self._start + _CHUNK
+            tags += self._tags(events, cut)
+            drop = cut - _MARGIN
+            self._buffer = self._buffer[drop:].copy()
+            self._start += drop
+        return tags
+
+    def _next_chunk(self) -> list[Event] | None:
+        """The notes of the next chunk, or None until enough frames are here. Cuts and lookaheads
+        depend only on the frames, never on how they were pushed, so neither do the notes."""
+        cut = self._done - self._start + _CHUNK
+        lookahead = _LOOKAHEAD
+        while cut + lookahead + self.grid.per_window <= len(self._buffer):
+            events = self._events(cut, cut + lookahead)
+            edge = cut + lookahead - ENERGY_TOL
+            if lookahead >= _MAX_LOOKAHEAD or all(end < edge for _, end, _, _ in events):
+                return events
+            lookahead *= 2  # a note may go on past the lookahead
+        return None
 
     def finish(self, audio_samples: int) -> list[Tag]:
-        """End of the recording (`audio_samples` at the model's rate): the remaining notes."""
-        out = self._advance(np.full((self.half, 2), np.nan))
-        self._close(out, audio_samples)
-        return out
+        """End of the recording (`audio_samples` at 22.05 kHz): the remaining notes."""
+        # Frames centred past the end belong to the last window's zero padding.
+        frames = self._start + len(self._buffer)
+        while frames > self._start and self.grid.sample(frames - 1) >= audio_samples:
+            frames -= 1
+        self._buffer = self._buffer[: frames - self._start]
+        end = len(self._buffer)
+        tags = self._tags(self._events(end, end), end)
+        end_s = round(audio_samples / self.sample_rate, 3)
+        return [tag if tag.end <= end_s else dataclasses.replace(tag, end=end_s) for tag in tags]
 
-    def _advance(self, rows: np.ndarray) -> list[Tag]:
-        """Append rows; filter every frame whose window is complete; group them into notes."""
-        self.window = np.concatenate([self.window, rows])
-        width = 2 * self.half + 1
-        out: list[Tag] = []
-        if len(self.window) < width:
-            return out
-        pitch = sliding_window_view(self.window[:, 0], width)
-        voiced = np.count_nonzero(~np.isnan(pitch), axis=1) > self.half
-        first = self.window_start + self.half
-        for offset in range(len(pitch)):
-            if not voiced[offset]:
-                self._close(out)
-                continue
-            median = float(np.nanmedian(pitch[offset]))
-            frequency = 440 * 2 ** ((median - 69) / 12)
-            periodicity = float(self.window[offset + self.half, 1])
-            self._extend(first + offset, round(median), periodicity, frequency, out)
-        done = len(pitch)
-        self.window = self.window[done:]
-        self.window_start += done
-        return out
+    def _events(self, cut: int, end: int) -> list[Event]:
+        """The notes that start in `[done, cut)`, from the buffer's first `end` frames."""
+        chunk = self._buffer[:end]
+        done = self._done - self._start
+        events = note_events(chunk[:, :KEYS], chunk[:, KEYS : 2 * KEYS], self.params)
+        return sorted((e for e in events if done <= e[0] < cut), key=lambda e: (e[0], e[2]))
 
-    def _extend(
-        self, frame: int, midi: int, periodicity: float, frequency: float, out: list[Tag]
-    ) -> None:
-        if not LOWEST_MIDI <= midi <= HIGHEST_MIDI:
-            self._close(out)
-            return
-        note = self.note
-        if note is not None and note.midi == midi and note.last == frame - 1:
-            note.last = frame
-            note.periodicity += periodicity
-            note.frequency += frequency
-            return
-        self._close(out)
-        self.note = _Note(midi, frame, frame, periodicity, frequency)
+    def _tags(self, events: list[Event], cut: int) -> list[Tag]:
+        self._done = self._start + cut
+        contour = self._buffer[:, 2 * KEYS :]
+        return [self._tag(event, contour) for event in events]
 
-    def _close(self, out: list[Tag], audio_samples: int | None = None) -> None:
-        """End the current note, if any; tag it if it is long enough."""
-        note = self.note
-        if note is None:
-            return
-        self.note = None
-        if note.frames < self.min_frames:
-            return
-        start = max(0.0, (note.first - 0.5) * self.hop)
-        end = (note.last + 0.5) * self.hop
-        if audio_samples is not None:
-            end = min(end, float(audio_samples))
-        out.append(
-            Tag(
-                start=round(start / self.sample_rate, 3),
-                end=round(end / self.sample_rate, 3),
-                label=note_name(note.midi),
-                score=round(min(max(note.periodicity / note.frames, 0.0), 1.0), 4),
-                frequency_hz=round(note.frequency / note.frames, 2),
-            )
+    def _tag(self, event: Event, contour: np.ndarray) -> Tag:
+        start, end, key, amplitude = event
+        bends = pitch_bends(contour, event) if self.params.pitch_bends else None
+        return Tag(
+            start=round(self.grid.sample(self._start + start) / self.sample_rate, 3),
+            end=round(self.grid.sample(self._start + end) / self.sample_rate, 3),
+            label=note_name(key + LOWEST_MIDI),
+            score=round(amplitude, 4),
+            midi=key + LOWEST_MIDI,
+            pitch_bend=bends,
         )

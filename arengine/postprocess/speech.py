@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.params import Bounds, Params, param
+from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
 _PROBABILITY = Bounds(0, 1, low_open=True, high_open=True)

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from arengine.client import Client, Recognition, RetryPolicy
-from arengine.formats import FORMATS
+from arengine.outputs.formats import FORMATS
 from tests.conftest import RecordingFactory, free_port
 from tests.container.docker import ROOT, docker
 from tests.container.test_image import _long_wav

@@ -9,13 +9,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from arengine.allocator import find_jemalloc
-from arengine.cli import build_parser, main
-from arengine.formats import FORMATS
+from arengine.cli.commands import build_parser, main
+from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
-from tests.audio import ffmpeg
+from arengine.system.allocator import find_jemalloc
 from tests.conftest import RecordingFactory, start_server, stop_server
 from tests.conftest import run_cli as _arengine
+from tests.recordings import ffmpeg
 
 
 def _settings_from(argv: list[str]) -> Settings:

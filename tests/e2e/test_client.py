@@ -26,7 +26,7 @@ from arengine.client import (
     Unauthorized,
     Unavailable,
 )
-from arengine.formats import FORMATS
+from arengine.outputs.formats import FORMATS
 from arengine.types import Tag
 from tests.conftest import RecordingFactory, Server, free_port, start_server, stop_server
 

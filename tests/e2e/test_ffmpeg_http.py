@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.audio import ffmpeg
 from tests.conftest import RecordingFactory, Server
+from tests.recordings import ffmpeg
 
 VIDEO = ["-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-shortest", "-c:v", "libx264"]
 CONVERSIONS = {  # name: ffmpeg arguments after the input

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.audio import REPORTED
 from tests.conftest import RecordingFactory, Server
+from tests.recordings import REPORTED
 
 
 def _post(server: Server, path: Path, **params: Any) -> httpx.Response:

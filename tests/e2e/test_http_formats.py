@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from arengine.formats import FORMATS, known_formats
+from arengine.outputs.formats import FORMATS, known_formats
 from tests.conftest import RecordingFactory, Server, ServerFactory
 
 

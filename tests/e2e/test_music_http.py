@@ -12,8 +12,8 @@ import soundfile as sf
 
 from arengine.models.music import PATCH_HOP
 from arengine.models.registry import DEFAULT_MODELS_DIR
-from tests.audio import speak
 from tests.conftest import Server, ServerFactory
+from tests.recordings import speak
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
+from arengine.cli.runner import recognize_files
 from arengine.engine.engine import Engine
-from arengine.formats import FORMATS
-from arengine.runner import recognize_files
+from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
 from tests.conftest import RecordingFactory
 

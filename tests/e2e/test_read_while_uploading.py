@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.audio import Recording
 from tests.conftest import RecordingFactory, Server, ServerFactory, wait_until
+from tests.recordings import Recording
 
 BOUNDARY = b"arengine-test-boundary"
 

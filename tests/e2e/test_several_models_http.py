@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from arengine.formats import FORMATS
+from arengine.outputs.formats import FORMATS
 from tests.conftest import Server, ServerFactory, run_cli
 from tests.music import speech_and_melodies
 

@@ -18,7 +18,7 @@ import pytest
 import soundfile as sf
 import soxr
 
-from arengine.formats import FORMATS
+from arengine.outputs.formats import FORMATS
 from tests.conftest import RecordingFactory, Server, ServerFactory
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -173,7 +173,7 @@ def test_page_and_assets_are_served(server: Server) -> None:
 @pytest.fixture(scope="module")
 def five_minutes(tmp_path_factory: pytest.TempPathFactory, phrases: Any) -> Path:
     """5 minutes at 16 kHz: a phrase every 30 s, a tone and noise in between."""
-    from tests.audio import compose, write
+    from tests.recordings import compose, write
 
     folder = tmp_path_factory.mktemp("five")
     pieces = [("silence", 12.0), ("speech", 0), ("silence", 3.0), ("tone", 2.0), ("silence", 9.0)]

@@ -12,9 +12,9 @@ from arengine.engine.pool import EnginePool
 from arengine.errors import BodyTimeout, ErrorCode
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from tests.arriving import Arriving
-from tests.audio import Recording
 from tests.conftest import RecordingFactory, wait_until
 from tests.engine.test_engine import LIMITS
+from tests.recordings import Recording
 
 
 def _spec(path: Path, recognizer: SpeechRecognizer) -> JobSpec:

@@ -15,15 +15,15 @@ import soundfile as sf
 import torch
 from silero_vad import get_speech_timestamps, load_silero_vad
 
+from arengine.audio.segments import Segment
+from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import Cancelled, StageFailed
 from arengine.models.speech import MAX_BATCH, SpeechModel, SpeechRecognizer
-from arengine.segments import Segment
 from arengine.types import Result, Tag
-from arengine.validation import AudioLimits
-from tests.audio import Recording
 from tests.conftest import RecordingFactory, wait_until
+from tests.recordings import Recording
 
 LIMITS = AudioLimits(
     max_duration_s=4 * 3600, max_channels=8, min_sample_rate=8000, max_sample_rate=192000

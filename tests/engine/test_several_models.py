@@ -12,16 +12,16 @@ import pytest
 import soxr
 import torch
 
+from arengine.audio.segments import Segment
+from arengine.audio.validation import AudioLimits
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import InvalidInput, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.postprocess import Tagger
-from arengine.segments import Segment
 from arengine.settings import Settings
 from arengine.types import Result, Stage, Tag
-from arengine.validation import AudioLimits
 from tests.music import speech_and_melodies
 
 SEGMENT_S = 4.0

@@ -17,10 +17,10 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports():
-    from arengine.decode import decode
+    from arengine.audio.decode import decode
+    from arengine.audio.segments import Segmenter, SegmentPlan
+    from arengine.audio.validation import AudioLimits, probe
     from arengine.errors import ArengineError
-    from arengine.segments import Segmenter, SegmentPlan
-    from arengine.validation import AudioLimits, probe
 
 LIMITS = AudioLimits(
     max_duration_s=60, max_channels=8, min_sample_rate=8000, max_sample_rate=192000

@@ -20,7 +20,7 @@ import pytest
 import soundfile as sf
 from pydantic import ValidationError
 
-from arengine.cli import main
+from arengine.cli.commands import main
 from arengine.engine.admission import Admission
 from arengine.errors import ErrorCode, Overloaded
 from arengine.http.app import create_app

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from arengine.audio.segments import Segmenter
 from arengine.errors import InvalidInput
 from arengine.models.pitch import (
     CHUNK_FRAMES,
@@ -18,7 +19,6 @@ from arengine.models.pitch import (
     decode,
     normalise,
 )
-from arengine.segments import Segmenter
 from tests.conftest import ROOT
 
 WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
-from arengine.mel import LogMel
+from arengine.models.mel import LogMel
 from arengine.models.runtimes import OnnxNetwork, load_network, weights_format
 from tests.models.exported import FORMATS, example, export_all, with_location
 

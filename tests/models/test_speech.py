@@ -11,6 +11,8 @@ import soxr
 import torch
 from silero_vad import load_silero_vad
 
+from arengine.audio.segments import Segment
+from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
@@ -22,11 +24,9 @@ from arengine.models.speech import (
     read_silero_weights,
     silero_package_archive,
 )
-from arengine.models.speech_reference import ConvSpeechModel
-from arengine.segments import Segment
-from arengine.validation import AudioLimits
 from loadtests.agreement import frame_f1
 from tests.conftest import Phrases, RecordingFactory
+from tests.models.speech_reference import ConvSpeechModel
 
 
 def _speech_16k(phrases: tuple[list[np.ndarray], int]) -> np.ndarray:

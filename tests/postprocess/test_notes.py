@@ -1,156 +1,223 @@
-"""Note tags: a melody through Segmenter + PitchRecognizer + NoteTagger; the tagger alone."""
+"""The notes kind: basic-pitch's note creation ported, streamed in chunks, and the recognizer's
+segments on basic-pitch's window grid."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
 import numpy as np
 import pytest
+import soundfile as sf
 
-from arengine.models.pitch import PitchRecognizer
-from arengine.postprocess.notes import NOTE_LABELS, NotesParams, NoteTagger, note_name
-from arengine.segments import Segmenter
-from arengine.types import Tag
-from tests.conftest import ROOT
+from arengine.audio.segments import Segment, Segmenter
+from arengine.engine.engine import Engine
+from arengine.errors import InvalidInput
+from arengine.models.notes import KEPT_FRAMES, STEP, NotesRecognizer
+from arengine.postprocess.notes import (
+    COLUMNS,
+    KEYS,
+    FrameGrid,
+    PolyphonicParams,
+    PolyphonicTagger,
+    note_events,
+)
+from arengine.settings import Settings
+from arengine.types import Tag, tag_dict
+from tests.music import GUITAR, PIANO, STRINGS, Note, f1, polyphonic_piece, render
 
-WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"
-RATE = 16000
-MELODY = [("A4", 440.0), ("C5", 523.25), ("E5", 659.26), ("C#4", 277.18)]
-"""Four 0.5 s notes starting at 0.3 s, 1.0 s, 1.7 s, 2.4 s, silence between them."""
-
-
-def _melody() -> np.ndarray:
-    silence = np.zeros(int(0.2 * RATE), np.float32)
-    pieces = [np.zeros(int(0.3 * RATE), np.float32)]
-    t = np.arange(int(0.5 * RATE)) / RATE
-    fade = np.minimum(1, np.minimum(t, t[::-1]) / 0.005)  # 5 ms ramps: no clicks
-    for _, frequency in MELODY:
-        wave = sum(np.sin(2 * np.pi * frequency * k * t) / k for k in (1, 2, 3, 4))
-        pieces += [(0.2 * fade * wave).astype(np.float32), silence]
-    return np.concatenate(pieces)
-
-
-def _recognize(audio: np.ndarray, segment_s: float, block: int) -> list[Tag]:
-    recognizer = PitchRecognizer(WEIGHTS, segment_s=segment_s)
-    tagger = recognizer.tagger({})
-    blocks = (audio[i : i + block] for i in range(0, len(audio), block))
-    segmenter = Segmenter(blocks, recognizer.plan)
-    tags: list[Tag] = []
-    for segment in segmenter:
-        tags += tagger.push(recognizer.infer(recognizer.features(segment), segment))
-    assert segmenter.total_samples == len(audio)
-    return tags + tagger.finish(len(audio))
+NOTES = Path(__file__).resolve().parents[2] / "models" / "notes"
+PREDICT = PolyphonicParams(onset_threshold=0.5, frame_threshold=0.3, min_note_ms=127.7)
+"""basic-pitch's predict() thresholds."""
 
 
-@pytest.mark.parametrize(("segment_s", "block"), [(0.37, 1000), (0.23, 4096), (30.0, 16000)])
-def test_a_melody_gives_its_notes_across_segment_cuts(segment_s: float, block: int) -> None:
-    onsets = [0.3, 1.0, 1.7, 2.4]
-    cuts = np.arange(segment_s, 3.0, segment_s)
-    if segment_s < 1:  # every note straddles at least one cut
-        assert all(np.any((cuts > on) & (cuts < on + 0.5)) for on in onsets)
-    tags = _recognize(_melody(), segment_s, block)
-    assert [t.label for t in tags] == [name for name, _ in MELODY]
-    for tag, onset, (_, frequency) in zip(tags, onsets, MELODY, strict=True):
-        assert abs(tag.start - onset) <= 0.03  # measured: 15 ms early at most
-        assert abs(tag.end - (onset + 0.5)) <= 0.03
-        assert tag.frequency_hz is not None
-        assert abs(1200 * np.log2(tag.frequency_hz / frequency)) < 20
-        assert tag.score > 0.8
+@pytest.fixture(scope="module")
+def recognizer() -> NotesRecognizer:
+    return NotesRecognizer(NOTES / "nmp.pt", segment_s=30)
 
 
-def test_noise_and_silence_give_no_notes() -> None:
-    rng = np.random.default_rng(5)
-    audio = np.concatenate(
-        [np.zeros(RATE, np.float32), (0.1 * rng.standard_normal(2 * RATE)).astype(np.float32)]
+def _with_pauses(seconds: float) -> list[Note]:
+    """The polyphonic piece with a 0.6 s rest after every 2-second bar, so the tagger can cut."""
+    notes = []
+    for note in polyphonic_piece(seconds, seed=4):
+        shift = 0.6 * (note.start // 2.0)
+        notes.append(Note(note.start + shift, note.end + shift, note.midi, note.program))
+    return notes
+
+
+@pytest.fixture(scope="module")
+def piece(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, list[Note]]:
+    notes = _with_pauses(30)  # 39 s: the tagger cuts twice
+    return render(notes, tmp_path_factory.mktemp("piece")), notes
+
+
+@pytest.fixture(scope="module")
+def scores(recognizer: NotesRecognizer, piece: tuple[np.ndarray, list[Note]]) -> np.ndarray:
+    audio, _ = piece
+    parts = [recognizer.infer(recognizer.features(s), s) for s in _segments(recognizer, audio)]
+    return np.concatenate(parts)
+
+
+def _segments(recognizer: NotesRecognizer, audio: np.ndarray) -> Iterator[Segment]:
+    return Segmenter(
+        iter([audio[i : i + 5000] for i in range(0, len(audio), 5000)]), recognizer.plan
     )
-    assert _recognize(audio, 0.5, 4096) == []
 
 
-def _scores(*runs: tuple[float, float, int]) -> np.ndarray:
-    """`(frequency_hz, periodicity, frames)` runs of constant scores."""
-    return np.concatenate([np.tile([[f, p]], (n, 1)) for f, p, n in runs]).astype(np.float32)
-
-
-def _tag_all(
-    scores: np.ndarray, params: NotesParams | None = None, chunks: list[int] | None = None
+def _tags(
+    tagger: PolyphonicTagger, scores: np.ndarray, sizes: list[int], samples: int
 ) -> list[Tag]:
-    tagger = NoteTagger(params or NotesParams(), sample_rate=RATE, hop=160)
-    tags: list[Tag] = []
-    for chunk in np.split(scores, chunks or []):
-        tags += tagger.push(chunk)
-    return tags + tagger.finish(len(scores) * 160)
+    tags, at = [], 0
+    for size in sizes:
+        tags += tagger.push(scores[at : at + size])
+        at += size
+    return tags + tagger.push(scores[at:]) + tagger.finish(samples)
 
 
-def test_notes_from_made_up_scores() -> None:
-    scores = _scores((0, 0.1, 20), (440, 0.9, 50), (0, 0.2, 20), (523.25, 0.7, 30), (0, 0.1, 5))
-    assert _tag_all(scores) == [
-        Tag(start=0.195, end=0.695, label="A4", score=0.9, frequency_hz=440.0),
-        Tag(start=0.895, end=1.195, label="C5", score=0.7, frequency_hz=523.25),
-    ]
+def _s(sample: int) -> float:
+    return round(sample / 22050, 3)
 
 
-def test_a_note_at_the_edges_is_clipped_to_the_recording() -> None:
-    scores = _scores((440, 0.9, 30), (0, 0.1, 10), (220, 0.8, 25))
-    tagger = NoteTagger(NotesParams(), sample_rate=RATE, hop=160)
-    # The last frame (64) is centred on sample 10240 but the audio ends at 10300, not 10320.
-    tags = tagger.push(scores) + tagger.finish(10_300)
-    assert [(t.start, t.end, t.label) for t in tags] == [(0.0, 0.295, "A4"), (0.395, 0.644, "A3")]
+@pytest.mark.parametrize("melodia", [0, 1])
+def test_note_events_equal_basic_pitchs_own(melodia: int) -> None:
+    """On the reference window, the port gives basic-pitch's `output_to_notes_polyphonic` events
+    (stored by models/notes/convert_basic_pitch.py from the package itself)."""
+    reference = np.load(NOTES / "reference.npz")
+    params = dataclasses.replace(PREDICT, melodia=melodia)
+    ours = sorted(note_events(reference["note"], reference["onset"], params))
+    theirs = sorted(tuple(row) for row in reference[f"events_melodia{melodia}"])
+    assert len(ours) == len(theirs) > 5
+    for (s, e, k, a), (ts, te, tk, ta) in zip(ours, theirs, strict=True):
+        assert (s, e, k) == (int(ts), int(te), int(tk))
+        assert a == pytest.approx(ta, abs=1e-6)
 
 
-def test_the_median_bridges_one_frame_dropouts_and_octave_jumps() -> None:
-    scores = _scores((440, 0.9, 20), (0, 0.1, 1), (440, 0.9, 20), (880, 0.9, 2), (440, 0.9, 20))
-    assert [t.label for t in _tag_all(scores)] == ["A4"]
-    unfiltered = _tag_all(scores, NotesParams(median_frames=1, min_duration_ms=0))
-    assert [t.label for t in unfiltered] == ["A4", "A4", "A5", "A4"]
+def _whole(
+    scores: np.ndarray, samples: int, params: PolyphonicParams
+) -> list[tuple[float, float, int]]:
+    """basic-pitch's note creation on the whole recording at once, as tag times."""
+    grid = FrameGrid()
+    # The last window's frames past the recording's end are zero padding; the tagger drops them.
+    kept = scores[: sum(grid.sample(g) < samples for g in range(len(scores)))]
+    events = note_events(kept[:, :KEYS], kept[:, KEYS : 2 * KEYS], params)
+    return sorted((_s(grid.sample(s)), _s(grid.sample(e)), k + 21) for s, e, k, _ in events)
 
 
-def test_within_one_semitone_is_one_note_and_a_semitone_step_is_two() -> None:
-    drift = np.stack([440 * 2 ** (np.linspace(-0.4, 0.4, 40) / 12), np.full(40, 0.9)], axis=1)
-    assert [t.label for t in _tag_all(drift)] == ["A4"]
-    step = _scores((440, 0.9, 20), (466.16, 0.9, 20))
-    tags = _tag_all(step)
-    assert [t.label for t in tags] == ["A4", "A#4"]
-    assert tags[0].end == tags[1].start  # back to back, sharing the boundary
+def test_streamed_in_any_pieces_equals_the_whole_recording(
+    scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]
+) -> None:
+    """Chunks cut at quiet runs: the notes of the whole recording at once, none split or
+    repeated, whatever the sizes of the pushes (one frame, a window, odd sizes). Exact without
+    inferred onsets (their scale is the chunk's largest onset, not the recording's)."""
+    audio, _ = piece
+    rng = np.random.default_rng(0)
+    for infer_onsets in (0, 1):
+        params = dataclasses.replace(PREDICT, melodia=1, infer_onsets=infer_onsets)
+        whole = _whole(scores, len(audio), params)
+        for sizes in ([len(scores)], [7] * 400, [KEPT_FRAMES] * 20, list(rng.integers(1, 300, 40))):
+            tags = _tags(PolyphonicTagger(params), scores, sizes, len(audio))
+            got = [(t.start, t.end, t.midi) for t in tags]
+            assert [t.start for t in tags] == sorted(t.start for t in tags)
+            assert len(whole) > 20
+            if infer_onsets:
+                truth = [Note(s, e, m) for s, e, m in whole]
+                assert f1(truth, [(s, e, m or 0) for s, e, m in got])[2] >= 0.95
+            else:
+                assert sorted(got) == whole
 
 
-def test_threshold_and_minimum_duration() -> None:
-    scores = _scores((440, 0.6, 30), (0, 0.1, 10), (330, 0.9, 9), (0, 0.1, 10), (330, 0.9, 11))
-    assert [t.label for t in _tag_all(scores)] == ["E4"]  # 0.6 < 0.65; 9 frames < 100 ms
-    low = _tag_all(scores, NotesParams(threshold=0.5, min_duration_ms=80))
-    assert [t.label for t in low] == ["A4", "E4", "E4"]
+def test_tags_come_before_the_end_and_the_buffer_stays_small(
+    scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]
+) -> None:
+    tagger = PolyphonicTagger(PolyphonicParams())
+    assert len(scores) > 3000
+    early = tagger.push(scores[:2500])
+    assert early, "notes are final before the recording ends"
+    # Cut at 1290 frames: kept from 4 frames before it.
+    assert len(tagger._buffer) == 2500 - 1290 + 4
+    assert max(tag.start for tag in early) < 2500 / 86
 
 
-@pytest.mark.parametrize("width", [1, 3, 5, 9])
-def test_random_chunking_gives_the_same_tags_as_one_push(width: int) -> None:
-    rng = np.random.default_rng(width)
-    runs = []
-    for _ in range(40):
-        voiced = rng.random() < 0.7
-        runs.append(
-            (
-                float(rng.uniform(60, 1500)) if voiced else 0.0,
-                float(rng.uniform(0.66, 1.0) if voiced else rng.uniform(0, 0.6)),
-                int(rng.integers(1, 40)),
-            )
-        )
-    scores = _scores(*runs)
-    scores[:, 1] = np.clip(scores[:, 1] + rng.normal(0, 0.05, len(scores)), 0, 1)
-    params = NotesParams(median_frames=width, min_duration_ms=50)
-    whole = _tag_all(scores, params)
-    assert len(whole) >= 10
-    for _ in range(20):
-        cuts = np.sort(rng.choice(np.arange(1, len(scores)), size=rng.integers(1, 30)))
-        assert _tag_all(scores, params, chunks=list(cuts)) == whole
-    single_frames = list(range(1, len(scores)))
-    assert _tag_all(scores, params, chunks=single_frames) == whole
+def test_a_note_held_for_minutes_forces_a_cut_and_the_buffer_stays_bounded() -> None:
+    """A drone that never ends keeps every cut waiting; after 60 s one is forced."""
+    rows = np.zeros((12000, COLUMNS), np.float32)
+    rows[:, 40] = 0.9  # C5 held
+    rows[::50, KEYS + 40] = 0.95  # re-struck twice a second... as onset peaks
+    rows[:, 10] = 0.9  # a drone on another key, never quiet
+    tagger = PolyphonicTagger(PolyphonicParams())
+    tags = []
+    for start in range(0, 12000, 500):
+        tags += tagger.push(rows[start : start + 500])
+        assert len(tagger._buffer) <= 4 + 1290 + 8 * 430 + 142 + 500
+    tags += tagger.finish(12000 * 256)
+    assert sum(t.midi == 61 for t in tags) > 200
 
 
-def test_note_names() -> None:
-    assert [note_name(m) for m in (24, 60, 61, 69, 70, 107)] == [
-        "C1",
-        "C4",
-        "C#4",
-        "A4",
-        "A#4",
-        "B7",
-    ]
-    assert len(NOTE_LABELS) == 84
-    assert len(set(NOTE_LABELS)) == 84
+def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]) -> None:
+    audio, _ = piece
+    tagger = PolyphonicTagger(PolyphonicParams(pitch_bends=1))
+    tags = tagger.push(scores) + tagger.finish(len(audio))
+    for tag in tags:
+        assert tag.pitch_bend is not None
+        # One per frame; the window grid's step is 141.27 frames, so a duration may round off 1.
+        assert abs(len(tag.pitch_bend) - (tag.end - tag.start) * 22050 / 256) <= 1.5
+        # FluidR3's samples are in tune: the contour peak is within a semitone of the key.
+        assert np.median(np.abs(tag.pitch_bend)) <= 3
+    plain = PolyphonicTagger(PolyphonicParams())
+    first = (plain.push(scores) + plain.finish(len(audio)))[0]
+    assert set(tag_dict(first)) == {"start", "end", "label", "score", "midi"}
+    assert first.label[-1].isdigit() and 21 <= (first.midi or 0) <= 108
+
+
+def test_known_notes_are_found(scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]) -> None:
+    """Piano melody, guitar chords, string bass: note F1 (onset within 50 ms) against the MIDI."""
+    audio, truth = piece
+    tagger = PolyphonicTagger(PolyphonicParams())
+    tags = tagger.push(scores) + tagger.finish(len(audio))
+    precision, recall, score = f1(truth, [(t.start, t.end, t.midi or 0) for t in tags])
+    assert score >= 0.75, (precision, recall)
+    assert {n.program for n in truth} == {PIANO, GUITAR, STRINGS}
+
+
+def test_overrides_are_checked(recognizer: NotesRecognizer) -> None:
+    with pytest.raises(InvalidInput, match=r"onset_threshold must be 0 <= x <= 1, got 1\.5"):
+        recognizer.tagger({"onset_threshold": 1.5})
+    with pytest.raises(InvalidInput, match="median_frames does not apply to notes models"):
+        recognizer.tagger({"median_frames": 5})
+    with pytest.raises(InvalidInput, match="pitch_bends must be a whole number"):
+        recognizer.tagger({"pitch_bends": 0.5})
+    assert recognizer.defaults()["onset_threshold"] == 0.8
+
+
+def test_segments_are_whole_basic_pitch_windows(recognizer: NotesRecognizer) -> None:
+    audio = np.random.default_rng(1).standard_normal(3 * STEP + 1000).astype(np.float32) * 0.1
+    segments = list(Segmenter(iter([audio]), recognizer.plan))
+    assert [s.frames for s in segments] == [4]
+    windows = recognizer.features(segments[0])
+    assert windows.shape == (4, 43844)
+    # basic-pitch's predict(): 3840 zeros, then windows every 36,164 samples.
+    padded = np.concatenate([np.zeros(3840, np.float32), audio])
+    np.testing.assert_array_equal(windows[1].numpy(), padded[STEP : STEP + 43844])
+    assert recognizer.infer(windows, segments[0]).shape == (4 * KEPT_FRAMES, COLUMNS)
+
+
+def test_engine_segments_and_threads_give_the_whole_file_result(
+    tmp_path: Path, piece: tuple[np.ndarray, list[Note]]
+) -> None:
+    """Two engine threads, 2-window segments in any order: the same tags as 30-s segments."""
+    audio, _ = piece
+    path = tmp_path / "piece.flac"
+    sf.write(path, audio, 22050)
+    results = []
+    for segment_s in (30.0, 3.3):
+        engine = Engine(Settings(engine_threads=2, models="notes", segment_s=segment_s))
+        engine.load_models()
+        try:
+            recognizers = engine.check("notes", {})
+            job = engine.recognize(path, recognizers, {}, f"t-{segment_s}")
+            results.append(job.future.result(timeout=300).tags)
+        finally:
+            engine.close()
+    assert results[0] == results[1]
+    assert len(results[0]) > 20

@@ -1,0 +1,336 @@
+"""Decoding as a chain of small generators: file blocks -> mono -> resampled, all float32.
+
+Each generator holds one block at a time, so memory does not depend on the recording's length.
+Two decoders feed the chain (libsndfile for uncompressed containers, FFmpeg for the rest) under
+one policy for what goes wrong, counted while decoding rather than trusted from a header:
+
+- more than `max_frames`, a packet decoding to more than `MAX_PACKET_BYTES`, or a change of
+  sample rate or channels midway: refused (413, 413, 422);
+- damaged packets: skipped and counted in the result's warnings; more than `MAX_BAD_PACKETS`
+  (and more than 5 % of the packets): refused as corrupt (400);
+- a file that ends early (a read error after audio was decoded, or fewer frames than an exact
+  header states): what was decoded is returned, with `truncated` and a warning;
+- a header that states less than the file holds: everything is decoded, with a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import soundfile as sf
+
+from arengine.audio import ffmpeg, sniff
+from arengine.audio.arrival import Arrival
+from arengine.audio.tee import Tee
+from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
+from arengine.types import AudioInfo
+
+BLOCK_FRAMES = 65536
+"""Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
+
+MAX_PACKET_BYTES = 16 << 20
+"""Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
+
+MAX_BAD_PACKETS = 8
+"""Damaged packets tolerated (skipped and reported) before the stream counts as corrupt."""
+
+
+@dataclass(slots=True)
+class DecodeReport:
+    """What decoding found; filled in by the decoder, read once it is exhausted."""
+
+    frames: int = 0
+    truncated: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def finish(self, info: AudioInfo) -> AudioInfo:
+        """`info` with the decoded length, and what decoding found, for the result."""
+        warnings = list(self.warnings)
+        if info.length_trusted and info.frames and self.frames > info.frames + info.sample_rate:
+            warnings.append(
+                f"the header states {info.duration_s:.1f} s; all "
+                f"{self.frames / info.sample_rate:.1f} s in the file were decoded"
+            )
+        tolerance = max(info.sample_rate, info.frames // 100)
+        truncated = self.truncated or (
+            info.length_trusted and self.frames < info.frames - tolerance
+        )
+        if truncated and not self.truncated:
+            warnings.append(
+                f"the header states {info.duration_s:.1f} s but the file ends at "
+                f"{self.frames / info.sample_rate:.1f} s: the result covers what is there"
+            )
+        return replace(info, frames=self.frames, truncated=truncated, warnings=tuple(warnings))
+
+
+def read_blocks(
+    path: Path,
+    info: AudioInfo,
+    max_frames: int,
+    report: DecodeReport | None = None,
+    block_frames: int = BLOCK_FRAMES,
+    arrival: Arrival | None = None,
+) -> Iterator[np.ndarray]:
+    """Yield `(frames, channels)` float32 blocks; stop with `TooLarge` past `max_frames`.
+
+    The cap is counted on decoded frames, not taken from the header, so a small compressed file
+    that decodes to hours is stopped after `max_frames`. With `arrival`, the WAV at `path` is
+    still being uploaded and is read as it arrives.
+    """
+    report = report if report is not None else DecodeReport()
+    if info.decoder == sniff.FFMPEG:
+        blocks = _ffmpeg_blocks(path, info, report, block_frames)
+    else:
+        blocks = _sndfile_blocks(path, info, report, block_frames, arrival)
+    for block in blocks:
+        report.frames += len(block)
+        if report.frames > max_frames:
+            raise TooLarge(
+                f"the recording decodes to more than {max_frames} frames "
+                f"({max_frames / info.sample_rate:g} s)",
+                code=ErrorCode.AUDIO_TOO_LONG,
+            )
+        yield block
+    if report.frames == 0:
+        raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
+
+
+def _sndfile_blocks(
+    path: Path,
+    info: AudioInfo,
+    report: DecodeReport,
+    block_frames: int,
+    arrival: Arrival | None,
+) -> Iterator[np.ndarray]:
+    try:
+        if arrival is not None:
+            yield from arriving_blocks(path, arrival, block_frames)
+        else:
+            with sf.SoundFile(str(path)) as audio:
+                while (block := _read(audio, block_frames)) is not None:
+                    yield block
+    except sf.LibsndfileError as error:
+        raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
+    # Checked once read, when an upload read as it arrived has ended too.
+    header = sniff.wav_header(path) if info.format.startswith("WAV") else None
+    if header is not None and header.data_present < header.data_bytes:
+        report.truncated = True
+        report.warnings.append(
+            f"the WAV header states {header.data_bytes} bytes of audio but the file holds "
+            f"{header.data_present}: the result covers what is there"
+        )
+
+
+def arriving_blocks(path: Path, arrival: Arrival, block_frames: int) -> Iterator[np.ndarray]:
+    """libsndfile's blocks of a WAV still being uploaded to `path`.
+
+    libsndfile counts a WAV's frames from the file's size when it opens it, so the file is
+    reopened (at the frame reached) whenever all that was on disk has been read. Reading through
+    a Python file object instead would take the GIL for every 8 KiB libsndfile reads.
+    """
+    layout = arrival.layout
+    assert layout is not None  # set before the job is submitted
+    done = 0
+    while done < layout.frames:
+        # Returns at once when the job's gate let this read start; waits if its estimate fell
+        # short, or until the upload ends.
+        arrival.wait(layout.byte_after(done + min(block_frames, layout.frames - done)))
+        with sf.SoundFile(str(path)) as audio:
+            if audio.frames <= done:  # the upload ended before the header's claim
+                return
+            audio.seek(done)
+            while done < layout.frames and (block := _read(audio, block_frames)) is not None:
+                block = block[: layout.frames - done]
+                done += len(block)
+                yield block
+
+
+def _read(audio: sf.SoundFile, frames: int) -> np.ndarray | None:
+    try:
+        block = audio.read(frames, dtype="float32", always_2d=True)
+    except (RuntimeError, ValueError) as error:
+        raise CorruptAudio(f"the audio cannot be decoded: {error}") from None
+    return block if len(block) else None
+
+
+def _ffmpeg_blocks(
+    path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
+) -> Iterator[np.ndarray]:
+    """FFmpeg's frames gathered into blocks of about `block_frames`."""
+    return gathered(_ffmpeg_frames(path, info, report), block_frames)
+
+
+def gathered(frames: Iterator[np.ndarray], block_frames: int) -> Iterator[np.ndarray]:
+    """Decoder frames (a thousand samples or so) gathered into blocks of about `block_frames`."""
+    pending: list[np.ndarray] = []
+    held = 0
+    for frame in frames:
+        pending.append(frame)
+        held += len(frame)
+        if held >= block_frames:
+            yield np.concatenate(pending)
+            pending, held = [], 0
+    if pending:
+        yield np.concatenate(pending)
+
+
+def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterator[np.ndarray]:
+    bad = total = 0
+    decoded = 0
+    demuxer = ffmpeg.FORCED.get(info.format)
+    with ffmpeg.open_upload(path, demuxer) as container:
+        context: Any = container.streams[info.stream].codec_context
+        # Bound late on purpose: the message names where the change was met.
+        for packet, error in _packets(container, info, lambda: decoded):  # noqa: B023
+            if error is not None:
+                _stopped_early(report, decoded / info.sample_rate, error)
+                break
+            total += 1
+            try:
+                frames = context.decode(packet)
+            except av.error.FFmpegError:
+                bad += 1
+                if bad > MAX_BAD_PACKETS and bad * 20 > total:
+                    raise CorruptAudio(
+                        f"the audio stream is damaged: {bad} of {total} packets cannot be decoded"
+                    ) from None
+                continue
+            out = [_checked(frame, info, decoded) for frame in frames]
+            if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
+                raise TooLarge(
+                    f"one packet decodes to more than {MAX_PACKET_BYTES >> 20} MiB",
+                    code=ErrorCode.DECODE_BOMB,
+                )
+            for block in out:
+                decoded += len(block)
+                yield block
+    if bad:
+        report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
+
+
+def _packets(
+    container: Any, info: AudioInfo, decoded: Callable[[], int]
+) -> Iterator[tuple[Any, Exception | None]]:
+    try:
+        yield from ffmpeg.packets(container, info.stream)
+    except ffmpeg.ParametersChanged:
+        raise InvalidInput(
+            f"the {info.format} stream changes its codec parameters after "
+            f"{decoded() / info.sample_rate:.1f} s; accepted: one sample rate and channel count "
+            "per recording",
+            code=ErrorCode.AUDIO_FORMAT_CHANGED,
+        ) from None
+
+
+def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
+    channels = frame.layout.nb_channels
+    if frame.sample_rate != info.sample_rate or channels != info.channels:
+        raise InvalidInput(
+            f"the stream changes from {info.sample_rate} Hz, {info.channels} channel(s) to "
+            f"{frame.sample_rate} Hz, {channels} channel(s) at {decoded / info.sample_rate:.1f} s; "
+            "accepted: one sample rate and channel count per recording",
+            code=ErrorCode.AUDIO_FORMAT_CHANGED,
+        )
+    return ffmpeg.to_float32(frame)
+
+
+def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+    if at_s == 0:
+        raise CorruptAudio(f"the audio cannot be read: {error}") from None
+    report.truncated = True
+    report.warnings.append(
+        f"the file cannot be read after {at_s:.1f} s ({error}): the result covers what was decoded"
+    )
+
+
+def to_mono(blocks: Iterator[np.ndarray], bounded: bool = False) -> Iterator[np.ndarray]:
+    """Average the channels; reject non-finite samples; clip float audio to [-1, 1].
+
+    `bounded`: the samples were integers (libsndfile's PCM), so they are finite and within
+    [-1, 1) already; the check and the clip, a third of this step's time, are skipped.
+    """
+    for block in blocks:
+        # The block may be a decoder's frame buffer: changed only in a copy, unless not at all.
+        mono = block[:, 0] if bounded and block.shape[1] == 1 else block[:, 0].copy()
+        for channel in range(1, block.shape[1]):  # faster than mean() over a strided axis
+            mono += block[:, channel]
+        if block.shape[1] > 1:
+            mono *= np.float32(1 / block.shape[1])
+        if bounded:
+            yield mono
+            continue
+        # One float64 sum finds a NaN or an infinity without overflowing on finite samples.
+        if not np.isfinite(mono.sum(dtype=np.float64)):
+            raise InvalidInput(
+                "the audio contains NaN or infinite samples", code=ErrorCode.NON_FINITE_AUDIO
+            )
+        yield np.clip(mono, -1.0, 1.0, out=mono)
+
+
+def is_integer_pcm(info: AudioInfo) -> bool:
+    """Integer samples read by libsndfile, which scales them into [-1, 1)."""
+    return info.decoder == sniff.LIBSNDFILE and info.subtype.startswith("PCM_")
+
+
+class Decoding:
+    """The whole chain for one upload: mono float32 blocks at each rate of `rates` (one reader
+    per rate given, each distinct rate resampled once); `info()` at the end.
+
+    Iterating a `Decoding` reads its first reader. Example: `blocks = Decoding(path,
+    probe(path, limits), 16000, cap)`; after `np.concatenate(list(blocks))`,
+    `blocks.info().duration_s` is the decoded length.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        info: AudioInfo,
+        rates: int | Sequence[int],
+        max_frames: int,
+        arrival: Arrival | None = None,
+    ) -> None:
+        self._probed = info
+        self.report = DecodeReport()
+        blocks = read_blocks(path, info, max_frames, self.report, arrival=arrival)
+        mono = to_mono(blocks, bounded=is_integer_pcm(info))
+        self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
+        self._first = self._tee.reader(0)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return next(self._first)
+
+    def reader(self, index: int) -> Iterator[np.ndarray]:
+        """The blocks at `rates[index]`; a reader ahead of the others decodes for all of them."""
+        return self._first if index == 0 else self._tee.reader(index)
+
+    def held_samples(self, index: int) -> int:
+        """Samples decoded for reader `index` that it has not taken yet."""
+        return self._tee.held_samples(index)
+
+    def close(self) -> None:
+        """Stop decoding and release the file."""
+        self._tee.close()
+
+    def info(self) -> AudioInfo:
+        """What was decoded: the probed info with the decoded length, truncation and warnings."""
+        return self.report.finish(self._probed)
+
+
+def decode(
+    path: Path,
+    info: AudioInfo,
+    rates: int | Sequence[int],
+    max_frames: int,
+    arrival: Arrival | None = None,
+) -> Decoding:
+    """The whole chain: mono float32 blocks at `rates` from a file probed as `info` (still
+    arriving, with `arrival`)."""
+    return Decoding(path, info, rates, max_frames, arrival)

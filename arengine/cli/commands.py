@@ -1,0 +1,334 @@
+"""The command line: `arengine serve` (one flag per setting, generated from `Settings`),
+`arengine recognize` (files through an in-process engine) and `arengine models`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from arengine.outputs.formats import FORMAT_NAMES, FORMATS, get_format, known_formats
+from arengine.settings import Settings
+
+if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
+    from arengine.cli.runner import Failure
+    from arengine.engine.engine import Engine
+
+log = logging.getLogger("arengine")
+ENV_ONLY = frozenset({"api_keys"})
+"""Settings that are secrets: a flag would show them in every user's `ps`."""
+
+ENGINE_SETTINGS = (
+    "engine_threads",
+    "intra_op_threads",
+    "inter_op_threads",
+    "models_dir",
+    "models",
+    "segment_s",
+    "segments_ahead",
+    "max_duration_s",
+)
+"""The settings `recognize` and `models` take: those of the engine, not of the HTTP server."""
+
+RECOGNIZE_EXAMPLES = (
+    """examples:
+  arengine recognize talk.flac                       # talk.json in the current folder
+  arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
+  arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
+  arengine recognize songs/ --model pitch --format raven
+  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
+
+formats (other names in brackets):
+"""
+    + "\n".join(
+        f"  {f.name:<9}{' (' + ', '.join(f.aliases) + ')' if f.aliases else '':<13} "
+        f".{f.extension:<15}{f.description}"
+        for f in FORMATS.values()
+    )
+    + """
+exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arengine",
+        description="Audio-recognition inference server and command-line tagger.",
+        epilog="examples:\n  arengine serve --port 8080\n  arengine recognize calls/ --format csv"
+        "\n  arengine models\nRun `arengine COMMAND --help` for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run the HTTP server",
+        description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
+        epilog="example: arengine serve --port 8080 --engine-threads 4\n"
+        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_setting_flags(serve, Settings.model_fields)
+    recognize = commands.add_parser(
+        "recognize",
+        help="tag audio files in-process, one output file per input",
+        description="Tag audio files (and the audio files under folders) with an in-process "
+        "engine, a few files at a time, writing <out>/<stem>.<ext> for each.",
+        epilog=RECOGNIZE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    recognize.add_argument("inputs", nargs="+", type=Path, metavar="FILE_OR_DIR")
+    recognize.add_argument(
+        "--model",
+        default="speech",
+        help="model name, or several separated by commas (speech,notes: decoded once, "
+        "one output with every model's tags in timestamp order); default: speech",
+    )
+    recognize.add_argument(
+        "--format",
+        default="json",
+        choices=FORMAT_NAMES,
+        metavar="FORMAT",
+        help=f"output format: {known_formats().removesuffix(', ndjson')} (default: json)",
+    )
+    recognize.add_argument(
+        "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
+    )
+    recognize.add_argument(
+        "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
+    )
+    recognize.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the files to this arengine server (or load balancer) instead of an in-process "
+        "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+    )
+    recognize.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip inputs whose output file already exists (an interrupted run started again)",
+    )
+    _add_setting_flags(recognize, ENGINE_SETTINGS)
+    models = commands.add_parser(
+        "models",
+        help="list the models that load",
+        description="Load the models and list them: name, kind, label count, sample rate.",
+        epilog="examples:\n  arengine models\n  arengine models --models-dir ./my-models"
+        "\n  arengine models --markdown   # the model cards, as in models/README.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    models.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the model cards as a Markdown table (task, licence, source, plan...)",
+    )
+    _add_setting_flags(models, ("models_dir", "models", "segment_s"))
+    return parser
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+    for name in names:
+        if name in ENV_ONLY:
+            continue
+        field = Settings.model_fields[name]
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{field.description} [env ARENGINE_{name.upper()}, default {field.default}]"
+        if field.annotation is bool:
+            parser.add_argument(
+                flag,
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        else:
+            parser.add_argument(
+                flag,
+                dest=name,
+                type=_flag_type(field.annotation),
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+
+
+def _flag_type(annotation: Any) -> Any:
+    for kind in (int, float, Path):
+        if annotation is kind or kind in getattr(annotation, "__args__", ()):
+            return kind
+    return str
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = vars(build_parser().parse_args(argv))
+    command = args.pop("command")
+    options = {name: args.pop(name) for name in list(args) if name not in Settings.model_fields}
+    try:
+        settings = Settings(**args)
+    except ValidationError as error:
+        sys.exit(f"arengine: invalid settings:\n{error}")
+    if command == "serve":
+        serve(settings, list(sys.argv[1:] if argv is None else argv))
+    elif command == "recognize":
+        sys.exit(recognize(settings, **options))
+    elif command == "models":
+        sys.exit(list_models(settings, **options))
+
+
+def serve(settings: Settings, argv: list[str]) -> None:
+    """Run the server; re-executes once under jemalloc first when it is wanted and installed."""
+    from arengine.system.allocator import active_allocator, reexec_with_jemalloc
+    from arengine.system.logs import configure as configure_logging
+
+    if settings.jemalloc:
+        reexec_with_jemalloc(argv, settings.malloc_conf)
+    # OpenMP reads this when torch loads; set before the import so no pool starts wider.
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.intra_op_threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
+    configure_logging(settings.log_level)
+
+    from arengine.http import server
+    from arengine.http.app import create_app
+    from arengine.system.threads import available_cpus, configure_torch
+
+    threads = configure_torch(settings.intra_op_threads, settings.inter_op_threads)
+    fields = {
+        "allocator": active_allocator(),
+        "intra_op_threads": threads.intra_op,
+        "inter_op_threads": threads.inter_op,
+        "engine_threads": settings.engine_threads or available_cpus(),
+        "cpus": available_cpus(),
+        "api_keys": len(settings.api_key_list()),  # how many, never which
+    }
+    message = " ".join(f"{key}={value}" for key, value in fields.items())
+    log.info("starting: %s", message, extra={"fields": fields})
+    if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
+    server.run(create_app(settings), settings)
+
+
+def _engine(settings: Settings) -> Any:
+    """An in-process engine with its models loaded, torch threads pinned as `serve` does."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.intra_op_threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
+    logging.basicConfig(level=logging.WARNING, format="arengine: %(levelname)s: %(message)s")
+
+    from arengine.engine.engine import Engine
+    from arengine.system.threads import configure_torch
+
+    configure_torch(settings.intra_op_threads, settings.inter_op_threads)
+    engine = Engine(settings)
+    engine.load_models()
+    for failure in engine.failures:
+        print(f"arengine: model {failure.path} unavailable: {failure.reason}", file=sys.stderr)
+    return engine
+
+
+def recognize(
+    settings: Settings,
+    inputs: list[Path],
+    model: str,
+    format: str,
+    out: Path,
+    jobs: int,
+    server: str | None = None,
+    resume: bool = False,
+) -> int:
+    """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
+    from arengine.cli.runner import expand, output_names, recognize_files
+
+    files, skipped = expand(inputs)
+    if not files:
+        print("arengine: no audio files found in the inputs", file=sys.stderr)
+        _print_skipped(skipped)
+        return 2
+    if jobs < 1:
+        print("arengine: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    if server is not None:
+        from arengine.cli.remote import Remote, recognize_remote
+
+        remote = Remote.from_env(server)
+        _print_skipped(skipped)
+        return _report(
+            recognize_remote(remote, files, model, get_format(format), out, jobs, resume), files
+        )
+    if resume:
+        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
+        files = [path for path in files if not (out / names[path]).exists()]
+        if not files:
+            return 0
+    engine = _engine(settings)
+    try:
+        refused = _refusal(engine, model, format)
+        if refused is not None:
+            print(f"arengine: {refused}", file=sys.stderr)
+            return 2
+        failures = recognize_files(engine, files, model, get_format(format), out, jobs)
+    finally:
+        engine.close()
+    _print_skipped(skipped)
+    return _report(failures, files)
+
+
+def _refusal(engine: Engine, model: str, format: str) -> str | None:
+    """Why `model` (one name or several, comma-separated) cannot run or fill `format`."""
+    from arengine.errors import ArengineError
+
+    try:
+        recognizers = engine.check(model, {})
+    except ArengineError as error:
+        return str(error)
+    for recognizer in recognizers:
+        if not get_format(format).accepts(recognizer.labels):
+            return f"format {format} holds only notes; model {recognizer.name!r} tags none"
+    return None
+
+
+def _report(failures: list[Any], files: list[Path]) -> int:
+    """The failure report of both modes; the exit status."""
+    if failures:
+        print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
+        for failure in failures:
+            print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_skipped(skipped: list[Failure]) -> None:
+    if skipped:
+        print(f"arengine: skipped {len(skipped)} file(s) that hold no audio:", file=sys.stderr)
+        for item in skipped:
+            print(f"  {item.path}: {item.reason}", file=sys.stderr)
+
+
+def list_models(settings: Settings, markdown: bool = False) -> int:
+    """Print the models that load, one per line (or their cards as Markdown); 1 if none did."""
+    engine = _engine(settings)
+    if markdown:
+        from arengine.models.cards import markdown_table
+
+        try:
+            print(markdown_table(engine.models))
+        finally:
+            engine.close()
+        return 0 if engine.models else 1
+    try:
+        rows = [("name", "kind", "labels", "sample_rate")]
+        for name, loaded in sorted(engine.models.items()):
+            recognizer = loaded.recognizer
+            rows.append(
+                (name, recognizer.kind, str(len(recognizer.labels)), str(recognizer.sample_rate))
+            )
+    finally:
+        engine.close()
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return 0 if engine.models else 1

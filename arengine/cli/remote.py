@@ -1,0 +1,147 @@
+"""`arengine recognize --server URL`: the files of `cli.runner`, sent to a server or a cluster.
+
+Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
+recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
+`resume` skips inputs whose output file is already there (an interrupted run started again).
+
+Example (with a server at that address)::
+
+    remote = Remote("http://lb:8080", api_key=None)
+    failures = recognize_remote(remote, files, "speech", FORMATS["csv"], out)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import os
+import sys
+from collections.abc import Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+import soundfile
+
+from arengine.cli.progress import make_progress
+from arengine.cli.runner import Failure, output_names, settle
+from arengine.client import Client, Recognition, RetryPolicy, ServerError
+from arengine.outputs.formats import Format
+from arengine.types import AudioInfo, Result, Timings
+
+API_KEY_ENV = "ARENGINE_API_KEY"
+"""The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    url: str
+    api_key: str | None
+    retries: int = 30
+    """Per file: a batch outlasts a busy cluster (503 with `Retry-After`) rather than fail."""
+
+    @classmethod
+    def from_env(cls, url: str) -> Remote:
+        return cls(url, os.environ.get(API_KEY_ENV) or None)
+
+
+def result_of(recognition: Recognition) -> Result:
+    """The server's answer as the engine's `Result`, so the formats render it as in-process."""
+    audio = recognition.audio
+    return Result(
+        model=recognition.model,
+        audio=AudioInfo(
+            format=audio.format,
+            subtype=audio.subtype,
+            sample_rate=audio.sample_rate,
+            channels=audio.channels,
+            frames=round(audio.duration_s * audio.sample_rate),
+        ),
+        tags=recognition.tags,
+        timings=_timings(recognition.timings),
+        model_timings=tuple(
+            (name, _timings(timings)) for name, timings in recognition.model_timings.items()
+        ),
+    )
+
+
+def _timings(seconds: Mapping[str, float]) -> Timings:
+    return Timings(**{f.name: seconds.get(f.name, 0.0) for f in dataclasses.fields(Timings)})
+
+
+def recognize_remote(
+    remote: Remote,
+    files: list[Path],
+    model: str,
+    fmt: Format,
+    out: Path,
+    jobs: int = 4,
+    resume: bool = False,
+    stream: TextIO | None = None,
+) -> list[Failure]:
+    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones."""
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [
+        (path, out / name)
+        for path, name in zip(files, output_names(files, fmt), strict=True)
+        if not (resume and (out / name).exists())
+    ]
+    stream = stream or sys.stderr
+    if len(todo) < len(files):
+        stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
+    durations = {path: _duration(path) for path, _ in todo}
+    progress = make_progress(len(todo), sum(durations.values()), stream)
+    failures: list[Failure] = []
+    retry = RetryPolicy(retries=remote.retries)
+    try:
+        with (
+            Client(remote.url, remote.api_key, retry=retry) as client,
+            ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
+        ):
+            pending = iter(todo)
+            running: dict[Future[Recognition], tuple[Path, Path]] = {}
+            while True:
+                # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
+                for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
+                    running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                    progress.started(path, durations[path])
+                if not running:
+                    break
+                done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+                for future in done:
+                    path, target = running.pop(future)
+                    outcome = functools.partial(_answer, future)
+                    settle(outcome, path, target, fmt, progress, failures, _reason)
+    finally:
+        progress.close()
+    return failures
+
+
+def _recognize_one(client: Client, path: Path, model: str) -> Recognition:
+    if not path.is_file():  # the in-process mode's wording, so both reports read the same
+        raise FileNotFoundError(f"no such file: {path}")
+    return client.recognize(path, model=model)
+
+
+def _reason(error: Exception) -> str | None:
+    """What a failed upload's report says; None for an error no upload should cause."""
+    if isinstance(error, ServerError):
+        return error.message
+    if isinstance(error, httpx.HTTPError):
+        return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return None
+
+
+def _answer(future: Future[Recognition]) -> Result:
+    return result_of(future.result())
+
+
+def _duration(path: Path) -> float:
+    """The recording's length from its header, 0 when unreadable (only the ETA needs it)."""
+    try:
+        return float(soundfile.info(str(path)).duration)
+    except Exception:  # any unreadable header; the server will report the real error
+        return 0.0

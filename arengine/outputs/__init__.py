@@ -1,0 +1,2 @@
+"""What a result is written as: the output-format table (`formats`), MIDI (`midi`) and the
+annotation tools' formats (`annotations`)."""

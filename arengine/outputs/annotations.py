@@ -1,0 +1,170 @@
+"""Tags in the annotation formats of speech research, linguistics and music information retrieval:
+Praat TextGrid (written and read by `praatio`), ELAN EAF (`pympi-ling`) and JAMS.
+
+TextGrid and EAF tiers cannot hold overlapping intervals, so each label gets its own tier and a
+tag that overlaps an earlier one of its label goes to a further tier (`A4 (2)`).
+
+JAMS is written as plain JSON in its schema: the `jams` package pulls pandas, scipy and mir_eval
+into the server only to serialise a dict, and it warns under the current jsonschema; the tests
+load and validate what is written here with `jams` itself.
+
+Example, with a `Result` of two speech tags::
+
+    text = render_textgrid(result, "talk")
+    labels = [t.label for t in parse_textgrid(text)]  # ['speech', 'speech']
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from praatio import textgrid
+from praatio.utilities.constants import Interval
+from pympi import Elan
+
+from arengine.outputs.midi import fractional_midi, midi_number
+from arengine.postprocess.pitch import note_name
+from arengine.types import Result, Tag
+
+JAMS_VERSION = "0.3.5"
+
+
+def _tiers(tags: tuple[Tag, ...]) -> dict[str, list[Tag]]:
+    """Tags grouped into tiers with no overlap inside a tier, in order of first appearance."""
+    tiers: dict[str, list[Tag]] = {}
+    for tag in tags:
+        label = tag.label.strip() or "_"
+        for count in range(1, len(tags) + 2):
+            name = label if count == 1 else f"{label} ({count})"
+            tier = tiers.setdefault(name, [])
+            if not tier or tier[-1].end <= tag.start:
+                tier.append(tag)
+                break
+    return tiers
+
+
+def _end(result: Result) -> float:
+    return max([result.audio.duration_s, *(tag.end for tag in result.tags)])
+
+
+def render_textgrid(result: Result, source: str) -> str:
+    """A long-form TextGrid: one interval tier per label, the gaps as empty intervals."""
+    grid = textgrid.Textgrid(minTimestamp=0.0, maxTimestamp=_end(result))
+    for name, tags in _tiers(result.tags).items():
+        entries = [Interval(t.start, t.end, t.label) for t in tags if t.end > t.start]
+        grid.addTier(textgrid.IntervalTier(name, entries, 0.0, _end(result)))
+    with tempfile.TemporaryDirectory() as folder:  # praatio writes files only
+        path = Path(folder) / "out.TextGrid"
+        grid.save(str(path), format="long_textgrid", includeBlankSpaces=True)
+        return path.read_text(encoding="utf-8")
+
+
+def parse_textgrid(text: str) -> list[Tag]:
+    """The labelled intervals of every interval tier, in time order (TextGrid keeps no score)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "in.TextGrid"
+        path.write_text(text, encoding="utf-8")
+        grid = textgrid.openTextgrid(str(path), includeEmptyIntervals=False)
+    tags = [
+        Tag(entry.start, entry.end, entry.label, 0.0)
+        for tier in grid.tiers
+        if isinstance(tier, textgrid.IntervalTier)
+        for entry in tier.entries
+        if entry.label
+    ]
+    return sorted(tags, key=lambda t: (t.start, t.end))
+
+
+def render_eaf(result: Result, source: str) -> str:
+    """An ELAN annotation document: one tier per label, times in milliseconds."""
+    eaf = Elan.Eaf(author="arengine")
+    eaf.remove_tier("default")
+    for name, tags in _tiers(result.tags).items():
+        eaf.add_tier(name)
+        for tag in tags:
+            start = round(tag.start * 1000)
+            eaf.add_annotation(name, start, max(round(tag.end * 1000), start + 1), tag.label)
+    text: str = Elan.to_string(eaf)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + text
+
+
+def parse_eaf(text: str) -> list[Tag]:
+    """The annotations of every aligned tier, in time order (EAF keeps no score)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "in.eaf"
+        path.write_text(text, encoding="utf-8")
+        eaf = Elan.Eaf(str(path))
+    tags = [
+        Tag(start / 1000, end / 1000, value, 0.0)
+        for tier in eaf.get_tier_names()
+        for start, end, value, *_ in eaf.get_annotation_data_for_tier(tier)
+    ]
+    return sorted(tags, key=lambda t: (t.start, t.end))
+
+
+def _note_number(tag: Tag) -> float | None:
+    """Fractional MIDI number: from the measured frequency, else the model's `midi` field (notes
+    models), else the label's note name; None for a tag with no pitch."""
+    if tag.frequency_hz:
+        return fractional_midi(tag.frequency_hz)
+    return float(tag.midi) if tag.midi is not None else midi_number(tag.label)
+
+
+def _is_note(tag: Tag) -> bool:
+    return _note_number(tag) is not None
+
+
+def _observation(tag: Tag, note: bool) -> dict[str, Any]:
+    value: Any = _note_number(tag) if note else tag.label
+    return {
+        "time": tag.start,
+        "duration": round(tag.end - tag.start, 9),
+        "value": value,
+        "confidence": tag.score,
+    }
+
+
+def render_jams(result: Result, source: str) -> str:
+    """One annotation: `note_midi` (fractional MIDI numbers) for notes, else `tag_open`."""
+    note = bool(result.tags) and all(_is_note(tag) for tag in result.tags)
+    duration = _end(result)
+    annotation = {
+        "annotation_metadata": {
+            "curator": {"name": "", "email": ""},
+            "annotator": {"name": "arengine", "model": result.model},
+            "version": "",
+            "corpus": "",
+            "annotation_tools": "arengine",
+            "annotation_rules": "",
+            "validation": "",
+            "data_source": "automatic",
+        },
+        "namespace": "note_midi" if note else "tag_open",
+        "data": [_observation(tag, note) for tag in result.tags],
+        "sandbox": {},
+        "time": 0,
+        "duration": duration,
+    }
+    metadata = {"title": source, "artist": "", "release": "", "duration": duration}
+    metadata |= {"identifiers": {}, "jams_version": JAMS_VERSION}
+    return json.dumps({"annotations": [annotation], "file_metadata": metadata, "sandbox": {}})
+
+
+def parse_jams(text: str) -> list[Tag]:
+    """The observations of `note_midi` and `tag_*` annotations, in time order."""
+    tags = []
+    for annotation in json.loads(text)["annotations"]:
+        note = annotation["namespace"] in ("note_midi", "pitch_midi")
+        for item in annotation["data"]:
+            start, end = item["time"], item["time"] + item["duration"]
+            score = float(item.get("confidence") or 0.0)
+            if note:
+                value = float(item["value"])
+                frequency = round(440 * 2 ** ((value - 69) / 12), 2)
+                tags.append(Tag(start, end, note_name(round(value)), score, frequency))
+            else:
+                tags.append(Tag(start, end, str(item["value"]), score))
+    return sorted(tags, key=lambda t: (t.start, t.end))

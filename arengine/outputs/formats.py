@@ -1,0 +1,339 @@
+"""Output formats of a result, shared by the CLI, the HTTP API and the page, and their parsers.
+
+Each `Format` is declared once below (name, aliases, media type, extension, what it holds); it
+renders a `Result` to text (or bytes, for MIDI) and parses that back to tags (for round-trips and
+for tools that read what arengine wrote). Times keep the precision the format allows.
+
+Example::
+
+    data = FORMATS["csv"].encode(result, "talk")  # bytes; `render` gives text (bytes for MIDI)
+    tags = FORMATS["csv"].parse(data)  # the result's tags, to the format's precision
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from arengine.outputs.annotations import (
+    parse_eaf,
+    parse_jams,
+    parse_textgrid,
+    render_eaf,
+    render_jams,
+    render_textgrid,
+)
+from arengine.outputs.midi import midi_number, parse_midi, render_midi
+from arengine.types import Result, Tag, result_dict
+
+Content = str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One output format: its name, media type, file extension, writer and parser."""
+
+    name: str
+    media_type: str
+    extension: str
+    render: Callable[[Result, str], Content]
+    """`render(result, source_name)`: the source name is used where a format names its file."""
+    parse: Callable[[Content], list[Tag]]
+    precision_s: float
+    """How close a parsed time is to the written one."""
+    description: str
+    """What the file holds, for the README, `--help` and the page."""
+    aliases: tuple[str, ...] = ()
+    """Other names users type for it (`audacity` for `txt`)."""
+    notes_only: bool = False
+    """It holds only pitched notes: refused for models whose labels are not note names."""
+    binary: bool = False
+    """`render` returns bytes."""
+
+    def text(self, result: Result, source: str) -> str:
+        """The file's text; `TypeError` for a binary format (use `encode`)."""
+        content = self.render(result, source)
+        if isinstance(content, bytes):
+            raise TypeError(f"format {self.name} is binary: use encode()")
+        return content
+
+    def encode(self, result: Result, source: str) -> bytes:
+        """The file's bytes (text formats in UTF-8)."""
+        content = self.render(result, source)
+        return content if isinstance(content, bytes) else content.encode("utf-8")
+
+    def accepts(self, labels: tuple[str, ...] | list[str]) -> bool:
+        """Whether a model with these labels has anything this format can hold."""
+        return not self.notes_only or all(midi_number(label) is not None for label in labels)
+
+
+def _text(parse: Callable[[str], list[Tag]]) -> Callable[[Content], list[Tag]]:
+    def read(content: Content) -> list[Tag]:
+        return parse(content.decode("utf-8") if isinstance(content, bytes) else content)
+
+    return read
+
+
+def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag]]:
+    def read(content: Content) -> list[Tag]:
+        if isinstance(content, str):
+            raise TypeError("a binary format is parsed from bytes")
+        return parse(content)
+
+    return read
+
+
+def _tag_of(item: dict[str, Any]) -> Tag:
+    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
+    return Tag(
+        start=float(item["start"]),
+        end=float(item["end"]),
+        label=str(item["label"]),
+        score=float(item.get("score", 0.0)),
+        frequency_hz=None if frequency in (None, "") else float(frequency),
+        midi=None if midi in (None, "") else int(midi),
+        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
+        model=item.get("model") or None,
+    )
+
+
+def _render_json(result: Result, source: str) -> str:
+    return json.dumps(result_dict(result))
+
+
+def _parse_json(text: str) -> list[Tag]:
+    return [_tag_of(item) for item in json.loads(text)["tags"]]
+
+
+def _has_pitch(result: Result) -> bool:
+    return any(tag.frequency_hz is not None for tag in result.tags)
+
+
+def _render_csv(result: Result, source: str) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    pitch = _has_pitch(result)
+    several = any(tag.model is not None for tag in result.tags)
+    writer.writerow(
+        ["start", "end", "label", "score"]
+        + (["frequency_hz"] if pitch else [])
+        + (["model"] if several else [])
+    )
+    for tag in result.tags:
+        row: list[object] = [tag.start, tag.end, tag.label, tag.score]
+        if pitch:
+            row.append("" if tag.frequency_hz is None else tag.frequency_hz)
+        if several:
+            row.append(tag.model)
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def _parse_csv(text: str) -> list[Tag]:
+    return [_tag_of(row) for row in csv.DictReader(io.StringIO(text))]
+
+
+def _clean(label: str) -> str:
+    """A label safe inside a tab- or space-separated line."""
+    return re.sub(r"\s+", "_", label.strip()) or "_"
+
+
+def _render_audacity(result: Result, source: str) -> str:
+    return "".join(f"{t.start:.6f}\t{t.end:.6f}\t{t.label}\n" for t in result.tags)
+
+
+def _parse_audacity(text: str) -> list[Tag]:
+    tags = []
+    for line in text.splitlines():
+        # Audacity writes a `\t<low>\t<high>` line under a spectral label: skip it.
+        if not line.strip() or line.startswith("\\"):
+            continue
+        start, end, label = [*line.split("\t", 2), ""][:3]
+        tags.append(Tag(float(start), float(end), label, 0.0))
+    return tags
+
+
+_RAVEN_COLUMNS = [
+    "Selection",
+    "View",
+    "Channel",
+    "Begin Time (s)",
+    "End Time (s)",
+    "Low Freq (Hz)",
+    "High Freq (Hz)",
+    "Annotation",
+    "Score",
+]
+_QUARTER_TONE = 2 ** (1 / 24)
+
+
+def _render_raven(result: Result, source: str) -> str:
+    nyquist = result.audio.sample_rate / 2
+    lines = ["\t".join(_RAVEN_COLUMNS)]
+    for index, tag in enumerate(result.tags, 1):
+        low, high = 0.0, nyquist
+        if tag.frequency_hz is not None:  # a note: the band a quarter-tone around its pitch
+            low, high = tag.frequency_hz / _QUARTER_TONE, tag.frequency_hz * _QUARTER_TONE
+        cells = [index, "Spectrogram 1", 1, f"{tag.start:.6f}", f"{tag.end:.6f}"]
+        cells += [f"{low:.3f}", f"{high:.3f}", _clean(tag.label), f"{tag.score:.6f}"]
+        lines.append("\t".join(str(cell) for cell in cells))
+    return "\n".join(lines) + "\n"
+
+
+def _parse_raven(text: str) -> list[Tag]:
+    rows = csv.DictReader(io.StringIO(text), delimiter="\t")
+    return [
+        Tag(
+            float(row["Begin Time (s)"]),
+            float(row["End Time (s)"]),
+            row.get("Annotation") or "",
+            float(row.get("Score") or 0.0),
+        )
+        for row in rows
+    ]
+
+
+def _render_rttm(result: Result, source: str) -> str:
+    name = _clean(source)
+    return "".join(
+        f"SPEAKER {name} 1 {t.start:.3f} {t.end - t.start:.3f} <NA> <NA> {_clean(t.label)} "
+        "<NA> <NA>\n"
+        for t in result.tags
+    )
+
+
+def _parse_rttm(text: str) -> list[Tag]:
+    tags = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or fields[0] != "SPEAKER":
+            continue
+        start, duration = float(fields[3]), float(fields[4])
+        tags.append(Tag(start, round(start + duration, 3), fields[7], 0.0))
+    return tags
+
+
+def _clock(seconds: float, separator: str) -> str:
+    millis = round(seconds * 1000)
+    hours, millis = divmod(millis, 3_600_000)
+    minutes, millis = divmod(millis, 60_000)
+    return f"{hours:02d}:{minutes:02d}:{millis // 1000:02d}{separator}{millis % 1000:03d}"
+
+
+def _cues(result: Result, separator: str) -> list[str]:
+    return [
+        f"{index}\n{_clock(t.start, separator)} --> {_clock(t.end, separator)}\n{_cue_text(t)}\n"
+        for index, t in enumerate(result.tags, 1)
+    ]
+
+
+def _cue_text(tag: Tag) -> str:
+    label = " ".join(tag.label.split()) or "_"
+    return f"{label} ({tag.score:.2f})"
+
+
+def _render_vtt(result: Result, source: str) -> str:
+    return "\n".join(["WEBVTT\n", *_cues(result, ".")])
+
+
+def _render_srt(result: Result, source: str) -> str:
+    return "\n".join(_cues(result, ","))
+
+
+_TIMING = re.compile(r"(\d+):(\d\d):(\d\d)[.,](\d{3})\s+-->\s+(\d+):(\d\d):(\d\d)[.,](\d{3})")
+_CUE_TEXT = re.compile(r"^(.*) \((\d+(?:\.\d+)?)\)$")
+
+
+def _seconds(hours: str, minutes: str, seconds: str, millis: str) -> float:
+    return int(hours) * 3600 + int(minutes) * 60 + int(seconds) + int(millis) / 1000
+
+
+def _parse_cues(text: str) -> list[Tag]:
+    tags = []
+    for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n")):
+        lines = block.strip().splitlines()
+        for at, line in enumerate(lines):
+            timing = _TIMING.match(line)
+            if timing is None:
+                continue
+            parts = timing.groups()
+            body = " ".join(lines[at + 1 :])
+            match = _CUE_TEXT.match(body)
+            label, score = (match.group(1), float(match.group(2))) if match else (body, 0.0)
+            tags.append(Tag(_seconds(*parts[:4]), _seconds(*parts[4:]), label, score))
+            break
+    return tags
+
+
+_DECLARED = (
+    Format("json", "application/json", "json", _render_json, _text(_parse_json), 1e-9,
+           "the JSON body of the API"),
+    Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
+           "`start,end,label,score`, plus `frequency_hz` for pitch tags and `model` for "
+           "several models"),
+    Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
+           "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),
+    Format("raven", "text/tab-separated-values", "selections.txt", _render_raven,
+           _text(_parse_raven), 1e-6,
+           "Raven selection table (a note's band is a quarter-tone around its pitch; other tags "
+           "span 0 to Nyquist)", aliases=("selections",)),
+    Format("rttm", "text/x-rttm", "rttm", _render_rttm, _text(_parse_rttm), 2e-3,
+           "RTTM: `SPEAKER <file> 1 <start> <duration> <NA> <NA> <label> <NA> <NA>`"),
+    Format("vtt", "text/vtt", "vtt", _render_vtt, _text(_parse_cues), 1e-3,
+           "WebVTT, one cue per tag: `label (score)`", aliases=("webvtt",)),
+    Format("srt", "application/x-subrip", "srt", _render_srt, _text(_parse_cues), 1e-3,
+           "SubRip, likewise", aliases=("subrip",)),
+    Format("textgrid", "text/x-praat-textgrid", "TextGrid", render_textgrid,
+           _text(parse_textgrid), 1e-9,
+           "Praat TextGrid (long form): one interval tier per label", aliases=("praat",)),
+    Format("eaf", "text/x-eaf+xml", "eaf", render_eaf, _text(parse_eaf), 5e-4,
+           "ELAN annotation document: one tier per label, milliseconds", aliases=("elan",)),
+    Format("jams", "application/vnd.jams+json", "jams", render_jams, _text(parse_jams), 1e-9,
+           "JAMS: one `note_midi` annotation for notes, else `tag_open`"),
+    Format("midi", "audio/midi", "mid", render_midi, _binary(parse_midi), 5e-4,
+           "Standard MIDI file, one track: velocity from the score, pitch bends where the pitch "
+           "is off the note (note models only)", aliases=("mid",), notes_only=True,
+           binary=True),
+)  # fmt: skip
+FORMATS: dict[str, Format] = {f.name: f for f in _DECLARED}
+"""Every format by name; `json` is the default everywhere."""
+ALIASES: dict[str, str] = {alias: f.name for f in _DECLARED for alias in f.aliases}
+"""Other names users type, each to its format's name."""
+FORMAT_NAMES = (*FORMATS, *ALIASES)
+"""Every name `format` takes (besides `ndjson`)."""
+
+
+STREAM = "ndjson"
+"""Not a file format: the HTTP API's tag stream, one JSON object per line."""
+STREAM_MEDIA_TYPE = "application/x-ndjson"
+
+
+def get_format(name: str) -> Format:
+    """The format called `name`; `ValueError` listing the known ones otherwise."""
+    try:
+        return FORMATS[ALIASES.get(name, name)]
+    except KeyError:
+        raise ValueError(f"unknown format {name!r}; known formats: {known_formats()}") from None
+
+
+def known_formats() -> str:
+    """The format names for messages and help: `txt (audacity), ..., ndjson`."""
+    names = [f"{f.name} ({', '.join(f.aliases)})" if f.aliases else f.name for f in _DECLARED]
+    return ", ".join([*names, STREAM])
+
+
+def negotiate(accept: str | None) -> str | None:
+    """The name of the first format (or `ndjson`) an `Accept` header names, or None."""
+    by_type = {f.media_type: f.name for f in FORMATS.values()}
+    by_type["text/x-audacity-labels"] = "txt"
+    by_type[STREAM_MEDIA_TYPE] = STREAM
+    for item in (accept or "").split(","):
+        media_type = item.split(";", 1)[0].strip().lower()
+        if media_type in by_type:
+            return by_type[media_type]
+    return None

@@ -1,0 +1,153 @@
+"""Note tags as a Standard MIDI File (one track), written and read with `mido`.
+
+A note's number comes from its `midi` field when the model sets one, else from its label (a note
+name such as `C#4`), else from its `frequency_hz`; its velocity is its score. Where the measured
+pitch is off the note's centre (or the tag carries `pitch_bend`), the note gets pitch-wheel
+events on a channel of its own, so that bends of overlapping notes do not bend each other.
+
+Example, with a `Result` whose first note is an A4::
+
+    data = render_midi(result, "song")  # the bytes of a type-0 .mid file
+    label = parse_midi(data)[0].label  # 'A4'
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from dataclasses import dataclass
+
+import mido
+
+from arengine.postprocess.pitch import note_name
+from arengine.types import Result, Tag
+
+TICKS_PER_BEAT = 500
+TEMPO = 500_000
+"""120 beats per minute at 500 ticks per beat: one tick is one millisecond."""
+BEND_RANGE = 2.0
+"""Semitones at full pitch-wheel deflection: the General MIDI default."""
+BEND_BINS_PER_SEMITONE = 3
+"""`Tag.pitch_bend` counts in thirds of a semitone (basic-pitch's contour bins)."""
+MIN_BEND = 0.05
+"""Semitones (5 cents): below this a note is written without a bend."""
+_CHANNELS = [channel for channel in range(16) if channel != 9]  # channel 10 is drums in GM
+_NAME = re.compile(r"^([A-G])(#?)(-?\d+)$")
+_STEPS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
+
+
+def midi_number(label: str) -> int | None:
+    """The MIDI number of a note name (`A4` is 69, `C#4` is 61); None for any other label."""
+    match = _NAME.match(label)
+    if match is None:
+        return None
+    step, sharp, octave = match.groups()
+    number = (int(octave) + 1) * 12 + _STEPS[step] + (1 if sharp else 0)
+    return number if 0 <= number <= 127 else None
+
+
+def fractional_midi(frequency_hz: float) -> float:
+    """69 is A4 (440 Hz)."""
+    return 69 + 12 * math.log2(frequency_hz / 440)
+
+
+@dataclass(frozen=True, slots=True)
+class _Note:
+    start: int
+    end: int
+    number: int
+    velocity: int
+    bends: tuple[tuple[int, float], ...]
+    """(tick, semitones) pitch-wheel positions while the note sounds."""
+
+
+def _note(tag: Tag) -> _Note | None:
+    number = tag.midi if tag.midi is not None else midi_number(tag.label)
+    if number is None and tag.frequency_hz:
+        number = round(fractional_midi(tag.frequency_hz))
+    if number is None or not 0 <= number <= 127:
+        return None
+    start = round(tag.start * 1000)
+    end = max(round(tag.end * 1000), start + 1)
+    velocity = min(max(round(tag.score * 127), 1), 127)
+    return _Note(start, end, number, velocity, _bends(tag, number, start, end))
+
+
+def _bends(tag: Tag, number: int, start: int, end: int) -> tuple[tuple[int, float], ...]:
+    """Semitone offsets from `number`: the tag's `pitch_bend` contour (thirds of a semitone, one
+    per frame) spread evenly over the note as basic-pitch's own MIDI writer does, else one offset
+    from its mean frequency."""
+    contour = tag.pitch_bend
+    if contour:
+        step = (end - start) / len(contour)
+        return tuple(
+            (start + round(i * step), v / BEND_BINS_PER_SEMITONE) for i, v in enumerate(contour)
+        )
+    if tag.frequency_hz:
+        offset = fractional_midi(tag.frequency_hz) - number
+        if abs(offset) >= MIN_BEND:
+            return ((start, offset),)
+    return ()
+
+
+def _wheel(semitones: float) -> int:
+    return min(max(round(semitones / BEND_RANGE * 8192), -8192), 8191)
+
+
+def render_midi(result: Result, source: str) -> bytes:
+    """A type-0 MIDI file of the result's note tags (other tags have no pitch: left out)."""
+    notes = sorted(filter(None, map(_note, result.tags)), key=lambda n: (n.start, n.number))
+    events: list[tuple[int, int, mido.Message]] = []  # (tick, order, message)
+    free_at = dict.fromkeys(_CHANNELS, 0)
+    for note in notes:
+        channel = min(free_at, key=lambda c: (free_at[c] > note.start, c))
+        free_at[channel] = note.end
+        for tick, semitones in note.bends:
+            events.append(
+                (tick, 1, mido.Message("pitchwheel", channel=channel, pitch=_wheel(semitones)))
+            )
+        on = mido.Message("note_on", channel=channel, note=note.number, velocity=note.velocity)
+        events.append((note.start, 2, on))
+        events.append((note.end, 0, mido.Message("note_off", channel=channel, note=note.number)))
+        if note.bends:  # back to the centre so the channel's next note starts unbent
+            events.append((note.end, 0, mido.Message("pitchwheel", channel=channel, pitch=0)))
+    track = mido.MidiTrack()
+    track.append(mido.MetaMessage("track_name", name=source[:120], time=0))
+    track.append(mido.MetaMessage("set_tempo", tempo=TEMPO, time=0))
+    now = 0
+    for tick, _, message in sorted(events, key=lambda e: (e[0], e[1])):
+        track.append(message.copy(time=tick - now))
+        now = tick
+    track.append(mido.MetaMessage("end_of_track", time=0))
+    out = io.BytesIO()
+    mido.MidiFile(type=0, ticks_per_beat=TICKS_PER_BEAT, tracks=[track]).save(file=out)
+    return out.getvalue()
+
+
+def parse_midi(data: bytes) -> list[Tag]:
+    """Notes of a MIDI file as tags: label the note name, score the velocity, frequency with the
+    channel's pitch bend; times in seconds (tempo changes followed)."""
+    tags: list[Tag] = []
+    sounding: dict[tuple[int, int], tuple[float, int, float]] = {}
+    bend = [0.0] * 16
+    now = 0.0
+    for message in mido.MidiFile(file=io.BytesIO(data)):  # times in seconds, tempo applied
+        now += message.time
+        if message.type == "pitchwheel":
+            bend[message.channel] = message.pitch / 8192 * BEND_RANGE
+        elif message.type == "note_on" and message.velocity > 0:
+            key = (message.channel, message.note)
+            sounding[key] = (now, message.velocity, bend[message.channel])
+        elif message.type in ("note_on", "note_off"):
+            started = sounding.pop((message.channel, message.note), None)
+            if started is not None:
+                tags.append(_tag(message.note, now, *started))
+    return sorted(tags, key=lambda t: (t.start, t.end))
+
+
+def _tag(number: int, end: float, start: float, velocity: int, bend: float) -> Tag:
+    frequency = 440 * 2 ** ((number + bend - 69) / 12)
+    return Tag(
+        round(start, 6), round(end, 6), note_name(number), velocity / 127, round(frequency, 2)
+    )

@@ -1,0 +1,237 @@
+"""Prometheus metrics, bound to a registry the application owns; nothing is created on import.
+
+The engine reports through `StageObserver` (which `Metrics` implements); gauges that describe the
+engine and the process are read when Prometheus scrapes, so they cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from arengine.errors import ErrorCode
+from arengine.system.memory import Jemalloc, resident_memory
+from arengine.types import Stage
+
+REJECTION_CODES = frozenset(
+    code for code in ErrorCode if 400 <= code.status < 500 or code.status == 503
+)
+"""Values of the `reason` label: the codes answered with a 4xx or 503 (bounded by `ErrorCode`)."""
+
+_STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_AUDIO_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400)
+
+
+class EngineState(Protocol):
+    """What the engine gauges read (`EnginePool` provides it)."""
+
+    @property
+    def threads(self) -> int: ...
+    @property
+    def busy(self) -> int: ...
+    @property
+    def queued_segments(self) -> int: ...
+    @property
+    def active_jobs(self) -> int: ...
+    @property
+    def held_segments(self) -> int: ...
+
+
+class AdmissionState(Protocol):
+    """What the admission gauges read (`Admission` provides it)."""
+
+    @property
+    def uploading(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def uploading_bytes(self) -> int: ...
+    @property
+    def upload_bytes_total(self) -> int: ...
+
+
+class Metrics:
+    """Every arengine metric, registered on `registry`.
+
+    >>> from prometheus_client import generate_latest
+    >>> metrics = Metrics(CollectorRegistry())
+    >>> metrics.observe_request("speech", 200, seconds=0.8, audio_s=60.0)
+    >>> b'arengine_audio_seconds_total{model="speech"} 60.0' in generate_latest(metrics.registry)
+    True
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            "arengine_requests",
+            "Recognition requests by model and HTTP status.",
+            ["model", "status"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "arengine_request_duration_seconds",
+            "Wall time of recognition requests.",
+            ["model"],
+            buckets=_REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.audio_seconds = Counter(
+            "arengine_audio_seconds",
+            "Seconds of audio recognised by successful requests.",
+            ["model"],
+            registry=registry,
+        )
+        self.audio_duration = Histogram(
+            "arengine_audio_duration_seconds",
+            "Duration of the audio of successful requests.",
+            ["model"],
+            buckets=_AUDIO_BUCKETS,
+            registry=registry,
+        )
+        self.stage_duration = Histogram(
+            "arengine_stage_duration_seconds",
+            "Time of one engine task (one segment) per stage.",
+            ["model", "stage"],
+            buckets=_STAGE_BUCKETS,
+            registry=registry,
+        )
+        self.queue_wait = Histogram(
+            "arengine_queue_wait_seconds",
+            "Time a decoded segment waits for an engine thread.",
+            ["model"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "arengine_rejected_requests",
+            "Requests refused with a 4xx or 503, by error code.",
+            ["reason"],
+            registry=registry,
+        )
+        for code in sorted(REJECTION_CODES):  # every series exists from the start, at 0
+            self.rejected.labels(code.value)
+        self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
+        registry.register(ProcessMemoryCollector())
+
+    def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
+        self.stage_duration.labels(model, stage.value).observe(seconds)
+
+    def observe_queue_wait(self, model: str, seconds: float) -> None:
+        self.queue_wait.labels(model).observe(seconds)
+
+    def observe_request(
+        self, model: str, status: int, seconds: float, audio_s: float | None = None
+    ) -> None:
+        """One recognition request; `audio_s` is the audio's duration when it succeeded."""
+        self.requests.labels(model, str(status)).inc()
+        self.request_duration.labels(model).observe(seconds)
+        if audio_s is not None:
+            self.audio_seconds.labels(model).inc(audio_s)
+            self.audio_duration.labels(model).observe(audio_s)
+
+    def reject(self, code: ErrorCode) -> None:
+        """A request refused with error `code` (a 4xx or 503)."""
+        if code not in REJECTION_CODES:
+            raise ValueError(f"{code} is answered with {code.status}, not counted as a refusal")
+        self.rejected.labels(code.value).inc()
+
+    def watch(
+        self,
+        engine: EngineState,
+        jemalloc: Jemalloc | None = None,
+        admission: AdmissionState | None = None,
+    ) -> None:
+        """Report `engine`'s gauges, and jemalloc's and `admission`'s when they are given."""
+        self.registry.register(EngineCollector(engine))
+        if admission is not None:
+            self.registry.register(AdmissionCollector(admission))
+        if jemalloc is not None:
+            self.registry.register(JemallocCollector(jemalloc))
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class EngineCollector(Collector):
+    """Engine gauges, read from the pool at scrape time."""
+
+    def __init__(self, engine: EngineState) -> None:
+        self._engine = engine
+
+    def collect(self) -> Iterable[Metric]:
+        engine = self._engine
+        yield _gauge("arengine_engine_threads", "Engine worker threads.", engine.threads)
+        yield _gauge("arengine_engine_busy_threads", "Engine threads running a task.", engine.busy)
+        yield _gauge(
+            "arengine_queued_segments",
+            "Decoded segments waiting for inference.",
+            engine.queued_segments,
+        )
+        yield _gauge(
+            "arengine_inflight_requests",
+            "Requests admitted to the engine and not finished.",
+            engine.active_jobs,
+        )
+        yield _gauge(
+            "arengine_held_segments",
+            "Decoded segments held in memory, not yet post-processed.",
+            engine.held_segments,
+        )
+
+
+class AdmissionCollector(Collector):
+    """Requests uploading and in the engine, and the bytes uploads have received."""
+
+    def __init__(self, admission: AdmissionState) -> None:
+        self._admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        admission = self._admission
+        yield _gauge(
+            "arengine_uploading_requests",
+            "Recognition requests receiving their upload.",
+            admission.uploading,
+        )
+        yield _gauge(
+            "arengine_uploading_bytes",
+            "Bytes received so far by the uploads in progress.",
+            admission.uploading_bytes,
+        )
+        yield CounterMetricFamily(
+            "arengine_upload_bytes",
+            "Bytes received by uploads, finished or not.",
+            value=admission.upload_bytes_total,
+        )
+        yield _gauge(
+            "arengine_pending_requests",
+            "Recognition requests uploaded and not yet answered (queued or processing).",
+            admission.pending,
+        )
+
+
+class ProcessMemoryCollector(Collector):
+    """Resident set size and its peak, from /proc/self/status."""
+
+    def collect(self) -> Iterator[Metric]:
+        memory = resident_memory()
+        for key, what in [("resident", "Resident set size"), ("peak_resident", "Peak RSS")]:
+            if key in memory:
+                yield _gauge(f"arengine_process_{key}_memory_bytes", f"{what}.", memory[key])
+
+
+class JemallocCollector(Collector):
+    """jemalloc's allocated, active, resident, retained and mapped bytes."""
+
+    def __init__(self, jemalloc: Jemalloc) -> None:
+        self._jemalloc = jemalloc
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in self._jemalloc.stats().items():
+            yield _gauge(f"arengine_jemalloc_{name}_bytes", f"jemalloc stats.{name}.", value)

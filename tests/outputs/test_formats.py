@@ -1,0 +1,147 @@
+"""Output formats: each writes a result and parses it back to the same tags."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from arengine.http.schemas import RecognizeResponse
+from arengine.outputs.formats import FORMATS, get_format, negotiate
+from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
+
+SPEECH = (
+    Tag(0.034, 2.59, "speech", 0.9683),
+    Tag(3.3333337, 7.25, "speech", 0.71234),
+    Tag(3599.9994, 3723.5, "speech", 0.5),
+)
+NOTES = (Tag(0.5, 0.75, "A4", 0.9, 440.0), Tag(1.0, 1.5, "C#5", 0.8, 554.37))
+POLYPHONIC = (
+    Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
+    Tag(0.5, 1.2, "E4", 0.6, midi=64),
+)
+
+
+def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
+    timings = Timings(0.0011111111, 0.02, 0.03, 0.004, 0.05)
+    return Result(model, AudioInfo("FLAC", "PCM_16", 44100, 2, 44100 * 3724), tags, timings)
+
+
+def _midi_of(tag: Tag) -> int | None:
+    if tag.midi is not None or tag.frequency_hz is None:
+        return tag.midi
+    return round(69 + 12 * math.log2(tag.frequency_hz / 440))
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize(
+    "tags", [SPEECH, NOTES, POLYPHONIC, ()], ids=["speech", "pitch", "notes", "empty"]
+)
+def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
+    fmt = FORMATS[name]
+    if fmt.notes_only and tags is SPEECH:
+        assert fmt.parse(fmt.encode(_result(tags), "talk")) == []  # nothing it can hold
+        return
+    parsed = fmt.parse(fmt.encode(_result(tags), "my talk.flac"))
+    assert len(parsed) == len(tags)
+    for got, want in zip(parsed, tags, strict=True):
+        assert got.start == pytest.approx(want.start, abs=fmt.precision_s)
+        assert got.end == pytest.approx(want.end, abs=fmt.precision_s)
+        assert got.label == want.label
+        if name in ("json", "csv", "raven", "jams"):
+            assert got.score == pytest.approx(want.score, abs=1e-6)
+        if name in ("vtt", "srt"):
+            assert got.score == pytest.approx(want.score, abs=0.005)
+        if name in ("json", "csv", "jams", "midi") and want.frequency_hz is not None:
+            assert got.frequency_hz == want.frequency_hz
+        if name in ("jams", "midi") and want.midi is not None:
+            assert _midi_of(got) == want.midi  # a note keeps its pitch, as a number or in Hz
+        if name == "midi":
+            assert got.score == pytest.approx(want.score, abs=1 / 127)
+        if name == "json":
+            assert (got.midi, got.pitch_bend) == (want.midi, want.pitch_bend)
+
+
+def test_json_is_the_http_body() -> None:
+    for tags in (SPEECH, NOTES, POLYPHONIC):
+        result = _result(tags)
+        http = RecognizeResponse.of(result).model_dump(exclude_none=True)
+        assert json.loads(FORMATS["json"].text(result, "x")) == http == result_dict(result)
+
+
+def test_exact_text_of_each_format() -> None:
+    result = _result(SPEECH[:1])
+    assert FORMATS["csv"].text(result, "x") == "start,end,label,score\n0.034,2.59,speech,0.9683\n"
+    assert FORMATS["txt"].text(result, "x") == "0.034000\t2.590000\tspeech\n"
+    assert FORMATS["rttm"].text(result, "my talk") == (
+        "SPEAKER my_talk 1 0.034 2.556 <NA> <NA> speech <NA> <NA>\n"
+    )
+    assert FORMATS["vtt"].text(result, "x") == (
+        "WEBVTT\n\n1\n00:00:00.034 --> 00:00:02.590\nspeech (0.97)\n"
+    )
+    assert FORMATS["srt"].text(result, "x") == "1\n00:00:00,034 --> 00:00:02,590\nspeech (0.97)\n"
+    raven = FORMATS["raven"].text(result, "x").splitlines()
+    assert raven[0].split("\t")[:8] == [
+        "Selection",
+        "View",
+        "Channel",
+        "Begin Time (s)",
+        "End Time (s)",
+        "Low Freq (Hz)",
+        "High Freq (Hz)",
+        "Annotation",
+    ]
+    assert raven[1].split("\t")[:8] == [
+        "1",
+        "Spectrogram 1",
+        "1",
+        "0.034000",
+        "2.590000",
+        "0.000",
+        "22050.000",
+        "speech",
+    ]
+
+
+def test_cue_times_past_an_hour() -> None:
+    text = FORMATS["srt"].text(_result(SPEECH), "x")
+    assert "00:59:59,999 --> 01:02:03,500" in text
+
+
+def test_pitch_columns() -> None:
+    result = _result(NOTES, "pitch")
+    assert FORMATS["csv"].text(result, "x").splitlines()[0] == "start,end,label,score,frequency_hz"
+    low, high = FORMATS["raven"].text(result, "x").splitlines()[1].split("\t")[5:7]
+    assert float(low) < 440 < float(high) < 466
+
+
+def test_unknown_format_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError) as raised:
+        get_format("xml")
+    assert str(raised.value).endswith(
+        "known formats: json, csv, txt (audacity), raven (selections), rttm, vtt (webvtt), "
+        "srt (subrip), textgrid (praat), eaf (elan), jams, midi (mid), ndjson"
+    )
+
+
+def test_text_of_a_binary_format_is_refused() -> None:
+    with pytest.raises(TypeError, match="midi is binary"):
+        FORMATS["midi"].text(_result(NOTES), "x")
+    assert FORMATS["midi"].encode(_result(NOTES), "x").startswith(b"MThd")
+
+
+def test_aliases_name_their_format() -> None:
+    assert get_format("audacity") is FORMATS["txt"]
+    assert get_format("praat") is FORMATS["textgrid"] and get_format("elan") is FORMATS["eaf"]
+    names = [*FORMATS, *(a for f in FORMATS.values() for a in f.aliases)]
+    assert len(names) == len(set(names)), "an alias shadows a name"
+
+
+def test_accept_header_negotiation() -> None:
+    assert negotiate("text/csv") == "csv"
+    assert negotiate("text/html, text/vtt;q=0.9") == "vtt"
+    assert negotiate("application/x-subrip") == "srt"
+    assert negotiate("application/x-ndjson") == "ndjson"
+    assert negotiate("*/*") is None
+    assert negotiate(None) is None

@@ -25,7 +25,7 @@ from arengine.models.music import MusicRecognizer
 from arengine.models.notes import NotesRecognizer
 from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.runtimes import FORMATS, load_network
+from arengine.models.runtimes import RUNTIMES, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess.labels import LabelParams, MusicParams
 from arengine.postprocess.notes import PolyphonicParams
@@ -114,7 +114,8 @@ def _load(manifest: Manifest, segment_s: float | None) -> LoadedModel:
 def weights_format_of(weights: Path) -> str:
     """The runtime a weights file is read with: a classifier's suffix decides; built-in kinds
     read their own state dicts or archives."""
-    return FORMATS.get(weights.suffix.lower(), f"{weights.suffix.lstrip('.') or 'file'} (built-in)")
+    built_in = f"{weights.suffix.lstrip('.') or 'file'} (built-in)"
+    return RUNTIMES.get(weights.suffix.lower(), built_in)
 
 
 def real_time_factor(recognizer: Recognizer, seconds: float = SPEED_CLIP_S) -> float:

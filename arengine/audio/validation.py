@@ -9,7 +9,7 @@ from pathlib import Path
 import av
 import soundfile as sf
 
-from arengine.audio import containers, ffmpeg, sniff
+from arengine.audio import containers, ffmpeg, sniff, wav
 from arengine.audio.arrival import Arrival
 from arengine.audio.containers import ACCEPTED, DECODERS, DEMUXERS, SNDFILE_FORMATS, SUBTYPES
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
@@ -77,8 +77,11 @@ def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> 
         channels=int(header.channels),
         frames=max(int(header.frames), 0),
     )
-    if arrival is not None and arrival.layout is not None:  # a WAV still being uploaded
-        info = replace(info, frames=arrival.layout.frames)
+    # A PCM or float WAV: where its frames lie (`wav.py`); for one still being uploaded, as
+    # found when its header arrived.
+    where = arrival.layout if arrival is not None else wav.layout(path, os.path.getsize(path))
+    if where is not None:
+        info = replace(info, frames=where.frames, warnings=where.warnings)
     _check_codec(info)
     return info
 

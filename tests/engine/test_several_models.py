@@ -55,7 +55,7 @@ class _Backlog:
 
     def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
         job = self.job
-        decoder = None if job is None else job._decoder  # test-only peek at the tee's queues
+        decoder = None if job is None else job._sources  # test-only peek at the tee's queues
         if job is None or decoder is None:
             return
         with self._lock:

@@ -47,6 +47,7 @@ class NotesRecognizer:
 
     kind = "notes"
     max_batch = 1
+    input_shape = None
     """A segment is already a batch of windows; larger batches measured no faster per window."""
     sample_rate = SAMPLE_RATE
     score_hop = HOP

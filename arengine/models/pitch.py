@@ -135,6 +135,7 @@ class PitchRecognizer:
 
     kind = "pitch"
     max_batch = 1
+    input_shape = None
     sample_rate = SAMPLE_RATE
     labels: tuple[str, ...] = NOTE_LABELS
 

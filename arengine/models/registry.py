@@ -21,7 +21,7 @@ from arengine.errors import ErrorCode, InvalidInput
 from arengine.models.kinds import KINDS, Kind, kind_of
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.runtimes import FORMATS
+from arengine.models.runtimes import RUNTIMES
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,8 @@ def _load(manifest: Manifest, kind: Kind, segment_s: float | None) -> LoadedMode
 def weights_format_of(weights: Path) -> str:
     """The runtime a weights file is read with: a classifier's suffix decides; built-in kinds
     read their own state dicts or archives."""
-    return FORMATS.get(weights.suffix.lower(), f"{weights.suffix.lstrip('.') or 'file'} (built-in)")
+    built_in = f"{weights.suffix.lstrip('.') or 'file'} (built-in)"
+    return RUNTIMES.get(weights.suffix.lower(), built_in)
 
 
 def real_time_factor(recognizer: Recognizer, seconds: float = SPEED_CLIP_S) -> float:

@@ -119,3 +119,14 @@ def test_a_misspelt_model_key_makes_the_model_unavailable(tmp_path: Path) -> Non
     assert [failure.reason for failure in failures] == [
         "[model] has unknown keys ['bach']; a speech model reads: batch"
     ]
+
+
+def test_an_unknown_kind_is_reported_before_the_fields_it_would_give_meaning(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "manifest.toml").write_text('name = "odd"\nkind = "teleport"\n')
+    _, failures = load_models(tmp_path)
+    assert [failure.reason for failure in failures] == [
+        f"kind 'teleport' is not one of {', '.join(KINDS)}"
+    ]

@@ -45,9 +45,9 @@ from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess.labels import LabelParams, LabelTagger, MusicParams
-from arengine.postprocess.notes import PolyphonicParams, PolyphonicTagger
+from arengine.postprocess.notes import NotesParams, NotesTagger
 from arengine.postprocess.params import Params
-from arengine.postprocess.pitch import NotesParams, NoteTagger
+from arengine.postprocess.pitch import PitchParams, PitchTagger
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
 
 _Labels = TypeVar("_Labels", bound=LabelParams)
@@ -113,12 +113,12 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
 
 
 def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = NotesParams().with_overrides(manifest.postprocess)
+    params = PitchParams().with_overrides(manifest.postprocess)
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
 def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    params = NotesParams().with_overrides(manifest.postprocess)
     return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
@@ -179,8 +179,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=PitchRecognizer,
             build=_pitch,
-            parameters=NotesParams,
-            tagger=NoteTagger,
+            parameters=PitchParams,
+            tagger=PitchTagger,
         ),
         Kind(
             name="notes",
@@ -189,8 +189,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=NotesRecognizer,
             build=_notes,
-            parameters=PolyphonicParams,
-            tagger=PolyphonicTagger,
+            parameters=NotesParams,
+            tagger=NotesTagger,
         ),
         Kind(
             name="classifier",

@@ -51,6 +51,10 @@ def test_every_kind_is_declared_whole(kind: Kind) -> None:
         "arengine.postprocess.labels",
     )
     assert kind.parameters.__module__ == kind.tagger.__module__
+    if kind.tagger.__module__ == f"arengine.postprocess.{kind.name}":
+        title = kind.name.capitalize()
+        assert kind.parameters.__name__ == f"{title}Params"
+        assert kind.tagger.__name__ == f"{title}Tagger"
     assert kind.parameters.bounds(), "a kind's clients can override at least one parameter"
 
 

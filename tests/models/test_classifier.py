@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+from arengine.models.cards import row
 from arengine.models.registry import load_models
 from tests.models.exported import export_frames
 
@@ -31,6 +32,7 @@ def test_a_model_exported_for_the_right_frames_loads_and_states_its_input(
     loaded, failures = load_models(tmp_path)
     assert failures == []
     assert loaded["right"].recognizer.input_shape == (None, 32, 47)
+    assert "16000 Hz mono, network input (windows, 32, 47) log-mel" in row(loaded["right"])
 
 
 @pytest.mark.parametrize("suffix", ["onnx", "pt2"])

@@ -44,6 +44,7 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.postprocess import Tagger
 from arengine.postprocess.labels import LabelParams, LabelTagger, MusicParams
 from arengine.postprocess.notes import NotesParams, NotesTagger
 from arengine.postprocess.params import Params
@@ -71,7 +72,7 @@ class Kind:
     `ValueError` when the manifest and the weights do not fit)."""
     parameters: type[Params]
     """The post-processing parameters: manifest defaults, query overrides, docs."""
-    tagger: type
+    tagger: type[Tagger]
     """The post-processor class the recognizer's `tagger()` returns (its module is the kind's
     post-processing module)."""
 

@@ -17,12 +17,15 @@ which module serves which kind.
 Adding a kind `birds`:
 
 1. `arengine/models/birds.py`: a class with the `Recognizer` contract (`recognizer.py`),
-   `kind = "birds"`, whose `tagger()` returns the kind's tagger class.
-2. Its post-processing in `arengine/postprocess/`: a `Params` dataclass with `kind = "birds"`
-   and a tagger with the `Tagger` contract, in `postprocess/birds.py`; or, for label scores, a
-   `LabelParams` subclass with `kind = "birds"` in `postprocess/labels.py`, tagged by
-   `LabelTagger`.
-3. One `Kind(...)` entry in `KINDS` below, its builder beside the others.
+   `kind = "birds"` (and `input_shape = None` unless it runs a user's network), whose
+   `__init__` takes `params: BirdsParams | None` and whose `tagger()` is annotated with the
+   tagger class it returns.
+2. Its post-processing in `arengine/postprocess/`: either `postprocess/birds.py` with a `Params`
+   dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the `Tagger` contract; or,
+   for label scores, a `LabelParams` subclass `BirdsParams` (`kind = "birds"`) in
+   `postprocess/labels.py`, tagged by `LabelTagger`.
+3. One `Kind(...)` entry in `KINDS` below, its builder beside the others, and the kind's name in
+   the `kind = ...` comment of `models/README.md`'s manifest example.
 4. A folder under `models/` with its `manifest.toml` (and its card); then paste the tables that
    `python -m tests.test_readme` and `arengine models --markdown` print.
 """

@@ -109,8 +109,10 @@ class OnnxNetwork:
             found = [(i.name, i.type) for i in inputs]
             raise ValueError(f"an ONNX classifier takes one float32 tensor; this one takes {found}")
         self._input = inputs[0].name
-        shape = inputs[0].shape
-        self.input_shape = tuple(axis if isinstance(axis, int) else None for axis in shape)
+        shape = inputs[0].shape  # no shape information (None or []) declares nothing
+        self.input_shape: tuple[int | None, ...] | None = (
+            tuple(axis if isinstance(axis, int) else None for axis in shape) if shape else None
+        )
         """The input's declared shape, `None` for a named (dynamic) axis."""
         self._output = outputs[0].name  # the first output is the scores; others are ignored
 

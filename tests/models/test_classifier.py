@@ -69,6 +69,16 @@ def test_a_model_with_a_fixed_window_count_is_refused_before_it_is_called(tmp_pa
     )
 
 
+def test_an_onnx_model_that_declares_no_shape_is_called_to_see(tmp_path: Path) -> None:
+    path = export_frames(tmp_path / "shapeless", "onnx", frames=47)
+    model = onnx.load(str(path), load_external_data=False)
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    onnx.save(model, str(path))
+    loaded, failures = load_models(tmp_path)
+    assert failures == []
+    assert loaded["shapeless"].recognizer.input_shape == (None, 32, 47)
+
+
 def test_a_wrong_mel_count_names_the_setting(tmp_path: Path) -> None:
     export_frames(tmp_path / "mels", "pt2", frames=47)
     manifest = tmp_path / "mels" / "manifest.toml"

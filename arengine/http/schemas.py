@@ -237,6 +237,11 @@ class ModelOut(BaseModel):
     )
     training_data: str | None = Field(description="Training data and its terms (manifest [card]).")
     weights_format: str = Field(description="Runtime of the weights file: its suffix decides.")
+    input_shape: list[int | None] | None = Field(
+        description="A classifier's model input, float32 `(windows, n_mels, frames)`: windows "
+        "(null) varies from call to call, frames = 1 + (window samples - n_fft) // hop (not "
+        "centred; models/README.md). Null for kinds whose network is built in."
+    )
     sample_rate: int = Field(description="Input rate: uploads are resampled to it.")
     segment_s: float
     preroll_s: float
@@ -265,6 +270,7 @@ class ModelOut(BaseModel):
             version=card.version,
             training_data=card.training_data,
             weights_format=weights_format_of(loaded.manifest.weights),
+            input_shape=None if recognizer.input_shape is None else list(recognizer.input_shape),
             sample_rate=rate,
             segment_s=plan.segment_samples / rate,
             preroll_s=plan.preroll_frames * plan.hop / rate,

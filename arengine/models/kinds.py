@@ -17,12 +17,15 @@ which module serves which kind.
 Adding a kind `birds`:
 
 1. `arengine/models/birds.py`: a class with the `Recognizer` contract (`recognizer.py`),
-   `kind = "birds"`, whose `tagger()` returns the kind's tagger class.
-2. Its post-processing in `arengine/postprocess/`: a `Params` dataclass with `kind = "birds"`
-   and a tagger with the `Tagger` contract, in `postprocess/birds.py`; or, for label scores, a
-   `LabelParams` subclass with `kind = "birds"` in `postprocess/labels.py`, tagged by
-   `LabelTagger`.
-3. One `Kind(...)` entry in `KINDS` below, its builder beside the others.
+   `kind = "birds"` (and `input_shape = None` unless it runs a user's network), whose
+   `__init__` takes `params: BirdsParams | None` and whose `tagger()` is annotated with the
+   tagger class it returns.
+2. Its post-processing in `arengine/postprocess/`: either `postprocess/birds.py` with a `Params`
+   dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the `Tagger` contract; or,
+   for label scores, a `LabelParams` subclass `BirdsParams` (`kind = "birds"`) in
+   `postprocess/labels.py`, tagged by `LabelTagger`.
+3. One `Kind(...)` entry in `KINDS` below, its builder beside the others, and the kind's name in
+   the `kind = ...` comment of `models/README.md`'s manifest example.
 4. A folder under `models/` with its `manifest.toml` (and its card); then paste the tables that
    `python -m tests.test_readme` and `arengine models --markdown` print.
 """
@@ -44,10 +47,11 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.postprocess import Tagger
 from arengine.postprocess.labels import LabelParams, LabelTagger, MusicParams
-from arengine.postprocess.notes import PolyphonicParams, PolyphonicTagger
+from arengine.postprocess.notes import NotesParams, NotesTagger
 from arengine.postprocess.params import Params
-from arengine.postprocess.pitch import NotesParams, NoteTagger
+from arengine.postprocess.pitch import PitchParams, PitchTagger
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
 
 _Labels = TypeVar("_Labels", bound=LabelParams)
@@ -71,7 +75,7 @@ class Kind:
     `ValueError` when the manifest and the weights do not fit)."""
     parameters: type[Params]
     """The post-processing parameters: manifest defaults, query overrides, docs."""
-    tagger: type
+    tagger: type[Tagger]
     """The post-processor class the recognizer's `tagger()` returns (its module is the kind's
     post-processing module)."""
 
@@ -113,12 +117,12 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
 
 
 def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = NotesParams().with_overrides(manifest.postprocess)
+    params = PitchParams().with_overrides(manifest.postprocess)
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
 def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    params = NotesParams().with_overrides(manifest.postprocess)
     return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
@@ -179,8 +183,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=PitchRecognizer,
             build=_pitch,
-            parameters=NotesParams,
-            tagger=NoteTagger,
+            parameters=PitchParams,
+            tagger=PitchTagger,
         ),
         Kind(
             name="notes",
@@ -189,8 +193,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=NotesRecognizer,
             build=_notes,
-            parameters=PolyphonicParams,
-            tagger=PolyphonicTagger,
+            parameters=NotesParams,
+            tagger=NotesTagger,
         ),
         Kind(
             name="classifier",

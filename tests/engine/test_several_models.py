@@ -128,6 +128,7 @@ class _Held:
         self.inner = inner
         self.name, self.kind, self.sample_rate = inner.name, inner.kind, inner.sample_rate
         self.labels, self.plan, self.max_batch = inner.labels, inner.plan, inner.max_batch
+        self.input_shape = inner.input_shape
         self.gate = threading.Event()
 
     def features(self, segment: Segment) -> torch.Tensor:

@@ -90,7 +90,12 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_FORMAT = (
         "unsupported_format",
         415,
-        "not a recognised container or codec; the message lists the accepted ones",
+        "not a recognised container; the message lists the accepted ones",
+    )
+    UNSUPPORTED_CODEC = (
+        "unsupported_codec",
+        415,
+        "a recognised container whose audio codec is not one arengine decodes; the message lists the accepted ones",
     )
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",

@@ -127,7 +127,10 @@ def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInf
         demuxer, choice = _open_again(path, found, stream, error)
     if choice.decoder not in ffmpeg.DECODERS:
         accepted = ", ".join(sorted(set(ffmpeg.DECODERS.values())))
-        raise UnsupportedFormat(f"codec {choice.decoder} is not accepted; accepted: {accepted}")
+        raise UnsupportedFormat(
+            f"codec {choice.decoder} is not accepted; accepted: {accepted}",
+            code=ErrorCode.UNSUPPORTED_CODEC,
+        )
     return AudioInfo(
         format=ffmpeg.DEMUXERS[demuxer],
         subtype=ffmpeg.DECODERS[choice.decoder],
@@ -197,7 +200,8 @@ def _check_codec(info: AudioInfo) -> None:
         raise UnsupportedFormat(f"container {info.format} is not accepted; accepted: {ACCEPTED}")
     if info.subtype not in SUBTYPES:
         raise UnsupportedFormat(
-            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}"
+            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}",
+            code=ErrorCode.UNSUPPORTED_CODEC,
         )
 
 

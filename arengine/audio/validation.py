@@ -13,6 +13,7 @@ from arengine.audio import containers, ffmpeg, sniff
 from arengine.audio.arrival import Arrival
 from arengine.audio.containers import ACCEPTED, DECODERS, DEMUXERS, SNDFILE_FORMATS, SUBTYPES
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.settings import MAX_STREAMS
 from arengine.types import AudioInfo
 
 
@@ -163,11 +164,6 @@ def _pick_stream(audio: list[int], streams: int, wanted: int | None) -> int:
             code=ErrorCode.UNKNOWN_STREAM,
         )
     return audio[wanted or 0]
-
-
-MAX_STREAMS = 64
-"""Streams a container may have: a phone or video recording has a few; hundreds is an attack on
-the demuxer's and the analyser's memory."""
 
 
 def _check_codec(info: AudioInfo) -> None:

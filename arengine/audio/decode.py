@@ -29,13 +29,12 @@ from arengine.audio import containers, ffmpeg, sniff, wav
 from arengine.audio.arrival import Arrival
 from arengine.audio.tee import Tee
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
+from arengine.settings import MAX_PACKET_BYTES, size_text
 from arengine.types import AudioInfo
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
 
-MAX_PACKET_BYTES = 16 << 20
-"""Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
 
 MAX_BAD_PACKETS = 8
 """Damaged packets tolerated (skipped and reported) before the stream counts as corrupt."""
@@ -168,7 +167,7 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
             out = [frame_samples(frame, info, decoded) for frame in frames]
             if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
                 raise TooLarge(
-                    f"one packet decodes to more than {MAX_PACKET_BYTES >> 20} MiB",
+                    f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
                     code=ErrorCode.DECODE_BOMB,
                 )
             for block in out:

@@ -20,12 +20,11 @@ from arengine.errors import ErrorCode, InvalidInput, TooLarge
 from arengine.http.errors import error_responses
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
+from arengine.settings import MAX_RESULT_BYTES, size_text
 from arengine.types import Result
 
 router = APIRouter()
 
-MAX_RESULT_BYTES = 32 << 20
-"""The largest result taken: a 2-hour notes transcription is a few MB."""
 
 _RESULT_BODY = {
     "requestBody": {
@@ -104,7 +103,7 @@ async def _body(request: Request) -> bytes:
         size += len(chunk)
         if size > MAX_RESULT_BYTES:
             raise TooLarge(
-                f"the result passed {MAX_RESULT_BYTES >> 20} MiB", code=ErrorCode.RESULT_TOO_LARGE
+                f"the result passed {size_text(MAX_RESULT_BYTES)}", code=ErrorCode.RESULT_TOO_LARGE
             )
         chunks.append(chunk)
     return b"".join(chunks)

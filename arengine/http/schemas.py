@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from arengine.models.kinds import KINDS
 from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats
-from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
+from arengine.types import Result, result_dict, result_of
 
 DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
@@ -176,34 +176,7 @@ class RecognizeResponse(BaseModel):
 
     def to_result(self) -> Result:
         """Back to the engine's `Result` (what `POST /v1/render` writes in a format)."""
-        audio = self.audio
-        info = AudioInfo(
-            format=audio.format,
-            subtype=audio.subtype,
-            sample_rate=audio.sample_rate,
-            channels=audio.channels,
-            frames=round(audio.duration_s * audio.sample_rate),
-            decoder=audio.decoder,
-            stream=audio.stream,
-            truncated=audio.truncated,
-            warnings=tuple(audio.warnings),
-        )
-        tags = tuple(
-            Tag(**{**tag.model_dump(exclude={"pitch_bend"}), "pitch_bend": _bend(tag)})
-            for tag in self.tags
-        )
-        by_model = self.model_timings or {}
-        return Result(
-            self.model,
-            info,
-            tags,
-            Timings(**self.timings.model_dump()),
-            tuple((name, Timings(**t.model_dump())) for name, t in by_model.items()),
-        )
-
-
-def _bend(tag: TagOut) -> tuple[float, ...] | None:
-    return None if tag.pitch_bend is None else tuple(tag.pitch_bend)
+        return result_of(self.model_dump(exclude_none=True))
 
 
 class ErrorDetail(BaseModel):

@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from arengine.outputs.annotations import (
     parse_eaf,
@@ -29,7 +28,7 @@ from arengine.outputs.annotations import (
     render_textgrid,
 )
 from arengine.outputs.midi import midi_number, parse_midi, render_midi
-from arengine.types import Result, Tag, result_dict
+from arengine.types import Result, Tag, result_dict, result_of, tag_of
 
 Content = str | bytes
 
@@ -88,26 +87,12 @@ def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag
     return read
 
 
-def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
-    return Tag(
-        start=float(item["start"]),
-        end=float(item["end"]),
-        label=str(item["label"]),
-        score=float(item.get("score", 0.0)),
-        frequency_hz=None if frequency in (None, "") else float(frequency),
-        midi=None if midi in (None, "") else int(midi),
-        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
-        model=item.get("model") or None,
-    )
-
-
 def _render_json(result: Result, source: str) -> str:
     return json.dumps(result_dict(result))
 
 
 def _parse_json(text: str) -> list[Tag]:
-    return [_tag_of(item) for item in json.loads(text)["tags"]]
+    return list(result_of(json.loads(text)).tags)
 
 
 def _has_pitch(result: Result) -> bool:
@@ -135,7 +120,7 @@ def _render_csv(result: Result, source: str) -> str:
 
 
 def _parse_csv(text: str) -> list[Tag]:
-    return [_tag_of(row) for row in csv.DictReader(io.StringIO(text))]
+    return [tag_of(row) for row in csv.DictReader(io.StringIO(text))]
 
 
 def _clean(label: str) -> str:

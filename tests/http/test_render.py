@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from arengine.http.render import MAX_RESULT_BYTES
 from arengine.outputs.formats import FORMATS
+from arengine.settings import MAX_RESULT_BYTES
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient
 

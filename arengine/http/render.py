@@ -54,14 +54,7 @@ async def render(
     """A result (the JSON of `POST /v1/recognize`) as a file in `format`."""
     fmt = _format(format)
     body = await _body(request)
-    try:
-        result = RecognizeResponse.model_validate_json(body).to_result()
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise InvalidInput(
-            f"not a recognition result: {where}: {first['msg']}", code=ErrorCode.INVALID_RESULT
-        ) from None
+    result = _result(body)
     if not fmt.accepts([tag.label for tag in result.tags]):
         raise InvalidInput(
             f"format {fmt.name} holds only notes and this result has other tags",
@@ -72,6 +65,23 @@ async def render(
     except (ValueError, OverflowError, struct.error) as error:
         raise InvalidInput(
             f"the result cannot be written as {fmt.name}: {error}", code=ErrorCode.INVALID_RESULT
+        ) from None
+
+
+def _result(body: bytes) -> Result:
+    """The result a body holds; `InvalidInput` (`invalid_result`) saying where it is not one."""
+    try:
+        return RecognizeResponse.model_validate_json(body).to_result()
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise InvalidInput(
+            f"not a recognition result: {where}: {message}", code=ErrorCode.INVALID_RESULT
+        ) from None
+    except (ValueError, OverflowError) as error:
+        raise InvalidInput(
+            f"not a recognition result: {error}", code=ErrorCode.INVALID_RESULT
         ) from None
 
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from arengine.models.kinds import KINDS
 from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats
 from arengine.types import Result, result_dict, result_of
+
+MAX_TIME_S = 10_000_000.0
+"""The latest time a result may hold (116 days): past it a time is a forgery, not a recording."""
+MAX_LABEL_CHARS = 1024
+MAX_BENDS_PER_S = 87
+"""Pitch-bend values a note may carry per second (notes models give one a frame, 86.1 a second)."""
 
 DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
@@ -108,9 +114,9 @@ else:
 class AudioOut(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
-    duration_s: float = Field(ge=0)
-    sample_rate: int = Field(ge=1)
-    channels: int = Field(ge=1)
+    duration_s: float = Field(ge=0, le=MAX_TIME_S)
+    sample_rate: int = Field(ge=1, le=10_000_000)
+    channels: int = Field(ge=1, le=1024)
     format: str = Field(description="Container as a user knows it: WAV, FLAC, MP3, MP4/MOV, Ogg...")
     subtype: str = Field(
         description="Codec: AAC, Opus, MP3, FLAC... (libsndfile's for WAV: PCM_16)."
@@ -129,9 +135,11 @@ class AudioOut(BaseModel):
 class TagOut(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
-    start: float = Field(ge=0, description="Seconds from the start of the recording.")
-    end: float = Field(ge=0)
-    label: str
+    start: float = Field(
+        ge=0, le=MAX_TIME_S, description="Seconds from the start of the recording."
+    )
+    end: float = Field(ge=0, le=MAX_TIME_S, description="At or after `start`.")
+    label: str = Field(max_length=MAX_LABEL_CHARS)
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
     frequency_hz: float | None = Field(
         None, description="Pitch models: mean frequency of the note."
@@ -139,14 +147,28 @@ class TagOut(BaseModel):
     midi: int | None = Field(
         None, ge=0, le=127, description="Note models: MIDI note number (69 is A4)."
     )
-    pitch_bend: list[float] | None = Field(
+    pitch_bend: list[Annotated[float, Field(ge=-264, le=264)]] | None = Field(
         None,
         description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
         "relative to `midi` in thirds of a semitone.",
     )
     model: str | None = Field(
-        None, description="The model that gave the tag, when the request named several."
+        None,
+        max_length=256,
+        description="The model that gave the tag, when the request named several.",
     )
+
+    @model_validator(mode="after")
+    def _in_order(self) -> TagOut:
+        if self.end < self.start:
+            raise ValueError(f"end {self.end} is before start {self.start}")
+        bends = len(self.pitch_bend or ())
+        most = MAX_BENDS_PER_S * (self.end - self.start) + 2
+        if bends > most:
+            raise ValueError(
+                f"{bends} pitch bends over {self.end - self.start:g} s (at most {most:g})"
+            )
+        return self
 
 
 class TimingsOut(BaseModel):

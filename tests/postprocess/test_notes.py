@@ -177,13 +177,40 @@ def test_known_notes_are_found(scores: np.ndarray, piece: tuple[np.ndarray, list
 
 
 def test_overrides_are_checked(recognizer: NotesRecognizer) -> None:
-    with pytest.raises(InvalidInput, match=r"onset_threshold must be 0 <= x <= 1, got 1\.5"):
+    with pytest.raises(InvalidInput, match=r"onset_threshold must be 0\.05 <= x <= 1, got 1\.5"):
         recognizer.tagger({"onset_threshold": 1.5})
     with pytest.raises(InvalidInput, match="median_frames does not apply to notes models"):
         recognizer.tagger({"median_frames": 5})
     with pytest.raises(InvalidInput, match="pitch_bends must be a whole number"):
         recognizer.tagger({"pitch_bends": 0.5})
     assert recognizer.defaults()["onset_threshold"] == 0.8
+
+
+@pytest.mark.parametrize("name", ["onset_threshold", "frame_threshold"])
+def test_the_degenerate_thresholds_are_refused(recognizer: NotesRecognizer, name: str) -> None:
+    """A frame threshold of 0 never ends a note: every onset made a note to the chunk's end."""
+    with pytest.raises(InvalidInput, match=rf"{name} must be 0\.05 <= x <= 1, got 0"):
+        recognizer.tagger({name: 0})
+    assert recognizer.tagger({name: 0.05}) is not None
+
+
+def test_every_option_at_its_floor_gives_a_bounded_answer() -> None:
+    """Noise-like activations, every threshold at its floor, melodia, one-frame notes and pitch
+    bends: at most 50 notes a second of audio and 24 sounding at once on average (the strongest
+    kept), where they were thousands of notes and millions of bend values."""
+    rng = np.random.default_rng(7)
+    seconds = 20
+    frames = int(seconds * 22050 / 256)
+    rows = rng.random((frames, COLUMNS)).astype(np.float32)
+    params = NotesParams(
+        onset_threshold=0.05, frame_threshold=0.05, min_note_ms=0, melodia=1, pitch_bends=1
+    )
+    tagger = NotesTagger(params)
+    tags = _tags(tagger, rows, [300] * (frames // 300), frames * 256)
+    assert 100 < len(tags) <= 50 * seconds
+    bends = sum(len(tag.pitch_bend or ()) for tag in tags)
+    assert bends <= 24 * frames
+    assert all(isinstance(bend, int) for tag in tags for bend in tag.pitch_bend or ())
 
 
 def test_segments_are_whole_basic_pitch_windows(recognizer: NotesRecognizer) -> None:

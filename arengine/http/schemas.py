@@ -145,6 +145,9 @@ class TagOut(BaseModel):
     model: str | None = Field(
         None, description="The model that gave the tag, when the request named several."
     )
+    label_id: str | None = Field(
+        None, description="Events models: the label's AudioSet id (`/m/09x0r` is Speech)."
+    )
 
 
 class TimingsOut(BaseModel):

@@ -16,9 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-KINDS = ("speech", "pitch", "notes", "classifier", "music")
+KINDS = ("speech", "pitch", "notes", "classifier", "music", "events")
 FIXED_LABELS = ("pitch", "notes")
 """Kinds whose labels are note names, fixed by the kind: their manifests list none."""
+OWN_LABELS = (*FIXED_LABELS, "events")
+"""Kinds whose manifests list no labels: note names, or a class map in the model's folder."""
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -93,10 +95,10 @@ def _checked(path: Path, data: dict[str, Any]) -> Manifest:
         raise ManifestError(path, f"name {name!r} must match {_NAME.pattern}")
     if kind not in KINDS:
         raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    labels = data.get("labels", [] if kind in FIXED_LABELS else None)
+    labels = data.get("labels", [] if kind in OWN_LABELS else None)
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise ManifestError(path, "labels must be a list of strings")
-    if not labels and kind not in FIXED_LABELS:
+    if not labels and kind not in OWN_LABELS:
         raise ManifestError(path, f"a {kind} model needs its labels")
     rate = data.get("sample_rate")
     if not isinstance(rate, int) or not 8000 <= rate <= 192000:

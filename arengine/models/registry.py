@@ -12,12 +12,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.models.classifier import ClassifierRecognizer
+from arengine.models.events import HOP_S as EVENTS_HOP_S
+from arengine.models.events import EventsRecognizer, read_class_map
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.mel import MelParams
 from arengine.models.music import LABELS as MUSIC_LABELS
@@ -27,7 +30,7 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess.labels import LabelParams, MusicParams
+from arengine.postprocess.labels import EventParams, LabelParams, MusicParams
 from arengine.postprocess.notes import PolyphonicParams
 from arengine.postprocess.params import Params
 from arengine.postprocess.pitch import NotesParams
@@ -143,10 +146,13 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
-def _label_params(manifest: Manifest, kind: type[LabelParams] = LabelParams) -> LabelParams:
+P = TypeVar("P", bound=LabelParams)
+
+
+def _label_params(manifest: Manifest, kind: type[P], labels: tuple[str, ...] | None = None) -> P:
     post = dict(manifest.postprocess)
     thresholds = post.pop("thresholds", {})
-    unknown = sorted(set(thresholds) - set(manifest.labels))
+    unknown = sorted(set(thresholds) - set(labels or manifest.labels))
     if unknown:
         raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
     return dataclasses.replace(kind().with_overrides(post), thresholds=thresholds)
@@ -154,7 +160,7 @@ def _label_params(manifest: Manifest, kind: type[LabelParams] = LabelParams) -> 
 
 def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
     model = manifest.model
-    params = _label_params(manifest)
+    params = _label_params(manifest, LabelParams)
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
     return ClassifierRecognizer(
         manifest.name,
@@ -191,12 +197,29 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
     return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
+def _events(manifest: Manifest, segment_s: float) -> Recognizer:
+    class_map = manifest.path.parent / str(manifest.model.get("class_map", "yamnet_class_map.csv"))
+    if manifest.sample_rate != EventsRecognizer.sample_rate:
+        raise ManifestError(manifest.path, "an events model runs at 16000 Hz")
+    labels, ids = read_class_map(class_map)
+    return EventsRecognizer(
+        manifest.weights,
+        labels,
+        ids,
+        segment_s,
+        hop_s=float(manifest.model.get("hop_s", EVENTS_HOP_S)),
+        name=manifest.name,
+        params=_label_params(manifest, EventParams, labels),
+    )
+
+
 PARAMETERS: dict[str, type[Params]] = {
     "speech": SpeechParams,
     "pitch": NotesParams,
     "notes": PolyphonicParams,
     "classifier": LabelParams,
     "music": MusicParams,
+    "events": EventParams,
 }
 """Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
 
@@ -206,6 +229,7 @@ BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "notes": _notes,
     "classifier": _classifier,
     "music": _music,
+    "events": _events,
 }
 
 

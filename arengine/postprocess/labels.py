@@ -1,7 +1,9 @@
 """Label tags from per-window classifier scores: thresholds, merged runs, minimum durations.
 
 Runs of windows over a label's threshold become one tag; runs separated by at most `merge_gap_s`
-merge. Tags of all labels come out ordered by start, as soon as no open run can precede them.
+merge. With `hysteresis`, a run that has started lasts while its score stays above a lower
+threshold, so a score hovering at the threshold does not chop one event into many. Tags of all
+labels come out ordered by start, as soon as no open run can precede them.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -31,6 +33,11 @@ class LabelParams(Params):
     merge_gap_ms: int = param(
         0, "Runs of the same label this close merge.", Bounds(0, 3_600_000, whole=True)
     )
+    hysteresis: float = param(
+        0.0,
+        "A started tag lasts while its score stays above threshold x (1 - hysteresis).",
+        Bounds(0, 1, high_open=True),
+    )
     thresholds: Mapping[str, float] = field(default_factory=dict)
     """Per-label thresholds (manifests only)."""
 
@@ -43,7 +50,7 @@ class LabelParams(Params):
                     code=ErrorCode.INVALID_PARAMETER,
                 )
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> LabelParams:
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
         """As `Params.with_overrides`; a client's threshold applies to every label."""
         changed = Params.with_overrides(self, overrides)
         return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed
@@ -54,6 +61,7 @@ class LabelParams(Params):
             "threshold": self.threshold,
             "min_duration_ms": self.min_duration_ms,
             "merge_gap_ms": self.merge_gap_ms,
+            "hysteresis": self.hysteresis,
             **{f"threshold.{label}": value for label, value in self.thresholds.items()},
         }
 
@@ -68,29 +76,55 @@ class MusicParams(LabelParams):
     kind: ClassVar[str] = "music"
 
 
+@dataclass(frozen=True, slots=True)
+class EventParams(LabelParams):
+    """Post-processing of sound events: a classifier's, over overlapping 0.975-s windows."""
+
+    kind: ClassVar[str] = "events"
+
+
 @dataclass(slots=True)
 class _Run:
     first: int
     last: int
     total: float
     count: int = 1
+    peak: float = 0.0
+
+    def add(self, frame: int, score: float) -> None:
+        self.total += score
+        self.count += 1
+        self.last = frame
+        self.peak = max(self.peak, score)
 
 
 class LabelTagger:
     """Feed `(frames, labels)` scores with `push`, then `finish`.
 
-    A window `i` covers `[i * hop, i * hop + window)` samples.
+    A window `i` covers `[i * hop, i * hop + window)` samples. A tag's score is its run's mean,
+    or with `peak` its highest window (an event's strength, not diluted by its fading tail);
+    `ids` (one per label) go into the tags' `label_id`.
     """
 
     def __init__(
-        self, labels: tuple[str, ...], params: LabelParams, sample_rate: int, hop: int, window: int
+        self,
+        labels: tuple[str, ...],
+        params: LabelParams,
+        sample_rate: int,
+        hop: int,
+        window: int,
+        ids: tuple[str, ...] | None = None,
+        peak: bool = False,
     ) -> None:
         self.labels = labels
+        self.ids = ids
+        self.peak = peak
         self.params = params
         self.rate = sample_rate
         self.hop = hop
         self.window = window
         self.thresholds = np.array([params.threshold_of(label) for label in labels])
+        self.releases = self.thresholds * (1.0 - params.hysteresis)
         self.gap_frames = params.merge_gap_ms * sample_rate / 1000 / hop
         self.open: dict[int, _Run] = {}
         self.closed: list[tuple[int, int, _Run]] = []
@@ -99,14 +133,16 @@ class LabelTagger:
 
     def push(self, scores: np.ndarray) -> list[Tag]:
         for row in np.asarray(scores, dtype=np.float64).reshape(-1, len(self.labels)):
-            for label in np.flatnonzero(row >= self.thresholds).tolist():
+            for label in np.flatnonzero(row >= self.releases).tolist():
                 run = self.open.get(label)
-                if run is None:
-                    self.open[label] = _Run(self.frame, self.frame, float(row[label]))
-                else:
-                    run.total += float(row[label])
-                    run.count += 1
-                    run.last = self.frame
+                score = float(row[label])
+                if run is not None and self.frame - run.last == 1:
+                    run.add(self.frame, score)  # a run continues down to the release threshold
+                elif score >= self.thresholds[label]:
+                    if run is None:
+                        self.open[label] = _Run(self.frame, self.frame, score, peak=score)
+                    else:
+                        run.add(self.frame, score)  # within the merge gap
             for label, run in list(self.open.items()):
                 if self.frame - run.last > self.gap_frames:
                     self._close(label)
@@ -143,5 +179,6 @@ class LabelTagger:
             start=round(start / self.rate, 3),
             end=round(end / self.rate, 3),
             label=self.labels[label],
-            score=round(run.total / run.count, 4),
+            score=round(run.peak if self.peak else run.total / run.count, 4),
+            label_id=None if self.ids is None else self.ids[label],
         )

@@ -259,7 +259,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         """Tag one recording; `overrides` are the post-processing parameters (`threshold`...)."""
         params = _params(model, None, timeout_s, overrides)
@@ -272,7 +272,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> str:
         """The recording's tags as a file in `format` (csv, txt, raven, rttm, vtt, srt, json)."""
         params = _params(model, format, timeout_s, overrides)
@@ -284,7 +284,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Iterator[Tag]:
         """Tags as the server finalises them (NDJSON); retried only before the first byte."""
         params = _params(model, "ndjson", timeout_s, overrides)
@@ -388,7 +388,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         params = _params(model, None, timeout_s, overrides)
         return recognition_of((await self._send("POST", "/v1/recognize", audio, params)).json())
@@ -400,7 +400,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> str:
         params = _params(model, format, timeout_s, overrides)
         return (await self._send("POST", "/v1/recognize", audio, params)).text
@@ -411,7 +411,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> AsyncIterator[Tag]:
         params = _params(model, "ndjson", timeout_s, overrides)
         response = await self._send("POST", "/v1/recognize", audio, params, stream=True)

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.labels import EventParams, LabelTagger
+from arengine.postprocess.vocabulary import Vocabulary
 
 SAMPLE_RATE = 16000
 WINDOW = 15600
@@ -176,6 +177,7 @@ class EventsRecognizer:
         hop_s: float = HOP_S,
         name: str = "events",
         params: EventParams | None = None,
+        vocabulary: Vocabulary | None = None,
     ) -> None:
         if len(labels) != N_CLASSES or len(ids) != N_CLASSES:
             raise ValueError(f"an events model has {N_CLASSES} labels and ids")
@@ -193,6 +195,7 @@ class EventsRecognizer:
         )
         self._model = Yamnet.load(weights)
         self._params = params or EventParams()
+        self.vocabulary = vocabulary or Vocabulary(labels, ids)
 
     def features(self, segment: Segment) -> Tensor:
         """The segment's windows, `(frames, 15600)`: the network computes its own log-mel."""
@@ -218,12 +221,13 @@ class EventsRecognizer:
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(
             self.labels,
-            self._params.with_overrides(overrides),
+            self._params.for_request(overrides, self.vocabulary),
             SAMPLE_RATE,
             self.plan.hop,
             WINDOW,
             ids=self.ids,
             peak=True,
+            vocabulary=self.vocabulary,
         )
 
     def defaults(self) -> dict[str, float]:

@@ -30,11 +30,12 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess.labels import EventParams, LabelParams, MusicParams
+from arengine.postprocess.labels import EventParams, LabelParams, LabelView, MusicParams
 from arengine.postprocess.notes import PolyphonicParams
 from arengine.postprocess.params import Params
 from arengine.postprocess.pitch import NotesParams
 from arengine.postprocess.speech import SpeechParams
+from arengine.postprocess.vocabulary import Ontology, Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -149,18 +150,31 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
 P = TypeVar("P", bound=LabelParams)
 
 
-def _label_params(manifest: Manifest, kind: type[P], labels: tuple[str, ...] | None = None) -> P:
+def _label_params(
+    manifest: Manifest, kind: type[P], vocabulary: Vocabulary | None = None
+) -> tuple[P, Vocabulary]:
+    """A label model's post-processing and what its label lists mean: the manifest's groups
+    (`[postprocess.groups]`) and profiles (`[postprocess.profiles.<name>]`), every name in them
+    checked against the labels."""
     post = dict(manifest.postprocess)
-    thresholds = post.pop("thresholds", {})
-    unknown = sorted(set(thresholds) - set(labels or manifest.labels))
-    if unknown:
-        raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
-    return dataclasses.replace(kind().with_overrides(post), thresholds=thresholds)
+    vocabulary = dataclasses.replace(
+        vocabulary or Vocabulary(manifest.labels),
+        groups={k: tuple(v) for k, v in post.pop("groups", {}).items()},
+        profiles=post.pop("profiles", {}),
+    )
+    try:
+        params = kind().with_overrides(post)
+        LabelView.of(vocabulary, params)  # every name resolves
+        for profile in vocabulary.profiles:
+            LabelView.of(vocabulary, params.for_request({"profile": profile}, vocabulary))
+    except InvalidInput as error:
+        raise ManifestError(manifest.path, f"[postprocess]: {error}") from None
+    return params, vocabulary
 
 
 def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
     model = manifest.model
-    params = _label_params(manifest, LabelParams)
+    params, vocabulary = _label_params(manifest, LabelParams)
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
     return ClassifierRecognizer(
         manifest.name,
@@ -173,6 +187,7 @@ def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
         activation=str(model.get("activation", "sigmoid")),
         segment_s=segment_s,
         params=params,
+        vocabulary=vocabulary,
     )
 
 
@@ -193,15 +208,31 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
             f"a music model's labels are musicnn's 50 MagnaTagATune tags in their order, "
             f"at {MusicRecognizer.sample_rate} Hz: {list(MUSIC_LABELS)}",
         )
-    params = _label_params(manifest, MusicParams)
-    return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+    params, vocabulary = _label_params(manifest, MusicParams)
+    return MusicRecognizer(
+        manifest.weights, segment_s, name=manifest.name, params=params, vocabulary=vocabulary
+    )
+
+
+def _inside(manifest: Manifest, name: str) -> Path:
+    """A data file of the model's own folder (never `..` or an absolute path)."""
+    folder = manifest.path.parent.resolve()
+    path = (folder / name).resolve()
+    if not path.is_relative_to(folder) or not path.is_file():
+        raise ManifestError(manifest.path, f"{name!r} is not a file in {folder}")
+    return path
 
 
 def _events(manifest: Manifest, segment_s: float) -> Recognizer:
-    class_map = manifest.path.parent / str(manifest.model.get("class_map", "yamnet_class_map.csv"))
+    class_map = _inside(manifest, str(manifest.model.get("class_map", "yamnet_class_map.csv")))
     if manifest.sample_rate != EventsRecognizer.sample_rate:
         raise ManifestError(manifest.path, "an events model runs at 16000 Hz")
     labels, ids = read_class_map(class_map)
+    ontology_file = manifest.model.get("ontology")
+    ontology = Ontology.read(_inside(manifest, str(ontology_file))) if ontology_file else Ontology()
+    params, vocabulary = _label_params(
+        manifest, EventParams, Vocabulary(labels, ids, ontology=ontology)
+    )
     return EventsRecognizer(
         manifest.weights,
         labels,
@@ -209,7 +240,8 @@ def _events(manifest: Manifest, segment_s: float) -> Recognizer:
         segment_s,
         hop_s=float(manifest.model.get("hop_s", EVENTS_HOP_S)),
         name=manifest.name,
-        params=_label_params(manifest, EventParams, labels),
+        params=params,
+        vocabulary=vocabulary,
     )
 
 
@@ -244,7 +276,9 @@ def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) 
     """
     if len(recognizers) == 1:
         return [overrides]
-    accepted = [set(PARAMETERS[recognizer.kind].bounds()) for recognizer in recognizers]
+    accepted = [
+        set(PARAMETERS[r.kind].bounds()) | set(PARAMETERS[r.kind].texts()) for r in recognizers
+    ]
     unknown = sorted(set(overrides) - set().union(*accepted))
     if unknown:
         kinds = ", ".join(sorted({recognizer.kind for recognizer in recognizers}))

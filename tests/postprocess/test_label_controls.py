@@ -123,7 +123,7 @@ def test_a_profile_sets_values_the_query_overrides() -> None:
 
 
 def test_unknown_names_and_profiles_are_refused_with_the_syntax() -> None:
-    with pytest.raises(InvalidInput, match="unknown label 'Glass,Shatter'.*separate several"):
+    with pytest.raises(InvalidInput, match=r"unknown label 'Glass,Shatter'.*separate several"):
         _tags(_scores(2), {"labels": "Glass,Shatter"})
     with pytest.raises(InvalidInput, match="unknown profile 'x'; accepted: safety"):
         _tags(_scores(2), {"profile": "x"})

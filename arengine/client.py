@@ -212,7 +212,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         """Tag one recording; `overrides` are the post-processing parameters (`threshold`...)."""
         params = _params(model, None, timeout_s, overrides)
@@ -225,7 +225,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> bytes:
         """The recording's tags as the bytes of a file in `format`: json, csv, txt, raven, rttm,
         vtt, srt, textgrid, eaf, jams or midi (or an alias, see `GET /v1/formats`).
@@ -242,7 +242,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Iterator[Tag]:
         """Tags as the server finalises them (NDJSON); retried only before the first byte."""
         params = _params(model, "ndjson", timeout_s, overrides)
@@ -346,7 +346,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         params = _params(model, None, timeout_s, overrides)
         return result_of((await self._send("POST", "/v1/recognize", audio, params)).json())
@@ -358,7 +358,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> bytes:
         """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams or
         midi, as bytes."""
@@ -371,7 +371,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> AsyncIterator[Tag]:
         params = _params(model, "ndjson", timeout_s, overrides)
         response = await self._send("POST", "/v1/recognize", audio, params, stream=True)

@@ -72,6 +72,8 @@ class Tag:
     """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
     model: str | None = None
     """The model that gave the tag, in a request for several models."""
+    label_id: str | None = None
+    """The label's identifier in its ontology, for event tags: AudioSet's `/m/09x0r` (Speech)."""
 
 
 @dataclass(frozen=True, slots=True)

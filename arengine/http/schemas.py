@@ -68,7 +68,7 @@ class _QueryBase(BaseModel):
             get_format(name)  # ValueError listing the formats: a 422
         return name
 
-    def overrides(self) -> dict[str, float]:
+    def overrides(self) -> dict[str, float | str]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
         return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
 
@@ -91,13 +91,21 @@ def _override_fields() -> dict[str, Any]:
                 f"{kind}: {params.docs()[name]} ({bounds.text()}; {default})"
             )
             whole[name] = whole.get(name, True) and bounds.whole
-    return {
+    fields: dict[str, Any] = {
         name: (
             (int if whole[name] else float) | None,
             Field(None, allow_inf_nan=False, description=" ".join(texts)),
         )
         for name, texts in uses.items()
     }
+    lists: dict[str, list[str]] = {}
+    for kind in sorted(KINDS):
+        for name, doc in KINDS[kind].parameters.texts().items():
+            lists.setdefault(name, []).append(kind)
+            fields[name] = (str | None, Field(None, max_length=4096, description=doc))
+    for name, kinds in lists.items():
+        fields[name][1].description += f" ({', '.join(kinds)} models)"
+    return fields
 
 
 if TYPE_CHECKING:
@@ -156,6 +164,9 @@ class TagOut(BaseModel):
         None,
         max_length=256,
         description="The model that gave the tag, when the request named several.",
+    )
+    label_id: str | None = Field(
+        None, description="Events models: the label's AudioSet id (`/m/09x0r` is Speech)."
     )
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from arengine.models.mel import LogMel, MelParams
 from arengine.models.recognizer import Overrides
 from arengine.models.runtimes import Network, declared_shape
 from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.postprocess.vocabulary import Vocabulary
 
 ACTIVATIONS = ("sigmoid", "softmax")
 
@@ -43,12 +44,14 @@ class ClassifierRecognizer:
         activation: str,
         segment_s: float,
         params: LabelParams,
+        vocabulary: Vocabulary | None = None,
     ) -> None:
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation {activation!r}; accepted: {', '.join(ACTIVATIONS)}")
         self.name = name
         self.sample_rate = sample_rate
         self.labels = labels
+        self.vocabulary = vocabulary or Vocabulary(labels)
         self.window = round(window_s * sample_rate)
         hop = round(hop_s * sample_rate)
         if not 0 < hop <= self.window or self.window < mel.n_fft:
@@ -94,10 +97,11 @@ class ClassifierRecognizer:
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(
             self.labels,
-            self._params.with_overrides(overrides),
+            self._params.for_request(overrides, self.vocabulary),
             self.sample_rate,
             self.plan.hop,
             self.window,
+            vocabulary=self.vocabulary,
         )
 
     def defaults(self) -> dict[str, float]:

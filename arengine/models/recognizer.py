@@ -11,8 +11,9 @@ import torch
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.postprocess import Tagger
 
-Overrides = Mapping[str, float]
-"""Post-processing parameters a client set explicitly; the others keep the model's defaults."""
+Overrides = Mapping[str, float | str]
+"""Post-processing parameters a client set explicitly; the others keep the model's defaults.
+Numbers, or text for the label lists of label models (`labels=Glass;Shatter`)."""
 
 
 class Recognizer(Protocol):

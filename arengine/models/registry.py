@@ -133,7 +133,10 @@ def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) 
     """
     if len(recognizers) == 1:
         return [overrides]
-    accepted = [set(KINDS[recognizer.kind].parameters.bounds()) for recognizer in recognizers]
+    accepted = [
+        set(KINDS[r.kind].parameters.bounds()) | set(KINDS[r.kind].parameters.texts())
+        for r in recognizers
+    ]
     unknown = sorted(set(overrides) - set().union(*accepted))
     if unknown:
         kinds = ", ".join(sorted({recognizer.kind for recognizer in recognizers}))

@@ -68,6 +68,8 @@ class Tag:
     """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
     model: str | None = None
     """The model that gave the tag, in a request for several models."""
+    scientific_name: str | None = None
+    """The species' scientific name, for `birds` tags (whose label is the common name)."""
 
 
 @dataclass(frozen=True, slots=True)

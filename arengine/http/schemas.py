@@ -145,6 +145,9 @@ class TagOut(BaseModel):
     model: str | None = Field(
         None, description="The model that gave the tag, when the request named several."
     )
+    scientific_name: str | None = Field(
+        None, description="Bird models: the species' scientific name (`label` is the common one)."
+    )
 
 
 class TimingsOut(BaseModel):

@@ -16,9 +16,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-KINDS = ("speech", "pitch", "notes", "classifier", "music")
-FIXED_LABELS = ("pitch", "notes")
-"""Kinds whose labels are note names, fixed by the kind: their manifests list none."""
+KINDS = ("speech", "pitch", "notes", "classifier", "music", "birds")
+FIXED_LABELS = ("pitch", "notes", "birds")
+"""Kinds whose labels are fixed by the kind (note names, or BirdNET's own file): their manifests
+list none."""
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -154,7 +155,10 @@ def _weights(path: Path, table: dict[str, Any]) -> Path:
         try:
             root = Path(str(resources.files(str(table["package"])))).resolve()
         except (ModuleNotFoundError, TypeError):
-            raise ManifestError(path, f"package {table['package']!r} is not installed") from None
+            install = f"; install it with: {table['install']}" if "install" in table else ""
+            raise ManifestError(
+                path, f"package {table['package']!r} is not installed{install}"
+            ) from None
         weights = (root / str(table["resource"])).resolve()
         if not weights.is_relative_to(root):
             raise ManifestError(path, f"resource {table['resource']!r} is outside its package")

@@ -17,6 +17,7 @@ import numpy as np
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
+from arengine.models.birds import BirdsRecognizer
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.mel import MelParams
@@ -27,6 +28,7 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.runtimes import FORMATS, load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.postprocess.birds import BirdParams
 from arengine.postprocess.labels import LabelParams, MusicParams
 from arengine.postprocess.notes import PolyphonicParams
 from arengine.postprocess.params import Params
@@ -191,12 +193,36 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
     return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
+def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
+    model = manifest.model
+    package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
+    post = dict(manifest.postprocess)
+    thresholds = post.pop("thresholds", {})
+    species = post.pop("species", [])
+    if not isinstance(thresholds, dict) or not isinstance(species, list):
+        raise ManifestError(manifest.path, "thresholds must be a table and species a list")
+    params = dataclasses.replace(
+        BirdParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
+    )
+    params.check()
+    return BirdsRecognizer(
+        manifest.weights,
+        package / str(model["location"]),
+        package / str(model["labels"]),
+        segment_s,
+        name=manifest.name,
+        params=params,
+        overlap_s=float(model.get("overlap_s", 0.0)),
+    )
+
+
 PARAMETERS: dict[str, type[Params]] = {
     "speech": SpeechParams,
     "pitch": NotesParams,
     "notes": PolyphonicParams,
     "classifier": LabelParams,
     "music": MusicParams,
+    "birds": BirdParams,
 }
 """Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
 
@@ -206,6 +232,7 @@ BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
     "notes": _notes,
     "classifier": _classifier,
     "music": _music,
+    "birds": _birds,
 }
 
 

@@ -99,6 +99,7 @@ def _tag_of(item: dict[str, Any]) -> Tag:
         midi=None if midi in (None, "") else int(midi),
         pitch_bend=None if bend is None else tuple(float(b) for b in bend),
         model=item.get("model") or None,
+        scientific_name=item.get("scientific_name") or None,
     )
 
 

@@ -364,6 +364,7 @@ class BirdsRecognizer:
         name: str = "birds",
         params: BirdParams | None = None,
         overlap_s: float = 0.0,
+        cache: Path | None = None,
     ) -> None:
         low, high = OVERLAP_BOUNDS
         if not low <= overlap_s <= high:
@@ -379,7 +380,7 @@ class BirdsRecognizer:
         )
         self.pairs = read_labels(labels)
         self.labels = tuple(common for _, common in self.pairs)
-        self._model = Birdnet.load(analyzer)
+        self._model = Birdnet.load(analyzer, cache)
         self._location = BirdnetLocation.load(location)
         self._params = params or BirdParams()
         self._index = {name: i for i, pair in enumerate(self.pairs) for name in pair}

@@ -11,7 +11,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-FORMATS = {  # extension: (libsndfile format, subtype)
+SOUNDFILE_TYPES = {  # extension: (libsndfile format, subtype)
     "wav": ("WAV", "PCM_16"),
     "flac": ("FLAC", "PCM_16"),
     "ogg": ("OGG", "VORBIS"),
@@ -86,7 +86,7 @@ def compose(
 
 def write(audio: np.ndarray, rate: int, path: Path, channels: int = 1) -> Path:
     """Write mono `audio` duplicated to `channels`, in the container named by the extension."""
-    fmt, subtype = FORMATS[path.suffix[1:]]
+    fmt, subtype = SOUNDFILE_TYPES[path.suffix[1:]]
     frames = np.repeat(audio[:, None], channels, axis=1) * np.linspace(1.0, 0.6, channels)
     # libsndfile crashes writing long OGG in one call; blocks of a few thousand frames work.
     with sf.SoundFile(path, "w", rate, channels, subtype, format=fmt) as out:

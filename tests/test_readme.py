@@ -10,7 +10,7 @@ from pathlib import Path
 
 from arengine.cli.commands import ENV_ONLY
 from arengine.errors import ErrorCode
-from arengine.models.registry import PARAMETERS
+from arengine.models.kinds import KINDS
 from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
 
@@ -43,7 +43,8 @@ def settings_table() -> str:
 def parameters_table() -> str:
     """One row per kind and post-processing parameter: range, default, meaning."""
     rows = ["| kind | parameter | range | default | meaning |", "|---|---|---|---|---|"]
-    for kind, params in sorted(PARAMETERS.items()):
+    for kind in sorted(KINDS):
+        params = KINDS[kind].parameters
         defaults = params()
         for name, bounds in params.bounds().items():
             value = getattr(defaults, name)

@@ -24,7 +24,7 @@ import av
 import numpy as np
 import soundfile as sf
 
-from arengine.audio import ffmpeg, sniff
+from arengine.audio import containers, ffmpeg, sniff
 from arengine.audio.arrival import Arrival
 from arengine.audio.tee import Tee
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
@@ -90,11 +90,7 @@ def read_blocks(
     for block in blocks:
         report.frames += len(block)
         if report.frames > max_frames:
-            raise TooLarge(
-                f"the recording decodes to more than {max_frames} frames "
-                f"({max_frames / info.sample_rate:g} s)",
-                code=ErrorCode.AUDIO_TOO_LONG,
-            )
+            raise too_long(max_frames, info.sample_rate)
         yield block
     if report.frames == 0:
         raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
@@ -182,13 +178,13 @@ def gathered(frames: Iterator[np.ndarray], block_frames: int) -> Iterator[np.nda
 def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterator[np.ndarray]:
     bad = total = 0
     decoded = 0
-    demuxer = ffmpeg.FORCED.get(info.format)
+    demuxer = containers.demuxer_for(info.format)
     with ffmpeg.open_upload(path, demuxer) as container:
         context: Any = container.streams[info.stream].codec_context
         # Bound late on purpose: the message names where the change was met.
-        for packet, error in _packets(container, info, lambda: decoded):  # noqa: B023
+        for packet, error in stream_packets(container, info, lambda: decoded):  # noqa: B023
             if error is not None:
-                _stopped_early(report, decoded / info.sample_rate, error)
+                stopped_early(report, decoded / info.sample_rate, error)
                 break
             total += 1
             try:
@@ -200,7 +196,7 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
                         f"the audio stream is damaged: {bad} of {total} packets cannot be decoded"
                     ) from None
                 continue
-            out = [_checked(frame, info, decoded) for frame in frames]
+            out = [frame_samples(frame, info, decoded) for frame in frames]
             if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
                 raise TooLarge(
                     f"one packet decodes to more than {MAX_PACKET_BYTES >> 20} MiB",
@@ -213,9 +209,19 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
         report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
 
 
-def _packets(
+def too_long(max_frames: int, sample_rate: int) -> TooLarge:
+    """The error for a recording that decodes to more than `max_frames` frames."""
+    return TooLarge(
+        f"the recording decodes to more than {max_frames} frames ({max_frames / sample_rate:g} s)",
+        code=ErrorCode.AUDIO_TOO_LONG,
+    )
+
+
+def stream_packets(
     container: Any, info: AudioInfo, decoded: Callable[[], int]
 ) -> Iterator[tuple[Any, Exception | None]]:
+    """`ffmpeg.packets` of `info`'s stream; a change of codec parameters is refused (422),
+    naming where it was met (`decoded()` frames in)."""
     try:
         yield from ffmpeg.packets(container, info.stream)
     except ffmpeg.ParametersChanged:
@@ -227,7 +233,9 @@ def _packets(
         ) from None
 
 
-def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
+def frame_samples(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
+    """A decoded frame as float32 samples; a change of rate or channels at `decoded` frames is
+    refused (422)."""
     channels = frame.layout.nb_channels
     if frame.sample_rate != info.sample_rate or channels != info.channels:
         raise InvalidInput(
@@ -239,7 +247,9 @@ def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
     return ffmpeg.to_float32(frame)
 
 
-def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+def stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+    """A demuxer error at `at_s`: corrupt at the start, otherwise the file ends there
+    (`truncated`, with a warning)."""
     if at_s == 0:
         raise CorruptAudio(f"the audio cannot be read: {error}") from None
     report.truncated = True

@@ -1,14 +1,13 @@
-"""What a file looks like from its first bytes: which decoder opens it, and its name for messages.
+"""What a file's first bytes and headers state, read without the decoders.
 
-FFmpeg decides the container itself; this only routes the uncompressed containers to libsndfile
-(exact and fastest there, see BENCHMARKS.md) and names what was found when a file is refused, so
-the message says "an HLS playlist" instead of FFmpeg's "invalid data".
+Which container a file starts like is declared in `containers.py`; this reads the headers that
+validation and decoding check against what the file holds (a WAV's chunks, FLAC's sample count,
+MP4's top-level boxes), and names the two decoders.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,61 +17,11 @@ HEAD_BYTES = 64
 LIBSNDFILE = "libsndfile"
 FFMPEG = "ffmpeg"
 
-_W64 = b"riff\x2e\x91\xcf\x11\xa5\xd6\x28\xdb\x04\xc1\x00\x00"
-_ASF = b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"
-
 
 def head(path: Path) -> bytes:
     """The first `HEAD_BYTES` bytes of `path`."""
     with open(path, "rb") as file:
         return file.read(HEAD_BYTES)
-
-
-def is_pcm_container(data: bytes) -> bool:
-    """WAV, RF64, W64 or AIFF: uncompressed containers that libsndfile decodes."""
-    riff = data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE"
-    aiff = data[:4] == b"FORM" and data[8:12] in (b"AIFF", b"AIFC")
-    return riff or aiff or data.startswith(_W64)
-
-
-def describe(data: bytes) -> str | None:
-    """A user's name for what `data` starts with, or None if it looks like nothing known."""
-    for test, name in _SIGNATURES:
-        if test(data):
-            return name
-    return None
-
-
-def _mp3(data: bytes) -> bool:
-    frame_sync = len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0
-    return data.startswith(b"ID3") or (frame_sync and data[1] & 0x06 != 0)
-
-
-def _adts(data: bytes) -> bool:
-    return len(data) > 1 and data[0] == 0xFF and data[1] & 0xF6 == 0xF0
-
-
-_SIGNATURES: list[tuple[Callable[[bytes], bool], str]] = [
-    (lambda d: d[:4] in (b"RIFF", b"RF64") and d[8:12] == b"WAVE", "WAV"),
-    (lambda d: d.startswith(_W64), "W64"),
-    (lambda d: d[:4] == b"FORM" and d[8:12] in (b"AIFF", b"AIFC"), "AIFF"),
-    (lambda d: d.startswith(b"fLaC"), "FLAC"),
-    (lambda d: d.startswith(b"OggS"), "Ogg"),
-    (lambda d: d[4:8] == b"ftyp", "MP4/MOV"),
-    (lambda d: d[4:8] in (b"moov", b"mdat", b"wide", b"free"), "MP4/MOV"),
-    (lambda d: d.startswith(b"\x1a\x45\xdf\xa3"), "Matroska/WebM"),
-    (lambda d: d.startswith(_ASF), "ASF (WMA/WMV)"),
-    (lambda d: d.startswith(b"#!AMR"), "AMR"),
-    (lambda d: d.lstrip(b"\xef\xbb\xbf").startswith(b"#EXTM3U"), "an HLS/M3U playlist"),
-    (lambda d: d.startswith(b"ffconcat"), "an ffconcat script"),
-    (lambda d: d.startswith(b"PK\x03\x04"), "a ZIP archive"),
-    (_adts, "AAC (ADTS)"),
-    (_mp3, "MP3"),
-]
-"""Signatures in order; the frame-sync tests come last because they match the least."""
-
-PLAYLISTS = frozenset({"an HLS/M3U playlist", "an ffconcat script", "a ZIP archive"})
-"""Recognised files that are never audio: refused without being given to FFmpeg at all."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
-from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
+from arengine.models.kinds import KINDS
+from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats
 from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
 
@@ -74,7 +75,8 @@ def _override_fields() -> dict[str, Any]:
     """
     uses: dict[str, list[str]] = {}
     whole: dict[str, bool] = {}
-    for kind, params in sorted(PARAMETERS.items()):
+    for kind in sorted(KINDS):
+        params = KINDS[kind].parameters
         defaults = params()
         for name, bounds in params.bounds().items():
             value = getattr(defaults, name)

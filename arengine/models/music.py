@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.mel import mel_filterbank
 from arengine.models.recognizer import Overrides
-from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.postprocess.labels import LabelTagger, MusicParams
 
 SAMPLE_RATE = 16000
 N_FFT = 512
@@ -168,7 +168,7 @@ class MusicRecognizer:
         weights: Path,
         segment_s: float,
         name: str = "music",
-        params: LabelParams | None = None,
+        params: MusicParams | None = None,
     ) -> None:
         self.name = name
         self.plan = SegmentPlan(
@@ -179,7 +179,7 @@ class MusicRecognizer:
         )
         self._model = Musicnn.load(weights)
         self._mel = MusicLogMel()
-        self._params = params or LabelParams()
+        self._params = params or MusicParams()
 
     def features(self, segment: Segment) -> torch.Tensor:
         return self._mel(torch.from_numpy(segment.samples))

@@ -18,7 +18,7 @@ import torch
 Network = Callable[[torch.Tensor], torch.Tensor]
 """A loaded network: `(windows, ...)` float32 features -> `(windows, outputs)` scores."""
 
-FORMATS = {
+RUNTIMES = {
     ".onnx": "onnx",
     ".pt2": "torch.export",
     ".pt": "torchscript",
@@ -33,9 +33,9 @@ def weights_format(path: Path) -> str:
     'onnx'
     """
     try:
-        return FORMATS[path.suffix.lower()]
+        return RUNTIMES[path.suffix.lower()]
     except KeyError:
-        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in FORMATS.items())
+        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in RUNTIMES.items())
         raise ValueError(
             f"weights file {path.name!r} has no known suffix; accepted: {accepted}"
         ) from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class LabelParams(Params):
                     code=ErrorCode.INVALID_PARAMETER,
                 )
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> LabelParams:
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
         """As `Params.with_overrides`; a client's threshold applies to every label."""
         changed = Params.with_overrides(self, overrides)
         return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed

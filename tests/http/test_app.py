@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from arengine.errors import ErrorCode
-from arengine.models.registry import PARAMETERS
+from arengine.models.kinds import KINDS
 from tests.http.conftest import InProcessClient
 
 
@@ -132,9 +132,9 @@ def test_the_schema_derives_errors_and_parameter_docs_from_their_declarations(
         if code.status != 499:
             assert f"`{code}`" in operation["responses"][str(code.status)]["description"]
     described = {p["name"]: p.get("description", "") for p in operation["parameters"]}
-    for kind, params in PARAMETERS.items():
-        for name, doc in params.docs().items():
-            assert f"{kind}: {doc}" in described[name]
+    for kind in KINDS.values():
+        for name, doc in kind.parameters.docs().items():
+            assert f"{kind.name}: {doc}" in described[name]
 
 
 def test_refusals_are_counted_by_their_code(client: InProcessClient) -> None:

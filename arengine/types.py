@@ -76,6 +76,12 @@ class Tag:
     """The label's identifier in its ontology, for event tags: AudioSet's `/m/09x0r` (Speech)."""
     scientific_name: str | None = None
     """The species' scientific name, for `birds` tags (whose label is the common name)."""
+    reference: str | None = None
+    """The library reference's id, for `fingerprint` tags (whose label is its title)."""
+    reference_start: float | None = None
+    """Seconds into the reference where the matched stretch begins, for `fingerprint` tags."""
+    reference_end: float | None = None
+    """Seconds into the reference where the matched stretch ends, for `fingerprint` tags."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +213,15 @@ def tag_of(item: Mapping[str, Any]) -> Tag:
         model=str(item["model"]) if item.get("model") else None,
         label_id=str(item["label_id"]) if item.get("label_id") else None,
         scientific_name=str(item["scientific_name"]) if item.get("scientific_name") else None,
+        reference=str(item["reference"]) if item.get("reference") else None,
+        reference_start=_number(item.get("reference_start")),
+        reference_end=_number(item.get("reference_end")),
     )
+
+
+def _number(value: Any) -> float | None:
+    """An optional number: None when absent or an empty CSV cell."""
+    return None if value in (None, "") else float(value)
 
 
 def timings_of(item: Mapping[str, Any]) -> Timings:

@@ -172,6 +172,23 @@ class TagOut(BaseModel):
     scientific_name: str | None = Field(
         None, description="Bird models: the species' scientific name (`label` is the common one)."
     )
+    reference: str | None = Field(
+        None, max_length=64, description="Fingerprint models: the reference's id in the library."
+    )
+    reference_start: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_TIME_S,
+        description="Fingerprint models: where in the reference the "
+        "matched stretch begins, in seconds.",
+    )
+    reference_end: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_TIME_S,
+        description="Fingerprint models: where in the reference the "
+        "matched stretch ends, in seconds.",
+    )
 
     @model_validator(mode="after")
     def _in_order(self) -> TagOut:

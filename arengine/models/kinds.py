@@ -44,6 +44,8 @@ from arengine.models.birds import BirdsRecognizer
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.events import HOP_S as EVENTS_HOP_S
 from arengine.models.events import EventsRecognizer, read_class_map
+from arengine.models.fingerprint import SAMPLE_RATE as FINGERPRINT_RATE
+from arengine.models.fingerprint import FingerprintRecognizer
 from arengine.models.manifest import Manifest, ManifestError
 from arengine.models.mel import MelParams
 from arengine.models.music import LABELS as MUSIC_LABELS
@@ -55,6 +57,7 @@ from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess import Tagger
 from arengine.postprocess.birds import BirdsParams, BirdsTagger
+from arengine.postprocess.fingerprint import FingerprintParams, FingerprintTagger
 from arengine.postprocess.labels import (
     EventParams,
     LabelParams,
@@ -248,6 +251,14 @@ def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
+def _fingerprint(manifest: Manifest, segment_s: float) -> Recognizer:
+    """A reference library: the SQLite file `[weights] file` names (`arengine references`)."""
+    if manifest.sample_rate != FINGERPRINT_RATE:
+        raise ManifestError(manifest.path, f"a fingerprint model runs at {FINGERPRINT_RATE} Hz")
+    params = FingerprintParams().with_overrides(manifest.postprocess)
+    return FingerprintRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
@@ -320,6 +331,16 @@ KINDS: dict[str, Kind] = {
             build=_birds,
             parameters=BirdsParams,
             tagger=BirdsTagger,
+        ),
+        Kind(
+            name="fingerprint",
+            features="landmarks",
+            model_keys=(),
+            fixed_labels=True,  # the references' titles, read from the library as it is now
+            recognizer=FingerprintRecognizer,
+            build=_fingerprint,
+            parameters=FingerprintParams,
+            tagger=FingerprintTagger,
         ),
     )
 }

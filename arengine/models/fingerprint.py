@@ -1,0 +1,223 @@
+"""The `fingerprint` kind: find the recordings of a reference library inside long audio.
+
+Landmark pairs of spectral peaks (Wang 2003, as in audfprint): audio at 11,025 Hz, a 512-point
+STFT every 256 samples (23.2 ms), peaks that are the maximum of their neighbourhood (±12 bins,
+±8 frames) above a level floor, and each peak (the anchor) paired with the nearest few peaks up
+to 63 frames after it and 31 bins above or below. A pair hashes to `(f1, f2 - f1, dt)` in 21 bits,
+stored with the anchor's frame number (a whole number, never wrapped on long audio).
+
+The library is the model folder's SQLite file (`fingerprint_store.py`). Each segment's hashes are
+looked up at once, so a reference added or removed is seen by the next segment, without a
+restart. A segment keeps the hashes whose anchor lies in its own frames; its pre-roll and
+lookahead give its first and last anchors the same peaks and partners as the whole recording has,
+so a boundary never splits or changes a match. `infer` returns rows of (reference, offset
+difference, frame, partner's frame) for the matches, one (-1, 0, frame, frame) per hash of the
+recording and a closing (-2, 0, last frame, last frame); `postprocess/fingerprint.py` groups them
+into occurrences.
+
+Out of scope: speed-changed (or pitch-shifted) broadcasts. A recording played a few percent fast
+moves every peak's bin and every pair's time difference, so its hashes do not match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from arengine.audio.segments import Segment, SegmentPlan
+from arengine.models.fingerprint_store import Library
+from arengine.models.recognizer import Overrides
+from arengine.postprocess.fingerprint import END, HASH, FingerprintParams, FingerprintTagger
+
+SAMPLE_RATE = 11025
+N_FFT = 512
+HOP = 256
+PEAK_BINS = 12
+"""A peak is the maximum of the bins this close above and below..."""
+PEAK_FRAMES = 8
+"""...and of the frames this close before and after."""
+LOWEST_BIN = 4
+"""Bins below (about 86 Hz) hold hum and rumble, not the recording's identity."""
+FLOOR_DB = -20.0
+"""Peaks quieter than this (a sine of about -62 dBFS) are not used: silence and dither."""
+MAX_DT = 63
+DT_MASK = 63
+"""A hash's low 6 bits: its pair's time difference in frames."""
+MAX_DF = 31
+FAN_OUT = 6
+"""Partners per anchor: the nearest in time within the target zone."""
+MIN_SEGMENT_HITS = 2
+"""A match is kept when its reference and offset difference (±1 frame) have this many in the
+segment: lone collisions of a large library never reach the tagger."""
+PREROLL_FRAMES = 2 * PEAK_FRAMES
+LOOKAHEAD = (MAX_DT + 2 * PEAK_FRAMES + 1) * HOP + N_FFT
+CHUNK_FRAMES = 4096
+"""Frames per STFT when fingerprinting a whole reference (bounded memory for long ones)."""
+
+
+def spectrogram_db(samples: np.ndarray) -> Tensor:
+    """`(bins, frames)` magnitude in dB of a Hann-windowed STFT without padding."""
+    audio = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
+    if len(audio) < N_FFT:
+        return torch.full((N_FFT // 2 + 1, 0), -200.0)
+    frames = audio.unfold(0, N_FFT, HOP) * torch.hann_window(N_FFT, periodic=True)
+    magnitude = torch.fft.rfft(frames).abs().T
+    return 20.0 * torch.log10(magnitude + 1e-10)
+
+
+def peaks(db: Tensor) -> np.ndarray:
+    """`(n, 2)` rows of (frame, bin) of the local maxima above the floor, by frame then bin."""
+    pooled = torch.nn.functional.max_pool2d(
+        db[None, None],
+        (2 * PEAK_BINS + 1, 2 * PEAK_FRAMES + 1),
+        stride=1,
+        padding=(PEAK_BINS, PEAK_FRAMES),
+    )[0, 0]
+    found = (db == pooled) & (db > FLOOR_DB)
+    found[:LOWEST_BIN] = False
+    bins, frames = torch.nonzero(found, as_tuple=True)
+    order = np.lexsort((bins.numpy(), frames.numpy()))
+    return np.stack([frames.numpy()[order], bins.numpy()[order]], axis=1).astype(np.int64)
+
+
+def pair_hashes(found: np.ndarray, first: int, last: int) -> np.ndarray:
+    """`(n, 2)` rows of (hash, anchor frame) for anchors in frames `[first, last)` of `found`."""
+    out: list[tuple[int, int]] = []
+    frames = found[:, 0]
+    for i in np.flatnonzero((frames >= first) & (frames < last)):
+        t1, f1 = found[i]
+        stop = np.searchsorted(frames, t1 + MAX_DT, side="right")
+        partners = 0
+        for t2, f2 in found[i + 1 : stop]:
+            if t2 > t1 and abs(f2 - f1) <= MAX_DF:
+                dt = int(t2 - t1)
+                out.append(((int(f1) << 12) | (int(f2 - f1 + 32) << 6) | dt, int(t1)))
+                partners += 1
+                if partners == FAN_OUT:
+                    break
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+def fingerprint(samples: np.ndarray) -> np.ndarray:
+    """The `(n, 2)` rows of (hash, frame) of a whole recording at `SAMPLE_RATE`, by frame.
+
+    >>> fingerprint(np.zeros(SAMPLE_RATE, dtype=np.float32)).shape
+    (0, 2)
+    """
+    total = max(0, (len(samples) - N_FFT) // HOP + 1)
+    parts = [np.zeros((0, 2), dtype=np.int64)]
+    for first in range(0, total, CHUNK_FRAMES):
+        start = max(0, first - PREROLL_FRAMES)
+        piece = samples[start * HOP : (first + CHUNK_FRAMES) * HOP + LOOKAHEAD]
+        hashes = pair_hashes(
+            peaks(spectrogram_db(piece)), first - start, first - start + CHUNK_FRAMES
+        )
+        hashes[:, 1] += start
+        parts.append(hashes)
+    return np.concatenate(parts)
+
+
+def matches(hashes: np.ndarray, library: np.ndarray) -> np.ndarray:
+    """`(m, 4)` rows of (reference, offset difference, frame, partner's frame): each recording
+    hash `(hash, frame)` against each library row `(hash, reference, offset)` with its hash."""
+    if not len(hashes) or not len(library):
+        return np.zeros((0, 4), dtype=np.int64)
+    library = library[np.argsort(library[:, 0], kind="stable")]
+    left = np.searchsorted(library[:, 0], hashes[:, 0], side="left")
+    right = np.searchsorted(library[:, 0], hashes[:, 0], side="right")
+    counts = right - left
+    query = np.repeat(np.arange(len(hashes)), counts)
+    starts = np.cumsum(counts) - counts  # where each query's rows begin in the expansion
+    rows = np.repeat(left, counts) + np.arange(counts.sum()) - np.repeat(starts, counts)
+    frames = hashes[query, 1]
+    partners = frames + (hashes[query, 0] & DT_MASK)
+    found = np.stack([library[rows, 1], frames - library[rows, 2], frames, partners], axis=1)
+    return _agreeing(found)
+
+
+def _agreeing(found: np.ndarray) -> np.ndarray:
+    """The matches whose reference and difference (±1 frame) have `MIN_SEGMENT_HITS`."""
+    if not len(found):
+        return found
+    keys, inverse, counts = np.unique(found[:, :2], axis=0, return_inverse=True, return_counts=True)
+    support = counts.copy()
+    for shift in (-1, 1):
+        neighbour = keys + np.array([0, shift])
+        at = np.searchsorted(_packed(keys), _packed(neighbour))
+        at = np.minimum(at, len(keys) - 1)
+        same = _packed(keys)[at] == _packed(neighbour)
+        support += np.where(same, counts[at], 0)
+    kept: np.ndarray = found[support[inverse.reshape(-1)] >= MIN_SEGMENT_HITS]
+    return kept
+
+
+def _packed(keys: np.ndarray) -> np.ndarray:
+    """(reference, difference) pairs as one sortable integer, in `np.unique`'s order."""
+    packed: np.ndarray = keys[:, 0] * (1 << 40) + keys[:, 1] + (1 << 39)
+    return packed
+
+
+class FingerprintRecognizer:
+    """Segments -> landmark hashes -> library lookup -> occurrences (its tagger)."""
+
+    kind = "fingerprint"
+    input_shape = None
+    max_batch = 1
+    sample_rate = SAMPLE_RATE
+    labels: tuple[str, ...] = ()
+    """The references' titles change while the model serves: `GET /v1/models` lists none."""
+
+    def __init__(
+        self,
+        library: Path,
+        segment_s: float,
+        name: str = "fingerprint",
+        params: FingerprintParams | None = None,
+    ) -> None:
+        self.name = name
+        self.library = Library(library)
+        self.plan = SegmentPlan(
+            hop=HOP,
+            context=0,
+            segment_frames=max(1, round(segment_s * SAMPLE_RATE / HOP)),
+            preroll_frames=PREROLL_FRAMES,
+            lookahead=LOOKAHEAD,
+        )
+        self._params = params or FingerprintParams()
+
+    def features(self, segment: Segment) -> Tensor:
+        found = peaks(spectrogram_db(segment.samples))
+        skip = segment.skip_frames
+        hashes = pair_hashes(found, skip, skip + segment.frames)
+        hashes[:, 1] += segment.first_frame - skip
+        return torch.from_numpy(hashes)
+
+    def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
+        hashes = features.numpy()
+        found = matches(hashes, self.library.lookup(hashes[:, 0]))
+        frames = hashes[:, 1]
+        own = np.stack([np.full(len(hashes), HASH), np.zeros_like(frames), frames, frames], axis=1)
+        last = segment.first_frame + segment.frames - 1
+        end = np.array([[END, 0, last, last]], dtype=np.int64)
+        return np.concatenate([found, own.astype(np.int64), end])
+
+    def infer_batch(
+        self, features: Sequence[Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
+
+    def tagger(self, overrides: Overrides) -> FingerprintTagger:
+        params = self._params.with_overrides(overrides)
+        return FingerprintTagger(params, self.library.reference, SAMPLE_RATE, HOP)
+
+    def defaults(self) -> dict[str, float]:
+        return self._params.as_dict()
+
+    def warm_up(self) -> None:
+        samples = np.zeros(self.plan.segment_samples + LOOKAHEAD, dtype=np.float32)
+        segment = Segment(0, 0, 0, self.plan.segment_frames, samples)
+        self.infer(self.features(segment), segment)

@@ -1,0 +1,149 @@
+"""A fingerprint model's reference library: one SQLite file (WAL) of references and their hashes.
+
+`references_` (`references` is an SQL keyword) holds each recording's id, title, duration and
+the user's metadata (JSON); `hashes` holds its landmark hashes with the reference's id and the
+anchor's frame, indexed by hash. Offsets are whole frame numbers (SQLite integers, 64-bit), so
+they never wrap on a long reference.
+
+An add or a remove is one transaction: a crash or `kill -9` mid-add leaves the library as it was
+before, and an acknowledged add is committed (`synchronous=FULL`). Readers go on while a reference
+is added (WAL). SQLite connections are not shared across threads: each thread opens its own
+(`Library.connection`) and reads the file as it is now: every lookup queries it, so servers
+(other processes too) see an added or removed reference at their next segment, without a restart.
+
+Example::
+
+    library = Library.create(Path("models/jingles/library.sqlite"))
+    ref = library.add("Station ident", 12.5, {"client": "acme"}, hashes)  # hashes: (n, 2) int64
+    library.lookup(np.array([hash_a, hash_b]))  # rows of (hash, reference, offset)
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS references_ (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    duration_s REAL NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE IF NOT EXISTS hashes (
+    hash INTEGER NOT NULL,
+    reference INTEGER NOT NULL REFERENCES references_(id) ON DELETE CASCADE,
+    offset INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash);
+CREATE INDEX IF NOT EXISTS hashes_by_reference ON hashes (reference);
+"""
+LOOKUP_CHUNK = 900
+"""Hashes per `IN (...)` query: under SQLite's default limit of bound parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """One recording of the library."""
+
+    id: int
+    title: str
+    duration_s: float
+    metadata: dict[str, Any]
+
+
+class Library:
+    """The library file at `path`; thread-safe: each thread uses its own connection."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise FileNotFoundError(f"no reference library at {path}")
+        self.path = path
+        self._local = threading.local()
+
+    @classmethod
+    def create(cls, path: Path) -> Library:
+        """The library at `path`, made empty when missing (an existing one is kept)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with closing(_connect(path)) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.executescript(SCHEMA)
+        return cls(path)
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, opened on first use."""
+        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = _connect(self.path)
+            self._local.connection = connection
+        return connection
+
+    def add(
+        self, title: str, duration_s: float, metadata: dict[str, Any], hashes: np.ndarray
+    ) -> int:
+        """Store a reference and its `(n, 2)` rows of (hash, offset) in one transaction; its id."""
+        connection = self.connection()
+        with connection:  # one transaction: committed whole or rolled back
+            cursor = connection.execute(
+                "INSERT INTO references_ (title, duration_s, metadata) VALUES (?, ?, ?)",
+                (title, float(duration_s), json.dumps(metadata)),
+            )
+            reference = int(cursor.lastrowid or 0)
+            connection.executemany(
+                "INSERT INTO hashes (hash, reference, offset) VALUES (?, ?, ?)",
+                ((int(h), reference, int(t)) for h, t in hashes),
+            )
+        return reference
+
+    def remove(self, reference: int) -> bool:
+        """Delete a reference and its hashes; False when there was none with that id."""
+        connection = self.connection()
+        with connection:
+            connection.execute("DELETE FROM hashes WHERE reference = ?", (reference,))
+            deleted = connection.execute("DELETE FROM references_ WHERE id = ?", (reference,))
+        return deleted.rowcount > 0
+
+    def references(self) -> list[Reference]:
+        """Every reference, by id."""
+        rows = self.connection().execute(
+            "SELECT id, title, duration_s, metadata FROM references_ ORDER BY id"
+        )
+        return [Reference(int(i), str(t), float(d), json.loads(m)) for i, t, d, m in rows]
+
+    def reference(self, reference: int) -> Reference | None:
+        """One reference as the library holds it now; None when there is none with that id."""
+        row = (
+            self.connection()
+            .execute(
+                "SELECT id, title, duration_s, metadata FROM references_ WHERE id = ?", (reference,)
+            )
+            .fetchone()
+        )
+        return None if row is None else Reference(int(row[0]), row[1], row[2], json.loads(row[3]))
+
+    def lookup(self, hashes: np.ndarray) -> np.ndarray:
+        """The stored `(m, 3)` int64 rows of (hash, reference, offset) for any of `hashes`."""
+        unique = np.unique(hashes).tolist()
+        rows: list[tuple[int, int, int]] = []
+        connection = self.connection()
+        for i in range(0, len(unique), LOOKUP_CHUNK):
+            chunk = unique[i : i + LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows += connection.execute(
+                f"SELECT hash, reference, offset FROM hashes WHERE hash IN ({marks})", chunk
+            ).fetchall()
+        return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, timeout=30.0, isolation_level="DEFERRED")
+    connection.execute("PRAGMA synchronous=FULL")  # an acknowledged add survives a power cut
+    connection.execute("PRAGMA foreign_keys=ON")
+    return connection

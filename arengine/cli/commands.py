@@ -1,5 +1,6 @@
 """The command line: `arengine serve` (one flag per setting, generated from `Settings`),
-`arengine recognize` (files through an in-process engine) and `arengine models`."""
+`arengine recognize` (files through an in-process engine), `arengine models` and `arengine
+references` (a fingerprint model's reference library)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ formats (other names in brackets):
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
+
+
+REFERENCES_EXAMPLES = """examples:
+  arengine references add jingles ident.wav promo.mp3   # creates models/jingles when missing
+  arengine references add jingles take2.flac --title "Station ident"
+  arengine references list jingles
+  arengine references remove jingles 3
+
+exit status: 0 when done, 1 when a file or id was refused, 2 on a usage error"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +138,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the model cards as a Markdown table (task, licence, source, plan...)",
     )
     _add_setting_flags(models, ("models_dir", "models", "segment_s"))
+    references = commands.add_parser(
+        "references",
+        help="add, remove or list the references of a fingerprint model",
+        description="Manage a fingerprint model's reference library (its folder's "
+        "library.sqlite). Servers that load the model see the change at their next segment.",
+        epilog=REFERENCES_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    references.add_argument("action", choices=("add", "remove", "list"))
+    references.add_argument("name", help="the model's folder in the models folder")
+    references.add_argument(
+        "items", nargs="*", help="add: audio files; remove: reference ids; list: none"
+    )
+    references.add_argument(
+        "--title", help="add: the title of the (one) reference, instead of its file name"
+    )
+    _add_setting_flags(references, ("models_dir", "max_duration_s"))
     return parser
 
 
@@ -177,6 +204,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(recognize(settings, **options))
     elif command == "models":
         sys.exit(list_models(settings, **options))
+    elif command == "references":
+        from arengine.cli.references import references
+
+        sys.exit(references(settings, **options))
 
 
 def serve(settings: Settings, argv: list[str]) -> None:

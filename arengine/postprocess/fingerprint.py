@@ -6,7 +6,9 @@ frame, partner's frame): a match says the recording's frame `frame` holds the re
 reference's matches with one difference (±2 frames, for peaks that moved a frame under noise) and
 no gap over `max_gap_s`; several occurrences of one reference have different differences and stay
 apart, back-to-back references are different references. A run becomes a tag when it holds
-`min_hits` matches; its score is the share of the recording's hashes in the stretch that matched.
+`min_hits` matches and its score, the share of the recording's hashes in the stretch that matched,
+reaches `min_score`; a run that a stronger run of its reference covers is a passage repeated
+inside the reference, not an occurrence.
 A run that begins or ends within `SNAP_S` of its reference's start or end is extended to it (the
 first match may come a peak or two after the true start).
 """
@@ -39,15 +41,19 @@ class FingerprintParams(Params):
     kind: ClassVar[str] = "fingerprint"
 
     min_hits: int = param(
-        10, "Matching hashes an occurrence needs (fewer: chance collisions).",
+        15, "Matching hashes an occurrence needs (fewer: chance collisions).",
         Bounds(3, 100000, whole=True),
+    )  # fmt: skip
+    min_score: float = param(
+        0.02, "Share of the stretch's hashes that must match (lower: similar passages).",
+        Bounds(0.0, 1.0),
     )  # fmt: skip
     max_gap_s: float = param(
         3.0, "Seconds without a match that end an occurrence.", Bounds(0.5, 60.0)
     )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Run:
     reference: int
     difference: int
@@ -116,10 +122,19 @@ class FingerprintTagger:
         self.closed += [run for run in ending if run.hits >= self.params.min_hits]
 
     def _release(self) -> list[Tag]:
-        """Closed runs that start before every open one, as tags in order of start."""
+        """Closed runs that start before every open one, as tags in order of start; a run that
+        an open run of its reference may still overlap waits, one that a stronger run of its
+        reference covers is a repeat inside the reference (a chorus), not an occurrence."""
+        settled = [
+            run
+            for run in self.closed
+            if not any(o.reference == run.reference and o.first <= run.last for o in self.open)
+        ]
+        shadowed = [run for run in settled if any(_covers(o, run) for o in self.closed)]
+        self.closed = [run for run in self.closed if run not in shadowed]
         limit = min((run.first for run in self.open), default=None)
         ready = sorted(
-            (run for run in self.closed if limit is None or run.first < limit),
+            (r for r in settled if r not in shadowed and (limit is None or r.first < limit)),
             key=lambda run: (run.first, run.reference),
         )
         self.closed = [run for run in self.closed if run not in ready]
@@ -138,6 +153,9 @@ class FingerprintTagger:
         hashes = bisect.bisect_right(self.hash_frames, run.last) - bisect.bisect_left(
             self.hash_frames, run.first
         )
+        score = min(1.0, run.hits / max(1, hashes))
+        if score < self.params.min_score:
+            return None
         start_s = run.first * self.frame_s
         end_s = (run.reach + 1) * self.frame_s
         offset_s = run.difference * self.frame_s  # where the reference's start lies
@@ -151,8 +169,18 @@ class FingerprintTagger:
             start=round(start_s, 3),
             end=round(end_s, 3),
             label=found.title,
-            score=round(min(1.0, run.hits / max(1, hashes)), 4),
+            score=round(score, 4),
             reference=str(found.id),
             reference_start=round(max(0.0, reference_start), 3),
             reference_end=round(min(found.duration_s, reference_end), 3),
         )
+
+
+def _covers(strong: _Run, weak: _Run) -> bool:
+    """`strong` is another run of `weak`'s reference, with more matches, over most of it."""
+    if strong is weak or strong.reference != weak.reference:
+        return False
+    if (strong.hits, -strong.first) <= (weak.hits, -weak.first):
+        return False
+    overlap = min(strong.last, weak.last) - max(strong.first, weak.first) + 1
+    return overlap * 2 > weak.last - weak.first + 1

@@ -68,7 +68,7 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = (
         "result_too_large",
         413,
-        "the result sent to `POST /v1/render` passed 32 MiB",
+        "the result sent to `POST /v1/render` passed 32 MiB or 200,000 tags",
     )
     AUDIO_TOO_LONG = (
         "audio_too_long",

@@ -37,6 +37,16 @@ class ErrorCode(StrEnum):
         400,
         "both `Content-Length` and `Transfer-Encoding` (a request-smuggling ambiguity); the connection is closed",
     )
+    FORBIDDEN_HOST = (
+        "forbidden_host",
+        400,
+        "the `Host` header names no host in `allowed_hosts` (a DNS-rebinding page, or a setting to widen)",
+    )
+    FORBIDDEN_ORIGIN = (
+        "forbidden_origin",
+        403,
+        "a `POST` from a web page of another origin than the server's or `cors_origins`",
+    )
     UNAUTHORIZED = (
         "unauthorized",
         401,
@@ -95,7 +105,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",
         415,
-        "the body is neither multipart nor an audio content type",
+        "the body is neither multipart nor an audio content type (`POST /v1/render`: not JSON)",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
@@ -236,6 +246,12 @@ class NotReady(ArengineError):
     """The server is starting (models not loaded) or stopping."""
 
     default_code = ErrorCode.NOT_READY
+
+
+class Forbidden(ArengineError):
+    """A request a browser was made to send: a foreign Host or Origin."""
+
+    default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
 class Unauthorized(ArengineError):

@@ -165,6 +165,10 @@ class Settings(BaseSettings):
     cors_origins: str | None = Field(
         None, description="Comma-separated origins allowed by CORS; CORS is off when unset."
     )
+    allowed_hosts: str | None = Field(
+        None,
+        description="Comma-separated Host header names accepted (any port; * for any), against DNS rebinding; default: localhost, 127.0.0.1 and ::1 when bound to loopback, else any.",
+    )
     jemalloc: bool = Field(
         True,
         description="Re-execute `serve` with the system jemalloc preloaded when it is installed.",

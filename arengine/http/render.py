@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from arengine.engine.admission import UploadProgress
 from arengine.engine.engine import Engine
-from arengine.errors import ErrorCode, InvalidInput, TooLarge
+from arengine.errors import ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
 from arengine.http.errors import error_responses
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
@@ -66,6 +66,12 @@ async def render(
 ) -> Response:  # fmt: skip
     """A result (the JSON of `POST /v1/recognize`) as a file in `format`."""
     fmt = _format(format)
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":  # a form or text/plain a page may send unasked
+        raise UnsupportedFormat(
+            f"send the result as application/json, not {media_type or 'no content type'}",
+            code=ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+        )
     engine: Engine = request.app.state.engine
     engine.admission.check_room()
     with engine.admission.uploading_slot() as progress:

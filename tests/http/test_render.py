@@ -14,6 +14,8 @@ from arengine.outputs.formats import FORMATS
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient
 
+JSON = {"Content-Type": "application/json"}
+
 
 def _recognized(
     client: InProcessClient, recording: RecordingFactory
@@ -34,7 +36,10 @@ def test_every_format_renders_as_the_recognition_would_have_written_it(
         "/v1/recognize", params={"format": name}, files={"file": ("meeting.flac", audio)}
     )
     rendered = client.post(
-        "/v1/render", params={"format": name, "name": "meeting.flac"}, content=json.dumps(result)
+        "/v1/render",
+        params={"format": name, "name": "meeting.flac"},
+        content=json.dumps(result),
+        headers=JSON,
     )
     assert rendered.status_code == 200, rendered.text
     assert rendered.headers["content-disposition"] == direct.headers["content-disposition"]
@@ -48,12 +53,16 @@ def test_a_download_is_named_recording_without_a_name(
     client: InProcessClient, recording: RecordingFactory
 ) -> None:
     result, _ = _recognized(client, recording)
-    rendered = client.post("/v1/render", params={"format": "srt"}, content=json.dumps(result))
+    rendered = client.post(
+        "/v1/render", params={"format": "srt"}, content=json.dumps(result), headers=JSON
+    )
     assert rendered.headers["content-disposition"] == 'attachment; filename="recording.srt"'
 
 
 def _refusal(client: InProcessClient, body: bytes | str, **params: str) -> tuple[int, str, str]:
-    response = client.post("/v1/render", params={"format": "csv", **params}, content=body)
+    response = client.post(
+        "/v1/render", params={"format": "csv", **params}, content=body, headers=JSON
+    )
     error = response.json()["error"]
     return response.status_code, error["code"], error["message"]
 
@@ -147,7 +156,7 @@ def test_a_render_runs_off_the_event_loop(client: InProcessClient) -> None:
     async def render_and_poll() -> tuple[int, int]:
         http = client._client
         rendering = asyncio.ensure_future(
-            http.post("/v1/render", params={"format": "eaf"}, content=body)
+            http.post("/v1/render", params={"format": "eaf"}, content=body, headers=JSON)
         )
         answered = 0
         while not rendering.done():
@@ -174,6 +183,9 @@ def test_renders_count_as_engine_requests(client: InProcessClient) -> None:
     with ExitStack() as slots:
         for _ in range(admission.max_pending):
             slots.enter_context(admission.pending_slot())
-        refused = client.post("/v1/render", params={"format": "csv"}, content=body)
+        refused = client.post("/v1/render", params={"format": "csv"}, content=body, headers=JSON)
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "overloaded"
-    assert client.post("/v1/render", params={"format": "csv"}, content=body).status_code == 200
+    assert (
+        client.post("/v1/render", params={"format": "csv"}, content=body, headers=JSON).status_code
+        == 200
+    )

@@ -102,8 +102,15 @@ class SecurityMiddleware:
         if method != "POST" or origin is None:
             return None
         sent = origin.decode("latin-1").strip().lower()
-        if urlsplit(sent).netloc == host.strip().lower() or sent.rstrip("/") in self.origins:
+        if _same_origin(sent, host) or sent.rstrip("/") in self.origins:
             return None
         return Forbidden(
             f"a POST from the page of {sent!r}, another origin: add it to cors_origins to allow it"
         )
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    """Whether a page of `origin` is the server's own: the same host and port, or the same name
+    where a proxy passed on a Host without its port (nginx's `$host`)."""
+    netloc, host = urlsplit(origin).netloc, host.strip().lower()
+    return netloc == host or (host_name(host) == host and host_name(netloc) == host)

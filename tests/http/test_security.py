@@ -47,6 +47,7 @@ def test_host_names_without_their_port() -> None:
         {"Origin": "https://evil.example"},
         {"Origin": "null"},
         {"Origin": "https://evil.example", "Content-Type": "text/plain"},
+        {"Origin": "http://localhost:3000", "Host": "localhost:8000"},  # another local page
     ],
 )
 def test_a_post_from_another_page_is_refused(
@@ -69,7 +70,8 @@ def test_the_page_itself_and_clients_without_origin_may_post(
 ) -> None:
     clip = recording("same.flac")
     body = clip.path.read_bytes()
-    for headers in ({"Origin": SELF}, {}):  # the page (same origin); curl -F, the CLI
+    proxied = {"Origin": "http://localhost:8080", "Host": "localhost"}  # nginx's $host: no port
+    for headers in ({"Origin": SELF}, proxied, {}):  # the page, behind a proxy; curl -F, the CLI
         response = client.post(
             "/v1/recognize", files={"file": ("same.flac", body)}, headers=headers
         )

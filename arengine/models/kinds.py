@@ -54,7 +54,7 @@ from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
 from arengine.postprocess import Tagger
-from arengine.postprocess.birds import BirdParams, BirdTagger
+from arengine.postprocess.birds import BirdsParams, BirdsTagger
 from arengine.postprocess.labels import (
     EventParams,
     LabelParams,
@@ -235,7 +235,7 @@ def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
     if not isinstance(thresholds, dict) or not isinstance(species, list):
         raise ManifestError(manifest.path, "thresholds must be a table and species a list")
     params = dataclasses.replace(
-        BirdParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
+        BirdsParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
     )
     return BirdsRecognizer(
         manifest.weights,
@@ -318,8 +318,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=BirdsRecognizer,
             build=_birds,
-            parameters=BirdParams,
-            tagger=BirdTagger,
+            parameters=BirdsParams,
+            tagger=BirdsTagger,
         ),
     )
 }

@@ -28,14 +28,11 @@ from arengine.errors import ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
 from arengine.http.errors import error_responses
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
+from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, size_text
 from arengine.types import Result
 
 router = APIRouter()
 
-MAX_RESULT_BYTES = 32 << 20
-"""The largest result taken: a 2-hour notes transcription is a few MB."""
-MAX_RESULT_TAGS = 200_000
-"""The most tags a result may hold: the slowest writers (EAF, TextGrid) take ~15 s for them."""
 RENDERS_AT_ONCE = 2
 """Renders running at once, each on a thread of its own; more wait for one to finish."""
 
@@ -156,7 +153,7 @@ async def _body(request: Request, progress: UploadProgress) -> bytes:
         progress.add(len(chunk))
         if size > MAX_RESULT_BYTES:
             raise TooLarge(
-                f"the result passed {MAX_RESULT_BYTES >> 20} MiB", code=ErrorCode.RESULT_TOO_LARGE
+                f"the result passed {size_text(MAX_RESULT_BYTES)}", code=ErrorCode.RESULT_TOO_LARGE
             )
         chunks.append(chunk)
     return b"".join(chunks)

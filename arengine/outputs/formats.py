@@ -19,7 +19,6 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from arengine.outputs.annotations import (
     parse_eaf,
@@ -30,7 +29,7 @@ from arengine.outputs.annotations import (
     render_textgrid,
 )
 from arengine.outputs.midi import midi_number, parse_midi, render_midi
-from arengine.types import Result, Tag, result_dict
+from arengine.types import Result, Tag, result_dict, result_of, tag_of
 
 Content = str | bytes
 
@@ -89,26 +88,12 @@ def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag
     return read
 
 
-def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
-    return Tag(
-        start=float(item["start"]),
-        end=float(item["end"]),
-        label=str(item["label"]),
-        score=float(item.get("score", 0.0)),
-        frequency_hz=None if frequency in (None, "") else float(frequency),
-        midi=None if midi in (None, "") else int(midi),
-        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
-        model=item.get("model") or None,
-    )
-
-
 def _render_json(result: Result, source: str) -> str:
     return json.dumps(result_dict(result))
 
 
 def _parse_json(text: str) -> list[Tag]:
-    return [_tag_of(item) for item in json.loads(text)["tags"]]
+    return list(result_of(json.loads(text)).tags)
 
 
 def _has_pitch(result: Result) -> bool:
@@ -171,7 +156,7 @@ def _parse_csv(text: str) -> list[Tag]:
         row["label"] = _read_inert(row["label"])
         if row.get("model"):
             row["model"] = _read_inert(row["model"])
-        tags.append(_tag_of(row))
+        tags.append(tag_of(row))
     return tags
 
 

@@ -70,7 +70,7 @@ _BEND_WINDOW = np.exp(-0.5 * (np.arange(-_BEND_TOLERANCE, _BEND_TOLERANCE + 1) /
 
 
 @dataclass(frozen=True, slots=True)
-class PolyphonicParams(Params):
+class NotesParams(Params):
     """Post-processing parameters of `notes` models (basic-pitch's `predict()` names)."""
 
     kind: ClassVar[str] = "notes"
@@ -162,7 +162,7 @@ def _claim(energy: np.ndarray, first: int, last: int, key: int) -> None:
     energy[first:last, max(key - 1, 0) : key + 2] = 0
 
 
-def note_events(frames: np.ndarray, onsets: np.ndarray, params: PolyphonicParams) -> list[Event]:
+def note_events(frames: np.ndarray, onsets: np.ndarray, params: NotesParams) -> list[Event]:
     """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations."""
     threshold, min_len = params.frame_threshold, params.min_note_frames
     if len(frames) < 3:  # no onset peak (it needs two neighbours), no note
@@ -274,19 +274,19 @@ def _within_budget(events: list[Event], frames: int) -> list[Event]:
     return kept
 
 
-class PolyphonicTagger:
+class NotesTagger:
     """Feed `(frames, 440)` activations with `push`, then `finish`; tags in start order.
 
     >>> scores = np.zeros((300, COLUMNS), np.float32)
     >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
     >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
-    >>> tagger = PolyphonicTagger(PolyphonicParams())
+    >>> tagger = NotesTagger(NotesParams())
     >>> [(t.label, t.midi, t.start, t.end) for t in tagger.push(scores) + tagger.finish(76800)]
     [('C4', 60, 0.232, 1.393)]
     """
 
     def __init__(
-        self, params: PolyphonicParams, sample_rate: int = 22050, grid: FrameGrid | None = None
+        self, params: NotesParams, sample_rate: int = 22050, grid: FrameGrid | None = None
     ) -> None:
         self.params = params
         self.sample_rate = sample_rate

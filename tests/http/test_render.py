@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from arengine.http.render import MAX_RESULT_BYTES, MAX_RESULT_TAGS
 from arengine.outputs.formats import FORMATS
+from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient
 

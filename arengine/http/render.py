@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from arengine.engine.admission import UploadProgress
 from arengine.engine.engine import Engine
 from arengine.errors import ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
-from arengine.http.errors import error_responses
+from arengine.http.errors import error_responses, problem_text
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
 from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, size_text
@@ -108,7 +108,7 @@ def _result(body: bytes) -> Result:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "the body"
-        message = str(first["msg"]).removeprefix("Value error, ")
+        message = problem_text(str(first["msg"]))
         raise InvalidInput(
             f"not a recognition result: {where}: {message}", code=ErrorCode.INVALID_RESULT
         ) from None

@@ -52,7 +52,7 @@ def _request(server: Server, body: bytes, multipart: bool) -> tuple[socket.socke
         kind = b"audio/wav"
     sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
     sock.sendall(
-        b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+        b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: "
         + kind
         + b"\r\nContent-Length: "
         + str(len(body)).encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from arengine.errors import ErrorCode
 from arengine.system.memory import JEMALLOC_STATS
 from arengine.system.metrics import REJECTION_CODES, Metrics
 from arengine.types import Stage
-from tests.conftest import RecordingFactory, Server
+from tests.conftest import RecordingFactory, Server, wait_until
 
 STAGES = ("validation", "features", "inference", "postprocess")
 
@@ -216,11 +217,18 @@ def test_each_request_logs_one_json_line_with_its_id(
             headers={"X-Request-ID": "metrics-test-42"},
         )
     assert response.status_code == 200
-    lines = [
-        json.loads(line)
-        for line in server.log.read_text().splitlines()
-        if line.startswith("{") and "metrics-test-42" in line
-    ]
+
+    def logged() -> list[dict[str, Any]]:
+        return [
+            json.loads(line)
+            for line in server.log.read_text().splitlines()
+            if line.startswith("{") and "metrics-test-42" in line
+        ]
+
+    # The line is written once the answer is sent: under load the client can read the answer
+    # before the server's log reaches the file (0 lines were found), so wait for it.
+    assert wait_until(lambda: len(logged()) > 0)
+    lines = logged()
     assert len(lines) == 1
     line = lines[0]
     assert line["logger"] == "arengine.access"

@@ -228,6 +228,7 @@ class EventsRecognizer:
             ids=self.ids,
             peak=True,
             vocabulary=self.vocabulary,
+            centred=True,
         )
 
     def defaults(self) -> dict[str, float]:

@@ -103,7 +103,7 @@ def recording(minutes: float) -> tuple[np.ndarray, list[tuple[str, float]]]:
     return audio.astype(np.float32), inserted
 
 
-def _torch_share(args: tuple[np.ndarray, int]) -> int:
+def _torch_share(args: tuple[np.ndarray, str]) -> int:
     audio, _ = args
     torch.set_num_threads(1)
     recognizer = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"].recognizer
@@ -131,7 +131,7 @@ def throughput(audio: np.ndarray, tflite: Path, processes: int) -> None:
     context = multiprocessing.get_context("spawn")
     for name, work, extra in (
         ("TFLite (XNNPACK int8)", _tflite_share, str(tflite)),
-        ("torch port", _torch_share, 0),
+        ("torch port", _torch_share, ""),
         ("TFLite (XNNPACK int8), again", _tflite_share, str(tflite)),
     ):
         with context.Pool(processes) as pool:
@@ -165,7 +165,8 @@ def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -
     print("| sound | inserted | found within 0.5 s | largest error s | labels of those tags |")
     print("|---|---|---|---|---|")
     for name in INSERTED:
-        errors, labels = [], set()
+        errors: list[float] = []
+        labels: set[str] = set()
         for _, at in (item for item in inserted if item[0] == name):
             near = [t for t in tags if abs(t.start - at) <= 0.5]
             errors.append(min((abs(t.start - at) for t in near), default=np.inf))

@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 import torch
 
+from arengine.audio.segments import Segmenter
 from arengine.models.events import WINDOW, EventsRecognizer, Yamnet, read_class_map
 from arengine.models.manifest import read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
-from tests.recordings import debian_sounds, event_windows, mono_16k
+from arengine.types import Tag
+from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
 
 FOLDER = DEFAULT_MODELS_DIR / "events"
 ONE_LOGIT_STEP = 0.09
@@ -115,3 +117,30 @@ def test_the_recognizer_scores_each_window_once_across_segments() -> None:
 def test_an_events_manifest_lists_no_labels(tmp_path: Path) -> None:
     manifest = read_manifest(FOLDER / "manifest.toml")
     assert manifest.kind == "events" and manifest.labels == ()
+
+
+@pytest.mark.parametrize("segment_s", [1.0, 2.4, 7.0])
+def test_segment_boundaries_neither_split_nor_repeat_an_event(segment_s: float) -> None:
+    """A phone ring, a voice and an alarm clock: the same tags whatever the segment length."""
+    parts = [
+        mono_16k(DEBIAN_SOUNDS / name)
+        for name in (
+            "freedesktop/stereo/phone-incoming-call.oga",
+            "alsa/Front_Center.wav",
+            "freedesktop/stereo/alarm-clock-elapsed.oga",
+        )
+    ]
+    audio = np.concatenate([np.concatenate([p, np.zeros(8000, np.float32)]) for p in parts])
+
+    def tags(length_s: float) -> list[Tag]:
+        loaded, _ = load_models(DEFAULT_MODELS_DIR, ["events"], segment_s=length_s)
+        recognizer = loaded["events"].recognizer
+        tagger = recognizer.tagger({"hysteresis": 0.3})
+        found = []
+        for segment in Segmenter(iter([audio]), recognizer.plan):
+            found += tagger.push(recognizer.infer(recognizer.features(segment), segment))
+        return found + tagger.finish(len(audio))
+
+    whole = tags(30.0)
+    assert {"Telephone bell ringing", "Speech"} <= {t.label for t in whole}
+    assert tags(segment_s) == whole

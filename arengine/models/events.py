@@ -167,6 +167,7 @@ class EventsRecognizer:
     kind = "events"
     max_batch = 1
     sample_rate = SAMPLE_RATE
+    input_shape = None
 
     def __init__(
         self,

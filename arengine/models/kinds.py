@@ -18,12 +18,15 @@ are AudioSet's, read from the class map its `[model]` names, so its manifest lis
 Adding a kind `birds`:
 
 1. `arengine/models/birds.py`: a class with the `Recognizer` contract (`recognizer.py`),
-   `kind = "birds"`, whose `tagger()` returns the kind's tagger class.
-2. Its post-processing in `arengine/postprocess/`: a `Params` dataclass with `kind = "birds"`
-   and a tagger with the `Tagger` contract, in `postprocess/birds.py`; or, for label scores, a
-   `LabelParams` subclass with `kind = "birds"` in `postprocess/labels.py`, tagged by
-   `LabelTagger`.
-3. One `Kind(...)` entry in `KINDS` below, its builder beside the others.
+   `kind = "birds"` (and `input_shape = None` unless it runs a user's network), whose
+   `__init__` takes `params: BirdsParams | None` and whose `tagger()` is annotated with the
+   tagger class it returns.
+2. Its post-processing in `arengine/postprocess/`: either `postprocess/birds.py` with a `Params`
+   dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the `Tagger` contract; or,
+   for label scores, a `LabelParams` subclass `BirdsParams` (`kind = "birds"`) in
+   `postprocess/labels.py`, tagged by `LabelTagger`.
+3. One `Kind(...)` entry in `KINDS` below, its builder beside the others, and the kind's name in
+   the `kind = ...` comment of `models/README.md`'s manifest example.
 4. A folder under `models/` with its `manifest.toml` (and its card); then paste the tables that
    `python -m tests.test_readme` and `arengine models --markdown` print.
 """
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from arengine.errors import InvalidInput
+from arengine.models.birds import BirdsRecognizer
 from arengine.models.classifier import ClassifierRecognizer
 from arengine.models.events import HOP_S as EVENTS_HOP_S
 from arengine.models.events import EventsRecognizer, read_class_map
@@ -49,6 +53,8 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.postprocess import Tagger
+from arengine.postprocess.birds import BirdsParams, BirdsTagger
 from arengine.postprocess.labels import (
     EventParams,
     LabelParams,
@@ -56,9 +62,9 @@ from arengine.postprocess.labels import (
     LabelView,
     MusicParams,
 )
-from arengine.postprocess.notes import PolyphonicParams, PolyphonicTagger
+from arengine.postprocess.notes import NotesParams, NotesTagger
 from arengine.postprocess.params import Params
-from arengine.postprocess.pitch import NotesParams, NoteTagger
+from arengine.postprocess.pitch import PitchParams, PitchTagger
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
 from arengine.postprocess.vocabulary import Ontology, Vocabulary
 
@@ -83,7 +89,7 @@ class Kind:
     `ValueError` when the manifest and the weights do not fit)."""
     parameters: type[Params]
     """The post-processing parameters: manifest defaults, query overrides, docs."""
-    tagger: type
+    tagger: type[Tagger]
     """The post-processor class the recognizer's `tagger()` returns (its module is the kind's
     post-processing module)."""
 
@@ -125,12 +131,12 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
 
 
 def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = NotesParams().with_overrides(manifest.postprocess)
+    params = PitchParams().with_overrides(manifest.postprocess)
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
 def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    params = NotesParams().with_overrides(manifest.postprocess)
     return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
@@ -220,6 +226,28 @@ def _events(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
+def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
+    model = manifest.model
+    package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
+    post = dict(manifest.postprocess)
+    thresholds = post.pop("thresholds", {})
+    species = post.pop("species", [])
+    if not isinstance(thresholds, dict) or not isinstance(species, list):
+        raise ManifestError(manifest.path, "thresholds must be a table and species a list")
+    params = dataclasses.replace(
+        BirdsParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
+    )
+    return BirdsRecognizer(
+        manifest.weights,
+        package / str(model["location"]),
+        package / str(model["labels"]),
+        segment_s,
+        name=manifest.name,
+        params=params,
+        overlap_s=float(model.get("overlap_s", 0.0)),
+    )
+
+
 KINDS: dict[str, Kind] = {
     kind.name: kind
     for kind in (
@@ -240,8 +268,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=PitchRecognizer,
             build=_pitch,
-            parameters=NotesParams,
-            tagger=NoteTagger,
+            parameters=PitchParams,
+            tagger=PitchTagger,
         ),
         Kind(
             name="notes",
@@ -250,8 +278,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=NotesRecognizer,
             build=_notes,
-            parameters=PolyphonicParams,
-            tagger=PolyphonicTagger,
+            parameters=NotesParams,
+            tagger=NotesTagger,
         ),
         Kind(
             name="classifier",
@@ -282,6 +310,16 @@ KINDS: dict[str, Kind] = {
             build=_events,
             parameters=EventParams,
             tagger=LabelTagger,
+        ),
+        Kind(
+            name="birds",
+            features="birdnet_windows",
+            model_keys=("location", "labels", "overlap_s"),
+            fixed_labels=True,
+            recognizer=BirdsRecognizer,
+            build=_birds,
+            parameters=BirdsParams,
+            tagger=BirdsTagger,
         ),
     )
 }

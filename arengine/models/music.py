@@ -161,6 +161,7 @@ class MusicRecognizer:
 
     kind = "music"
     max_batch = 1
+    input_shape = None
     sample_rate = SAMPLE_RATE
     labels = LABELS
 

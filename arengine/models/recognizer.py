@@ -27,6 +27,12 @@ class Recognizer(Protocol):
     max_batch: int
     """Most segments one `infer_batch` call takes; 1 means the engine never batches this model."""
 
+    @property
+    def input_shape(self) -> tuple[int | None, ...] | None:
+        """The shape of the input a user's network is called with (`None`: an axis that varies
+        from call to call), as `GET /v1/models` states it; `None` for a built-in network."""
+        ...
+
     def features(self, segment: Segment) -> torch.Tensor:
         """Stage 2's last step: the model input for one segment."""
         ...

@@ -62,7 +62,7 @@ def load_models(
     failures: list[LoadFailure] = []
     for path in sorted(folder.glob("*/manifest.toml")):
         try:
-            manifest = read_manifest(path)
+            manifest = read_manifest(path, KINDS)
             if names and manifest.name not in names:
                 continue
             if manifest.name in loaded:

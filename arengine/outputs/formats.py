@@ -13,12 +13,12 @@ Example::
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from arengine.outputs.annotations import (
     parse_eaf,
@@ -29,7 +29,7 @@ from arengine.outputs.annotations import (
     render_textgrid,
 )
 from arengine.outputs.midi import midi_number, parse_midi, render_midi
-from arengine.types import Result, Tag, result_dict
+from arengine.types import Result, Tag, result_dict, result_of, tag_of
 
 Content = str | bytes
 
@@ -88,35 +88,36 @@ def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag
     return read
 
 
-def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
-    return Tag(
-        start=float(item["start"]),
-        end=float(item["end"]),
-        label=str(item["label"]),
-        score=float(item.get("score", 0.0)),
-        frequency_hz=None if frequency in (None, "") else float(frequency),
-        midi=None if midi in (None, "") else int(midi),
-        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
-        model=item.get("model") or None,
-    )
-
-
 def _render_json(result: Result, source: str) -> str:
     return json.dumps(result_dict(result))
 
 
 def _parse_json(text: str) -> list[Tag]:
-    return [_tag_of(item) for item in json.loads(text)["tags"]]
+    return list(result_of(json.loads(text)).tags)
 
 
 def _has_pitch(result: Result) -> bool:
     return any(tag.frequency_hz is not None for tag in result.tags)
 
 
+class _Rows:
+    """A CSV writer whose lines end in `\n` and which quotes a cell holding `\r` too (the csv
+    module quotes only the characters of its own line terminator)."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._out, self._line = out, io.StringIO()
+        self._writer = csv.writer(self._line, lineterminator="\r\n")
+
+    def writerow(self, row: Sequence[object]) -> None:
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._out.write(self._line.getvalue()[:-2] + "\n")
+
+
 def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _Rows(out)
     pitch = _has_pitch(result)
     several = any(tag.model is not None for tag in result.tags)
     writer.writerow(
@@ -125,17 +126,38 @@ def _render_csv(result: Result, source: str) -> str:
         + (["model"] if several else [])
     )
     for tag in result.tags:
-        row: list[object] = [tag.start, tag.end, tag.label, tag.score]
+        row: list[object] = [tag.start, tag.end, _inert(tag.label), tag.score]
         if pitch:
             row.append("" if tag.frequency_hz is None else tag.frequency_hz)
         if several:
-            row.append(tag.model)
+            row.append(_inert(tag.model or ""))
         writer.writerow(row)
     return out.getvalue()
 
 
+_FORMULA_START = tuple("=+-@\t\r'")
+"""What makes a spreadsheet run a cell as a formula (OWASP's list), and the quote that marks a
+cell as text."""
+
+
+def _inert(cell: str) -> str:
+    """A text cell a spreadsheet shows as text: a leading `'` where it would start a formula
+    (also before a leading `'`, so that reading drops exactly one)."""
+    return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def _read_inert(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
+
+
 def _parse_csv(text: str) -> list[Tag]:
-    return [_tag_of(row) for row in csv.DictReader(io.StringIO(text))]
+    tags = []
+    for row in csv.DictReader(io.StringIO(text)):
+        row["label"] = _read_inert(row["label"])
+        if row.get("model"):
+            row["model"] = _read_inert(row["model"])
+        tags.append(tag_of(row))
+    return tags
 
 
 def _clean(label: str) -> str:
@@ -143,8 +165,14 @@ def _clean(label: str) -> str:
     return re.sub(r"\s+", "_", label.strip()) or "_"
 
 
+_LINE_BREAKS = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Every character `str.splitlines` ends a line at."""
+
+
 def _render_audacity(result: Result, source: str) -> str:
-    return "".join(f"{t.start:.6f}\t{t.end:.6f}\t{t.label}\n" for t in result.tags)
+    return "".join(
+        f"{t.start:.6f}\t{t.end:.6f}\t{_LINE_BREAKS.sub(' ', t.label)}\n" for t in result.tags
+    )
 
 
 def _parse_audacity(text: str) -> list[Tag]:
@@ -186,7 +214,7 @@ def _render_raven(result: Result, source: str) -> str:
 
 
 def _parse_raven(text: str) -> list[Tag]:
-    rows = csv.DictReader(io.StringIO(text), delimiter="\t")
+    rows = csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     return [
         Tag(
             float(row["Begin Time (s)"]),
@@ -233,7 +261,8 @@ def _cues(result: Result, separator: str) -> list[str]:
 
 
 def _cue_text(tag: Tag) -> str:
-    label = " ".join(tag.label.split()) or "_"
+    """One line; `<`, `>` and `&` as entities, so no tag, entity or `-->` comes from a label."""
+    label = html.escape(" ".join(tag.label.split()) or "_", quote=False)
     return f"{label} ({tag.score:.2f})"
 
 
@@ -265,6 +294,7 @@ def _parse_cues(text: str) -> list[Tag]:
             body = " ".join(lines[at + 1 :])
             match = _CUE_TEXT.match(body)
             label, score = (match.group(1), float(match.group(2))) if match else (body, 0.0)
+            label = html.unescape(label)
             tags.append(Tag(_seconds(*parts[:4]), _seconds(*parts[4:]), label, score))
             break
     return tags

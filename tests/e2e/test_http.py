@@ -180,7 +180,7 @@ def test_a_flac_header_understating_its_length(server: Server, tmp_path: Path) -
     (packed,) = struct.unpack(">Q", data[18:26])
     data[18:26] = struct.pack(">Q", packed & ~(2**36 - 1) | 8000 * 10)  # claims 10 s, holds 130
     path.write_bytes(bytes(data))
-    # Issue 12: libsndfile stopped at the declared 10 s and answered 200, dropping 120 s. Now
+    # libsndfile alone stopped at the declared 10 s and answered 200, dropping 120 s. Now
     # the file is decoded as far as it goes, and the cap counted while decoding refuses it.
     _assert_error(_post(server, path), 413, "audio_too_long")
 
@@ -215,7 +215,7 @@ def test_service_endpoints(server: Server) -> None:
     assert info["engine_threads"] == info["cpus_available"] >= 1
     assert info["allocator"] in ("jemalloc", "glibc")
     assert info["ready"] is True
-    assert [m["name"] for m in models] == ["music", "notes", "pitch", "speech"]
+    assert [m["name"] for m in models] == ["birds", "music", "notes", "pitch", "speech"]
     models = {m["name"]: m for m in models}
     assert models["speech"]["sample_rate"] == 16000 and models["speech"]["labels"] == ["speech"]
     assert models["pitch"]["labels"][0] == "C1" and len(models["pitch"]["labels"]) == 84

@@ -105,17 +105,16 @@ class Yamnet(nn.Module):
                 stride=int(state[f"{prefix}.stride"]),
                 groups=channels if depthwise else 1,
             )
-            conv.weight.data = weight
-            assert conv.bias is not None  # built with a bias
-            conv.bias.data = state[f"{prefix}.bias"].float()
+            conv.weight = nn.Parameter(weight)
+            conv.bias = nn.Parameter(state[f"{prefix}.bias"].float())
             quant = _Quant(state[f"{prefix}.quant"])
             self.convs.append(conv)
             self.quants.append(quant)
             self._layers.append((conv, quant))
         self.pool_quant = _Quant(state["pool.quant"])
         self.fc = nn.Linear(1024, N_CLASSES)
-        self.fc.weight.data = state["fc.weight"].float() * state["fc.weight_scale"].float()
-        self.fc.bias.data = state["fc.bias"].float()
+        self.fc.weight = nn.Parameter(state["fc.weight"].float() * state["fc.weight_scale"].float())
+        self.fc.bias = nn.Parameter(state["fc.bias"].float())
         self.fc_quant = _Quant(state["fc.quant"])
         self.score_quant = _Quant(state["score.quant"])
 

@@ -12,6 +12,7 @@ builtin ones) differ by as much on a quarter of these windows (BENCHMARKS.md).
 from __future__ import annotations
 
 import hashlib
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -101,7 +102,7 @@ def test_one_network_shared_by_threads_equals_serial(model: Yamnet) -> None:
 
 def test_the_vendored_files_are_the_ones_the_readme_names() -> None:
     readme = (FOLDER / "README.md").read_text()
-    for name in ("yamnet.pt", "yamnet_class_map.csv"):
+    for name in ("yamnet.pt", "yamnet_class_map.csv", "ontology.json"):
         assert hashlib.sha256((FOLDER / name).read_bytes()).hexdigest() in readme
 
 
@@ -114,9 +115,31 @@ def test_the_recognizer_scores_each_window_once_across_segments() -> None:
     assert recognizer.ids[0] == "/m/09x0r" and recognizer.labels[0] == "Speech"
 
 
-def test_an_events_manifest_lists_no_labels(tmp_path: Path) -> None:
+def test_an_events_manifest_lists_no_labels() -> None:
     manifest = read_manifest(FOLDER / "manifest.toml")
     assert manifest.kind == "events" and manifest.labels == ()
+
+
+@pytest.mark.parametrize(
+    ("right", "wrong", "reason"),
+    [
+        ('"Glass", "Shatter",', '"Glass", "Shatterr",', "unknown label 'Shatterr' in a group"),
+        ('"alarm", "Screaming"', '"alarm", "Screamin"', "unknown label 'Screamin'"),
+        ("hop_s = 0.48", "hop_s = 0.0", "hop_s must be above 0"),
+    ],
+)
+def test_a_manifest_naming_what_is_not_there_is_unavailable_with_the_reason(
+    tmp_path: Path, right: str, wrong: str, reason: str
+) -> None:
+    folder = tmp_path / "events"
+    shutil.copytree(FOLDER, folder)
+    manifest = folder / "manifest.toml"
+    text = manifest.read_text()
+    assert right in text
+    manifest.write_text(text.replace(right, wrong, 1))
+    loaded, failures = load_models(tmp_path)
+    assert loaded == {} and len(failures) == 1
+    assert reason in failures[0].reason
 
 
 @pytest.mark.parametrize("segment_s", [1.0, 2.4, 7.0])

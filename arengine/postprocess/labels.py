@@ -107,6 +107,19 @@ class LabelParams(Params):
         return self.thresholds.get(label, self.threshold)
 
 
+def understands(vocabulary: Vocabulary, name: str, value: Any, refuse: bool = False) -> bool:
+    """Whether a model with this vocabulary knows every name of one label list (`refuse`: raise
+    the reason instead of answering False)."""
+    try:
+        params = LabelParams(threshold=0.5)
+        LabelView.of(vocabulary, params.for_request({name: value}, vocabulary))
+    except InvalidInput:
+        if refuse:
+            raise
+        return False
+    return True
+
+
 _TEXTS = {
     "labels": "Only these labels: names, AudioSet ids (/m/09x0r), groups or ontology classes, "
     "separated by ';' (AudioSet names contain commas).",

@@ -21,9 +21,10 @@ import pytest
 import torch
 
 from arengine.audio.segments import Segmenter
+from arengine.errors import InvalidInput
 from arengine.models.events import WINDOW, EventsRecognizer, Yamnet, read_class_map
 from arengine.models.manifest import read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models.registry import DEFAULT_MODELS_DIR, load_models, overrides_by_model
 from arengine.types import Tag
 from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
 
@@ -167,3 +168,16 @@ def test_segment_boundaries_neither_split_nor_repeat_an_event(segment_s: float) 
     whole = tags(30.0)
     assert {"Telephone bell ringing", "Speech"} <= {t.label for t in whole}
     assert tags(segment_s) == whole
+
+
+def test_a_label_list_goes_to_the_label_models_that_know_its_names() -> None:
+    loaded, _ = load_models(DEFAULT_MODELS_DIR, ["music", "events"])
+    music, events = loaded["music"].recognizer, loaded["events"].recognizer
+    shares = overrides_by_model([music, events], {"exclude": "Speech", "threshold": 0.4})
+    # "no vocals;Glass" names a label of each model, all of neither: refused below, not split.
+    assert shares == [{"threshold": 0.4}, {"exclude": "Speech", "threshold": 0.4}]
+    assert overrides_by_model([music, events], {"profile": "safety"}) == [{}, {"profile": "safety"}]
+    with pytest.raises(InvalidInput, match="unknown label 'Glas'"):
+        overrides_by_model([music, events], {"labels": "Glas"})
+    with pytest.raises(InvalidInput, match="unknown label"):
+        overrides_by_model([music, events], {"labels": "no vocals;Glass"})

@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from arengine.audio.segments import Segment, Segmenter
-from arengine.models.events import WINDOW
+from arengine.audio.segments import Segmenter
+from arengine.models.events import WINDOW, Yamnet
 from arengine.models.kinds import KINDS
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
@@ -65,12 +65,12 @@ def _interpreter(tflite: Path, xnnpack: bool = True) -> Callable[[np.ndarray], n
 def agreement(tflite: Path) -> None:
     from tests.models.test_events import _same_top5
 
-    recognizer = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"].recognizer
+    model = Yamnet.load(DEFAULT_MODELS_DIR / "events" / "yamnet.pt")
     xnnpack, builtin = _interpreter(tflite), _interpreter(tflite, xnnpack=False)
     windows = np.concatenate([event_windows(mono_16k(path)) for path in debian_sounds()])
     reference = np.stack([xnnpack(w) for w in windows])
     others = {
-        "torch port": recognizer.infer(torch.from_numpy(windows), Segment(0, 0, 0, 0, windows)),
+        "torch port": model(torch.from_numpy(windows)).numpy(),
         "TFLite builtin kernels": np.stack([builtin(w) for w in windows]),
     }
     print(f"\n{len(windows)} windows against the TFLite runtime (XNNPACK, one thread)\n")

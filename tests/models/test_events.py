@@ -181,3 +181,16 @@ def test_a_label_list_goes_to_the_label_models_that_know_its_names() -> None:
         overrides_by_model([music, events], {"labels": "Glas"})
     with pytest.raises(InvalidInput, match="unknown label"):
         overrides_by_model([music, events], {"labels": "no vocals;Glass"})
+
+
+def test_a_segments_patches_are_its_windows_patches(model: Yamnet) -> None:
+    """The recognizer computes the log-mel once per 10-ms frame and slices each window's patch
+    from it: the same scores as the network on each window."""
+    loaded, _ = load_models(DEFAULT_MODELS_DIR, ["events"], segment_s=4.0)
+    recognizer = loaded["events"].recognizer
+    audio = mono_16k(DEBIAN_SOUNDS / "alsa/Front_Center.wav")
+    (segment,) = list(Segmenter(iter([audio[: 4 * 7680]]), recognizer.plan))
+    windows = torch.from_numpy(segment.samples).unfold(0, WINDOW, 7680)[: segment.frames]
+    with torch.inference_mode():
+        expected = model(windows).numpy()
+    np.testing.assert_array_equal(recognizer.infer(recognizer.features(segment), segment), expected)

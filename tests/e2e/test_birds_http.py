@@ -1,0 +1,65 @@
+"""The `birds` model served end to end: a real recording of birdsong to species tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Server, ServerFactory
+
+RECORDING = Path(__file__).parents[1] / "models" / "birds" / "birds_10s.wav"
+
+
+@pytest.fixture(scope="module")
+def server(serve: ServerFactory) -> Server:
+    return serve("--models", "birds")
+
+
+def _recognize(server: Server, **params: float) -> list[dict[str, object]]:
+    with RECORDING.open("rb") as body:
+        response = httpx.post(
+            server.url + "/v1/recognize",
+            params={"model": "birds", **params},
+            files={"file": body},
+            timeout=120,
+        )
+    assert response.status_code == 200, response.text
+    tags: list[dict[str, object]] = response.json()["tags"]
+    return tags
+
+
+def test_birdsong_gives_species_tags_with_scientific_names(server: Server) -> None:
+    tags = _recognize(server, min_conf=0.25)
+    assert len(tags) >= 2
+    assert {tag["start"] for tag in tags} <= {0.0, 3.0, 6.0}  # the 1.1 s at 9 s is not a window
+    assert all(tag["end"] == tag["start"] + 3.0 for tag in tags)  # type: ignore[operator]
+    assert all(
+        isinstance(tag["scientific_name"], str) and " " in tag["scientific_name"] for tag in tags
+    )
+    # Where and when the recording was made (Pennsylvania, spring) keeps what was heard; the
+    # open ocean off Antarctica in July keeps less.
+    here = _recognize(server, min_conf=0.25, lat=40.4, lon=-80.0, week=19)
+    there = _recognize(server, min_conf=0.25, lat=-70.0, lon=0.0, week=26)
+    assert here and all(tag in tags for tag in here)
+    assert len(there) < len(here)
+
+
+def test_parameters_are_checked(server: Server) -> None:
+    with RECORDING.open("rb") as body:
+        response = httpx.post(
+            server.url + "/v1/recognize",
+            params={"model": "birds", "lat": 40.4},
+            files={"file": body},
+            timeout=120,
+        )
+    assert response.status_code == 422
+    assert "lat and lon go together" in response.text
+
+
+def test_the_card_says_non_commercial(server: Server) -> None:
+    (birds,) = httpx.get(server.url + "/v1/models").json()["models"]
+    assert birds["kind"] == "birds" and len(birds["labels"]) == 6522
+    assert "CC BY-NC-SA 4.0" in birds["licence"] and "non-commercial" in birds["licence"]
+    assert birds["parameters"]["min_conf"] == 0.1

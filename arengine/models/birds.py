@@ -41,6 +41,8 @@ from arengine.models.tflite import Graph, read_graph
 from arengine.postprocess.birds import BirdParams, BirdTagger
 
 SAMPLE_RATE = 48000
+CONVERSION = "v1"
+"""Part of the cached weights' name: a change to the state dict's layout changes it."""
 WINDOW = 144000
 """Samples per window: BirdNET classifies 3.0-s windows."""
 FRAMES = 511
@@ -106,6 +108,13 @@ def _swish(x: Tensor) -> Tensor:
     return x * torch.sigmoid(x)
 
 
+def _pointwise(conv: nn.Conv2d, x: Tensor) -> Tensor:
+    """A 1x1 convolution as one matrix product over channels-last pixels: torch's CPU
+    convolution takes its slow im2col path for these shapes (a third of the time, measured)."""
+    pixels = x.permute(0, 2, 3, 1)  # free for a channels-last tensor
+    return nn.functional.linear(pixels, conv.weight[:, :, 0, 0], conv.bias).permute(0, 3, 1, 2)
+
+
 class Block(nn.Module):
     """Expand 1x1, swish, depthwise 3x3, swish, squeeze-and-excite, project 1x1, residual."""
 
@@ -113,24 +122,22 @@ class Block(nn.Module):
         super().__init__()
         self.first = first
         self.expand = nn.Conv2d(inputs, expanded, 1)
-        self.depthwise = nn.Conv2d(expanded, expanded, 3, stride=2 if first else 1,
-                                   groups=expanded)  # fmt: skip
-        self.excite = (
-            nn.Sequential(nn.Conv2d(expanded, squeeze, 1), nn.Conv2d(squeeze, expanded, 1))
-            if squeeze
-            else None
+        # A stage's first block pads one pixel all round by hand and strides 2 (VALID); the
+        # others use SAME, which for a 3x3 stride-1 kernel is the same one pixel.
+        self.depthwise = nn.Conv2d(
+            expanded, expanded, 3, stride=2 if first else 1, padding=1, groups=expanded
         )
+        self.reduce = nn.Conv2d(expanded, squeeze, 1) if squeeze else None
+        self.restore = nn.Conv2d(squeeze, expanded, 1) if squeeze else None
         self.project = nn.Conv2d(expanded, width, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = _swish(self.expand(x))
-        # A stage's first block pads one pixel all round by hand and strides 2 (VALID); the
-        # others use SAME, which for a 3x3 stride-1 kernel is the same one pixel.
-        y = _swish(self.depthwise(nn.functional.pad(y, (1, 1, 1, 1))))
-        if self.excite is not None:
-            reduce, restore = self.excite
-            y = y * torch.sigmoid(restore(_swish(reduce(y.mean((2, 3), keepdim=True)))))
-        y = self.project(y)
+        y = _swish(_pointwise(self.expand, x))
+        y = _swish(self.depthwise(y))
+        if self.reduce is not None and self.restore is not None:  # squeeze and excite
+            squeezed = _swish(_pointwise(self.reduce, y.mean((2, 3), keepdim=True)))
+            y = y * torch.sigmoid(_pointwise(self.restore, squeezed))
+        y = _pointwise(self.project, y)
         out: Tensor = y if self.first else y + x
         return out
 
@@ -169,10 +176,10 @@ class Birdnet(nn.Module):
         """The 1,024 features before the dense layer."""
         x = self.spectrogram(windows)
         x = torch.relu(self.stem(_same(x, (4, 8), (2, 2))))
-        pooled = torch.cat(
-            [nn.functional.max_pool2d(x, (1, 2)), nn.functional.avg_pool2d(x, (1, 2))], dim=1
-        )
-        x = self.pool_mix(pooled)
+        x = x.contiguous(memory_format=torch.channels_last)
+        n, channels, height, width = x.shape
+        pairs = x.reshape(n, channels, height, width // 2, 2)  # pools of 1 x 2, stride 2, VALID
+        x = _pointwise(self.pool_mix, torch.cat([pairs.amax(4), pairs.mean(4)], dim=1))
         for block in self.blocks:
             x = block(x)
         x = torch.relu(x * self.post_scale[:, None, None] + self.post_shift[:, None, None])
@@ -188,7 +195,7 @@ class Birdnet(nn.Module):
         """The network with weights converted from `tflite`, in eval mode, frozen; the converted
         state dict is kept under `cache` (default `cache_dir()`), named by the source's sha256."""
         folder = cache or cache_dir()
-        cached = folder / f"birdnet-{sha256_of(tflite)}.pt"
+        cached = folder / f"birdnet-{sha256_of(tflite)}-{CONVERSION}.pt"
         model = cls()
         if cached.is_file():
             state = torch.load(cached, map_location="cpu", weights_only=True)
@@ -252,7 +259,7 @@ def _conv_names() -> list[str]:
         for _ in range(count):
             block = f"blocks.{index}"
             names += [f"{block}.expand", f"{block}.depthwise"]
-            names += [f"{block}.excite.0", f"{block}.excite.1"] if excite else []
+            names += [f"{block}.reduce", f"{block}.restore"] if excite else []
             names.append(f"{block}.project")
             index += 1
     return [*names, "head"]
@@ -344,8 +351,10 @@ def read_labels(path: Path) -> tuple[tuple[str, str], ...]:
 
 OVERLAP_BOUNDS = (0.0, 2.9)
 """`[model] overlap_s` of a birds manifest: seconds each window overlaps the previous one."""
-BATCH_WINDOWS = 8
-"""Windows per forward call: batching amortises the per-call overhead of the small late layers."""
+BATCH_WINDOWS = 4
+"""Windows per forward call: the late layers are small (3 x 8 pixels) and pay per call; on this
+project's shared 2 cores 4 windows a call took 90 ms a window, 1 took 120 and 8 took 138
+(loadtests/birds.py --batches; noisy, the machine was shared)."""
 
 
 class BirdsRecognizer:

@@ -19,7 +19,14 @@ import torch
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from arengine.audio.segments import Segmenter
-from arengine.models.birds import WINDOW, Birdnet, BirdnetLocation, BirdsRecognizer, sha256_of
+from arengine.models.birds import (
+    CONVERSION,
+    WINDOW,
+    Birdnet,
+    BirdnetLocation,
+    BirdsRecognizer,
+    sha256_of,
+)
 from arengine.models.manifest import read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from arengine.types import Tag
@@ -155,7 +162,7 @@ def test_the_converted_weights_are_cached_by_the_sources_sha256(
     model: Birdnet, cache: Path
 ) -> None:
     (cached,) = cache.glob("birdnet-*.pt")
-    assert cached.name == f"birdnet-{SHA256[ANALYZER]}.pt"
+    assert cached.name == f"birdnet-{SHA256[ANALYZER]}-{CONVERSION}.pt"
     again = Birdnet.load(ANALYZER, cache)
     for (name, mine), (_, theirs) in zip(
         model.state_dict().items(), again.state_dict().items(), strict=True
@@ -213,7 +220,7 @@ def test_the_registry_loads_it_from_the_package(
     assert recognizer.kind == "birds" and len(recognizer.labels) == 6522
     assert recognizer.labels[0] == "Rufous-faced Warbler"
     assert birds.manifest.weights_sha256 == SHA256[ANALYZER]
-    assert (tmp_path / "arengine" / f"birdnet-{SHA256[ANALYZER]}.pt").is_file()
+    assert (tmp_path / "arengine" / f"birdnet-{SHA256[ANALYZER]}-{CONVERSION}.pt").is_file()
     assert recognizer.defaults()["min_conf"] == 0.1
     card = birds.manifest.card
     assert card.licence is not None and "CC BY-NC-SA 4.0" in card.licence

@@ -19,10 +19,9 @@ This module imports httpx and `arengine.types` only (no torch): all a client pro
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,8 @@ from typing import IO, Any
 
 import httpx
 
-from arengine.types import Tag
+from arengine.types import AudioInfo as AudioInfo  # what `Recognition.audio` is
+from arengine.types import Result, Tag, result_of, tag_of
 
 Audio = str | Path | IO[bytes]
 """A path, or a binary file object (seekable, so that a retry can send it again)."""
@@ -39,26 +39,8 @@ RETRY_STATUSES = frozenset({502, 503})
 """502: the balancer lost its replica mid-request; 503: the server asks to come back later."""
 
 
-@dataclass(frozen=True, slots=True)
-class AudioInfo:
-    duration_s: float
-    sample_rate: int
-    channels: int
-    format: str
-    subtype: str
-
-
-@dataclass(frozen=True, slots=True)
-class Recognition:
-    """A `POST /v1/recognize` JSON answer, typed."""
-
-    model: str
-    audio: AudioInfo
-    tags: tuple[Tag, ...]
-    timings: Mapping[str, float]
-    """Seconds per stage (`validation_s` ... `postprocess_s`) and `total_s`."""
-    model_timings: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    """For several models (`model="speech,notes"`): each one's timings, by name."""
+Recognition = Result
+"""A `POST /v1/recognize` answer, typed: the engine's own `Result` (read by `types.result_of`)."""
 
 
 class ServerError(Exception):
@@ -132,35 +114,6 @@ def error_of(status: int, body: bytes) -> ServerError:
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", body[:200].decode("utf-8", "replace").strip()
     return _BY_STATUS.get(status, ServerError)(status, code, message or f"HTTP {status}")
-
-
-def recognition_of(data: Mapping[str, Any]) -> Recognition:
-    audio = data["audio"]
-    return Recognition(
-        model=data["model"],
-        audio=AudioInfo(
-            float(audio["duration_s"]),
-            int(audio["sample_rate"]),
-            int(audio["channels"]),
-            str(audio["format"]),
-            str(audio["subtype"]),
-        ),
-        tags=tuple(tag_of(item) for item in data.get("tags", ())),
-        timings={key: float(value) for key, value in data["timings"].items()},
-        model_timings={
-            name: {key: float(value) for key, value in timings.items()}
-            for name, timings in data.get("model_timings", {}).items()
-        },
-    )
-
-
-def tag_of(item: Mapping[str, Any]) -> Tag:
-    """A JSON tag as the server's own `Tag` (the optional fields a kind does not set are None)."""
-    known = {field.name for field in dataclasses.fields(Tag)}
-    values = {key: value for key, value in item.items() if key in known}
-    if isinstance(values.get("pitch_bend"), list):
-        values["pitch_bend"] = tuple(values["pitch_bend"])
-    return Tag(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,11 +212,11 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         """Tag one recording; `overrides` are the post-processing parameters (`threshold`...)."""
         params = _params(model, None, timeout_s, overrides)
-        return recognition_of(self._json("POST", "/v1/recognize", audio, params))
+        return result_of(self._json("POST", "/v1/recognize", audio, params))
 
     def download(
         self,
@@ -272,11 +225,16 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
-    ) -> str:
-        """The recording's tags as a file in `format` (csv, txt, raven, rttm, vtt, srt, json)."""
+        **overrides: float | str,
+    ) -> bytes:
+        """The recording's tags as the bytes of a file in `format`: json, csv, txt, raven, rttm,
+        vtt, srt, textgrid, eaf, jams or midi (or an alias, see `GET /v1/formats`).
+
+        Bytes, as the server sent them, so that a binary format (midi) is not corrupted; a text
+        format is UTF-8 (`.decode()` for a `str`).
+        """
         params = _params(model, format, timeout_s, overrides)
-        return self._send("POST", "/v1/recognize", audio, params).text
+        return self._send("POST", "/v1/recognize", audio, params).content
 
     def stream(
         self,
@@ -284,7 +242,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Iterator[Tag]:
         """Tags as the server finalises them (NDJSON); retried only before the first byte."""
         params = _params(model, "ndjson", timeout_s, overrides)
@@ -388,10 +346,10 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         params = _params(model, None, timeout_s, overrides)
-        return recognition_of((await self._send("POST", "/v1/recognize", audio, params)).json())
+        return result_of((await self._send("POST", "/v1/recognize", audio, params)).json())
 
     async def download(
         self,
@@ -400,10 +358,12 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
-    ) -> str:
+        **overrides: float | str,
+    ) -> bytes:
+        """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams or
+        midi, as bytes."""
         params = _params(model, format, timeout_s, overrides)
-        return (await self._send("POST", "/v1/recognize", audio, params)).text
+        return (await self._send("POST", "/v1/recognize", audio, params)).content
 
     async def stream(
         self,
@@ -411,7 +371,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> AsyncIterator[Tag]:
         params = _params(model, "ndjson", timeout_s, overrides)
         response = await self._send("POST", "/v1/recognize", audio, params, stream=True)

@@ -1,6 +1,7 @@
 """The one error hierarchy: every stable error code is declared once, in `ErrorCode`.
 
-Each code carries its HTTP status and a one-line description; the README's error table, the
+Each code carries its HTTP status and a one-line description (a fixed limit it names is formatted
+from its declaration in `arengine/settings.py`); the README's error table, the
 metrics' `reason` label values and the OpenAPI responses of every route are derived from it (and a
 test checks the README against it). Stages raise these errors; only `arengine.http` turns them
 into responses, so no stage imports FastAPI.
@@ -9,6 +10,15 @@ into responses, so no stage imports FastAPI.
 from __future__ import annotations
 
 from enum import StrEnum
+
+from arengine.settings import (
+    MAX_FIELD_BYTES,
+    MAX_MULTIPART_PARTS,
+    MAX_PACKET_BYTES,
+    MAX_RESULT_BYTES,
+    MAX_STREAMS,
+    size_text,
+)
 
 
 class ErrorCode(StrEnum):
@@ -68,7 +78,7 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = (
         "result_too_large",
         413,
-        "the result sent to `POST /v1/render` passed 32 MiB",
+        f"the result sent to `POST /v1/render` passed {size_text(MAX_RESULT_BYTES)}",
     )
     AUDIO_TOO_LONG = (
         "audio_too_long",
@@ -78,10 +88,18 @@ class ErrorCode(StrEnum):
     DECODE_BOMB = (
         "decode_bomb",
         413,
-        "one compressed packet decodes to more than 16 MiB of samples",
+        f"one compressed packet decodes to more than {size_text(MAX_PACKET_BYTES)} of samples",
     )
-    TOO_MANY_PARTS = "too_many_parts", 413, "the multipart body has more than 16 parts"
-    FIELD_TOO_LARGE = "field_too_large", 413, "a form field other than `file` passed 64 KiB"
+    TOO_MANY_PARTS = (
+        "too_many_parts",
+        413,
+        f"the multipart body has more than {MAX_MULTIPART_PARTS} parts",
+    )
+    FIELD_TOO_LARGE = (
+        "field_too_large",
+        413,
+        f"a form field other than `file` passed {size_text(MAX_FIELD_BYTES)}",
+    )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
         431,
@@ -90,7 +108,12 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_FORMAT = (
         "unsupported_format",
         415,
-        "not a recognised container or codec; the message lists the accepted ones",
+        "not a recognised container; the message lists the accepted ones",
+    )
+    UNSUPPORTED_CODEC = (
+        "unsupported_codec",
+        415,
+        "a recognised container whose audio codec is not one arengine decodes; the message lists the accepted ones",
     )
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",
@@ -132,7 +155,11 @@ class ErrorCode(StrEnum):
         422,
         "`stream` names an audio stream the file does not have (the message gives the range)",
     )
-    TOO_MANY_STREAMS = "too_many_streams", 422, "the container has more than 64 streams"
+    TOO_MANY_STREAMS = (
+        "too_many_streams",
+        422,
+        f"the container has more than {MAX_STREAMS} streams",
+    )
     AUDIO_FORMAT_CHANGED = (
         "audio_format_changed",
         422,

@@ -1,4 +1,9 @@
-"""All of arengine's settings, each declared once: environment (`ARENGINE_*`), then CLI flags."""
+"""All of arengine's settings, each declared once: environment (`ARENGINE_*`), then CLI flags.
+
+The limits that are not settings (no deployment needs another value) are declared here too, as
+named constants after the class: every limit has one place, and the error descriptions
+(`arengine/errors.py`), messages and README quote these declarations.
+"""
 
 from __future__ import annotations
 
@@ -209,3 +214,32 @@ def parse_api_keys(raw: str) -> tuple[str, ...]:
                 "character: keys are printable ASCII without spaces"
             )
     return tuple(dict.fromkeys(keys))
+
+
+MAX_MULTIPART_PARTS = 16
+"""Parts a multipart body may have: the `file` part and a few form fields."""
+
+MAX_FIELD_BYTES = 64 << 10
+"""Bytes a multipart part other than `file` may hold (name, headers and value)."""
+
+MAX_RESULT_BYTES = 32 << 20
+"""The largest result `POST /v1/render` takes: a 2-hour notes transcription is a few MB."""
+
+MAX_STREAMS = 64
+"""Streams a container may have: a phone or video recording has a few; hundreds is an attack on
+the demuxer's and the analyser's memory."""
+
+MAX_PACKET_BYTES = 16 << 20
+"""Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
+
+
+def size_text(size: int) -> str:
+    """A byte count as messages and docs write it.
+
+    >>> size_text(MAX_RESULT_BYTES), size_text(MAX_FIELD_BYTES), size_text(1000)
+    ('32 MiB', '64 KiB', '1000 bytes')
+    """
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} bytes"

@@ -1,4 +1,4 @@
-"""Memory over time (the published Figure 5): a long recording posted again and again.
+"""Memory over time (`bench-memory-over-time.png`): a long recording posted again and again.
 
     OUT=loadtests/out
     python -m loadtests.memory_over_time run $OUT/2h.wav --minutes 20 --out $OUT/mem-jemalloc.csv

@@ -173,7 +173,7 @@ def equivalence(path: Path) -> None:
             pool.submit(JobSpec("eq", path, (recognizer,), {}, limits, 4)).future.result().tags
             for recognizer in (
                 SpeechRecognizer(fast, 30, 2, max_batch=4),  # as served: 4 segments per call
-                SpeechRecognizer(reference, 30, 2),  # as served before issue 15
+                SpeechRecognizer(reference, 30, 2),  # silero-vad's own forward
             )
         ]
     finally:

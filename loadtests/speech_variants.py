@@ -5,8 +5,8 @@
 For each variant the CPU supports (read from its flags, never assumed): thread CPU ms per 30 s
 segment (one thread, best of `--reps`, batch 1 and 4), the largest per-window probability
 difference from the served fp32 model over the first `--segments` segments of the recording, and
-the frame F1 of the speech tags those probabilities give. The accuracy gate of issue 15: every
-fp32 path within 1e-4 and tags at F1 >= 0.995; a reduced-precision variant is only worth
+the frame F1 of the speech tags those probabilities give. The accuracy gate (BENCHMARKS.md):
+every fp32 path within 1e-4 and tags at F1 >= 0.995; a reduced-precision variant is only worth
 serving if it passes the tag gate and is faster.
 """
 

@@ -1,11 +1,11 @@
-"""Thread sweep (the published Figures 3 and 4): engine threads x intra-op threads.
+"""Thread sweep (`bench-thread-sweep-*.png`): engine threads x intra-op threads.
 
     python -m loadtests.thread_sweep loadtests/out/35min.wav [--model speech] [--out loadtests/out]
 
 For each cell a fresh `arengine serve` (engine threads E, intra-op threads I, inter-op I) gets the
 recording once (after a warm-up clip); the cell's end-to-end time and the server's CPU utilisation
 (process CPU seconds / wall seconds / CPUs) are recorded. Also one cell with torch's default thread
-settings (intra-op = CPUs, OMP not pinned), the configuration the published engine started from.
+settings (intra-op = CPUs, OMP not pinned), what a torch program gets unless it pins them.
 Writes `thread_sweep.csv` and `thread_sweep.png`.
 """
 

@@ -26,12 +26,13 @@ def head(path: Path) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class WavHeader:
-    """What a RIFF/WAVE header states, read without libsndfile (which refuses some of it)."""
+    """What a RIFF/WAVE (or RF64) header states, read without libsndfile (which refuses some of
+    it, and trusts the rest). `wav.py` holds what is made of it."""
 
     sample_rate: int
     channels: int
     data_bytes: int
-    """Bytes the `data` chunk claims."""
+    """Bytes the `data` chunk claims (RF64: its `ds64` chunk)."""
     data_present: int
     """Bytes of it that the file holds."""
     data_offset: int = 0
@@ -39,14 +40,19 @@ class WavHeader:
     format_tag: int = 0
     """1 PCM, 3 float, 0xFFFE extensible; others are compressed."""
     block_align: int = 0
-    """Bytes per frame (for PCM and float)."""
+    """Bytes per frame, as the header states it."""
+    bits_per_sample: int = 0
+    """Bits of each sample's container (8, 16, 24, 32, 64 for PCM and float)."""
+    size_field: tuple[int, int] = (0, 4)
+    """Where `data_bytes` is written: its offset in the file and its width in bytes."""
 
 
 def wav_header(path: Path) -> WavHeader | None:
-    """The `fmt ` and `data` chunks of a RIFF/WAVE file; None if either is missing."""
+    """The `fmt ` and `data` chunks of a RIFF/WAVE or RF64 file; None if either is missing."""
     size = path.stat().st_size
     rate = channels = None
-    tag = align = 0
+    tag = align = bits = 0
+    ds64: tuple[int, int] | None = None  # RF64: where the data size is, and what it says
     with open(path, "rb") as file:
         if file.read(12)[8:12] != b"WAVE":
             return None
@@ -57,12 +63,18 @@ def wav_header(path: Path) -> WavHeader | None:
             kind, length = chunk[:4], struct.unpack("<I", chunk[4:])[0]
             start = file.tell()
             if kind == b"fmt ":
-                fmt = file.read(14)
+                fmt = file.read(16)
                 tag, channels, rate = struct.unpack("<HHI", fmt[:8]) if len(fmt) >= 8 else (0, 0, 0)
-                align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) == 14 else 0
+                align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) >= 14 else 0
+                bits = struct.unpack("<H", fmt[14:16])[0] if len(fmt) == 16 else 0
+            elif kind == b"ds64" and length >= 16:
+                ds64 = (start + 8, struct.unpack("<Q", file.read(16)[8:])[0])
             elif kind == b"data" and rate is not None and channels is not None:
+                field = (start - 4, 4)
+                if length == 0xFFFFFFFF and ds64 is not None:
+                    field, length = (ds64[0], 8), ds64[1]
                 present = max(0, min(length, size - start))
-                return WavHeader(rate, channels, length, present, start, tag, align)
+                return WavHeader(rate, channels, length, present, start, tag, align, bits, field)
             file.seek(start + length + (length & 1))
     return None
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import av
 import soundfile as sf
 
-from arengine.audio import containers, ffmpeg, sniff
+from arengine.audio import containers, ffmpeg, sniff, wav
 from arengine.audio.arrival import Arrival
 from arengine.audio.containers import ACCEPTED, DECODERS, DEMUXERS, SNDFILE_FORMATS, SUBTYPES
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.settings import MAX_STREAMS
 from arengine.types import AudioInfo
 
 
@@ -77,8 +78,11 @@ def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> 
         channels=int(header.channels),
         frames=max(int(header.frames), 0),
     )
-    if arrival is not None and arrival.layout is not None:  # a WAV still being uploaded
-        info = replace(info, frames=arrival.layout.frames)
+    # A PCM or float WAV: where its frames lie (`wav.py`); for one still being uploaded, as
+    # found when its header arrived.
+    where = arrival.layout if arrival is not None else wav.layout(path, os.path.getsize(path))
+    if where is not None:
+        info = replace(info, frames=where.frames, warnings=where.warnings)
     _check_codec(info)
     return info
 
@@ -102,7 +106,10 @@ def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInf
         demuxer, choice = _open_again(path, found, stream, error)
     if choice.decoder not in DECODERS:
         accepted = ", ".join(sorted(set(DECODERS.values())))
-        raise UnsupportedFormat(f"codec {choice.decoder} is not accepted; accepted: {accepted}")
+        raise UnsupportedFormat(
+            f"codec {choice.decoder} is not accepted; accepted: {accepted}",
+            code=ErrorCode.UNSUPPORTED_CODEC,
+        )
     return AudioInfo(
         format=DEMUXERS[demuxer].name,
         subtype=DECODERS[choice.decoder],
@@ -162,17 +169,13 @@ def _pick_stream(audio: list[int], streams: int, wanted: int | None) -> int:
     return audio[wanted or 0]
 
 
-MAX_STREAMS = 64
-"""Streams a container may have: a phone or video recording has a few; hundreds is an attack on
-the demuxer's and the analyser's memory."""
-
-
 def _check_codec(info: AudioInfo) -> None:
     if info.format not in SNDFILE_FORMATS:
         raise UnsupportedFormat(f"container {info.format} is not accepted; accepted: {ACCEPTED}")
     if info.subtype not in SUBTYPES:
         raise UnsupportedFormat(
-            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}"
+            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}",
+            code=ErrorCode.UNSUPPORTED_CODEC,
         )
 
 

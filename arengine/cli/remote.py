@@ -12,12 +12,10 @@ Example (with a server at that address)::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
 import sys
-from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from arengine.cli.progress import make_progress
 from arengine.cli.runner import Failure, output_names, settle
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.outputs.formats import Format
-from arengine.types import AudioInfo, Result, Timings
+from arengine.types import Result
 
 API_KEY_ENV = "ARENGINE_API_KEY"
 """The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
@@ -46,30 +44,6 @@ class Remote:
     @classmethod
     def from_env(cls, url: str) -> Remote:
         return cls(url, os.environ.get(API_KEY_ENV) or None)
-
-
-def result_of(recognition: Recognition) -> Result:
-    """The server's answer as the engine's `Result`, so the formats render it as in-process."""
-    audio = recognition.audio
-    return Result(
-        model=recognition.model,
-        audio=AudioInfo(
-            format=audio.format,
-            subtype=audio.subtype,
-            sample_rate=audio.sample_rate,
-            channels=audio.channels,
-            frames=round(audio.duration_s * audio.sample_rate),
-        ),
-        tags=recognition.tags,
-        timings=_timings(recognition.timings),
-        model_timings=tuple(
-            (name, _timings(timings)) for name, timings in recognition.model_timings.items()
-        ),
-    )
-
-
-def _timings(seconds: Mapping[str, float]) -> Timings:
-    return Timings(**{f.name: seconds.get(f.name, 0.0) for f in dataclasses.fields(Timings)})
 
 
 def recognize_remote(
@@ -136,7 +110,7 @@ def _reason(error: Exception) -> str | None:
 
 
 def _answer(future: Future[Recognition]) -> Result:
-    return result_of(future.result())
+    return future.result()  # the client reads the answer into the engine's `Result`
 
 
 def _duration(path: Path) -> float:

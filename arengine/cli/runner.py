@@ -59,7 +59,8 @@ def not_audio(path: Path) -> str | None:
     try:
         probe(path, _ANY_SHAPE)
     except UnsupportedFormat as error:
-        return None if error.message.startswith("codec") else error.message
+        # A container whose codec is refused holds audio: reported as a failure, not skipped.
+        return None if error.code == ErrorCode.UNSUPPORTED_CODEC else error.message
     except InvalidInput as error:
         codes = (ErrorCode.EMPTY_FILE, ErrorCode.NO_AUDIO_STREAM)
         return error.message if error.code in codes else None

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from arengine.audio.arrival import Arrival, abandoned
-from arengine.audio.decode import BLOCK_FRAMES, Decoding, decode
-from arengine.audio.lanes import Lane, LaneDecoding, parallel_lanes
-from arengine.audio.segments import Segment, Segmenter
+from arengine.audio.lanes import Lane, LaneDecoding
+from arengine.audio.segments import Segment
+from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
@@ -94,7 +94,7 @@ class Job:
         self._decoding = False
         self._postprocessing = False
         self._info: AudioInfo | None = None
-        self._decoder: Decoding | None = None
+        self._sources: SegmentSources | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
         self._runs = [
             ModelRun(index, recognizer, recognizer.tagger(own))
@@ -195,13 +195,8 @@ class Job:
     def _arrived(self) -> bool:
         """Whether the next segment's bytes are uploaded (always, once the body is complete); if
         not, the pool is woken when they are, so no engine thread waits on a client."""
-        arrival, decoder, info = self.spec.arrival, self._decoder, self._info
-        if arrival is None or decoder is None or info is None:
-            return True
-        # One decoding task reads under a segment and its pre-roll (each at most `window_s`),
-        # rounded up to whole blocks; more only makes it start a little later.
-        span = int(2 * self._window_s * info.sample_rate) + 2 * BLOCK_FRAMES
-        return arrival.ready(decoder.report.frames + span, self._wake)
+        sources = self._sources
+        return sources is None or sources.arrived(self._window_s, self._wake)
 
     def _run(self, stage: Stage, work: Callable[..., None], *args: object) -> None:
         started = time.perf_counter()
@@ -226,28 +221,22 @@ class Job:
         started = time.perf_counter()
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
-        max_frames = int(spec.limits.max_duration_s * info.sample_rate)
-        ahead, runs = spec.segments_ahead, self._runs
-        first = runs[0].recognizer
-        lanes = 1
-        if spec.parallel_decoding and not self._several and spec.arrival is None:
-            lanes = parallel_lanes(info, first.plan, first.sample_rate, ahead)
+        models = [ModelInput(run.recognizer.plan, run.recognizer.sample_rate) for run in self._runs]
+        reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
+        sources = segment_sources(spec.path, info, models, reading)
         with self._lock:
-            if lanes > 1:  # a long compressed file: decoded from several offsets at once
-                runs[0].lanes = LaneDecoding(
-                    spec.path, info, first.plan, first.sample_rate, max_frames, lanes, ahead
-                )
-            else:
-                rates = [run.recognizer.sample_rate for run in runs]
-                self._decoder = decode(spec.path, info, rates, max_frames, spec.arrival)
-                for run in runs:
-                    run.segments = Segmenter(self._decoder.reader(run.index), run.recognizer.plan)
+            for run, source in zip(self._runs, sources.per_model, strict=True):
+                if isinstance(source, LaneDecoding):
+                    run.lanes = source
+                else:
+                    run.segments = source
+            self._sources = sources
             self._info = info
         seconds = time.perf_counter() - started
         with self._lock:
             self._validation_s += seconds
         # Validation is shared by the models: counted once, under the first model's name.
-        self._observer.observe_stage(first.name, Stage.VALIDATION, seconds)
+        self._observer.observe_stage(self._runs[0].recognizer.name, Stage.VALIDATION, seconds)
 
     def _decode(self, run: ModelRun) -> None:
         started = time.perf_counter()
@@ -365,10 +354,8 @@ class Job:
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
-        run = self._runs[0]
-        decoded = run.lanes or self._decoder
-        assert decoded is not None
-        info = decoded.info()  # the decoded length, not the header's claim
+        assert self._sources is not None  # set by validation, which always runs first
+        info = self._sources.info()  # the decoded length, not the header's claim
         with self._lock:
             if self.finished:
                 return
@@ -418,12 +405,8 @@ class Job:
     def _release(self) -> None:
         """Close the decoders (and the file) once no task is using them."""
         with self._lock:
-            closing: list[Segmenter | LaneDecoding | Decoding] = []
+            sources, self._sources = self._sources, None
             for run in self._runs:
-                closing += [source for source in (run.segments, run.lanes) if source is not None]
                 run.segments = run.lanes = None
-            if self._decoder is not None:
-                closing.append(self._decoder)
-                self._decoder = None
-        for source in closing:
-            source.close()
+        if sources is not None:
+            sources.close()

@@ -20,12 +20,11 @@ from arengine.errors import ErrorCode, InvalidInput, TooLarge
 from arengine.http.errors import error_responses
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
+from arengine.settings import MAX_RESULT_BYTES, size_text
 from arengine.types import Result
 
 router = APIRouter()
 
-MAX_RESULT_BYTES = 32 << 20
-"""The largest result taken: a 2-hour notes transcription is a few MB."""
 
 _RESULT_BODY = {
     "requestBody": {
@@ -55,14 +54,7 @@ async def render(
     """A result (the JSON of `POST /v1/recognize`) as a file in `format`."""
     fmt = _format(format)
     body = await _body(request)
-    try:
-        result = RecognizeResponse.model_validate_json(body).to_result()
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise InvalidInput(
-            f"not a recognition result: {where}: {first['msg']}", code=ErrorCode.INVALID_RESULT
-        ) from None
+    result = _result(body)
     if not fmt.accepts([tag.label for tag in result.tags]):
         raise InvalidInput(
             f"format {fmt.name} holds only notes and this result has other tags",
@@ -73,6 +65,23 @@ async def render(
     except (ValueError, OverflowError, struct.error) as error:
         raise InvalidInput(
             f"the result cannot be written as {fmt.name}: {error}", code=ErrorCode.INVALID_RESULT
+        ) from None
+
+
+def _result(body: bytes) -> Result:
+    """The result a body holds; `InvalidInput` (`invalid_result`) saying where it is not one."""
+    try:
+        return RecognizeResponse.model_validate_json(body).to_result()
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise InvalidInput(
+            f"not a recognition result: {where}: {message}", code=ErrorCode.INVALID_RESULT
+        ) from None
+    except (ValueError, OverflowError) as error:
+        raise InvalidInput(
+            f"not a recognition result: {error}", code=ErrorCode.INVALID_RESULT
         ) from None
 
 
@@ -104,7 +113,7 @@ async def _body(request: Request) -> bytes:
         size += len(chunk)
         if size > MAX_RESULT_BYTES:
             raise TooLarge(
-                f"the result passed {MAX_RESULT_BYTES >> 20} MiB", code=ErrorCode.RESULT_TOO_LARGE
+                f"the result passed {size_text(MAX_RESULT_BYTES)}", code=ErrorCode.RESULT_TOO_LARGE
             )
         chunks.append(chunk)
     return b"".join(chunks)

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
 from arengine.models.tflite import Graph, read_graph
-from arengine.postprocess.birds import BirdParams, BirdTagger
+from arengine.postprocess.birds import BirdsParams, BirdsTagger
 
 SAMPLE_RATE = 48000
 CONVERSION = "v1"
@@ -361,6 +361,7 @@ class BirdsRecognizer:
     """3-s windows -> BirdNET logits -> species detections (`arengine/postprocess/birds.py`)."""
 
     kind = "birds"
+    input_shape = None
     max_batch = 1
     sample_rate = SAMPLE_RATE
 
@@ -371,7 +372,7 @@ class BirdsRecognizer:
         labels: Path,
         segment_s: float,
         name: str = "birds",
-        params: BirdParams | None = None,
+        params: BirdsParams | None = None,
         overlap_s: float = 0.0,
         cache: Path | None = None,
     ) -> None:
@@ -391,7 +392,7 @@ class BirdsRecognizer:
         self.labels = tuple(common for _, common in self.pairs)
         self._model = Birdnet.load(analyzer, cache)
         self._location = BirdnetLocation.load(location)
-        self._params = params or BirdParams()
+        self._params = params or BirdsParams()
         self._index = {name: i for i, pair in enumerate(self.pairs) for name in pair}
         unknown = sorted(set(self._params.species) | set(self._params.thresholds))
         unknown = [name for name in unknown if name not in self._index]
@@ -416,7 +417,7 @@ class BirdsRecognizer:
     ) -> list[np.ndarray]:
         return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
-    def tagger(self, overrides: Overrides) -> BirdTagger:
+    def tagger(self, overrides: Overrides) -> BirdsTagger:
         params = self._params.with_overrides(overrides)
         allowed = np.ones(len(self.pairs), dtype=bool)
         if params.species:
@@ -431,7 +432,7 @@ class BirdsRecognizer:
         thresholds = np.full(len(self.pairs), params.min_conf)
         for name, value in params.thresholds.items():
             thresholds[self._index[name]] = value
-        return BirdTagger(self.pairs, params, allowed, thresholds, SAMPLE_RATE, self.hop, WINDOW)
+        return BirdsTagger(self.pairs, params, allowed, thresholds, SAMPLE_RATE, self.hop, WINDOW)
 
     def defaults(self) -> dict[str, float]:
         return self._params.defaults()

@@ -11,18 +11,22 @@ OpenAPI text (`http/schemas.py`), `GET /v1/models`, the README's parameter table
 
 Post-processing: a kind whose tags are its own (speech, pitch, notes) has a module named after
 it in `arengine/postprocess/`; kinds that tag labels from per-window scores (classifier, music)
-share `postprocess/labels.py`, each with its own `LabelParams` subclass. The `tagger` column says
-which module serves which kind.
+share `postprocess/labels.py`, each with its own `LabelParams` subclass (events too: its labels
+are AudioSet's, read from the class map its `[model]` names, so its manifest lists none). The
+`tagger` column says which module serves which kind.
 
 Adding a kind `birds`:
 
 1. `arengine/models/birds.py`: a class with the `Recognizer` contract (`recognizer.py`),
-   `kind = "birds"`, whose `tagger()` returns the kind's tagger class.
-2. Its post-processing in `arengine/postprocess/`: a `Params` dataclass with `kind = "birds"`
-   and a tagger with the `Tagger` contract, in `postprocess/birds.py`; or, for label scores, a
-   `LabelParams` subclass with `kind = "birds"` in `postprocess/labels.py`, tagged by
-   `LabelTagger`.
-3. One `Kind(...)` entry in `KINDS` below, its builder beside the others.
+   `kind = "birds"` (and `input_shape = None` unless it runs a user's network), whose
+   `__init__` takes `params: BirdsParams | None` and whose `tagger()` is annotated with the
+   tagger class it returns.
+2. Its post-processing in `arengine/postprocess/`: either `postprocess/birds.py` with a `Params`
+   dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the `Tagger` contract; or,
+   for label scores, a `LabelParams` subclass `BirdsParams` (`kind = "birds"`) in
+   `postprocess/labels.py`, tagged by `LabelTagger`.
+3. One `Kind(...)` entry in `KINDS` below, its builder beside the others, and the kind's name in
+   the `kind = ...` comment of `models/README.md`'s manifest example.
 4. A folder under `models/` with its `manifest.toml` (and its card); then paste the tables that
    `python -m tests.test_readme` and `arengine models --markdown` print.
 """
@@ -32,10 +36,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
+from arengine.errors import InvalidInput
 from arengine.models.birds import BirdsRecognizer
 from arengine.models.classifier import ClassifierRecognizer
+from arengine.models.events import HOP_S as EVENTS_HOP_S
+from arengine.models.events import EventsRecognizer, read_class_map
 from arengine.models.manifest import Manifest, ManifestError
 from arengine.models.mel import MelParams
 from arengine.models.music import LABELS as MUSIC_LABELS
@@ -45,12 +53,20 @@ from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Recognizer
 from arengine.models.runtimes import load_network
 from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess.birds import BirdParams, BirdTagger
-from arengine.postprocess.labels import LabelParams, LabelTagger, MusicParams
-from arengine.postprocess.notes import PolyphonicParams, PolyphonicTagger
+from arengine.postprocess import Tagger
+from arengine.postprocess.birds import BirdsParams, BirdsTagger
+from arengine.postprocess.labels import (
+    EventParams,
+    LabelParams,
+    LabelTagger,
+    LabelView,
+    MusicParams,
+)
+from arengine.postprocess.notes import NotesParams, NotesTagger
 from arengine.postprocess.params import Params
-from arengine.postprocess.pitch import NotesParams, NoteTagger
+from arengine.postprocess.pitch import PitchParams, PitchTagger
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
+from arengine.postprocess.vocabulary import Ontology, Vocabulary
 
 _Labels = TypeVar("_Labels", bound=LabelParams)
 
@@ -73,7 +89,7 @@ class Kind:
     `ValueError` when the manifest and the weights do not fit)."""
     parameters: type[Params]
     """The post-processing parameters: manifest defaults, query overrides, docs."""
-    tagger: type
+    tagger: type[Tagger]
     """The post-processor class the recognizer's `tagger()` returns (its module is the kind's
     post-processing module)."""
 
@@ -115,26 +131,40 @@ def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
 
 
 def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = NotesParams().with_overrides(manifest.postprocess)
+    params = PitchParams().with_overrides(manifest.postprocess)
     return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
 def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = PolyphonicParams().with_overrides(manifest.postprocess)
+    params = NotesParams().with_overrides(manifest.postprocess)
     return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
 
 
-def _label_params(manifest: Manifest, kind: type[_Labels]) -> _Labels:
+def _label_params(
+    manifest: Manifest, kind: type[_Labels], vocabulary: Vocabulary | None = None
+) -> tuple[_Labels, Vocabulary]:
+    """A label model's post-processing and what its label lists mean: the manifest's groups
+    (`[postprocess.groups]`) and profiles (`[postprocess.profiles.<name>]`), every name in them
+    checked against the labels."""
     post = dict(manifest.postprocess)
-    thresholds = post.pop("thresholds", {})
-    unknown = sorted(set(thresholds) - set(manifest.labels))
-    if unknown:
-        raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
-    return dataclasses.replace(kind().with_overrides(post), thresholds=thresholds)
+    vocabulary = dataclasses.replace(
+        vocabulary or Vocabulary(manifest.labels),
+        groups={k: tuple(v) for k, v in post.pop("groups", {}).items()},
+        profiles=post.pop("profiles", {}),
+    )
+    try:
+        params = kind().with_overrides(post)
+        LabelView.of(vocabulary, params)  # every name resolves
+        for profile in vocabulary.profiles:
+            LabelView.of(vocabulary, params.for_request({"profile": profile}, vocabulary))
+    except InvalidInput as error:
+        raise ManifestError(manifest.path, f"[postprocess]: {error}") from None
+    return params, vocabulary
 
 
 def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
     model = manifest.model
+    params, vocabulary = _label_params(manifest, LabelParams)
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
     return ClassifierRecognizer(
         manifest.name,
@@ -146,7 +176,8 @@ def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
         hop_s=float(model.get("hop_s", 0.5)),
         activation=str(model.get("activation", "sigmoid")),
         segment_s=segment_s,
-        params=_label_params(manifest, LabelParams),
+        params=params,
+        vocabulary=vocabulary,
     )
 
 
@@ -157,8 +188,42 @@ def _music(manifest: Manifest, segment_s: float) -> Recognizer:
             f"a music model's labels are musicnn's 50 MagnaTagATune tags in their order, "
             f"at {MusicRecognizer.sample_rate} Hz: {list(MUSIC_LABELS)}",
         )
-    params = _label_params(manifest, MusicParams)
-    return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+    params, vocabulary = _label_params(manifest, MusicParams)
+    return MusicRecognizer(
+        manifest.weights, segment_s, name=manifest.name, params=params, vocabulary=vocabulary
+    )
+
+
+def _inside(manifest: Manifest, name: str) -> Path:
+    """A data file of the model's own folder (never `..` or an absolute path)."""
+    folder = manifest.path.parent.resolve()
+    path = (folder / name).resolve()
+    if not path.is_relative_to(folder) or not path.is_file():
+        raise ManifestError(manifest.path, f"{name!r} is not a file in {folder}")
+    return path
+
+
+def _events(manifest: Manifest, segment_s: float) -> Recognizer:
+    """YAMNet: labels and AudioSet ids from the class map, groups also from the ontology."""
+    if manifest.sample_rate != EventsRecognizer.sample_rate:
+        raise ManifestError(manifest.path, "an events model runs at 16000 Hz")
+    model = manifest.model
+    labels, ids = read_class_map(_inside(manifest, str(model.get("class_map", "class_map.csv"))))
+    ontology_file = model.get("ontology")
+    ontology = Ontology.read(_inside(manifest, str(ontology_file))) if ontology_file else Ontology()
+    params, vocabulary = _label_params(
+        manifest, EventParams, Vocabulary(labels, ids, ontology=ontology)
+    )
+    return EventsRecognizer(
+        manifest.weights,
+        labels,
+        ids,
+        segment_s,
+        hop_s=float(model.get("hop_s", EVENTS_HOP_S)),
+        name=manifest.name,
+        params=params,
+        vocabulary=vocabulary,
+    )
 
 
 def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
@@ -170,7 +235,7 @@ def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
     if not isinstance(thresholds, dict) or not isinstance(species, list):
         raise ManifestError(manifest.path, "thresholds must be a table and species a list")
     params = dataclasses.replace(
-        BirdParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
+        BirdsParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
     )
     return BirdsRecognizer(
         manifest.weights,
@@ -203,8 +268,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=PitchRecognizer,
             build=_pitch,
-            parameters=NotesParams,
-            tagger=NoteTagger,
+            parameters=PitchParams,
+            tagger=PitchTagger,
         ),
         Kind(
             name="notes",
@@ -213,8 +278,8 @@ KINDS: dict[str, Kind] = {
             fixed_labels=True,
             recognizer=NotesRecognizer,
             build=_notes,
-            parameters=PolyphonicParams,
-            tagger=PolyphonicTagger,
+            parameters=NotesParams,
+            tagger=NotesTagger,
         ),
         Kind(
             name="classifier",
@@ -237,14 +302,24 @@ KINDS: dict[str, Kind] = {
             tagger=LabelTagger,
         ),
         Kind(
+            name="events",
+            features="yamnet_log_mel",
+            model_keys=("hop_s", "class_map", "ontology"),
+            fixed_labels=True,  # AudioSet's 521, from the class map in the model's folder
+            recognizer=EventsRecognizer,
+            build=_events,
+            parameters=EventParams,
+            tagger=LabelTagger,
+        ),
+        Kind(
             name="birds",
             features="birdnet_windows",
             model_keys=("location", "labels", "overlap_s"),
             fixed_labels=True,
             recognizer=BirdsRecognizer,
             build=_birds,
-            parameters=BirdParams,
-            tagger=BirdTagger,
+            parameters=BirdsParams,
+            tagger=BirdsTagger,
         ),
     )
 }

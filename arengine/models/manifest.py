@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib import util
 from pathlib import Path
@@ -71,26 +72,32 @@ class Manifest:
     card: Card = Card()
 
 
-def read_manifest(path: Path) -> Manifest:
-    """Parse and check `path` (a `manifest.toml`); raises `ManifestError` saying what is wrong."""
+def read_manifest(path: Path, kinds: Collection[str] = ()) -> Manifest:
+    """Parse and check `path` (a `manifest.toml`); raises `ManifestError` saying what is wrong.
+
+    With `kinds` (the registry passes the kind table's names), an unknown kind is the first thing
+    reported, before fields whose meaning depends on the kind.
+    """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ManifestError(path, f"cannot read TOML: {error}") from None
     try:
-        return _checked(path, data)
+        return _checked(path, data, kinds)
     except (KeyError, TypeError, ValueError) as error:
         if isinstance(error, ManifestError):
             raise
         raise ManifestError(path, f"invalid manifest: {error!r}") from None
 
 
-def _checked(path: Path, data: dict[str, Any]) -> Manifest:
+def _checked(path: Path, data: dict[str, Any], kinds: Collection[str]) -> Manifest:
     name, kind = data.get("name"), data.get("kind")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ManifestError(path, f"name {name!r} must match {_NAME.pattern}")
     if not isinstance(kind, str):
         raise ManifestError(path, f"kind {kind!r} must be a string")
+    if kinds and kind not in kinds:
+        raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(kinds)}")
     labels = data.get("labels", [])
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise ManifestError(path, "labels must be a list of strings")

@@ -30,6 +30,7 @@ from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.mel import mel_filterbank
 from arengine.models.recognizer import Overrides
 from arengine.postprocess.labels import LabelTagger, MusicParams
+from arengine.postprocess.vocabulary import Vocabulary
 
 SAMPLE_RATE = 16000
 N_FFT = 512
@@ -160,6 +161,7 @@ class MusicRecognizer:
 
     kind = "music"
     max_batch = 1
+    input_shape = None
     sample_rate = SAMPLE_RATE
     labels = LABELS
 
@@ -169,8 +171,10 @@ class MusicRecognizer:
         segment_s: float,
         name: str = "music",
         params: MusicParams | None = None,
+        vocabulary: Vocabulary | None = None,
     ) -> None:
         self.name = name
+        self.vocabulary = vocabulary or Vocabulary(LABELS)
         self.plan = SegmentPlan(
             hop=PATCH_HOP,
             context=CONTEXT,
@@ -203,7 +207,12 @@ class MusicRecognizer:
 
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(
-            LABELS, self._params.with_overrides(overrides), SAMPLE_RATE, PATCH_HOP, PATCH_HOP
+            LABELS,
+            self._params.for_request(overrides, self.vocabulary),
+            SAMPLE_RATE,
+            PATCH_HOP,
+            PATCH_HOP,
+            vocabulary=self.vocabulary,
         )
 
     def defaults(self) -> dict[str, float]:

@@ -62,7 +62,7 @@ def load_models(
     failures: list[LoadFailure] = []
     for path in sorted(folder.glob("*/manifest.toml")):
         try:
-            manifest = read_manifest(path)
+            manifest = read_manifest(path, KINDS)
             if names and manifest.name not in names:
                 continue
             if manifest.name in loaded:
@@ -133,7 +133,10 @@ def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) 
     """
     if len(recognizers) == 1:
         return [overrides]
-    accepted = [set(KINDS[recognizer.kind].parameters.bounds()) for recognizer in recognizers]
+    accepted = [
+        set(KINDS[r.kind].parameters.bounds()) | set(KINDS[r.kind].parameters.texts())
+        for r in recognizers
+    ]
     unknown = sorted(set(overrides) - set().union(*accepted))
     if unknown:
         kinds = ", ".join(sorted({recognizer.kind for recognizer in recognizers}))

@@ -13,12 +13,12 @@ Example::
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from arengine.outputs.annotations import (
     parse_eaf,
@@ -29,7 +29,7 @@ from arengine.outputs.annotations import (
     render_textgrid,
 )
 from arengine.outputs.midi import midi_number, parse_midi, render_midi
-from arengine.types import Result, Tag, result_dict
+from arengine.types import Result, Tag, result_dict, result_of, tag_of
 
 Content = str | bytes
 
@@ -88,27 +88,12 @@ def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag
     return read
 
 
-def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
-    return Tag(
-        start=float(item["start"]),
-        end=float(item["end"]),
-        label=str(item["label"]),
-        score=float(item.get("score", 0.0)),
-        frequency_hz=None if frequency in (None, "") else float(frequency),
-        midi=None if midi in (None, "") else int(midi),
-        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
-        model=item.get("model") or None,
-        scientific_name=item.get("scientific_name") or None,
-    )
-
-
 def _render_json(result: Result, source: str) -> str:
     return json.dumps(result_dict(result))
 
 
 def _parse_json(text: str) -> list[Tag]:
-    return [_tag_of(item) for item in json.loads(text)["tags"]]
+    return list(result_of(json.loads(text)).tags)
 
 
 def _has_pitch(result: Result) -> bool:
@@ -119,9 +104,24 @@ def _has_species(result: Result) -> bool:
     return any(tag.scientific_name is not None for tag in result.tags)
 
 
+class _Rows:
+    """A CSV writer whose lines end in `\n` and which quotes a cell holding `\r` too (the csv
+    module quotes only the characters of its own line terminator)."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._out, self._line = out, io.StringIO()
+        self._writer = csv.writer(self._line, lineterminator="\r\n")
+
+    def writerow(self, row: Sequence[object]) -> None:
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._out.write(self._line.getvalue()[:-2] + "\n")
+
+
 def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _Rows(out)
     pitch = _has_pitch(result)
     species = _has_species(result)
     several = any(tag.model is not None for tag in result.tags)
@@ -132,19 +132,40 @@ def _render_csv(result: Result, source: str) -> str:
         + (["model"] if several else [])
     )
     for tag in result.tags:
-        row: list[object] = [tag.start, tag.end, tag.label, tag.score]
+        row: list[object] = [tag.start, tag.end, _inert(tag.label), tag.score]
         if pitch:
             row.append("" if tag.frequency_hz is None else tag.frequency_hz)
         if species:
             row.append(tag.scientific_name or "")
         if several:
-            row.append(tag.model)
+            row.append(_inert(tag.model or ""))
         writer.writerow(row)
     return out.getvalue()
 
 
+_FORMULA_START = tuple("=+-@\t\r'")
+"""What makes a spreadsheet run a cell as a formula (OWASP's list), and the quote that marks a
+cell as text."""
+
+
+def _inert(cell: str) -> str:
+    """A text cell a spreadsheet shows as text: a leading `'` where it would start a formula
+    (also before a leading `'`, so that reading drops exactly one)."""
+    return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def _read_inert(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
+
+
 def _parse_csv(text: str) -> list[Tag]:
-    return [_tag_of(row) for row in csv.DictReader(io.StringIO(text))]
+    tags = []
+    for row in csv.DictReader(io.StringIO(text)):
+        row["label"] = _read_inert(row["label"])
+        if row.get("model"):
+            row["model"] = _read_inert(row["model"])
+        tags.append(tag_of(row))
+    return tags
 
 
 def _clean(label: str) -> str:
@@ -152,8 +173,14 @@ def _clean(label: str) -> str:
     return re.sub(r"\s+", "_", label.strip()) or "_"
 
 
+_LINE_BREAKS = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Every character `str.splitlines` ends a line at."""
+
+
 def _render_audacity(result: Result, source: str) -> str:
-    return "".join(f"{t.start:.6f}\t{t.end:.6f}\t{t.label}\n" for t in result.tags)
+    return "".join(
+        f"{t.start:.6f}\t{t.end:.6f}\t{_LINE_BREAKS.sub(' ', t.label)}\n" for t in result.tags
+    )
 
 
 def _parse_audacity(text: str) -> list[Tag]:
@@ -199,7 +226,7 @@ def _render_raven(result: Result, source: str) -> str:
 
 
 def _parse_raven(text: str) -> list[Tag]:
-    rows = csv.DictReader(io.StringIO(text), delimiter="\t")
+    rows = csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     return [
         Tag(
             float(row["Begin Time (s)"]),
@@ -218,11 +245,11 @@ _BIRDNET_COLUMNS = ["Start (s)", "End (s)", "Scientific name", "Common name", "C
 
 def _render_birdnet(result: Result, source: str) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _Rows(out)
     writer.writerow(_BIRDNET_COLUMNS)
     for tag in result.tags:
-        row = [tag.start, tag.end, tag.scientific_name or "", tag.label, tag.score, source]
-        writer.writerow(row)
+        names = [_inert(tag.scientific_name or ""), _inert(tag.label)]
+        writer.writerow([tag.start, tag.end, *names, tag.score, _inert(source)])
     return out.getvalue()
 
 
@@ -231,9 +258,9 @@ def _parse_birdnet(text: str) -> list[Tag]:
         Tag(
             float(row["Start (s)"]),
             float(row["End (s)"]),
-            row["Common name"],
+            _read_inert(row["Common name"]),
             float(row["Confidence"]),
-            scientific_name=row["Scientific name"] or None,
+            scientific_name=_read_inert(row["Scientific name"]) or None,
         )
         for row in csv.DictReader(io.StringIO(text))
     ]
@@ -247,21 +274,12 @@ _KALEIDOSCOPE_COLUMNS = ["INDIR", "FOLDER", "IN FILE", "OFFSET", "DURATION", "sc
 def _render_kaleidoscope(result: Result, source: str) -> str:
     folder, _, name = source.rpartition("/")
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _Rows(out)
     writer.writerow(_KALEIDOSCOPE_COLUMNS)
     for tag in result.tags:
         duration = round(tag.end - tag.start, 6)
-        row = [
-            folder,
-            "",
-            name,
-            tag.start,
-            duration,
-            tag.scientific_name or "",
-            tag.label,
-            tag.score,
-        ]
-        writer.writerow(row)
+        names = [_inert(tag.scientific_name or ""), _inert(tag.label)]
+        writer.writerow([_inert(folder), "", _inert(name), tag.start, duration, *names, tag.score])
     return out.getvalue()
 
 
@@ -270,9 +288,9 @@ def _parse_kaleidoscope(text: str) -> list[Tag]:
         Tag(
             float(row["OFFSET"]),
             float(row["OFFSET"]) + float(row["DURATION"]),
-            row["common_name"],
+            _read_inert(row["common_name"]),
             float(row["confidence"]),
-            scientific_name=row["scientific_name"] or None,
+            scientific_name=_read_inert(row["scientific_name"]) or None,
         )
         for row in csv.DictReader(io.StringIO(text))
     ]
@@ -313,7 +331,8 @@ def _cues(result: Result, separator: str) -> list[str]:
 
 
 def _cue_text(tag: Tag) -> str:
-    label = " ".join(tag.label.split()) or "_"
+    """One line; `<`, `>` and `&` as entities, so no tag, entity or `-->` comes from a label."""
+    label = html.escape(" ".join(tag.label.split()) or "_", quote=False)
     return f"{label} ({tag.score:.2f})"
 
 
@@ -345,6 +364,7 @@ def _parse_cues(text: str) -> list[Tag]:
             body = " ".join(lines[at + 1 :])
             match = _CUE_TEXT.match(body)
             label, score = (match.group(1), float(match.group(2))) if match else (body, 0.0)
+            label = html.unescape(label)
             tags.append(Tag(_seconds(*parts[:4]), _seconds(*parts[4:]), label, score))
             break
     return tags

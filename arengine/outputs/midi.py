@@ -33,7 +33,10 @@ BEND_BINS_PER_SEMITONE = 3
 MIN_BEND = 0.05
 """Semitones (5 cents): below this a note is written without a bend."""
 _CHANNELS = [channel for channel in range(16) if channel != 9]  # channel 10 is drums in GM
-_NAME = re.compile(r"^([A-G])(#?)(-?\d+)$")
+_NAME = re.compile(r"^([A-G])(#?)(-1|[0-9])$")
+"""A note name of the MIDI range's octaves (`C-1` is 0, `G9` is 127): never a long number."""
+MAX_DELTA = 0x0FFFFFFF
+"""The largest delta time a MIDI file holds (4 bytes of 7 bits: 74.5 hours at 1 ms a tick)."""
 _STEPS = {"C": 0, "D": 2, "E": 4, "F": 5, "G": 7, "A": 9, "B": 11}
 
 
@@ -79,10 +82,12 @@ def _bends(tag: Tag, number: int, start: int, end: int) -> tuple[tuple[int, floa
     per frame) spread evenly over the note as basic-pitch's own MIDI writer does, else one offset
     from its mean frequency."""
     contour = tag.pitch_bend
-    if contour:
+    if contour:  # a wheel position where the contour changes: the wheel holds it meanwhile
         step = (end - start) / len(contour)
         return tuple(
-            (start + round(i * step), v / BEND_BINS_PER_SEMITONE) for i, v in enumerate(contour)
+            (start + round(i * step), v / BEND_BINS_PER_SEMITONE)
+            for i, v in enumerate(contour)
+            if i == 0 or v != contour[i - 1]
         )
     if tag.frequency_hz:
         offset = fractional_midi(tag.frequency_hz) - number
@@ -117,6 +122,9 @@ def render_midi(result: Result, source: str) -> bytes:
     track.append(mido.MetaMessage("set_tempo", tempo=TEMPO, time=0))
     now = 0
     for tick, _, message in sorted(events, key=lambda e: (e[0], e[1])):
+        while tick - now > MAX_DELTA:  # a longer gap is bridged by empty markers
+            track.append(mido.MetaMessage("marker", text="", time=MAX_DELTA))
+            now += MAX_DELTA
         track.append(message.copy(time=tick - now))
         now = tick
     track.append(mido.MetaMessage("end_of_track", time=0))

@@ -36,7 +36,7 @@ def confidence(logits: Tensor, sensitivity: float) -> Tensor:
 
 
 @dataclass(frozen=True, slots=True)
-class BirdParams(Params):
+class BirdsParams(Params):
     """Post-processing of BirdNET; `thresholds` overrides `min_conf` per species."""
 
     kind: ClassVar[str] = "birds"
@@ -99,7 +99,7 @@ class _Run:
         return self.first + len(self.scores) - 1
 
 
-class BirdTagger:
+class BirdsTagger:
     """Feed `(windows, classes)` logits with `push`, then `finish`.
 
     Window `i` covers `[i * hop, i * hop + window)` samples; `allowed` marks the classes that may
@@ -109,7 +109,7 @@ class BirdTagger:
     def __init__(
         self,
         labels: tuple[tuple[str, str], ...],
-        params: BirdParams,
+        params: BirdsParams,
         allowed: np.ndarray,
         thresholds: np.ndarray,
         sample_rate: int,

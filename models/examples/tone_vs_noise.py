@@ -10,7 +10,10 @@ It synthesises its own training audio, computes the same log-mel features the se
 (`arengine.models.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps
 (a few seconds), and writes the model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml`
 into the output folder. The number of windows per call varies (segments differ in length), so every
-format is exported with a dynamic first dimension.
+format is exported with a dynamic first dimension. The export is traced on the server's own
+features of one window, so its frame axis is the one the server sends: 47 frames for 0.5-s windows
+(`1 + (8000 - n_fft 512) // hop 160`; frames are not centred), which `GET /v1/models` states as
+`input_shape`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """FFmpeg decoding: every container people record in, opened narrowly, lengths from decoding.
 
-RELIABILITY.md items 32-34, and issue 12's decoding cases (4, 5 and 8), each as it was found.
+Containers and codecs people record in, video files' audio tracks, call recordings, a chosen
+stream, and a video without audio, each as it was found in the wild.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Hostile and lying files through the decoders: a clear 4xx, or the documented partial answer.
 
-RELIABILITY.md 32 (playlists and scripts: nothing opened, no connection), 33 (forged containers,
-streams changing midway) and 34 (durations from what is decoded), and issue 12's decoding cases.
+Playlists and scripts (nothing opened, no connection), forged containers and streams changing
+midway, durations taken from what is decoded rather than what a header claims, and files that
+libsndfile alone decoded short or refused.
 Each test says what the code before FFmpeg decoding did with the same file.
 """
 
@@ -215,8 +216,8 @@ def test_random_bytes_after_a_real_header_are_corrupt(tmp_path: Path) -> None:
     assert 400 <= caught.value.status < 500
 
 
-# Issue 12, items 4, 5 and 8: lengths from what is decoded, never audio dropped silently, and
-# messages that say what was found.
+# Lengths from what is decoded, never audio dropped silently, and messages that say what was
+# found.
 
 
 def _id3(payload_bytes: int) -> bytes:

@@ -67,8 +67,8 @@ def test_a_header_claiming_more_than_the_file_holds(tmp_path: Path) -> None:
 
 
 def test_a_flac_of_unknown_length_is_decoded_whole(tmp_path: Path) -> None:
-    # Issue 12: libsndfile refused this as "written to a pipe"; FFmpeg decodes it, and the
-    # length comes from what is decoded.
+    # libsndfile alone refused this as "written to a pipe"; FFmpeg decodes it, and the length
+    # comes from what is decoded.
     path = tmp_path / "piped.flac"
     sf.write(path, np.zeros(3 * 16000, np.float32), 16000)
     data = bytearray(path.read_bytes())

@@ -180,7 +180,7 @@ def test_a_flac_header_understating_its_length(server: Server, tmp_path: Path) -
     (packed,) = struct.unpack(">Q", data[18:26])
     data[18:26] = struct.pack(">Q", packed & ~(2**36 - 1) | 8000 * 10)  # claims 10 s, holds 130
     path.write_bytes(bytes(data))
-    # Issue 12: libsndfile stopped at the declared 10 s and answered 200, dropping 120 s. Now
+    # libsndfile alone stopped at the declared 10 s and answered 200, dropping 120 s. Now
     # the file is decoded as far as it goes, and the cap counted while decoding refuses it.
     _assert_error(_post(server, path), 413, "audio_too_long")
 

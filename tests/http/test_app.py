@@ -121,6 +121,14 @@ def test_a_manifest_out_of_bounds_makes_its_model_unavailable_with_the_reason(
     assert "threshold must be 0 < x < 1, got 7" in reasons["strict"]
 
 
+def test_the_models_list_states_a_classifiers_input_shape(client: InProcessClient) -> None:
+    """0.5-s windows at 16 kHz, n_fft 512, hop 160: 47 frames (not centred), any window count."""
+    shapes = {
+        model["name"]: model["input_shape"] for model in client.get("/v1/models").json()["models"]
+    }
+    assert shapes == {"faulty": [None, 32, 47], "speech": None}
+
+
 def test_the_schema_derives_errors_and_parameter_docs_from_their_declarations(
     client: InProcessClient,
 ) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from arengine.http.render import MAX_RESULT_BYTES
 from arengine.outputs.formats import FORMATS
+from arengine.settings import MAX_RESULT_BYTES
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient
 
@@ -77,3 +77,45 @@ def test_what_is_not_a_result_is_refused_naming_where(
 def test_a_result_past_the_cap_is_refused_while_it_arrives(client: InProcessClient) -> None:
     status, code, message = _refusal(client, b" " * (MAX_RESULT_BYTES + 1))
     assert (status, code) == (413, "result_too_large") and "32 MiB" in message
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "fmt"),
+    [
+        ("audio.sample_rate", 10**400, "csv"),
+        ("audio.duration_s", 1e308, "csv"),
+        ("tags.0.start", 1e300, "vtt"),
+        ("tags.0.end", 1e300, "eaf"),
+        ("tags.0.label", "A" + "9" * 5000, "midi"),
+        ("tags.0.end", 0.01, "srt"),  # before its start: a reversed cue
+    ],
+    ids=["rate 1e400", "duration 1e308", "start 1e300", "end 1e300", "label A999", "reversed"],
+)
+def test_crafted_numbers_and_labels_are_invalid_results_not_faults(
+    client: InProcessClient, recording: RecordingFactory, where: str, value: object, fmt: str
+) -> None:
+    result, _ = _recognized(client, recording)
+    part, field = where.rsplit(".", 1)
+    target = result["audio"] if part == "audio" else result["tags"][0]
+    target[field] = value
+    status, code, message = _refusal(client, json.dumps(result), format=fmt)
+    assert (status, code) == (422, "invalid_result"), message
+    assert where.split(".")[0] in message and "Value error" not in message
+
+
+def test_a_million_pitch_bends_on_one_short_note_are_refused(client: InProcessClient) -> None:
+    note = {"start": 0.0, "end": 1.0, "label": "A4", "score": 0.9, "midi": 69}
+    body = {
+        "model": "notes",
+        "audio": {"duration_s": 1.0, "sample_rate": 22050, "channels": 1, "format": "WAV",
+                  "subtype": "PCM_16", "decoder": "libsndfile", "stream": 0,
+                  "truncated": False, "warnings": []},
+        "tags": [{**note, "pitch_bend": [1] * 1_000_000}],
+        "timings": dict.fromkeys(
+            ["validation_s", "features_s", "inference_s", "postprocess_s", "total_s"], 0.0
+        ),
+    }  # fmt: skip
+    status, code, message = _refusal(client, json.dumps(body), format="midi")
+    assert (status, code) == (422, "invalid_result") and "pitch bends" in message
+    body["tags"] = [{**note, "pitch_bend": [1] * 86}]
+    assert client.post("/v1/render", params={"format": "midi"}, json=body).status_code == 200

@@ -51,6 +51,10 @@ def test_every_kind_is_declared_whole(kind: Kind) -> None:
         "arengine.postprocess.labels",
     )
     assert kind.parameters.__module__ == kind.tagger.__module__
+    if kind.tagger.__module__ == f"arengine.postprocess.{kind.name}":
+        title = kind.name.capitalize()
+        assert kind.parameters.__name__ == f"{title}Params"
+        assert kind.tagger.__name__ == f"{title}Tagger"
     assert kind.parameters.bounds(), "a kind's clients can override at least one parameter"
 
 
@@ -118,4 +122,15 @@ def test_a_misspelt_model_key_makes_the_model_unavailable(tmp_path: Path) -> Non
     assert not loaded
     assert [failure.reason for failure in failures] == [
         "[model] has unknown keys ['bach']; a speech model reads: batch"
+    ]
+
+
+def test_an_unknown_kind_is_reported_before_the_fields_it_would_give_meaning(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "manifest.toml").write_text('name = "odd"\nkind = "teleport"\n')
+    _, failures = load_models(tmp_path)
+    assert [failure.reason for failure in failures] == [
+        f"kind 'teleport' is not one of {', '.join(KINDS)}"
     ]

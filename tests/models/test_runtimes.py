@@ -31,7 +31,7 @@ def _features(count: int, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("suffix", ["onnx", "pt2", "pt"])
 def test_one_network_shared_by_many_threads_equals_serial(exported: Path, suffix: str) -> None:
-    """STYLE.md 4: many threads calling one session/module at once get what serial calls get."""
+    """Many threads calling one session/module at once get what serial calls get."""
     network = load_network(exported / suffix / f"model.{suffix}")
     inputs = [_features(1 + i % 7, seed=i) for i in range(64)]
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import itertools
 import json
 import math
+import re
+from xml.etree import ElementTree
 
+import mido
 import pytest
 
 from arengine.http.schemas import RecognizeResponse
+from arengine.outputs.annotations import _tiers
 from arengine.outputs.formats import FORMATS, get_format, negotiate
 from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
 
@@ -171,3 +178,107 @@ def test_accept_header_negotiation() -> None:
     assert negotiate("application/x-ndjson") == "ndjson"
     assert negotiate("*/*") is None
     assert negotiate(None) is None
+
+
+HOSTILE = [
+    "two\nrows",
+    "carriage\rreturn",
+    "crlf\r\n0.0\t9.0\tforged",
+    '=HYPERLINK("http://x","y")',
+    "+1",
+    "-2+3",
+    "@SUM(A1)",
+    "'=quoted",
+    "x --> y",
+    "00:00:01.000 --> 00:00:02.000",
+    "<b>bold</b> &amp; &",
+    "control\x00\x01\x07\x1b\x7f",
+    "tab\there",
+    '"quoted',
+    "line\u2028separator",
+]
+
+
+def _reading(name: str, label: str) -> str:
+    """What each format can keep of a label: the same text, less what it cannot hold."""
+    if name == "rttm":
+        return re.sub(r"\s+", "_", label.strip())
+    if name == "raven":  # tab-separated lines: spaces stay, as BirdNET's tables have them
+        return re.sub(r"[\t\r\n]+", " ", label).strip() or "_"
+    if name in ("vtt", "srt"):
+        return " ".join(label.split())
+    if name == "txt":
+        return re.sub("[\r\n\u2028]", " ", label)
+    if name in ("eaf", "textgrid"):
+        text = re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f]", "\ufffd", label)
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # as the readers normalise
+    return label
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FORMATS.items() if not f.notes_only))
+def test_a_hostile_label_reads_back_as_one_label(name: str) -> None:
+    """A label is data: newlines, cue arrows, markup, control characters and formula starts
+    round-trip through the format's own reader as one label, between untouched neighbours."""
+    fmt = FORMATS[name]
+    for label in HOSTILE:
+        tags = (
+            Tag(0.5, 1.0, "before", 0.5),
+            Tag(1.0, 2.0, label, 0.6),
+            Tag(2.5, 3.0, "after", 0.7),
+        )
+        parsed = fmt.parse(fmt.encode(_result(tags), "talk"))
+        assert [t.label for t in parsed] == ["before", _reading(name, label), "after"], label
+        assert [t.start for t in parsed] == pytest.approx([0.5, 1.0, 2.5], abs=fmt.precision_s)
+
+
+def test_no_csv_cell_starts_a_formula() -> None:
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, model=label) for label in HOSTILE)
+    text = FORMATS["csv"].text(_result(tags), "x")
+    for row in list(csv.reader(io.StringIO(text)))[1:]:
+        assert not row[2].startswith(("=", "+", "-", "@")), row
+        assert not row[4].startswith(("=", "+", "-", "@")), row
+
+
+@pytest.mark.parametrize("name", ["birdnet", "kaleidoscope"])
+def test_no_cell_of_the_bird_csvs_starts_a_formula(name: str) -> None:
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, scientific_name=label) for label in HOSTILE)
+    text = FORMATS[name].text(_result(tags), "=cmd|x/-y.wav")
+    for row in list(csv.reader(io.StringIO(text)))[1:]:
+        assert not any(cell.startswith(("=", "+", "@")) for cell in row), row
+        assert [cell for cell in row if cell.startswith("-")] == [], row
+
+
+def test_cue_text_holds_no_markup_or_arrow() -> None:
+    tags = tuple(Tag(float(i), i + 0.5, label, 0.5) for i, label in enumerate(HOSTILE))
+    for name in ("vtt", "srt"):
+        text = FORMATS[name].text(_result(tags), "x")
+        assert text.count("-->") == len(HOSTILE), name  # one per cue timing, none from a label
+        assert "<b>" not in text and "& " not in text
+
+
+def test_eaf_of_control_characters_is_xml_elan_can_open() -> None:
+    text = FORMATS["eaf"].text(_result((Tag(0.0, 1.0, "a\x01b\x1b", 0.5),)), "x")
+    root = ElementTree.fromstring(text.encode("utf-8"))  # raises on characters XML forbids
+    assert root.find(".//ANNOTATION_VALUE") is not None
+
+
+def test_midi_bridges_gaps_past_four_byte_delta_times() -> None:
+    """A note 80 hours in: no delta time may pass 0x0FFFFFFF ticks (4 bytes), so the gap is
+    bridged by empty markers and the note keeps its time."""
+    late = (Tag(288_000.0, 288_001.0, "A4", 0.9, midi=69),)
+    data = FORMATS["midi"].encode(_result(late, "notes"), "x")
+    track = mido.MidiFile(file=io.BytesIO(data)).tracks[0]
+    assert max(message.time for message in track) <= 0x0FFFFFFF
+    [note] = FORMATS["midi"].parse(data)
+    assert (note.start, note.end, note.label) == (288_000.0, 288_001.0, "A4")
+
+
+def test_overlapping_tags_of_one_label_fill_the_first_free_tier() -> None:
+    """Ten thousand overlapping tags of one label: each in the first tier free at its start,
+    no overlap inside a tier (it tried every tier for every tag: quadratic)."""
+    tags = tuple(Tag(i * 0.01, i * 0.01 + 1.0, "x", 0.5) for i in range(10_000))
+    tiers = _tiers(tags)
+    assert len(tiers) == 101
+    for tier in tiers.values():
+        assert all(a.end <= b.start for a, b in itertools.pairwise(tier))
+    assert [t.start for t in tiers["x"][:3]] == [0.0, 1.0, 2.0]

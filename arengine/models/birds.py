@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from arengine.audio.segments import Segment, SegmentPlan
+from arengine.errors import ErrorCode, InvalidInput
 from arengine.models.recognizer import Overrides
 from arengine.models.tflite import Graph, read_graph
 from arengine.postprocess.birds import BirdsParams, BirdsTagger
@@ -393,11 +394,8 @@ class BirdsRecognizer:
         self._model = Birdnet.load(analyzer, cache)
         self._location = BirdnetLocation.load(location)
         self._params = params or BirdsParams()
-        self._index = {name: i for i, pair in enumerate(self.pairs) for name in pair}
-        unknown = sorted(set(self._params.species) | set(self._params.thresholds))
-        unknown = [name for name in unknown if name not in self._index]
-        if unknown:
-            raise ValueError(f"unknown species (not in BirdNET's labels): {', '.join(unknown)}")
+        self._index = {name.lower(): i for i, pair in enumerate(self.pairs) for name in pair}
+        self._indices(self._params)  # a manifest's unknown name stops the model loading
 
     def features(self, segment: Segment) -> Tensor:
         frames = (len(segment.samples) - WINDOW) // self.hop + 1
@@ -417,12 +415,26 @@ class BirdsRecognizer:
     ) -> list[np.ndarray]:
         return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
+    def _indices(self, params: BirdsParams) -> dict[str, int]:
+        """Each name of the species list and thresholds to its class; `InvalidInput` for one
+        that is neither a scientific nor a common name of BirdNET's labels (any case)."""
+        names = (*params.species, *params.thresholds)
+        unknown = sorted({name for name in names if name.lower() not in self._index})
+        if unknown:
+            raise InvalidInput(
+                f"unknown species {', '.join(map(repr, unknown))}: give BirdNET's scientific or "
+                "common names (GET /v1/models lists the common ones)",
+                code=ErrorCode.INVALID_PARAMETER,
+            )
+        return {name: self._index[name.lower()] for name in names}
+
     def tagger(self, overrides: Overrides) -> BirdsTagger:
         params = self._params.with_overrides(overrides)
+        index = self._indices(params)
         allowed = np.ones(len(self.pairs), dtype=bool)
         if params.species:
             allowed[:] = False
-            allowed[[self._index[name] for name in params.species]] = True
+            allowed[[index[name] for name in params.species]] = True
         if params.lat is not None and params.lon is not None:
             local = np.zeros(len(self.pairs), dtype=bool)
             local[self._location.species(params.lat, params.lon, params.week, params.sf_thresh)] = (
@@ -431,7 +443,7 @@ class BirdsRecognizer:
             allowed &= local
         thresholds = np.full(len(self.pairs), params.min_conf)
         for name, value in params.thresholds.items():
-            thresholds[self._index[name]] = value
+            thresholds[index[name]] = value
         return BirdsTagger(self.pairs, params, allowed, thresholds, SAMPLE_RATE, self.hop, WINDOW)
 
     def defaults(self) -> dict[str, float]:

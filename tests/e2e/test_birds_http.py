@@ -17,7 +17,7 @@ def server(serve: ServerFactory) -> Server:
     return serve("--models", "birds")
 
 
-def _recognize(server: Server, **params: float) -> list[dict[str, object]]:
+def _recognize(server: Server, **params: float | str) -> list[dict[str, object]]:
     with RECORDING.open("rb") as body:
         response = httpx.post(
             server.url + "/v1/recognize",
@@ -44,6 +44,10 @@ def test_birdsong_gives_species_tags_with_scientific_names(server: Server) -> No
     there = _recognize(server, min_conf=0.25, lat=-70.0, lon=0.0, week=26)
     assert here and all(tag in tags for tag in here)
     assert len(there) < len(here)
+    # A custom species list in the query, by common name.
+    first = str(tags[0]["label"])
+    only = _recognize(server, min_conf=0.25, species=f"{first};Northern Cardinal")
+    assert only and {tag["label"] for tag in only} <= {first, "Northern Cardinal"}
 
 
 def test_parameters_are_checked(server: Server) -> None:

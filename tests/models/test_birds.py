@@ -19,6 +19,7 @@ import torch
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from arengine.audio.segments import Segmenter
+from arengine.errors import InvalidInput
 from arengine.models.birds import (
     CONVERSION,
     WINDOW,
@@ -195,7 +196,7 @@ def _recognizer(cache: Path, overlap_s: float = 0.0, segment_s: float = 6.0) -> 
 def _recognize(
     recognizer: BirdsRecognizer,
     audio: np.ndarray,
-    overrides: dict[str, float],
+    overrides: dict[str, float | str],
     block: int = 48000,
 ) -> list[Tag]:
     """What the engine does: segments, features, inference, then the tagger in order."""
@@ -298,3 +299,27 @@ def test_overlapping_windows_and_any_block_size_give_the_same_tags(
         logits = recognizer._model(windows).numpy()
     sure = 1 / (1 + np.exp(-np.clip(logits, -15, 15))) >= 0.25
     assert len(tags) == int(sure.sum())
+
+
+def test_a_query_names_species_and_their_thresholds_in_any_case(
+    audio: np.ndarray, cache: Path
+) -> None:
+    recognizer = _recognizer(cache)
+    everything = _recognize(recognizer, audio, {"min_conf": 0.25})
+    (scientific, common), (other, _) = sorted(
+        {(t.scientific_name or "", t.label) for t in everything}
+    )[:2]
+    chosen = _recognize(
+        recognizer,
+        audio,
+        {
+            "min_conf": 0.25,
+            "species": f"{scientific.upper()}; {common}; {other}",
+            "thresholds": f"{other}:0.99",
+        },
+    )
+    assert {t.label for t in chosen} == {common}
+    with pytest.raises(InvalidInput, match="unknown species 'Dodo'"):
+        recognizer.tagger({"species": "Dodo;Turdus migratorius"})
+    with pytest.raises(InvalidInput, match="thresholds takes label:value items"):
+        recognizer.tagger({"thresholds": "Turdus migratorius"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import httpx
@@ -67,3 +68,27 @@ def test_the_card_says_non_commercial(server: Server) -> None:
     assert birds["kind"] == "birds" and len(birds["labels"]) == 6522
     assert "CC BY-NC-SA 4.0" in birds["licence"] and "non-commercial" in birds["licence"]
     assert birds["parameters"]["min_conf"] == 0.1
+
+
+def test_the_recording_time_comes_from_the_file_or_its_name(server: Server, tmp_path: Path) -> None:
+    """GUANO after the audio (as bat and bird recorders write it), then a plain file's name."""
+    wav = RECORDING.read_bytes()
+    guano = b"GUANO|Version: 1.0\nTimestamp: 2025-05-01T05:30:00-04:00\n"
+    chunk = b"guan" + struct.pack("<I", len(guano)) + guano
+    body = wav[8:] + chunk
+    tagged = tmp_path / "upload.wav"
+    tagged.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+    for path, name, expected in (
+        (tagged, "upload.wav", "2025-05-01T05:30:00-04:00"),
+        (RECORDING, "PA01_20250501_053000.wav", "2025-05-01T05:30:00"),
+        (RECORDING, "birds.wav", None),
+    ):
+        with path.open("rb") as file:
+            response = httpx.post(
+                server.url + "/v1/recognize",
+                params={"model": "birds"},
+                files={"file": (name, file, "audio/wav")},
+                timeout=120,
+            )
+        assert response.status_code == 200, response.text
+        assert response.json()["audio"].get("recorded_at") == expected, name

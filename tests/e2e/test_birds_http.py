@@ -92,3 +92,31 @@ def test_the_recording_time_comes_from_the_file_or_its_name(server: Server, tmp_
             )
         assert response.status_code == 200, response.text
         assert response.json()["audio"].get("recorded_at") == expected, name
+
+
+def test_the_cli_takes_the_location_and_writes_birdnets_csv(tmp_path: Path) -> None:
+    """`arengine recognize ... --model birds --lat --lon --week --format birdnet`, in process."""
+    from arengine.cli.commands import main
+
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as done:
+        main(
+            [
+                "recognize", str(RECORDING), "--model", "birds", "--format", "birdnet",
+                "--out", str(out), "--min-conf", "0.25", "--lat", "40.4", "--lon", "-80.0",
+                "--week", "19", "--species", "Dodo",
+            ]
+        )  # fmt: skip
+    assert done.value.code == 2  # refused before any file: the species list names no bird
+    with pytest.raises(SystemExit) as done:
+        main(
+            [
+                "recognize", str(RECORDING), "--model", "birds", "--format", "birdnet",
+                "--out", str(out), "--min-conf", "0.25", "--lat", "40.4", "--lon", "-80.0",
+                "--week", "19",
+            ]
+        )  # fmt: skip
+    assert done.value.code == 0
+    rows = (out / "birds_10s.BirdNET.results.csv").read_text().splitlines()
+    assert rows[0] == "Start (s),End (s),Scientific name,Common name,Confidence,File"
+    assert len(rows) >= 2 and all(row.endswith(",birds_10s") for row in rows[1:])

@@ -27,6 +27,7 @@ RESULT = Result(
         stream=2,
         truncated=True,
         warnings=("3 damaged packets skipped", "the header's length was wrong"),
+        recorded_at="2025-05-01T05:30:00-04:00",
     ),
     tags=(
         Tag(0.25, 1.5, "speech", 0.875, model="speech", label_id="/m/09x0r"),

@@ -169,4 +169,4 @@ def _nothing_loaded(folder: Path, failures: Sequence[object]) -> str:
         )
     if not failures:
         return f"no models: {folder} has no model folder with a manifest.toml"
-    return f"no model could be loaded from {folder}: see GET /v1/models for each one's reason"
+    return f"no model could be loaded from {folder}: each one's reason is in GET /v1/models"

@@ -139,6 +139,11 @@ class AudioOut(BaseModel):
         description="What decoding found and how it was handled (damaged packets skipped, a "
         "header's length that was wrong)."
     )
+    recorded_at: str | None = Field(
+        None,
+        description="When the first sample was recorded, ISO 8601, as the file says: a BWF "
+        "bext chunk, GUANO, AudioMoth's comment or a YYYYMMDD_HHMMSS file name (absent if none).",
+    )
 
 
 class TagOut(BaseModel):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from arengine import __version__
 from arengine.outputs.formats import FORMAT_NAMES, FORMATS, get_format, known_formats
 from arengine.settings import Settings
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         "\n  arengine models\nRun `arengine COMMAND --help` for a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"arengine {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",

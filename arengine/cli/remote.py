@@ -73,6 +73,11 @@ def recognize_remote(
     progress = make_progress(len(todo), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
+    stream.write(
+        f"sending {len(todo)} files to {remote.url}, {jobs} at a time; each is retried up to "
+        f"{retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
+        "times\n"
+    )
     try:
         with (
             Client(remote.url, remote.api_key, retry=retry) as client,

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,7 @@ from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
+from arengine.models.kinds import KINDS
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
@@ -99,6 +101,7 @@ class Job:
         self._info: AudioInfo | None = None
         self._sources: SegmentSources | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
+        self._shares = shares
         self._runs = [
             ModelRun(index, recognizer, recognizer.tagger(own))
             for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
@@ -224,6 +227,7 @@ class Job:
         started = time.perf_counter()
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
+        self._recording_time_defaults(recorded_at(spec.path, spec.name))
         models = [ModelInput(run.recognizer.plan, run.recognizer.sample_rate) for run in self._runs]
         reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
         sources = segment_sources(spec.path, info, models, reading)
@@ -353,6 +357,17 @@ class Job:
                 run.done = True
                 return run, None
         return None
+
+    def _recording_time_defaults(self, when: datetime | None) -> None:
+        """Taggers again with the defaults that follow from the recording's time (birds: its
+        week), before any segment reaches them; a request's own values win."""
+        if when is None:
+            return
+        for run, own in zip(self._runs, self._shares, strict=True):
+            implied = KINDS[run.recognizer.kind].from_recording_time(when)
+            fresh = {name: value for name, value in implied.items() if name not in own}
+            if fresh:
+                run.tagger = run.recognizer.tagger({**own, **fresh})
 
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can

@@ -120,3 +120,24 @@ def test_the_cli_takes_the_location_and_writes_birdnets_csv(tmp_path: Path) -> N
     rows = (out / "birds_10s.BirdNET.results.csv").read_text().splitlines()
     assert rows[0] == "Start (s),End (s),Scientific name,Common name,Confidence,File"
     assert len(rows) >= 2 and all(row.endswith(",birds_10s") for row in rows[1:])
+
+
+def test_the_week_follows_the_recording_time_unless_the_query_gives_one(server: Server) -> None:
+    """Warblers in Pennsylvania: expected in May, not in January (BirdNET's location model)."""
+
+    def tags(name: str, **params: float) -> list[tuple[float, str]]:
+        with RECORDING.open("rb") as file:
+            response = httpx.post(
+                server.url + "/v1/recognize",
+                params={"model": "birds", "min_conf": 0.25, "lat": 40.4, "lon": -80.0, **params},
+                files={"file": (name, file, "audio/wav")},
+                timeout=120,
+            )
+        assert response.status_code == 200, response.text
+        return [(tag["start"], tag["label"]) for tag in response.json()["tags"]]
+
+    may = tags("PA01_20250510_053000.wav")
+    january = tags("PA01_20250115_053000.wav")
+    assert may == tags("birds.wav", week=18)  # 10 May is BirdNET's week 18
+    assert len(january) < len(may)
+    assert tags("PA01_20250115_053000.wav", week=18) == may  # the query's week wins

@@ -80,7 +80,7 @@ class JobOut(BaseModel):
             state=record.state,
             model=record.model,
             parameters=dict(record.overrides),
-            progress=ProgressOut(audio_s=round(record.done_s, 3), duration_s=record.duration_s),
+            progress=ProgressOut(audio_s=record.done_s, duration_s=record.duration_s),
             error=None if record.error is None else JobErrorOut(**_error_fields(record)),
             created=_iso(record.created),
             finished=None if record.finished is None else _iso(record.finished),
@@ -95,7 +95,6 @@ class JobsResponse(BaseModel):
     "/v1/jobs",
     status_code=202,
     response_model=JobOut,
-    response_model_exclude_none=True,
     responses=error_responses(),
     openapi_extra=_AUDIO_BODY,
 )
@@ -143,7 +142,7 @@ async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]
         target.unlink(missing_ok=True)
         raise _too_many(settings)
     runner.notify()
-    body = JobOut.of(record).model_dump(mode="json", exclude_none=True)
+    body = JobOut.of(record).model_dump(mode="json")
     return JSONResponse(body, 202, headers={"Location": f"/v1/jobs/{record.id}"})
 
 
@@ -158,7 +157,6 @@ async def list_jobs(request: Request) -> JobsResponse:
 @router.get(
     "/v1/jobs/{job_id}",
     response_model=JobOut,
-    response_model_exclude_none=True,
     responses=error_responses(401, 404),
 )
 async def get_job(request: Request, job_id: str) -> JobOut:

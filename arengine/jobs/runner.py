@@ -115,7 +115,8 @@ class JobRunner:
             return
         path = self.store.result_path(record.id)
         write_durably(path, json.dumps(result_dict(result)).encode())
-        if self.store.finish(record.id, result=path.name):
+        duration = result.audio.duration_s
+        if self.store.finish(record.id, result=path.name, duration_s=duration):
             log.info("job %s: done, %d tags", record.id, len(result.tags))
         else:  # removed while it ran
             path.unlink(missing_ok=True)

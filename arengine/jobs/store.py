@@ -206,25 +206,31 @@ class JobStore:
             )
 
     def finish(
-        self, job_id: str, *, error: JobError | None = None, result: str | None = None
+        self,
+        job_id: str,
+        *,
+        error: JobError | None = None,
+        result: str | None = None,
+        duration_s: float | None = None,
     ) -> bool:
-        """Mark a running job done (with its result file's name) or failed (with `error`);
-        False if it is no longer running (cancelled and removed meanwhile)."""
+        """Mark a running job done (with its result file's name and the recording's duration)
+        or failed (with `error`); False if it is no longer running (removed meanwhile)."""
         if (error is None) == (result is None):
             raise ValueError("a job finishes with either a result or an error")
         state = JobState.DONE if error is None else JobState.FAILED
         with self._lock, self._db:
             cursor = self._db.execute(
                 "UPDATE jobs SET state = ?, error_code = ?, error_message = ?, finished = ?, "
-                "result = ?, done_s = CASE WHEN ? THEN COALESCE(duration_s, done_s) ELSE done_s "
-                "END WHERE id = ? AND state = ?",
+                "result = ?, duration_s = COALESCE(?, duration_s), done_s = COALESCE(?, done_s) "
+                "WHERE id = ? AND state = ?",
                 (
                     state.value,
                     None if error is None else error.code,
                     None if error is None else error.message,
                     time.time(),
                     result,
-                    state is JobState.DONE,
+                    duration_s,
+                    duration_s,
                     job_id,
                     JobState.RUNNING.value,
                 ),

@@ -16,6 +16,7 @@ from arengine.settings import (
     MAX_MULTIPART_PARTS,
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
+    MAX_RESULT_TAGS,
     MAX_STREAMS,
     size_text,
 )
@@ -46,6 +47,16 @@ class ErrorCode(StrEnum):
         "ambiguous_length",
         400,
         "both `Content-Length` and `Transfer-Encoding` (a request-smuggling ambiguity); the connection is closed",
+    )
+    FORBIDDEN_HOST = (
+        "forbidden_host",
+        400,
+        "the `Host` header names no host in `allowed_hosts` (a DNS-rebinding page, or a setting to widen)",
+    )
+    FORBIDDEN_ORIGIN = (
+        "forbidden_origin",
+        403,
+        "a `POST` from a web page of another origin than the server's or `cors_origins`",
     )
     UNAUTHORIZED = (
         "unauthorized",
@@ -88,7 +99,8 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = (
         "result_too_large",
         413,
-        f"the result sent to `POST /v1/render` passed {size_text(MAX_RESULT_BYTES)}",
+        f"the result sent to `POST /v1/render` passed {size_text(MAX_RESULT_BYTES)} or "
+        f"{MAX_RESULT_TAGS:,} tags",
     )
     AUDIO_TOO_LONG = (
         "audio_too_long",
@@ -133,7 +145,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",
         415,
-        "the body is neither multipart nor an audio content type",
+        "the body is neither multipart nor an audio content type (`POST /v1/render`: not JSON)",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
@@ -283,6 +295,12 @@ class NotReady(ArengineError):
     """The server is starting (models not loaded) or stopping."""
 
     default_code = ErrorCode.NOT_READY
+
+
+class Forbidden(ArengineError):
+    """A request a browser was made to send: a foreign Host or Origin."""
+
+    default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
 class Unauthorized(ArengineError):

@@ -186,6 +186,10 @@ class Settings(BaseSettings):
     cors_origins: str | None = Field(
         None, description="Comma-separated origins allowed by CORS; CORS is off when unset."
     )
+    allowed_hosts: str | None = Field(
+        None,
+        description="Comma-separated Host header names accepted (any port; * for any), against DNS rebinding; default: localhost, 127.0.0.1 and ::1 when bound to loopback, else any.",
+    )
     jemalloc: bool = Field(
         True,
         description="Re-execute `serve` with the system jemalloc preloaded when it is installed.",
@@ -240,6 +244,9 @@ MAX_FIELD_BYTES = 64 << 10
 
 MAX_RESULT_BYTES = 32 << 20
 """The largest result `POST /v1/render` takes: a 2-hour notes transcription is a few MB."""
+MAX_RESULT_TAGS = 200_000
+"""The most tags a result `POST /v1/render` takes: the slowest writers (EAF, TextGrid) take ~15 s
+for them."""
 
 MAX_STREAMS = 64
 """Streams a container may have: a phone or video recording has a few; hundreds is an attack on

@@ -4,9 +4,9 @@ The HTTP layer spools the body to a file and counts the bytes in an `Arrival`. F
 whose length is declared, the job starts as soon as the header is on disk (`wav_layout`). The
 job offers a decoding task only once its segment's bytes are there (`Arrival.ready`), so an
 engine thread does not sit waiting on a slow client, and libsndfile reads the file as it stands
-(`wav.blocks` reopens it when it has read all that was there). Upload and
-recognition overlap instead of adding up. Every other upload is recognised once its body is
-complete.
+(`wav.blocks` reopens it when it has read all that was there), under the same header policy as a
+complete file (`wav.py`). Upload and recognition overlap instead of adding up. Every other upload
+is recognised once its body is complete.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class Arrival:
     def __init__(self) -> None:
         self.path: Path | None = None
         self.layout: WavLayout | None = None
+        self.name: str | None = None
+        """The upload's file name, once its multipart headers are read (for a recording time)."""
         self._written = 0
         self._ended = False
         self._error: ArengineError | None = None

@@ -144,7 +144,8 @@ def blocks(
     With `arrival`, the file is still being uploaded: it is reopened (at the frame reached)
     whenever all that was on disk has been read, since libsndfile counts a WAV's frames from the
     file's size when it opens it. Reading through a Python file object instead would take the
-    GIL for every 8 KiB libsndfile reads.
+    GIL for every 8 KiB libsndfile reads; only a header that understates its data is read
+    through one (`_Restated`).
     """
     done, limit, restated = 0, where.frames, where.restate
     while True:
@@ -157,10 +158,13 @@ def blocks(
                 if audio.frames <= done:  # the file ends before `limit`: cut short
                     return
                 audio.seek(done)
+                opened_at = done
                 while done < limit and (block := read(audio, block_frames)) is not None:
                     block = block[: limit - done]
                     done += len(block)
                     yield block
+                if done == opened_at:  # libsndfile counts frames it cannot read
+                    return
         if restated or where.stated_end >= where.end:
             return
         if arrival is not None:

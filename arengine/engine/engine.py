@@ -125,12 +125,14 @@ class Engine:
         on_tags: TagListener | None = None,
         stream: int | None = None,
         arrival: Arrival | None = None,
+        name: str | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
         `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
-        an audio stream of a file that has several; `arrival`: a WAV still being uploaded.
+        an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
+        `name`: the file's name as the user gave it (for its recording time).
         """
         spec = JobSpec(
             request_id=request_id,
@@ -143,6 +145,7 @@ class Engine:
             on_tags=on_tags,
             stream=stream,
             arrival=arrival,
+            name=name,
         )
         return self.pool.submit(spec)
 

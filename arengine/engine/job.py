@@ -28,6 +28,7 @@ import numpy as np
 
 from arengine.audio.arrival import Arrival, abandoned
 from arengine.audio.lanes import Lane, LaneDecoding
+from arengine.audio.recorded import recorded_at
 from arengine.audio.segments import Segment
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
@@ -66,6 +67,8 @@ class JobSpec:
     """Decode a long seekable file from several offsets at once (`arengine/audio/lanes.py`)."""
     arrival: Arrival | None = None
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
+    name: str | None = None
+    """The file's name as the user gave it (an upload's), read for a recording time."""
 
     @property
     def model(self) -> str:
@@ -356,6 +359,11 @@ class Job:
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
         assert self._sources is not None  # set by validation, which always runs first
         info = self._sources.info()  # the decoded length, not the header's claim
+        # Read at the end: recorders write GUANO after the audio, which a WAV read while it
+        # uploads has only now (unless its last bytes are still on their way).
+        when = recorded_at(self.spec.path, self.spec.name)
+        if when is not None:
+            info = dataclasses.replace(info, recorded_at=when.isoformat())
         with self._lock:
             if self.finished:
                 return

@@ -22,6 +22,7 @@ from arengine.http import jobs, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
+from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopback
 from arengine.http.upload_dir import UploadDir
 from arengine.jobs.runner import JobRunner
 from arengine.jobs.store import JobStore
@@ -69,6 +70,8 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         lifespan=lifespan,
         description="Timestamped tags from audio files of any length.",
+        docs_url=None,  # served by `web` from the package: no CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -88,6 +91,12 @@ def create_app(settings: Settings) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
+    app.add_middleware(
+        SecurityMiddleware,
+        hosts=_allowed_hosts(settings),
+        origins=(settings.cors_origins or "").split(",") if settings.cors_origins else (),
+        csp={"/docs": web.DOCS_CSP},
+    )
     app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
@@ -101,6 +110,13 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
     runner = JobRunner(JobStore.open(settings.data_dir), engine, settings.max_running_jobs)
     runner.start()
     return runner
+
+
+def _allowed_hosts(settings: Settings) -> list[str]:
+    """`allowed_hosts`, or by default the loopback names on loopback and any name elsewhere."""
+    if settings.allowed_hosts:
+        return settings.allowed_hosts.split(",")
+    return list(LOOPBACK_HOSTS) if is_loopback(settings.host) else ["*"]
 
 
 def _watch(metrics: Metrics, engine: Engine) -> None:

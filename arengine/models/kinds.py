@@ -229,14 +229,12 @@ def _events(manifest: Manifest, segment_s: float) -> Recognizer:
 def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
     model = manifest.model
     package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
-    post = dict(manifest.postprocess)
-    thresholds = post.pop("thresholds", {})
-    species = post.pop("species", [])
-    if not isinstance(thresholds, dict) or not isinstance(species, list):
+    post = manifest.postprocess
+    if not isinstance(post.get("thresholds", {}), dict) or not isinstance(
+        post.get("species", []), list
+    ):
         raise ManifestError(manifest.path, "thresholds must be a table and species a list")
-    params = dataclasses.replace(
-        BirdsParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
-    )
+    params = BirdsParams().with_overrides(post)
     return BirdsRecognizer(
         manifest.weights,
         package / str(model["location"]),

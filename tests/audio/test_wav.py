@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from arengine.audio import wav
 from arengine.audio.arrival import Arrival
 from arengine.audio.decode import decode
 from arengine.audio.validation import AudioLimits, probe
@@ -110,3 +111,23 @@ def test_a_data_size_of_0_with_nothing_after_it_is_empty(tmp_path: Path) -> None
     with pytest.raises(InvalidInput) as caught:
         _decoded(path)
     assert caught.value.code == "empty_audio"
+
+
+def test_an_rf64_length_is_read_from_its_ds64_chunk(read: Read, tmp_path: Path) -> None:
+    path = tmp_path / "a.rf64"
+    t = np.arange(int(SECONDS * RATE)) / RATE
+    sf.write(path, 0.3 * np.sin(2 * np.pi * 440 * t), RATE, "PCM_16", format="RF64")
+    where = wav.layout(path, path.stat().st_size)
+    assert where is not None and where.frames == int(SECONDS * RATE)
+    samples, info = read(path)
+    assert len(samples) == int(SECONDS * RATE)
+    assert (info.format, info.duration_s, info.truncated, info.warnings) == (
+        "RF64",
+        SECONDS,
+        False,
+        (),
+    )
+    cut = tmp_path / "cut.rf64"
+    cut.write_bytes(path.read_bytes()[: where.byte_after(RATE)])  # 1 s of the 6 it states
+    _, info = read(cut)  # before: not reported truncated (the check read the 32-bit size only)
+    assert (info.duration_s, info.truncated) == (1.0, True)

@@ -43,7 +43,7 @@ def test_a_job_survives_a_kill_9_and_ends_with_the_tags_of_a_direct_recognition(
 
             def under_way() -> bool:
                 seen.update(client.get(f"/v1/jobs/{job_id}").json())
-                return seen["state"] == "running" and seen["progress"]["audio_s"] > 0
+                return bool(seen["state"] == "running" and seen["progress"]["audio_s"] > 0)
 
             assert wait_until(under_way, 120), seen
         first.process.send_signal(signal.SIGKILL)

@@ -50,6 +50,17 @@ def test_a_request_counts_its_status_duration_and_audio(metrics: Metrics) -> Non
     assert value(bucket, {"model": "speech", "le": "14400.0"}) == 2
 
 
+def test_a_request_for_several_models_counts_once_per_model(metrics: Metrics) -> None:
+    """Each combination was its own series (`model="speech,notes,music"`): unbounded labels."""
+    metrics.observe_request("speech,notes", 200, seconds=2.0, audio_s=60.0)
+    metrics.observe_request("speech", 200, seconds=1.0, audio_s=30.0)
+    value = metrics.registry.get_sample_value
+    assert value("arengine_requests_total", {"model": "speech", "status": "200"}) == 2
+    assert value("arengine_requests_total", {"model": "notes", "status": "200"}) == 1
+    assert value("arengine_audio_seconds_total", {"model": "notes"}) == 60.0
+    assert value("arengine_requests_total", {"model": "speech,notes", "status": "200"}) is None
+
+
 def test_stages_and_queue_waits_are_observed_per_task(metrics: Metrics) -> None:
     for seconds in (0.01, 0.02, 0.03):
         metrics.observe_stage("speech", Stage.INFERENCE, seconds)

@@ -95,26 +95,44 @@ class JobRunner:
                 while record is None:
                     if self._closing:
                         return
-                    if self._engine.ready:
-                        record = self.store.claim_next()
+                    record = self._claim()
                     if record is None:
                         self._condition.wait(_IDLE_POLL_S)
-            self._run(record)
+            try:
+                self._run(record)
+            except Exception:  # the store failed: the row stays running, run again at restart
+                log.exception("job %s: the job store failed", record.id)
+
+    def _claim(self) -> JobRecord | None:
+        """The next queued job once the models are loaded; a store fault is logged and retried
+        rather than ending the thread."""
+        if not self._engine.ready:
+            return None
+        try:
+            return self.store.claim_next()
+        except Exception:
+            log.exception("the job store failed; retrying")
+            return None
 
     def _run(self, record: JobRecord) -> None:
         log.info("job %s: running %s", record.id, record.model)
         try:
             result = self._recognize(record)
+            path = self.store.result_path(record.id)
+            write_durably(path, json.dumps(result_dict(result)).encode())
         except ArengineError as error:
             self._failed(record, JobError(error.code.value, error.message))
+            return
+        except OSError as error:
+            log.error("job %s: its result could not be stored: %s", record.id, error)
+            message = f"the result could not be stored ({error.strerror or error})"
+            self._failed(record, JobError(ErrorCode.INSUFFICIENT_STORAGE.value, message))
             return
         except Exception:
             log.exception("job %s: unexpected error", record.id)
             message = f"an unexpected error; the server log has it under job {record.id}"
             self._failed(record, JobError(ErrorCode.INTERNAL_ERROR.value, message))
             return
-        path = self.store.result_path(record.id)
-        write_durably(path, json.dumps(result_dict(result)).encode())
         duration = result.audio.duration_s
         if self.store.finish(record.id, result=path.name, duration_s=duration):
             log.info("job %s: done, %d tags", record.id, len(result.tags))

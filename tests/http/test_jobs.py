@@ -131,6 +131,26 @@ def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_di
     assert job_id not in [job["id"] for job in jobs.get("/v1/jobs").json()["jobs"]]
 
 
+def test_deleting_a_running_job_stops_its_engine_work(
+    jobs: InProcessClient, data_dir: Path, recording: RecordingFactory
+) -> None:
+    pieces = [p for _ in range(60) for p in [("silence", 24.0), ("speech", 0)]]
+    body = recording("long.flac", rate=8000, pieces=pieces).path.read_bytes()
+    job_id = _submit(jobs, body)
+
+    def under_way() -> bool:
+        job = jobs.get(f"/v1/jobs/{job_id}").json()
+        return bool(job["state"] != "queued" and job["progress"]["audio_s"] > 0)
+
+    assert wait_until(under_way, 60)
+    assert jobs.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
+    engine = jobs.app.state.engine
+    assert wait_until(lambda: engine.pool.active_jobs == 0)
+    _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+    assert not list((data_dir / "uploads").glob(f"{job_id}*"))
+    assert not list((data_dir / "results").glob(f"{job_id}*"))
+
+
 def test_what_is_refused_is_refused_before_a_job_is_stored(
     jobs: InProcessClient, data_dir: Path
 ) -> None:

@@ -69,6 +69,16 @@ class ErrorCode(StrEnum):
         "the model is not loaded; the message lists the loaded ones",
     )
     NOT_FOUND = "not_found", 404, "no such endpoint"
+    JOB_NOT_FOUND = (
+        "job_not_found",
+        404,
+        "no such job, or one another API key created",
+    )
+    JOBS_DISABLED = (
+        "jobs_disabled",
+        404,
+        "jobs are off: the server has no `data_dir`",
+    )
     METHOD_NOT_ALLOWED = "method_not_allowed", 405, "the endpoint does not take this method"
     BODY_TIMEOUT = "body_timeout", 408, "the client stopped sending its body for `body_timeout_s`"
     UPLOAD_TOO_SLOW = (
@@ -111,6 +121,11 @@ class ErrorCode(StrEnum):
         "field_too_large",
         413,
         f"a form field other than `file` passed {size_text(MAX_FIELD_BYTES)}",
+    )
+    JOB_NOT_DONE = (
+        "job_not_done",
+        409,
+        "the job's result is asked for while it is queued, running or failed (the message says which)",
     )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
@@ -202,6 +217,11 @@ class ErrorCode(StrEnum):
         "overloaded",
         503,
         "`max_uploading_requests` or `max_pending_requests` reached (with `Retry-After`)",
+    )
+    TOO_MANY_JOBS = (
+        "too_many_jobs",
+        503,
+        "`max_queued_jobs` jobs are queued or running (with `Retry-After`)",
     )
     TOO_MANY_CONNECTIONS = (
         "too_many_connections",

@@ -159,6 +159,22 @@ class Settings(BaseSettings):
         le=3600,
         description="On SIGTERM, seconds in-flight requests get to finish before the process exits.",
     )
+    data_dir: Path | None = Field(
+        None,
+        description="Directory of the job store (jobs.sqlite3, uploads/, results/): jobs survive restarts there. Unset turns POST /v1/jobs and the other job endpoints off.",
+    )
+    max_running_jobs: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Jobs run on the engine at once; the rest wait queued. Keep it below engine_threads' worth of work so interactive requests keep their share.",
+    )
+    max_queued_jobs: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Jobs queued or running at once; beyond it POST /v1/jobs answers 503 with Retry-After.",
+    )
     api_keys: str | None = Field(
         None,
         description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>. Unset turns authentication off; set but empty, or with an empty entry, refuses to start.",

@@ -259,7 +259,8 @@ class Client:
         **overrides: float | str,
     ) -> bytes:
         """The recording's tags as the bytes of a file in `format`: json, csv, txt, raven, rttm,
-        vtt, srt, textgrid, eaf, jams or midi (or an alias, see `GET /v1/formats`).
+        vtt, srt, textgrid, eaf, jams, midi, birdnet or kaleidoscope (or an alias, see
+        `GET /v1/formats`).
 
         Bytes, as the server sent them, so that a binary format (midi) is not corrupted; a text
         format is UTF-8 (`.decode()` for a `str`).
@@ -391,8 +392,8 @@ class AsyncClient:
         timeout_s: float | None = None,
         **overrides: float | str,
     ) -> bytes:
-        """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams or
-        midi, as bytes."""
+        """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams,
+        midi, birdnet or kaleidoscope, as bytes."""
         params = _params(model, format, timeout_s, overrides)
         return (await self._send("POST", "/v1/recognize", audio, params)).content
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
@@ -37,6 +38,8 @@ Audio = str | Path | IO[bytes]
 
 RETRY_STATUSES = frozenset({502, 503})
 """502: the balancer lost its replica mid-request; 503: the server asks to come back later."""
+
+log = logging.getLogger(__name__)
 
 
 Recognition = Result
@@ -125,6 +128,15 @@ class RetryPolicy:
     """Cap on one wait, whatever `Retry-After` says."""
     backoff_s: float = 0.5
     """First wait when the answer names none (a refused connection, a 502); doubles each time."""
+    refused_retries: int = 2
+    """A refused connection is retried at most this often: nothing listens there (a mistyped
+    port, a server that is down), and waiting out every retry took a batch 12 minutes to say so."""
+
+    def gives_up(self, attempt: int, error: Exception) -> bool:
+        """Whether the attempt numbered `attempt` (from 0) failing with `error` is the last."""
+        if attempt >= self.retries:
+            return True
+        return isinstance(error, httpx.ConnectError) and attempt >= self.refused_retries
 
     def wait_s(self, attempt: int, response: httpx.Response | None) -> float:
         stated = None if response is None else response.headers.get("retry-after")
@@ -133,6 +145,25 @@ class RetryPolicy:
         except ValueError:  # an HTTP date: not sent by arengine; fall back to backoff
             seconds = self.backoff_s * 2**attempt
         return min(max(seconds, 0.0), self.max_wait_s)
+
+
+def _retrying(
+    request: httpx.Request,
+    attempt: int,
+    retry: RetryPolicy,
+    error: Exception | None,
+    response: httpx.Response | None,
+) -> float:
+    """Log what is retried and why, at once; the seconds to wait first."""
+    wait = retry.wait_s(attempt, response)
+    why = f"HTTP {response.status_code}" if response is not None else f"{type(error).__name__}"
+    if error is not None and str(error):
+        why += f": {error}"
+    log.warning(
+        "%s %s: %s; retry %d of at most %d in %.1f s",
+        request.method, request.url.copy_with(query=None), why, attempt + 1, retry.retries, wait,
+    )  # fmt: skip
+    return wait
 
 
 def _params(
@@ -228,7 +259,8 @@ class Client:
         **overrides: float | str,
     ) -> bytes:
         """The recording's tags as the bytes of a file in `format`: json, csv, txt, raven, rttm,
-        vtt, srt, textgrid, eaf, jams or midi (or an alias, see `GET /v1/formats`).
+        vtt, srt, textgrid, eaf, jams, midi, birdnet or kaleidoscope (or an alias, see
+        `GET /v1/formats`).
 
         Bytes, as the server sent them, so that a binary format (midi) is not corrupted; a text
         format is UTF-8 (`.decode()` for a `str`).
@@ -275,14 +307,14 @@ class Client:
                 request = self._http.build_request(method, path, params=params, files=files_field)
                 try:
                     response = self._http.send(request, stream=stack is not None)
-                except _RETRY_ERRORS:
-                    if attempt == self.retry.retries:
+                except _RETRY_ERRORS as error:
+                    if self.retry.gives_up(attempt, error):
                         raise
-                    time.sleep(self.retry.wait_s(attempt, None))
+                    time.sleep(_retrying(request, attempt, self.retry, error, None))
                     continue
             if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
                 response.close()
-                time.sleep(self.retry.wait_s(attempt, response))
+                time.sleep(_retrying(request, attempt, self.retry, None, response))
                 continue
             if response.is_error:
                 body = response.read()
@@ -360,8 +392,8 @@ class AsyncClient:
         timeout_s: float | None = None,
         **overrides: float | str,
     ) -> bytes:
-        """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams or
-        midi, as bytes."""
+        """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams,
+        midi, birdnet or kaleidoscope, as bytes."""
         params = _params(model, format, timeout_s, overrides)
         return (await self._send("POST", "/v1/recognize", audio, params)).content
 
@@ -396,14 +428,14 @@ class AsyncClient:
                 request = self._http.build_request(method, path, params=params, files=files_field)
                 try:
                     response = await self._http.send(request, stream=stream)
-                except _RETRY_ERRORS:
-                    if attempt == self.retry.retries:
+                except _RETRY_ERRORS as error:
+                    if self.retry.gives_up(attempt, error):
                         raise
-                    await asyncio.sleep(self.retry.wait_s(attempt, None))
+                    await asyncio.sleep(_retrying(request, attempt, self.retry, error, None))
                     continue
             if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
                 await response.aclose()
-                await asyncio.sleep(self.retry.wait_s(attempt, response))
+                await asyncio.sleep(_retrying(request, attempt, self.retry, None, response))
                 continue
             if response.is_error:
                 body = await response.aread()

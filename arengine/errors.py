@@ -16,6 +16,7 @@ from arengine.settings import (
     MAX_MULTIPART_PARTS,
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
+    MAX_RESULT_TAGS,
     MAX_STREAMS,
     size_text,
 )
@@ -47,6 +48,16 @@ class ErrorCode(StrEnum):
         400,
         "both `Content-Length` and `Transfer-Encoding` (a request-smuggling ambiguity); the connection is closed",
     )
+    FORBIDDEN_HOST = (
+        "forbidden_host",
+        400,
+        "the `Host` header names no host in `allowed_hosts` (a DNS-rebinding page, or a setting to widen)",
+    )
+    FORBIDDEN_ORIGIN = (
+        "forbidden_origin",
+        403,
+        "a `POST` from a web page of another origin than the server's or `cors_origins`",
+    )
     UNAUTHORIZED = (
         "unauthorized",
         401,
@@ -58,6 +69,16 @@ class ErrorCode(StrEnum):
         "the model is not loaded; the message lists the loaded ones",
     )
     NOT_FOUND = "not_found", 404, "no such endpoint"
+    JOB_NOT_FOUND = (
+        "job_not_found",
+        404,
+        "no such job, or one another API key created",
+    )
+    JOBS_DISABLED = (
+        "jobs_disabled",
+        404,
+        "jobs are off: the server has no `data_dir`",
+    )
     METHOD_NOT_ALLOWED = "method_not_allowed", 405, "the endpoint does not take this method"
     BODY_TIMEOUT = "body_timeout", 408, "the client stopped sending its body for `body_timeout_s`"
     UPLOAD_TOO_SLOW = (
@@ -78,7 +99,8 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = (
         "result_too_large",
         413,
-        f"the result sent to `POST /v1/render` passed {size_text(MAX_RESULT_BYTES)}",
+        f"the result sent to `POST /v1/render` passed {size_text(MAX_RESULT_BYTES)} or "
+        f"{MAX_RESULT_TAGS:,} tags",
     )
     AUDIO_TOO_LONG = (
         "audio_too_long",
@@ -100,6 +122,11 @@ class ErrorCode(StrEnum):
         413,
         f"a form field other than `file` passed {size_text(MAX_FIELD_BYTES)}",
     )
+    JOB_NOT_DONE = (
+        "job_not_done",
+        409,
+        "the job's result is asked for while it is queued, running or failed (the message says which)",
+    )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
         431,
@@ -118,7 +145,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",
         415,
-        "the body is neither multipart nor an audio content type",
+        "the body is neither multipart nor an audio content type (`POST /v1/render`: not JSON)",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
@@ -190,6 +217,11 @@ class ErrorCode(StrEnum):
         "overloaded",
         503,
         "`max_uploading_requests` or `max_pending_requests` reached (with `Retry-After`)",
+    )
+    TOO_MANY_JOBS = (
+        "too_many_jobs",
+        503,
+        "`max_queued_jobs` jobs are queued or running (with `Retry-After`)",
     )
     TOO_MANY_CONNECTIONS = (
         "too_many_connections",
@@ -263,6 +295,12 @@ class NotReady(ArengineError):
     """The server is starting (models not loaded) or stopping."""
 
     default_code = ErrorCode.NOT_READY
+
+
+class Forbidden(ArengineError):
+    """A request a browser was made to send: a foreign Host or Origin."""
+
+    default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
 class Unauthorized(ArengineError):

@@ -50,6 +50,9 @@ class AudioInfo:
     """The file ends before its header says it does: the result covers what was there."""
     warnings: tuple[str, ...] = ()
     """What decoding found and how it was handled (never audio dropped silently)."""
+    recorded_at: str | None = None
+    """When the first sample was recorded (ISO 8601, with an offset where the file gives one),
+    as the file says (`arengine/audio/recorded.py`); None where it says nothing."""
 
     @property
     def duration_s(self) -> float:
@@ -138,6 +141,7 @@ def audio_dict(info: AudioInfo) -> dict[str, Any]:
         "stream": info.stream,
         "truncated": info.truncated,
         "warnings": list(info.warnings),
+        **({"recorded_at": info.recorded_at} if info.recorded_at is not None else {}),
     }
 
 
@@ -191,6 +195,7 @@ def audio_of(item: Mapping[str, Any]) -> AudioInfo:
         stream=int(item["stream"]),
         truncated=bool(item["truncated"]),
         warnings=tuple(str(warning) for warning in item["warnings"]),
+        recorded_at=None if item.get("recorded_at") is None else str(item["recorded_at"]),
     )
 
 

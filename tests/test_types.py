@@ -27,9 +27,11 @@ RESULT = Result(
         stream=2,
         truncated=True,
         warnings=("3 damaged packets skipped", "the header's length was wrong"),
+        recorded_at="2025-05-01T05:30:00-04:00",
     ),
     tags=(
-        Tag(0.25, 1.5, "speech", 0.875, model="speech"),
+        Tag(0.25, 1.5, "speech", 0.875, model="speech", label_id="/m/09x0r"),
+        Tag(0.5, 0.625, "Eurasian Wren", 0.75, scientific_name="Troglodytes troglodytes"),
         Tag(0.5, 0.75, "A4", 0.5, frequency_hz=440.5, midi=69, pitch_bend=(0.0, -1.0, 2.5)),
         Tag(1.0, 2.0, "C5", 0.625, midi=72, pitch_bend=(), model="notes"),
         Tag(1.5, 2.5, "Glass", 0.75, model="events", label_id="/m/039jq"),

@@ -39,6 +39,8 @@ class Arrival:
     def __init__(self) -> None:
         self.path: Path | None = None
         self.layout: WavLayout | None = None
+        self.name: str | None = None
+        """The upload's file name, once its multipart headers are read (for a recording time)."""
         self._written = 0
         self._ended = False
         self._error: ArengineError | None = None

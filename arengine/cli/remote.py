@@ -16,10 +16,11 @@ import functools
 import itertools
 import os
 import sys
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import httpx
 import soundfile
@@ -55,8 +56,10 @@ def recognize_remote(
     jobs: int = 4,
     resume: bool = False,
     stream: TextIO | None = None,
+    overrides: Mapping[str, float | str] | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones."""
+    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones;
+    `overrides`: post-processing parameters for every file."""
     out.mkdir(parents=True, exist_ok=True)
     todo = [
         (path, out / name)
@@ -70,6 +73,11 @@ def recognize_remote(
     progress = make_progress(len(todo), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
+    stream.write(
+        f"sending {len(todo)} files to {remote.url}, {jobs} at a time; each is retried up to "
+        f"{retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
+        "times\n"
+    )
     try:
         with (
             Client(remote.url, remote.api_key, retry=retry) as client,
@@ -80,7 +88,8 @@ def recognize_remote(
             while True:
                 # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
                 for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
-                    running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                    upload = pool.submit(_recognize_one, client, path, model, overrides or {})
+                    running[upload] = (path, target)
                     progress.started(path, durations[path])
                 if not running:
                     break
@@ -94,10 +103,13 @@ def recognize_remote(
     return failures
 
 
-def _recognize_one(client: Client, path: Path, model: str) -> Recognition:
+def _recognize_one(
+    client: Client, path: Path, model: str, overrides: Mapping[str, float | str]
+) -> Recognition:
     if not path.is_file():  # the in-process mode's wording, so both reports read the same
         raise FileNotFoundError(f"no such file: {path}")
-    return client.recognize(path, model=model)
+    params: dict[str, Any] = dict(overrides)  # post-processing only: no `timeout_s` among them
+    return client.recognize(path, model=model, **params)
 
 
 def _reason(error: Exception) -> str | None:

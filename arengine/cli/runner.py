@@ -20,6 +20,7 @@ from arengine.cli.progress import Progress, make_progress
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
+from arengine.models.recognizer import Overrides
 from arengine.outputs.formats import Format
 from arengine.types import Result
 
@@ -90,8 +91,10 @@ def recognize_files(
     jobs: int = 4,
     stream: TextIO | None = None,
     every_s: float = 10.0,
+    overrides: Overrides | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` files at a time; returns the failed ones.
+    """Write `<out>/<stem>.<ext>` per file, `jobs` files at a time; returns the failed ones;
+    `overrides`: post-processing parameters for every file.
 
     Progress goes to `stream` (stderr): bars on a terminal, lines otherwise (see `progress`).
     """
@@ -104,7 +107,7 @@ def recognize_files(
     try:
         while True:
             for index, (path, name) in _take(pending, jobs - len(running)):
-                future, job = _submit(engine, path, model, index)
+                future, job = _submit(engine, path, model, index, overrides or {})
                 running[future] = (path, out / name, job)
                 progress.started(path, durations[index])
             if not running:
@@ -158,12 +161,13 @@ def _take(
 
 
 def _submit(
-    engine: Engine, path: Path, model: str, index: int
+    engine: Engine, path: Path, model: str, index: int, overrides: Overrides
 ) -> tuple[Future[Result], Job | None]:
     try:
         if not path.is_file():
             raise FileNotFoundError(f"no such file: {path}")
-        job = engine.recognize(path, engine.check(model, {}), {}, f"cli-{index}")
+        recognizers = engine.check(model, overrides)
+        job = engine.recognize(path, recognizers, overrides, f"cli-{index}")
         return job.future, job
     except (ArengineError, OSError) as error:
         failed: Future[Result] = Future()

@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 from arengine.audio.arrival import Arrival, abandoned
 from arengine.audio.lanes import Lane, LaneDecoding
+from arengine.audio.recorded import recorded_at
 from arengine.audio.segments import Segment
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
@@ -35,6 +37,7 @@ from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
+from arengine.models.kinds import KINDS
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
@@ -66,6 +69,8 @@ class JobSpec:
     """Decode a long seekable file from several offsets at once (`arengine/audio/lanes.py`)."""
     arrival: Arrival | None = None
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
+    name: str | None = None
+    """The file's name as the user gave it (an upload's), read for a recording time."""
 
     @property
     def model(self) -> str:
@@ -96,6 +101,7 @@ class Job:
         self._info: AudioInfo | None = None
         self._sources: SegmentSources | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
+        self._shares = shares
         self._runs = [
             ModelRun(index, recognizer, recognizer.tagger(own))
             for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
@@ -221,6 +227,7 @@ class Job:
         started = time.perf_counter()
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
+        self._recording_time_defaults(recorded_at(spec.path, spec.name))
         models = [ModelInput(run.recognizer.plan, run.recognizer.sample_rate) for run in self._runs]
         reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
         sources = segment_sources(spec.path, info, models, reading)
@@ -351,11 +358,27 @@ class Job:
                 return run, None
         return None
 
+    def _recording_time_defaults(self, when: datetime | None) -> None:
+        """Taggers again with the defaults that follow from the recording's time (birds: its
+        week), before any segment reaches them; a request's own values win."""
+        if when is None:
+            return
+        for run, own in zip(self._runs, self._shares, strict=True):
+            implied = KINDS[run.recognizer.kind].from_recording_time(when)
+            fresh = {name: value for name, value in implied.items() if name not in own}
+            if fresh:
+                run.tagger = run.recognizer.tagger({**own, **fresh})
+
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
         assert self._sources is not None  # set by validation, which always runs first
         info = self._sources.info()  # the decoded length, not the header's claim
+        # Read at the end: recorders write GUANO after the audio, which a WAV read while it
+        # uploads has only now (unless its last bytes are still on their way).
+        when = recorded_at(self.spec.path, self.spec.name)
+        if when is not None:
+            info = dataclasses.replace(info, recorded_at=when.isoformat())
         with self._lock:
             if self.finished:
                 return

@@ -65,6 +65,10 @@ class Run:
                 on_tags,
                 stream=self.stream,
                 arrival=arrival,
+                # The name is known before the body: from the part's headers, for a WAV
+                # submitted on its header, and on the finished upload.
+                name=getattr(self.request.state, "upload_name", None)
+                or (arrival.name if arrival is not None else None),
             )
 
         return submit

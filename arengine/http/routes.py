@@ -174,5 +174,5 @@ async def readyz(request: Request) -> JSONResponse:
     if engine.stopping:
         raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
     if not engine.ready:
-        raise NotReady("the models are still loading")
+        raise NotReady(engine.not_ready_reason)
     return JSONResponse({"status": "ready"})

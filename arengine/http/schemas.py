@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from arengine.models.kinds import KINDS
 from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats
+from arengine.postprocess.vocabulary import Vocabulary
 from arengine.types import Result, result_dict, result_of
 
 MAX_TIME_S = 10_000_000.0
@@ -137,6 +138,11 @@ class AudioOut(BaseModel):
     warnings: list[str] = Field(
         description="What decoding found and how it was handled (damaged packets skipped, a "
         "header's length that was wrong)."
+    )
+    recorded_at: str | None = Field(
+        None,
+        description="When the first sample was recorded, ISO 8601, as the file says: a BWF "
+        "bext chunk, GUANO, AudioMoth's comment or a YYYYMMDD_HHMMSS file name (absent if none).",
     )
 
 
@@ -282,6 +288,10 @@ class ModelOut(BaseModel):
     parameters: dict[str, float] = Field(
         description="Post-processing defaults; override them in the query."
     )
+    profiles: list[str] = Field(
+        [],
+        description="Label models: the named profiles of the manifest (`profile=safety`).",
+    )
 
     @classmethod
     def of(cls, loaded: LoadedModel) -> ModelOut:
@@ -313,7 +323,14 @@ class ModelOut(BaseModel):
             load_s=round(loaded.load_s, 4),
             warm_up_s=round(loaded.warm_up_s, 4),
             parameters=recognizer.defaults(),
+            profiles=_profiles(recognizer),
         )
+
+
+def _profiles(recognizer: object) -> list[str]:
+    """A label model's profile names; other kinds have none."""
+    vocabulary = getattr(recognizer, "vocabulary", None)
+    return list(vocabulary.profiles) if isinstance(vocabulary, Vocabulary) else []
 
 
 class FailureOut(BaseModel):

@@ -236,6 +236,10 @@ class _Sink:
             self._arrival.add(self._unflushed)
             self._unflushed = 0
 
+    def named(self, name: str | None) -> None:
+        """The file's name from its part's headers, known before its first byte."""
+        self._arrival.name = name
+
 
 async def _copy(body: AsyncIterator[bytes], target: _Sink, limits: UploadLimits) -> int:
     size = 0
@@ -366,6 +370,7 @@ class _MultipartSpooler:
         self._found = self._writing = True
         filename = options.get(b"filename")
         self._filename = filename.decode("utf-8", "replace")[:255] if filename else None
+        self._target.named(self._filename)
 
     def _on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._writing:

@@ -36,11 +36,14 @@ import torch
 from torch import Tensor, nn
 
 from arengine.audio.segments import Segment, SegmentPlan
+from arengine.errors import ErrorCode, InvalidInput
 from arengine.models.recognizer import Overrides
 from arengine.models.tflite import Graph, read_graph
 from arengine.postprocess.birds import BirdsParams, BirdsTagger
 
 SAMPLE_RATE = 48000
+CONVERSION = "v1"
+"""Part of the cached weights' name: a change to the state dict's layout changes it."""
 WINDOW = 144000
 """Samples per window: BirdNET classifies 3.0-s windows."""
 FRAMES = 511
@@ -106,6 +109,13 @@ def _swish(x: Tensor) -> Tensor:
     return x * torch.sigmoid(x)
 
 
+def _pointwise(conv: nn.Conv2d, x: Tensor) -> Tensor:
+    """A 1x1 convolution as one matrix product over channels-last pixels: torch's CPU
+    convolution takes its slow im2col path for these shapes (a third of the time, measured)."""
+    pixels = x.permute(0, 2, 3, 1)  # free for a channels-last tensor
+    return nn.functional.linear(pixels, conv.weight[:, :, 0, 0], conv.bias).permute(0, 3, 1, 2)
+
+
 class Block(nn.Module):
     """Expand 1x1, swish, depthwise 3x3, swish, squeeze-and-excite, project 1x1, residual."""
 
@@ -113,24 +123,22 @@ class Block(nn.Module):
         super().__init__()
         self.first = first
         self.expand = nn.Conv2d(inputs, expanded, 1)
-        self.depthwise = nn.Conv2d(expanded, expanded, 3, stride=2 if first else 1,
-                                   groups=expanded)  # fmt: skip
-        self.excite = (
-            nn.Sequential(nn.Conv2d(expanded, squeeze, 1), nn.Conv2d(squeeze, expanded, 1))
-            if squeeze
-            else None
+        # A stage's first block pads one pixel all round by hand and strides 2 (VALID); the
+        # others use SAME, which for a 3x3 stride-1 kernel is the same one pixel.
+        self.depthwise = nn.Conv2d(
+            expanded, expanded, 3, stride=2 if first else 1, padding=1, groups=expanded
         )
+        self.reduce = nn.Conv2d(expanded, squeeze, 1) if squeeze else None
+        self.restore = nn.Conv2d(squeeze, expanded, 1) if squeeze else None
         self.project = nn.Conv2d(expanded, width, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = _swish(self.expand(x))
-        # A stage's first block pads one pixel all round by hand and strides 2 (VALID); the
-        # others use SAME, which for a 3x3 stride-1 kernel is the same one pixel.
-        y = _swish(self.depthwise(nn.functional.pad(y, (1, 1, 1, 1))))
-        if self.excite is not None:
-            reduce, restore = self.excite
-            y = y * torch.sigmoid(restore(_swish(reduce(y.mean((2, 3), keepdim=True)))))
-        y = self.project(y)
+        y = _swish(_pointwise(self.expand, x))
+        y = _swish(self.depthwise(y))
+        if self.reduce is not None and self.restore is not None:  # squeeze and excite
+            squeezed = _swish(_pointwise(self.reduce, y.mean((2, 3), keepdim=True)))
+            y = y * torch.sigmoid(_pointwise(self.restore, squeezed))
+        y = _pointwise(self.project, y)
         out: Tensor = y if self.first else y + x
         return out
 
@@ -169,10 +177,10 @@ class Birdnet(nn.Module):
         """The 1,024 features before the dense layer."""
         x = self.spectrogram(windows)
         x = torch.relu(self.stem(_same(x, (4, 8), (2, 2))))
-        pooled = torch.cat(
-            [nn.functional.max_pool2d(x, (1, 2)), nn.functional.avg_pool2d(x, (1, 2))], dim=1
-        )
-        x = self.pool_mix(pooled)
+        x = x.contiguous(memory_format=torch.channels_last)
+        n, channels, height, width = x.shape
+        pairs = x.reshape(n, channels, height, width // 2, 2)  # pools of 1 x 2, stride 2, VALID
+        x = _pointwise(self.pool_mix, torch.cat([pairs.amax(4), pairs.mean(4)], dim=1))
         for block in self.blocks:
             x = block(x)
         x = torch.relu(x * self.post_scale[:, None, None] + self.post_shift[:, None, None])
@@ -188,7 +196,7 @@ class Birdnet(nn.Module):
         """The network with weights converted from `tflite`, in eval mode, frozen; the converted
         state dict is kept under `cache` (default `cache_dir()`), named by the source's sha256."""
         folder = cache or cache_dir()
-        cached = folder / f"birdnet-{sha256_of(tflite)}.pt"
+        cached = folder / f"birdnet-{sha256_of(tflite)}-{CONVERSION}.pt"
         model = cls()
         if cached.is_file():
             state = torch.load(cached, map_location="cpu", weights_only=True)
@@ -252,7 +260,7 @@ def _conv_names() -> list[str]:
         for _ in range(count):
             block = f"blocks.{index}"
             names += [f"{block}.expand", f"{block}.depthwise"]
-            names += [f"{block}.excite.0", f"{block}.excite.1"] if excite else []
+            names += [f"{block}.reduce", f"{block}.restore"] if excite else []
             names.append(f"{block}.project")
             index += 1
     return [*names, "head"]
@@ -344,8 +352,10 @@ def read_labels(path: Path) -> tuple[tuple[str, str], ...]:
 
 OVERLAP_BOUNDS = (0.0, 2.9)
 """`[model] overlap_s` of a birds manifest: seconds each window overlaps the previous one."""
-BATCH_WINDOWS = 8
-"""Windows per forward call: batching amortises the per-call overhead of the small late layers."""
+BATCH_WINDOWS = 4
+"""Windows per forward call: the late layers are small (3 x 8 pixels) and pay per call; on this
+project's shared 2 cores 4 windows a call took 90 ms a window, 1 took 120 and 8 took 138
+(loadtests/birds.py --batches; noisy, the machine was shared)."""
 
 
 class BirdsRecognizer:
@@ -384,11 +394,8 @@ class BirdsRecognizer:
         self._model = Birdnet.load(analyzer, cache)
         self._location = BirdnetLocation.load(location)
         self._params = params or BirdsParams()
-        self._index = {name: i for i, pair in enumerate(self.pairs) for name in pair}
-        unknown = sorted(set(self._params.species) | set(self._params.thresholds))
-        unknown = [name for name in unknown if name not in self._index]
-        if unknown:
-            raise ValueError(f"unknown species (not in BirdNET's labels): {', '.join(unknown)}")
+        self._index = {name.lower(): i for i, pair in enumerate(self.pairs) for name in pair}
+        self._indices(self._params)  # a manifest's unknown name stops the model loading
 
     def features(self, segment: Segment) -> Tensor:
         frames = (len(segment.samples) - WINDOW) // self.hop + 1
@@ -408,12 +415,26 @@ class BirdsRecognizer:
     ) -> list[np.ndarray]:
         return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
+    def _indices(self, params: BirdsParams) -> dict[str, int]:
+        """Each name of the species list and thresholds to its class; `InvalidInput` for one
+        that is neither a scientific nor a common name of BirdNET's labels (any case)."""
+        names = (*params.species, *params.thresholds)
+        unknown = sorted({name for name in names if name.lower() not in self._index})
+        if unknown:
+            raise InvalidInput(
+                f"unknown species {', '.join(map(repr, unknown))}: give BirdNET's scientific or "
+                "common names (GET /v1/models lists the common ones)",
+                code=ErrorCode.INVALID_PARAMETER,
+            )
+        return {name: self._index[name.lower()] for name in names}
+
     def tagger(self, overrides: Overrides) -> BirdsTagger:
         params = self._params.with_overrides(overrides)
+        index = self._indices(params)
         allowed = np.ones(len(self.pairs), dtype=bool)
         if params.species:
             allowed[:] = False
-            allowed[[self._index[name] for name in params.species]] = True
+            allowed[[index[name] for name in params.species]] = True
         if params.lat is not None and params.lon is not None:
             local = np.zeros(len(self.pairs), dtype=bool)
             local[self._location.species(params.lat, params.lon, params.week, params.sf_thresh)] = (
@@ -422,7 +443,7 @@ class BirdsRecognizer:
             allowed &= local
         thresholds = np.full(len(self.pairs), params.min_conf)
         for name, value in params.thresholds.items():
-            thresholds[self._index[name]] = value
+            thresholds[index[name]] = value
         return BirdsTagger(self.pairs, params, allowed, thresholds, SAMPLE_RATE, self.hop, WINDOW)
 
     def defaults(self) -> dict[str, float]:

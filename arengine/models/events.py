@@ -105,31 +105,39 @@ class Yamnet(nn.Module):
                 stride=int(state[f"{prefix}.stride"]),
                 groups=channels if depthwise else 1,
             )
-            conv.weight.data = weight
-            assert conv.bias is not None  # built with a bias
-            conv.bias.data = state[f"{prefix}.bias"].float()
+            conv.weight = nn.Parameter(weight)
+            conv.bias = nn.Parameter(state[f"{prefix}.bias"].float())
             quant = _Quant(state[f"{prefix}.quant"])
             self.convs.append(conv)
             self.quants.append(quant)
             self._layers.append((conv, quant))
         self.pool_quant = _Quant(state["pool.quant"])
         self.fc = nn.Linear(1024, N_CLASSES)
-        self.fc.weight.data = state["fc.weight"].float() * state["fc.weight_scale"].float()
-        self.fc.bias.data = state["fc.bias"].float()
+        self.fc.weight = nn.Parameter(state["fc.weight"].float() * state["fc.weight_scale"].float())
+        self.fc.bias = nn.Parameter(state["fc.bias"].float())
         self.fc_quant = _Quant(state["fc.quant"])
         self.score_quant = _Quant(state["score.quant"])
 
-    def patches(self, windows: Tensor) -> Tensor:
-        """`(n, 15600)` samples -> `(n, 1, 96, 64)` log-mel patches, on the input's int8 grid."""
-        frames = windows.unfold(-1, FRAME, FRAME_HOP) * self.window
+    def log_mel(self, samples: Tensor) -> Tensor:
+        """`(..., samples)` -> `(..., frames, 64)`: a frame of 400 samples every 160, on the
+        input's int8 grid."""
+        frames = samples.unfold(-1, FRAME, FRAME_HOP) * self.window
         spectrum = torch.view_as_real(torch.fft.rfft(frames, N_FFT))
         magnitude = spectrum.square().sum(-1).sqrt()  # complex abs is several times slower
         mel = torch.log(torch.matmul(magnitude, self.mel) + self.mel_offset)
-        patches: Tensor = self.input_quant(mel).unsqueeze(1)
-        return patches
+        grid: Tensor = self.input_quant(mel)
+        return grid
+
+    def patches(self, windows: Tensor) -> Tensor:
+        """`(n, 15600)` samples -> `(n, 1, 96, 64)` log-mel patches."""
+        return self.log_mel(windows).unsqueeze(1)
 
     def forward(self, windows: Tensor) -> Tensor:
-        x = self.patches(windows)
+        return self.body(self.patches(windows))
+
+    def body(self, patches: Tensor) -> Tensor:
+        """`(n, 1, 96, 64)` patches -> `(n, 521)` scores."""
+        x = patches
         for conv, quant in self._layers:
             x = quant(conv(_same_padding(x, conv) if conv.kernel_size[0] > 1 else x))
         pooled = self.pool_quant(x.mean(dim=(2, 3)))
@@ -199,16 +207,24 @@ class EventsRecognizer:
         self.vocabulary = vocabulary or Vocabulary(labels, ids)
 
     def features(self, segment: Segment) -> Tensor:
-        """The segment's windows, `(frames, 15600)`: the network computes its own log-mel."""
+        """The segment's patches, `(windows, 1, 96, 64)`. The hop is a whole number of 10-ms
+        frames (0.48 s: 48), so the log-mel is computed once per frame and each window's patch
+        is a slice: the same numbers as per window, without computing overlaps twice."""
         samples = torch.from_numpy(segment.samples)
-        return samples.unfold(0, WINDOW, self.plan.hop)[: segment.skip_frames + segment.frames]
+        windows = segment.skip_frames + segment.frames
+        if self.plan.hop % FRAME_HOP:
+            return self._model.patches(samples.unfold(0, WINDOW, self.plan.hop)[:windows])
+        with torch.inference_mode():
+            frames = self._model.log_mel(samples)
+        step, size = self.plan.hop // FRAME_HOP, (WINDOW - FRAME) // FRAME_HOP + 1
+        return frames.unfold(0, size, step)[:windows].transpose(1, 2).unsqueeze(1)
 
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
-        windows = features[segment.skip_frames :]
+        patches = features[segment.skip_frames :]
         with torch.inference_mode():
             scores = [
-                self._model(windows[i : i + CHUNK_WINDOWS])
-                for i in range(0, len(windows), CHUNK_WINDOWS)
+                self._model.body(patches[i : i + CHUNK_WINDOWS])
+                for i in range(0, len(patches), CHUNK_WINDOWS)
             ]
         out: np.ndarray = torch.cat(scores).numpy() if scores else np.zeros((0, N_CLASSES))
         return out
@@ -229,10 +245,13 @@ class EventsRecognizer:
             ids=self.ids,
             peak=True,
             vocabulary=self.vocabulary,
+            centred=True,
         )
 
     def defaults(self) -> dict[str, float]:
         return self._params.defaults()
 
     def warm_up(self) -> None:
-        self.infer(torch.zeros(1, WINDOW), Segment(0, 0, 0, 1, np.zeros(0, dtype=np.float32)))
+        samples = np.zeros(WINDOW, dtype=np.float32)
+        segment = Segment(0, 0, 0, 1, samples)
+        self.infer(self.features(segment), segment)

@@ -36,9 +36,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
+from arengine.audio.recorded import birdnet_week
 from arengine.errors import InvalidInput
 from arengine.models.birds import BirdsRecognizer
 from arengine.models.classifier import ClassifierRecognizer
@@ -74,6 +76,10 @@ from arengine.postprocess.vocabulary import Ontology, Vocabulary
 _Labels = TypeVar("_Labels", bound=LabelParams)
 
 
+def _nothing(when: datetime) -> dict[str, float | str]:
+    return {}
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """One model kind: its manifest section, recognizer, builder, parameters and tagger."""
@@ -95,6 +101,9 @@ class Kind:
     tagger: type[Tagger]
     """The post-processor class the recognizer's `tagger()` returns (its module is the kind's
     post-processing module)."""
+    from_recording_time: Callable[[datetime], dict[str, float | str]] = _nothing
+    """Parameter defaults that follow from when the recording was made (`audio.recorded_at`;
+    birds: BirdNET's `week`); a request's own value wins."""
 
 
 def kind_of(manifest: Manifest) -> Kind:
@@ -232,14 +241,12 @@ def _events(manifest: Manifest, segment_s: float) -> Recognizer:
 def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
     model = manifest.model
     package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
-    post = dict(manifest.postprocess)
-    thresholds = post.pop("thresholds", {})
-    species = post.pop("species", [])
-    if not isinstance(thresholds, dict) or not isinstance(species, list):
+    post = manifest.postprocess
+    if not isinstance(post.get("thresholds", {}), dict) or not isinstance(
+        post.get("species", []), list
+    ):
         raise ManifestError(manifest.path, "thresholds must be a table and species a list")
-    params = dataclasses.replace(
-        BirdsParams().with_overrides(post), thresholds=thresholds, species=tuple(species)
-    )
+    params = BirdsParams().with_overrides(post)
     return BirdsRecognizer(
         manifest.weights,
         package / str(model["location"]),
@@ -331,6 +338,7 @@ KINDS: dict[str, Kind] = {
             build=_birds,
             parameters=BirdsParams,
             tagger=BirdsTagger,
+            from_recording_time=lambda when: {"week": birdnet_week(when)},
         ),
         Kind(
             name="fingerprint",

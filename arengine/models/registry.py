@@ -22,6 +22,8 @@ from arengine.models.kinds import KINDS, Kind, kind_of
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.runtimes import RUNTIMES
+from arengine.postprocess.labels import understands
+from arengine.postprocess.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -145,4 +147,33 @@ def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) 
             f"models); accepted: {', '.join(sorted(set().union(*accepted)))}",
             code=ErrorCode.INVALID_PARAMETER,
         )
-    return [{k: v for k, v in overrides.items() if k in names} for names in accepted]
+    shares = [{k: v for k, v in overrides.items() if k in names} for names in accepted]
+    return _label_lists_where_known(recognizers, shares)
+
+
+def _label_lists_where_known(
+    recognizers: Sequence[Recognizer], shares: list[dict[str, float | str]]
+) -> list[Overrides]:
+    """A label list (`labels`, `profile`, `thresholds`...) goes to the label models that know all
+    its names: `model=music,events&exclude=Speech` excludes Speech from events, and music, which
+    has no Speech, is left alone. A list that no model knows is refused with the first's reason."""
+    vocabularies = [getattr(r, "vocabulary", None) for r in recognizers]
+    texts = {k for share in shares for k, v in share.items() if isinstance(v, str)}
+    for name in sorted(texts):
+        knowing = [
+            i
+            for i, (vocabulary, share) in enumerate(zip(vocabularies, shares, strict=True))
+            if name in share
+            and isinstance(vocabulary, Vocabulary)
+            and understands(vocabulary, name, share[name])
+        ]
+        if not knowing:
+            first = next(i for i, share in enumerate(shares) if name in share)
+            vocabulary = vocabularies[first]
+            if isinstance(vocabulary, Vocabulary):
+                understands(vocabulary, name, shares[first][name], refuse=True)
+            continue  # not a label model: its own kind refuses the value
+        for i, share in enumerate(shares):
+            if i not in knowing:
+                share.pop(name, None)
+    return list(shares)

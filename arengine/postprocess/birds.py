@@ -9,10 +9,11 @@ in consecutive windows become one tag (its best confidence).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -20,7 +21,16 @@ from torch import Tensor
 
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.postprocess.params import Bounds, Params, param
+from arengine.postprocess.vocabulary import split_list, split_values
 from arengine.types import Tag
+
+_TEXTS = {
+    "species": "Birds: only these species, scientific or common names separated by ';' "
+    "(a custom species list).",
+    "thresholds": "Per-label thresholds, label:value separated by ';' (Glass:0.2;Siren:0.4; "
+    "birds: scientific or common names, Turdus migratorius:0.5).",
+}
+"""The text parameters of the birds kind, each with its one line of documentation."""
 
 MIN_AUDIO_S = 1.5
 """A window with less audio than this (the recording's last) is not reported, as in BirdNET."""
@@ -64,9 +74,30 @@ class BirdsParams(Params):
         Bounds(0, 1, whole=True),
     )  # fmt: skip
     thresholds: Mapping[str, float] = field(default_factory=dict)
-    """Per-species thresholds by scientific or common name (manifests only)."""
+    """Per-species thresholds by scientific or common name: `thresholds=Turdus migratorius:0.5`
+    (a table in a manifest)."""
     species: tuple[str, ...] = ()
-    """A custom species list (scientific or common names; manifests only): only these."""
+    """A custom species list (scientific or common names): only these; empty is every class."""
+
+    @classmethod
+    def texts(cls) -> dict[str, str]:
+        return dict(_TEXTS)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
+        """As `Params.with_overrides`, plus the species list and thresholds: text in a query
+        (`species=Turdus migratorius;Northern Cardinal`), a TOML list and table in a manifest."""
+        changed = Params.with_overrides(
+            self, {k: v for k, v in overrides.items() if k not in _TEXTS}
+        )
+        lists: dict[str, Any] = {}
+        if "thresholds" in overrides:
+            value = overrides["thresholds"]
+            values = split_values("thresholds", value) if isinstance(value, str) else dict(value)
+            lists["thresholds"] = {**changed.thresholds, **values}
+        if "species" in overrides:
+            value = overrides["species"]
+            lists["species"] = split_list(value) if isinstance(value, str) else tuple(value)
+        return dataclasses.replace(changed, **lists) if lists else changed
 
     def check(self) -> None:
         if (self.lat is None) != (self.lon is None):

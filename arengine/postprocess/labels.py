@@ -107,6 +107,19 @@ class LabelParams(Params):
         return self.thresholds.get(label, self.threshold)
 
 
+def understands(vocabulary: Vocabulary, name: str, value: Any, refuse: bool = False) -> bool:
+    """Whether a model with this vocabulary knows every name of one label list (`refuse`: raise
+    the reason instead of answering False)."""
+    try:
+        params = LabelParams(threshold=0.5)
+        LabelView.of(vocabulary, params.for_request({name: value}, vocabulary))
+    except InvalidInput:
+        if refuse:
+            raise
+        return False
+    return True
+
+
 _TEXTS = {
     "labels": "Only these labels: names, AudioSet ids (/m/09x0r), groups or ontology classes, "
     "separated by ';' (AudioSet names contain commas).",
@@ -228,6 +241,8 @@ class LabelTagger:
     or with `peak` its highest window (an event's strength, not diluted by its fading tail);
     `ids` (one per label) go into the tags' `label_id`. `vocabulary` resolves the label lists of
     `params` (groups, filters, per-label values); without one, the labels are plain names.
+    With `centred`, a window stands for its middle `hop` samples, so that overlapping windows
+    (0.975 s every 0.48 s) time an event to within half a hop instead of a whole window early.
     """
 
     def __init__(
@@ -240,8 +255,10 @@ class LabelTagger:
         ids: tuple[str, ...] | None = None,
         peak: bool = False,
         vocabulary: Vocabulary | None = None,
+        centred: bool = False,
     ) -> None:
         self.inputs = len(labels)
+        self.margin = (window - hop) // 2 if centred else 0
         self.view = LabelView.of(vocabulary or Vocabulary(labels, ids), params)
         self.peak = peak
         self.params = params
@@ -295,8 +312,9 @@ class LabelTagger:
         return [tag for tag in tags if tag is not None]
 
     def _tag(self, label: int, run: _Run) -> Tag | None:
-        start = run.first * self.hop
-        end = run.last * self.hop + self.window
+        # The first window's margin is kept: nothing before it says where the event began.
+        start = run.first * self.hop + (self.margin if run.first else 0)
+        end = run.last * self.hop + self.window - self.margin
         if self.end_sample is not None:
             end = min(end, self.end_sample)
         if (end - start) * 1000 < self.view.min_durations_ms[label] * self.rate:

@@ -162,8 +162,11 @@ def _claim(energy: np.ndarray, first: int, last: int, key: int) -> None:
     energy[first:last, max(key - 1, 0) : key + 2] = 0
 
 
-def note_events(frames: np.ndarray, onsets: np.ndarray, params: NotesParams) -> list[Event]:
-    """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations."""
+def note_events(
+    frames: np.ndarray, onsets: np.ndarray, params: NotesParams, at_start: bool = False
+) -> list[Event]:
+    """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations;
+    `at_start`: the chunk begins the recording, whose first frame follows silence."""
     threshold, min_len = params.frame_threshold, params.min_note_frames
     if len(frames) < 3:  # no onset peak (it needs two neighbours), no note
         return []
@@ -173,6 +176,8 @@ def note_events(frames: np.ndarray, onsets: np.ndarray, params: NotesParams) -> 
     peaks = np.zeros(onsets.shape)
     inner = onsets[1:-1]
     peaks[1:-1] = np.where((inner > onsets[:-2]) & (inner > onsets[2:]), inner, 0)
+    if at_start:  # silence before the recording: a note struck at 0 s peaks at frame 0
+        peaks[0] = np.where(onsets[0] > onsets[1], onsets[0], 0)
     times, keys = _strongest_peaks(peaks, params.onset_threshold)
     energy = frames.astype(np.float64, copy=True)
     n = len(frames)
@@ -339,7 +344,8 @@ class NotesTagger:
         """The notes that start in `[done, cut)`, from the buffer's first `end` frames."""
         chunk = self._buffer[:end]
         done = self._done - self._start
-        events = note_events(chunk[:, :KEYS], chunk[:, KEYS : 2 * KEYS], self.params)
+        onsets = chunk[:, KEYS : 2 * KEYS]
+        events = note_events(chunk[:, :KEYS], onsets, self.params, at_start=self._start == 0)
         kept = _within_budget([e for e in events if done <= e[0] < cut], cut - done)
         return sorted(kept, key=lambda e: (e[0], e[2]))
 

@@ -162,7 +162,8 @@ def _hold_the_only_slot(url: str) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
     held = socket.create_connection((host, int(port)))
     held.sendall(
-        b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer client-test-key\r\n"
+        b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\n"
+        b"Authorization: Bearer client-test-key\r\n"
         b"Content-Type: audio/wav\r\nContent-Length: 100000\r\n\r\nRIFF"
     )
     return held

@@ -19,7 +19,15 @@ import torch
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from arengine.audio.segments import Segmenter
-from arengine.models.birds import WINDOW, Birdnet, BirdnetLocation, BirdsRecognizer, sha256_of
+from arengine.errors import InvalidInput
+from arengine.models.birds import (
+    CONVERSION,
+    WINDOW,
+    Birdnet,
+    BirdnetLocation,
+    BirdsRecognizer,
+    sha256_of,
+)
 from arengine.models.manifest import read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from arengine.types import Tag
@@ -155,7 +163,7 @@ def test_the_converted_weights_are_cached_by_the_sources_sha256(
     model: Birdnet, cache: Path
 ) -> None:
     (cached,) = cache.glob("birdnet-*.pt")
-    assert cached.name == f"birdnet-{SHA256[ANALYZER]}.pt"
+    assert cached.name == f"birdnet-{SHA256[ANALYZER]}-{CONVERSION}.pt"
     again = Birdnet.load(ANALYZER, cache)
     for (name, mine), (_, theirs) in zip(
         model.state_dict().items(), again.state_dict().items(), strict=True
@@ -188,7 +196,7 @@ def _recognizer(cache: Path, overlap_s: float = 0.0, segment_s: float = 6.0) -> 
 def _recognize(
     recognizer: BirdsRecognizer,
     audio: np.ndarray,
-    overrides: dict[str, float],
+    overrides: dict[str, float | str],
     block: int = 48000,
 ) -> list[Tag]:
     """What the engine does: segments, features, inference, then the tagger in order."""
@@ -213,7 +221,7 @@ def test_the_registry_loads_it_from_the_package(
     assert recognizer.kind == "birds" and len(recognizer.labels) == 6522
     assert recognizer.labels[0] == "Rufous-faced Warbler"
     assert birds.manifest.weights_sha256 == SHA256[ANALYZER]
-    assert (tmp_path / "arengine" / f"birdnet-{SHA256[ANALYZER]}.pt").is_file()
+    assert (tmp_path / "arengine" / f"birdnet-{SHA256[ANALYZER]}-{CONVERSION}.pt").is_file()
     assert recognizer.defaults()["min_conf"] == 0.1
     card = birds.manifest.card
     assert card.licence is not None and "CC BY-NC-SA 4.0" in card.licence
@@ -291,3 +299,27 @@ def test_overlapping_windows_and_any_block_size_give_the_same_tags(
         logits = recognizer._model(windows).numpy()
     sure = 1 / (1 + np.exp(-np.clip(logits, -15, 15))) >= 0.25
     assert len(tags) == int(sure.sum())
+
+
+def test_a_query_names_species_and_their_thresholds_in_any_case(
+    audio: np.ndarray, cache: Path
+) -> None:
+    recognizer = _recognizer(cache)
+    everything = _recognize(recognizer, audio, {"min_conf": 0.25})
+    (scientific, common), (other, _) = sorted(
+        {(t.scientific_name or "", t.label) for t in everything}
+    )[:2]
+    chosen = _recognize(
+        recognizer,
+        audio,
+        {
+            "min_conf": 0.25,
+            "species": f"{scientific.upper()}; {common}; {other}",
+            "thresholds": f"{other}:0.99",
+        },
+    )
+    assert {t.label for t in chosen} == {common}
+    with pytest.raises(InvalidInput, match="unknown species 'Dodo'"):
+        recognizer.tagger({"species": "Dodo;Turdus migratorius"})
+    with pytest.raises(InvalidInput, match="thresholds takes label:value items"):
+        recognizer.tagger({"thresholds": "Turdus migratorius"})

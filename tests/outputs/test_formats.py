@@ -24,6 +24,10 @@ SPEECH = (
     Tag(3599.9994, 3723.5, "speech", 0.5),
 )
 NOTES = (Tag(0.5, 0.75, "A4", 0.9, 440.0), Tag(1.0, 1.5, "C#5", 0.8, 554.37))
+BIRDS = (
+    Tag(0.0, 3.0, "American Robin", 0.8123, scientific_name="Turdus migratorius"),
+    Tag(3.0, 9.0, "Northern Cardinal", 0.41, scientific_name="Cardinalis cardinalis"),
+)
 POLYPHONIC = (
     Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
     Tag(0.5, 1.2, "E4", 0.6, midi=64),
@@ -43,11 +47,13 @@ def _midi_of(tag: Tag) -> int | None:
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 @pytest.mark.parametrize(
-    "tags", [SPEECH, NOTES, POLYPHONIC, ()], ids=["speech", "pitch", "notes", "empty"]
+    "tags",
+    [SPEECH, NOTES, POLYPHONIC, BIRDS, ()],
+    ids=["speech", "pitch", "notes", "birds", "empty"],
 )
 def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     fmt = FORMATS[name]
-    if fmt.notes_only and tags is SPEECH:
+    if fmt.notes_only and tags in (SPEECH, BIRDS):
         assert fmt.parse(fmt.encode(_result(tags), "talk")) == []  # nothing it can hold
         return
     parsed = fmt.parse(fmt.encode(_result(tags), "my talk.flac"))
@@ -55,9 +61,12 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     for got, want in zip(parsed, tags, strict=True):
         assert got.start == pytest.approx(want.start, abs=fmt.precision_s)
         assert got.end == pytest.approx(want.end, abs=fmt.precision_s)
-        assert got.label == want.label
-        if name in ("json", "csv", "raven", "jams"):
+        # RTTM is space-separated: a label's spaces become underscores.
+        assert got.label == (want.label.replace(" ", "_") if name == "rttm" else want.label)
+        if name in ("json", "csv", "raven", "jams", "birdnet", "kaleidoscope"):
             assert got.score == pytest.approx(want.score, abs=1e-6)
+        if name in ("json", "csv", "raven", "birdnet", "kaleidoscope"):
+            assert got.scientific_name == want.scientific_name
         if name in ("vtt", "srt"):
             assert got.score == pytest.approx(want.score, abs=0.005)
         if name in ("json", "csv", "jams", "midi") and want.frequency_hz is not None:
@@ -70,8 +79,24 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
             assert (got.midi, got.pitch_bend) == (want.midi, want.pitch_bend)
 
 
+def test_birdnet_analyzers_own_columns() -> None:
+    result = _result(BIRDS, model="birds")
+    assert FORMATS["birdnet"].text(result, "site1/20250501_053000.wav").splitlines() == [
+        "Start (s),End (s),Scientific name,Common name,Confidence,File",
+        "0.0,3.0,Turdus migratorius,American Robin,0.8123,site1/20250501_053000.wav",
+        "3.0,9.0,Cardinalis cardinalis,Northern Cardinal,0.41,site1/20250501_053000.wav",
+    ]
+    assert FORMATS["kaleidoscope"].text(result, "site1/20250501_053000.wav").splitlines()[:2] == [
+        "INDIR,FOLDER,IN FILE,OFFSET,DURATION,scientific_name,common_name,confidence",
+        "site1,,20250501_053000.wav,0.0,3.0,Turdus migratorius,American Robin,0.8123",
+    ]
+    raven = FORMATS["raven"].text(result, "x").splitlines()
+    assert raven[0].split("\t")[-1] == "Scientific Name"
+    assert raven[1].split("\t")[-3:] == ["American Robin", "0.812300", "Turdus migratorius"]
+
+
 def test_json_is_the_http_body() -> None:
-    for tags in (SPEECH, NOTES, POLYPHONIC):
+    for tags in (SPEECH, NOTES, POLYPHONIC, BIRDS):
         result = _result(tags)
         http = RecognizeResponse.of(result).model_dump(exclude_none=True)
         assert json.loads(FORMATS["json"].text(result, "x")) == http == result_dict(result)
@@ -127,7 +152,8 @@ def test_unknown_format_lists_the_known_ones() -> None:
     with pytest.raises(ValueError) as raised:
         get_format("xml")
     assert str(raised.value).endswith(
-        "known formats: json, csv, txt (audacity), raven (selections), rttm, vtt (webvtt), "
+        "known formats: json, csv, txt (audacity), raven (selections), birdnet, kaleidoscope, "
+        "rttm, vtt (webvtt), "
         "srt (subrip), textgrid (praat), eaf (elan), jams, midi (mid), ndjson"
     )
 
@@ -175,8 +201,10 @@ HOSTILE = [
 
 def _reading(name: str, label: str) -> str:
     """What each format can keep of a label: the same text, less what it cannot hold."""
-    if name in ("raven", "rttm"):
+    if name == "rttm":
         return re.sub(r"\s+", "_", label.strip())
+    if name == "raven":  # tab-separated lines: spaces stay, as BirdNET's tables have them
+        return re.sub(r"[\t\r\n]+", " ", label).strip() or "_"
     if name in ("vtt", "srt"):
         return " ".join(label.split())
     if name == "txt":
@@ -209,6 +237,15 @@ def test_no_csv_cell_starts_a_formula() -> None:
     for row in list(csv.reader(io.StringIO(text)))[1:]:
         assert not row[2].startswith(("=", "+", "-", "@")), row
         assert not row[4].startswith(("=", "+", "-", "@")), row
+
+
+@pytest.mark.parametrize("name", ["birdnet", "kaleidoscope"])
+def test_no_cell_of_the_bird_csvs_starts_a_formula(name: str) -> None:
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, scientific_name=label) for label in HOSTILE)
+    text = FORMATS[name].text(_result(tags), "=cmd|x/-y.wav")
+    for row in list(csv.reader(io.StringIO(text)))[1:]:
+        assert not any(cell.startswith(("=", "+", "@")) for cell in row), row
+        assert [cell for cell in row if cell.startswith("-")] == [], row
 
 
 def test_cue_text_holds_no_markup_or_arrow() -> None:

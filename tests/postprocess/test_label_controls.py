@@ -151,3 +151,12 @@ def test_any_chunking_gives_the_same_events(seed: int) -> None:
     for label in {t.label for t in whole}:
         starts = [t.start for t in whole if t.label == label]
         assert starts == sorted(set(starts))
+
+
+def test_centred_windows_time_an_event_by_their_middles() -> None:
+    scores = _scores(10, Glass=(3, 6, 0.9), Bark=(0, 2, 0.9))
+    params = EventParams(threshold=0.5)
+    tagger = LabelTagger(NAMES, params, 100, 10, 30, ids=IDS, vocabulary=AUDIOSET, centred=True)
+    tags = tagger.push(scores) + tagger.finish(100)
+    # Windows of 0.3 s every 0.1 s stand for their middle 0.1 s; the first keeps its start.
+    assert [(t.label, t.start, t.end) for t in tags] == [("Bark", 0.0, 0.3), ("Glass", 0.4, 0.7)]

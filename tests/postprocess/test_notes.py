@@ -244,3 +244,17 @@ def test_engine_segments_and_threads_give_the_whole_file_result(
             engine.close()
     assert results[0] == results[1]
     assert len(results[0]) > 20
+
+
+def test_a_note_struck_at_the_first_frame_is_found() -> None:
+    """A pluck at 0 s has its onset peak at frame 0, which had no frame before it to be higher
+    than: the note was missed (found with 0.5 s of silence first). Before the recording is
+    silence; inside a chunk, frame 0 still needs its neighbours."""
+    rows = np.zeros((300, COLUMNS), np.float32)
+    rows[0:60, 48] = 0.9  # A4 sounds from the first frame
+    rows[0:3, KEYS + 48] = [0.95, 0.6, 0.2]  # its onset falls from frame 0
+    tagger = NotesTagger(NotesParams())
+    tags = tagger.push(rows) + tagger.finish(300 * 256)
+    assert [(t.label, t.start) for t in tags] == [("A4", 0.0)]
+    inside = note_events(rows[:, :KEYS], rows[:, KEYS : 2 * KEYS], NotesParams())
+    assert inside == []  # a chunk that does not begin the recording: no neighbour, no peak

@@ -177,7 +177,7 @@ def test_models_markdown_prints_the_cards(tmp_path: Path) -> None:
     assert len(lines) == 3
 
 
-@pytest.mark.parametrize("command", ["recognize", "models", "serve"])
+@pytest.mark.parametrize("command", ["recognize", "models", "serve", "references"])
 def test_every_command_has_help_with_examples(command: str, tmp_path: Path) -> None:
     done = _arengine(command, "--help", cwd=tmp_path)
     assert done.returncode == 0

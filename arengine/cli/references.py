@@ -15,7 +15,7 @@ import numpy as np
 from arengine.audio.decode import decode
 from arengine.audio.validation import AudioLimits, probe
 from arengine.errors import ArengineError
-from arengine.models.fingerprint import SAMPLE_RATE, fingerprint
+from arengine.models.fingerprint import SAMPLE_RATE, add_recording
 from arengine.models.fingerprint_store import Library
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
@@ -109,7 +109,7 @@ def _add(library: Library, files: list[Path], title: str | None, settings: Setti
             continue
         name = title or path.stem
         duration_s = len(samples) / SAMPLE_RATE
-        ref = library.add(name, duration_s, {"file": path.name}, fingerprint(samples))
+        ref = add_recording(library, name, samples, {"file": path.name})
         print(f"{ref}\t{duration_s:.3f}\t{name}")
     return 1 if failed else 0
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -119,6 +120,21 @@ def fingerprint(samples: np.ndarray) -> np.ndarray:
         hashes[:, 1] += start
         parts.append(hashes)
     return np.concatenate(parts)
+
+
+def add_recording(
+    library: Library, title: str, samples: np.ndarray, metadata: dict[str, Any]
+) -> int:
+    """Fingerprint a recording at `SAMPLE_RATE` and store it in `library`; its id."""
+    hashes = fingerprint(samples)
+    frame_s = HOP / SAMPLE_RATE
+    span_s = (0.0, 0.0)
+    if len(hashes):
+        span_s = (
+            hashes[0, 1] * frame_s,
+            int((hashes[:, 1] + (hashes[:, 0] & DT_MASK)).max()) * frame_s,
+        )
+    return library.add(title, len(samples) / SAMPLE_RATE, metadata, hashes, span_s)
 
 
 def matches(hashes: np.ndarray, library: np.ndarray) -> np.ndarray:

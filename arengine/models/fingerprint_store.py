@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS references_ (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     title TEXT NOT NULL,
     duration_s REAL NOT NULL,
+    first_s REAL NOT NULL,
+    last_s REAL NOT NULL,
     metadata TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS hashes (
@@ -57,6 +59,10 @@ class Reference:
     title: str
     duration_s: float
     metadata: dict[str, Any]
+    first_s: float
+    """Where its first landmark is: an occurrence matched from there on started at 0."""
+    last_s: float
+    """Where its last landmark is: an occurrence matched up to there plays to the end."""
 
 
 class Library:
@@ -86,14 +92,21 @@ class Library:
         return connection
 
     def add(
-        self, title: str, duration_s: float, metadata: dict[str, Any], hashes: np.ndarray
+        self,
+        title: str,
+        duration_s: float,
+        metadata: dict[str, Any],
+        hashes: np.ndarray,
+        span_s: tuple[float, float] | None = None,
     ) -> int:
-        """Store a reference and its `(n, 2)` rows of (hash, offset) in one transaction; its id."""
+        """Store a reference and its `(n, 2)` rows of (hash, offset) in one transaction; its id.
+        `span_s`: where its first and last landmarks are (default: its start and end)."""
         connection = self.connection()
         with connection:  # one transaction: committed whole or rolled back
             cursor = connection.execute(
-                "INSERT INTO references_ (title, duration_s, metadata) VALUES (?, ?, ?)",
-                (title, float(duration_s), json.dumps(metadata)),
+                "INSERT INTO references_ (title, duration_s, metadata, first_s, last_s) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (title, float(duration_s), json.dumps(metadata), *(span_s or (0.0, duration_s))),
             )
             reference = int(cursor.lastrowid or 0)
             connection.executemany(
@@ -112,21 +125,14 @@ class Library:
 
     def references(self) -> list[Reference]:
         """Every reference, by id."""
-        rows = self.connection().execute(
-            "SELECT id, title, duration_s, metadata FROM references_ ORDER BY id"
-        )
-        return [Reference(int(i), str(t), float(d), json.loads(m)) for i, t, d, m in rows]
+        rows = self.connection().execute(f"SELECT {COLUMNS} FROM references_ ORDER BY id")
+        return [_reference(row) for row in rows]
 
     def reference(self, reference: int) -> Reference | None:
         """One reference as the library holds it now; None when there is none with that id."""
-        row = (
-            self.connection()
-            .execute(
-                "SELECT id, title, duration_s, metadata FROM references_ WHERE id = ?", (reference,)
-            )
-            .fetchone()
-        )
-        return None if row is None else Reference(int(row[0]), row[1], row[2], json.loads(row[3]))
+        query = f"SELECT {COLUMNS} FROM references_ WHERE id = ?"
+        row = self.connection().execute(query, (reference,)).fetchone()
+        return None if row is None else _reference(row)
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """The stored `(m, 3)` int64 rows of (hash, reference, offset) for any of `hashes`."""
@@ -140,6 +146,14 @@ class Library:
                 f"SELECT hash, reference, offset FROM hashes WHERE hash IN ({marks})", chunk
             ).fetchall()
         return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+COLUMNS = "id, title, duration_s, metadata, first_s, last_s"
+
+
+def _reference(row: tuple[Any, ...]) -> Reference:
+    id_, title, duration_s, metadata, first_s, last_s = row
+    return Reference(int(id_), str(title), float(duration_s), json.loads(metadata), first_s, last_s)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

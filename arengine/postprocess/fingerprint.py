@@ -9,8 +9,9 @@ apart, back-to-back references are different references. A run becomes a tag whe
 `min_hits` matches and its score, the share of the recording's hashes in the stretch that matched,
 reaches `min_score`; a run that a stronger run of its reference covers is a passage repeated
 inside the reference, not an occurrence.
-A run that begins or ends within `SNAP_S` of its reference's start or end is extended to it (the
-first match may come a peak or two after the true start).
+A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
+last) is extended to the reference's start (or end): before the first peak and after the last
+there is nothing to match, such as a note held to the end.
 """
 
 from __future__ import annotations
@@ -161,9 +162,9 @@ class FingerprintTagger:
         offset_s = run.difference * self.frame_s  # where the reference's start lies
         reference_start = start_s - offset_s
         reference_end = end_s - offset_s
-        if reference_start <= SNAP_S:
+        if reference_start - found.first_s <= SNAP_S:
             reference_start, start_s = max(0.0, -offset_s), max(0.0, offset_s)
-        if found.duration_s - reference_end <= SNAP_S:
+        if found.last_s - reference_end <= SNAP_S:
             reference_end, end_s = found.duration_s, offset_s + found.duration_s
         return Tag(
             start=round(start_s, 3),

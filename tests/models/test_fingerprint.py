@@ -19,7 +19,7 @@ from arengine.models.fingerprint import (
     HOP,
     SAMPLE_RATE,
     FingerprintRecognizer,
-    fingerprint,
+    add_recording,
 )
 from arengine.models.fingerprint_store import Library
 from arengine.types import Tag
@@ -37,7 +37,7 @@ def pieces(tmp_path_factory: pytest.TempPathFactory) -> list[np.ndarray]:
 def _library(path: Path, pieces: list[np.ndarray]) -> Library:
     library = Library.create(path)
     for i, samples in enumerate(pieces):
-        library.add(f"piece {i}", len(samples) / SAMPLE_RATE, {"seed": i}, fingerprint(samples))
+        add_recording(library, f"piece {i}", samples, {"seed": i})
     return library
 
 
@@ -125,7 +125,7 @@ def test_a_reference_added_or_removed_is_seen_by_the_next_recording(
     recording = mix(20.0, pieces, placed, snr_db=10.0)
     assert recognize(recognizer, recording) == []
     other = Library(library.path)  # as another process would: its own connection
-    added = other.add("piece 3", 10.0, {}, fingerprint(pieces[3]))
+    added = add_recording(other, "piece 3", pieces[3], {})
     [tag] = recognize(recognizer, recording)
     assert (tag.label, tag.reference) == ("piece 3", str(added))
     assert other.remove(added)

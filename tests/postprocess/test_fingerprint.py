@@ -10,7 +10,11 @@ from arengine.types import Tag
 
 RATE, HOP = 11025, 256
 FRAME_S = HOP / RATE
-LIBRARY = {1: Reference(1, "ident", 20.0, {}), 2: Reference(2, "promo", 20.0, {})}
+LIBRARY = {
+    1: Reference(1, "ident", 20.0, {}, 0.0, 20.0),
+    2: Reference(2, "promo", 20.0, {}, 0.0, 20.0),
+    3: Reference(3, "held", 20.0, {}, 1.0, 18.0),  # a silent first second, a held last note
+}
 
 
 def _occurrence(reference: int, at: int, ref_first: int, frames: int) -> np.ndarray:
@@ -61,7 +65,7 @@ def test_repeats_and_back_to_back_references_stay_apart() -> None:
 def test_too_few_matches_and_removed_references_give_no_tag() -> None:
     assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 15 needed
     assert _tags(_occurrence(1, 100, 0, 40), 1, min_hits=5) != []
-    assert _tags(_occurrence(3, 100, 0, 400), 2) == []  # not in the library (removed)
+    assert _tags(_occurrence(4, 100, 0, 400), 2) == []  # not in the library (removed)
 
 
 def test_a_repeat_inside_the_reference_is_not_a_second_occurrence() -> None:
@@ -78,3 +82,15 @@ def test_an_occurrence_that_starts_near_the_reference_start_is_extended_to_it() 
     [tag] = _tags(_occurrence(1, 1000, 13, 400), 1)
     assert tag.reference_start == 0.0
     assert abs(tag.start - (1000 - 13) * FRAME_S) < 0.01
+
+
+def test_an_occurrence_matched_to_the_last_landmark_plays_to_the_reference_end() -> None:
+    """Nothing to match after the last peak (a held note): the tag ends where the reference
+    does; one that stops 1.5 s before the last landmark is an excerpt and ends where it stops."""
+    first, last = round(1.0 / FRAME_S), round(18.0 / FRAME_S) - 10  # matches reach 10 frames on
+    [whole] = _tags(_occurrence(3, 1000 + first, first, last - first), 1)
+    assert (whole.reference_start, whole.reference_end) == (0.0, 20.0)
+    assert abs(whole.end - whole.start - 20.0) < 0.01
+    cut = round(1.5 / FRAME_S)
+    [excerpt] = _tags(_occurrence(3, 1000 + first, first, last - first - cut), 1)
+    assert abs(excerpt.reference_end - 16.5) < 0.05  # type: ignore[operator]

@@ -21,6 +21,8 @@ import soxr
 from arengine.outputs.formats import FORMATS
 from tests.conftest import RecordingFactory, Server, ServerFactory
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

@@ -19,10 +19,10 @@ This module imports httpx and `arengine.types` only (no torch): all a client pro
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +30,8 @@ from typing import IO, Any
 
 import httpx
 
-from arengine.types import Tag
+from arengine.types import AudioInfo as AudioInfo  # what `Recognition.audio` is
+from arengine.types import Result, Tag, result_of, tag_of
 
 Audio = str | Path | IO[bytes]
 """A path, or a binary file object (seekable, so that a retry can send it again)."""
@@ -38,27 +39,11 @@ Audio = str | Path | IO[bytes]
 RETRY_STATUSES = frozenset({502, 503})
 """502: the balancer lost its replica mid-request; 503: the server asks to come back later."""
 
-
-@dataclass(frozen=True, slots=True)
-class AudioInfo:
-    duration_s: float
-    sample_rate: int
-    channels: int
-    format: str
-    subtype: str
+log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Recognition:
-    """A `POST /v1/recognize` JSON answer, typed."""
-
-    model: str
-    audio: AudioInfo
-    tags: tuple[Tag, ...]
-    timings: Mapping[str, float]
-    """Seconds per stage (`validation_s` ... `postprocess_s`) and `total_s`."""
-    model_timings: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    """For several models (`model="speech,notes"`): each one's timings, by name."""
+Recognition = Result
+"""A `POST /v1/recognize` answer, typed: the engine's own `Result` (read by `types.result_of`)."""
 
 
 class ServerError(Exception):
@@ -134,35 +119,6 @@ def error_of(status: int, body: bytes) -> ServerError:
     return _BY_STATUS.get(status, ServerError)(status, code, message or f"HTTP {status}")
 
 
-def recognition_of(data: Mapping[str, Any]) -> Recognition:
-    audio = data["audio"]
-    return Recognition(
-        model=data["model"],
-        audio=AudioInfo(
-            float(audio["duration_s"]),
-            int(audio["sample_rate"]),
-            int(audio["channels"]),
-            str(audio["format"]),
-            str(audio["subtype"]),
-        ),
-        tags=tuple(tag_of(item) for item in data.get("tags", ())),
-        timings={key: float(value) for key, value in data["timings"].items()},
-        model_timings={
-            name: {key: float(value) for key, value in timings.items()}
-            for name, timings in data.get("model_timings", {}).items()
-        },
-    )
-
-
-def tag_of(item: Mapping[str, Any]) -> Tag:
-    """A JSON tag as the server's own `Tag` (the optional fields a kind does not set are None)."""
-    known = {field.name for field in dataclasses.fields(Tag)}
-    values = {key: value for key, value in item.items() if key in known}
-    if isinstance(values.get("pitch_bend"), list):
-        values["pitch_bend"] = tuple(values["pitch_bend"])
-    return Tag(**values)
-
-
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How often and how long to wait before sending a refused request again."""
@@ -172,6 +128,15 @@ class RetryPolicy:
     """Cap on one wait, whatever `Retry-After` says."""
     backoff_s: float = 0.5
     """First wait when the answer names none (a refused connection, a 502); doubles each time."""
+    refused_retries: int = 2
+    """A refused connection is retried at most this often: nothing listens there (a mistyped
+    port, a server that is down), and waiting out every retry took a batch 12 minutes to say so."""
+
+    def gives_up(self, attempt: int, error: Exception) -> bool:
+        """Whether the attempt numbered `attempt` (from 0) failing with `error` is the last."""
+        if attempt >= self.retries:
+            return True
+        return isinstance(error, httpx.ConnectError) and attempt >= self.refused_retries
 
     def wait_s(self, attempt: int, response: httpx.Response | None) -> float:
         stated = None if response is None else response.headers.get("retry-after")
@@ -180,6 +145,25 @@ class RetryPolicy:
         except ValueError:  # an HTTP date: not sent by arengine; fall back to backoff
             seconds = self.backoff_s * 2**attempt
         return min(max(seconds, 0.0), self.max_wait_s)
+
+
+def _retrying(
+    request: httpx.Request,
+    attempt: int,
+    retry: RetryPolicy,
+    error: Exception | None,
+    response: httpx.Response | None,
+) -> float:
+    """Log what is retried and why, at once; the seconds to wait first."""
+    wait = retry.wait_s(attempt, response)
+    why = f"HTTP {response.status_code}" if response is not None else f"{type(error).__name__}"
+    if error is not None and str(error):
+        why += f": {error}"
+    log.warning(
+        "%s %s: %s; retry %d of at most %d in %.1f s",
+        request.method, request.url.copy_with(query=None), why, attempt + 1, retry.retries, wait,
+    )  # fmt: skip
+    return wait
 
 
 def _params(
@@ -259,11 +243,11 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         """Tag one recording; `overrides` are the post-processing parameters (`threshold`...)."""
         params = _params(model, None, timeout_s, overrides)
-        return recognition_of(self._json("POST", "/v1/recognize", audio, params))
+        return result_of(self._json("POST", "/v1/recognize", audio, params))
 
     def download(
         self,
@@ -272,11 +256,17 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
-    ) -> str:
-        """The recording's tags as a file in `format` (csv, txt, raven, rttm, vtt, srt, json)."""
+        **overrides: float | str,
+    ) -> bytes:
+        """The recording's tags as the bytes of a file in `format`: json, csv, txt, raven, rttm,
+        vtt, srt, textgrid, eaf, jams, midi, birdnet or kaleidoscope (or an alias, see
+        `GET /v1/formats`).
+
+        Bytes, as the server sent them, so that a binary format (midi) is not corrupted; a text
+        format is UTF-8 (`.decode()` for a `str`).
+        """
         params = _params(model, format, timeout_s, overrides)
-        return self._send("POST", "/v1/recognize", audio, params).text
+        return self._send("POST", "/v1/recognize", audio, params).content
 
     def stream(
         self,
@@ -284,7 +274,7 @@ class Client:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Iterator[Tag]:
         """Tags as the server finalises them (NDJSON); retried only before the first byte."""
         params = _params(model, "ndjson", timeout_s, overrides)
@@ -317,14 +307,14 @@ class Client:
                 request = self._http.build_request(method, path, params=params, files=files_field)
                 try:
                     response = self._http.send(request, stream=stack is not None)
-                except _RETRY_ERRORS:
-                    if attempt == self.retry.retries:
+                except _RETRY_ERRORS as error:
+                    if self.retry.gives_up(attempt, error):
                         raise
-                    time.sleep(self.retry.wait_s(attempt, None))
+                    time.sleep(_retrying(request, attempt, self.retry, error, None))
                     continue
             if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
                 response.close()
-                time.sleep(self.retry.wait_s(attempt, response))
+                time.sleep(_retrying(request, attempt, self.retry, None, response))
                 continue
             if response.is_error:
                 body = response.read()
@@ -388,10 +378,10 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> Recognition:
         params = _params(model, None, timeout_s, overrides)
-        return recognition_of((await self._send("POST", "/v1/recognize", audio, params)).json())
+        return result_of((await self._send("POST", "/v1/recognize", audio, params)).json())
 
     async def download(
         self,
@@ -400,10 +390,12 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
-    ) -> str:
+        **overrides: float | str,
+    ) -> bytes:
+        """As `Client.download`: json, csv, txt, raven, rttm, vtt, srt, textgrid, eaf, jams,
+        midi, birdnet or kaleidoscope, as bytes."""
         params = _params(model, format, timeout_s, overrides)
-        return (await self._send("POST", "/v1/recognize", audio, params)).text
+        return (await self._send("POST", "/v1/recognize", audio, params)).content
 
     async def stream(
         self,
@@ -411,7 +403,7 @@ class AsyncClient:
         *,
         model: str = "speech",
         timeout_s: float | None = None,
-        **overrides: float,
+        **overrides: float | str,
     ) -> AsyncIterator[Tag]:
         params = _params(model, "ndjson", timeout_s, overrides)
         response = await self._send("POST", "/v1/recognize", audio, params, stream=True)
@@ -436,14 +428,14 @@ class AsyncClient:
                 request = self._http.build_request(method, path, params=params, files=files_field)
                 try:
                     response = await self._http.send(request, stream=stream)
-                except _RETRY_ERRORS:
-                    if attempt == self.retry.retries:
+                except _RETRY_ERRORS as error:
+                    if self.retry.gives_up(attempt, error):
                         raise
-                    await asyncio.sleep(self.retry.wait_s(attempt, None))
+                    await asyncio.sleep(_retrying(request, attempt, self.retry, error, None))
                     continue
             if response.status_code in RETRY_STATUSES and attempt < self.retry.retries:
                 await response.aclose()
-                await asyncio.sleep(self.retry.wait_s(attempt, response))
+                await asyncio.sleep(_retrying(request, attempt, self.retry, None, response))
                 continue
             if response.is_error:
                 body = await response.aread()

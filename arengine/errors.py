@@ -1,6 +1,7 @@
 """The one error hierarchy: every stable error code is declared once, in `ErrorCode`.
 
-Each code carries its HTTP status and a one-line description; the README's error table, the
+Each code carries its HTTP status and a one-line description (a fixed limit it names is formatted
+from its declaration in `arengine/settings.py`); the README's error table, the
 metrics' `reason` label values and the OpenAPI responses of every route are derived from it (and a
 test checks the README against it). Stages raise these errors; only `arengine.http` turns them
 into responses, so no stage imports FastAPI.
@@ -9,6 +10,16 @@ into responses, so no stage imports FastAPI.
 from __future__ import annotations
 
 from enum import StrEnum
+
+from arengine.settings import (
+    MAX_FIELD_BYTES,
+    MAX_MULTIPART_PARTS,
+    MAX_PACKET_BYTES,
+    MAX_RESULT_BYTES,
+    MAX_RESULT_TAGS,
+    MAX_STREAMS,
+    size_text,
+)
 
 
 class ErrorCode(StrEnum):
@@ -37,6 +48,16 @@ class ErrorCode(StrEnum):
         400,
         "both `Content-Length` and `Transfer-Encoding` (a request-smuggling ambiguity); the connection is closed",
     )
+    FORBIDDEN_HOST = (
+        "forbidden_host",
+        400,
+        "the `Host` header names no host in `allowed_hosts` (a DNS-rebinding page, or a setting to widen)",
+    )
+    FORBIDDEN_ORIGIN = (
+        "forbidden_origin",
+        403,
+        "a `POST` from a web page of another origin than the server's or `cors_origins`",
+    )
     UNAUTHORIZED = (
         "unauthorized",
         401,
@@ -48,6 +69,16 @@ class ErrorCode(StrEnum):
         "the model is not loaded; the message lists the loaded ones",
     )
     NOT_FOUND = "not_found", 404, "no such endpoint"
+    JOB_NOT_FOUND = (
+        "job_not_found",
+        404,
+        "no such job, or one another API key created",
+    )
+    JOBS_DISABLED = (
+        "jobs_disabled",
+        404,
+        "jobs are off: the server has no `data_dir`",
+    )
     METHOD_NOT_ALLOWED = "method_not_allowed", 405, "the endpoint does not take this method"
     BODY_TIMEOUT = "body_timeout", 408, "the client stopped sending its body for `body_timeout_s`"
     UPLOAD_TOO_SLOW = (
@@ -68,7 +99,8 @@ class ErrorCode(StrEnum):
     RESULT_TOO_LARGE = (
         "result_too_large",
         413,
-        "the result sent to `POST /v1/render` passed 32 MiB",
+        f"the result sent to `POST /v1/render` passed {size_text(MAX_RESULT_BYTES)} or "
+        f"{MAX_RESULT_TAGS:,} tags",
     )
     AUDIO_TOO_LONG = (
         "audio_too_long",
@@ -78,10 +110,23 @@ class ErrorCode(StrEnum):
     DECODE_BOMB = (
         "decode_bomb",
         413,
-        "one compressed packet decodes to more than 16 MiB of samples",
+        f"one compressed packet decodes to more than {size_text(MAX_PACKET_BYTES)} of samples",
     )
-    TOO_MANY_PARTS = "too_many_parts", 413, "the multipart body has more than 16 parts"
-    FIELD_TOO_LARGE = "field_too_large", 413, "a form field other than `file` passed 64 KiB"
+    TOO_MANY_PARTS = (
+        "too_many_parts",
+        413,
+        f"the multipart body has more than {MAX_MULTIPART_PARTS} parts",
+    )
+    FIELD_TOO_LARGE = (
+        "field_too_large",
+        413,
+        f"a form field other than `file` passed {size_text(MAX_FIELD_BYTES)}",
+    )
+    JOB_NOT_DONE = (
+        "job_not_done",
+        409,
+        "the job's result is asked for while it is queued, running or failed (the message says which)",
+    )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
         431,
@@ -90,12 +135,17 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_FORMAT = (
         "unsupported_format",
         415,
-        "not a recognised container or codec; the message lists the accepted ones",
+        "not a recognised container; the message lists the accepted ones",
+    )
+    UNSUPPORTED_CODEC = (
+        "unsupported_codec",
+        415,
+        "a recognised container whose audio codec is not one arengine decodes; the message lists the accepted ones",
     )
     UNSUPPORTED_MEDIA_TYPE = (
         "unsupported_media_type",
         415,
-        "the body is neither multipart nor an audio content type",
+        "the body is neither multipart nor an audio content type (`POST /v1/render`: not JSON)",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
@@ -132,7 +182,11 @@ class ErrorCode(StrEnum):
         422,
         "`stream` names an audio stream the file does not have (the message gives the range)",
     )
-    TOO_MANY_STREAMS = "too_many_streams", 422, "the container has more than 64 streams"
+    TOO_MANY_STREAMS = (
+        "too_many_streams",
+        422,
+        f"the container has more than {MAX_STREAMS} streams",
+    )
     AUDIO_FORMAT_CHANGED = (
         "audio_format_changed",
         422,
@@ -163,6 +217,11 @@ class ErrorCode(StrEnum):
         "overloaded",
         503,
         "`max_uploading_requests` or `max_pending_requests` reached (with `Retry-After`)",
+    )
+    TOO_MANY_JOBS = (
+        "too_many_jobs",
+        503,
+        "`max_queued_jobs` jobs are queued or running (with `Retry-After`)",
     )
     TOO_MANY_CONNECTIONS = (
         "too_many_connections",
@@ -236,6 +295,12 @@ class NotReady(ArengineError):
     """The server is starting (models not loaded) or stopping."""
 
     default_code = ErrorCode.NOT_READY
+
+
+class Forbidden(ArengineError):
+    """A request a browser was made to send: a foreign Host or Origin."""
+
+    default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
 class Unauthorized(ArengineError):

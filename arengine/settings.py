@@ -1,4 +1,9 @@
-"""All of arengine's settings, each declared once: environment (`ARENGINE_*`), then CLI flags."""
+"""All of arengine's settings, each declared once: environment (`ARENGINE_*`), then CLI flags.
+
+The limits that are not settings (no deployment needs another value) are declared here too, as
+named constants after the class: every limit has one place, and the error descriptions
+(`arengine/errors.py`), messages and README quote these declarations.
+"""
 
 from __future__ import annotations
 
@@ -154,6 +159,22 @@ class Settings(BaseSettings):
         le=3600,
         description="On SIGTERM, seconds in-flight requests get to finish before the process exits.",
     )
+    data_dir: Path | None = Field(
+        None,
+        description="Directory of the job store (jobs.sqlite3, uploads/, results/): jobs survive restarts there. Unset turns POST /v1/jobs and the other job endpoints off.",
+    )
+    max_running_jobs: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Jobs run on the engine at once; the rest wait queued. Keep it below engine_threads' worth of work so interactive requests keep their share.",
+    )
+    max_queued_jobs: int = Field(
+        100,
+        ge=1,
+        le=100_000,
+        description="Jobs queued or running at once; beyond it POST /v1/jobs answers 503 with Retry-After.",
+    )
     api_keys: str | None = Field(
         None,
         description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>. Unset turns authentication off; set but empty, or with an empty entry, refuses to start.",
@@ -164,6 +185,10 @@ class Settings(BaseSettings):
     )
     cors_origins: str | None = Field(
         None, description="Comma-separated origins allowed by CORS; CORS is off when unset."
+    )
+    allowed_hosts: str | None = Field(
+        None,
+        description="Comma-separated Host header names accepted (any port; * for any), against DNS rebinding; default: localhost, 127.0.0.1 and ::1 when bound to loopback, else any.",
     )
     jemalloc: bool = Field(
         True,
@@ -209,3 +234,35 @@ def parse_api_keys(raw: str) -> tuple[str, ...]:
                 "character: keys are printable ASCII without spaces"
             )
     return tuple(dict.fromkeys(keys))
+
+
+MAX_MULTIPART_PARTS = 16
+"""Parts a multipart body may have: the `file` part and a few form fields."""
+
+MAX_FIELD_BYTES = 64 << 10
+"""Bytes a multipart part other than `file` may hold (name, headers and value)."""
+
+MAX_RESULT_BYTES = 32 << 20
+"""The largest result `POST /v1/render` takes: a 2-hour notes transcription is a few MB."""
+MAX_RESULT_TAGS = 200_000
+"""The most tags a result `POST /v1/render` takes: the slowest writers (EAF, TextGrid) take ~15 s
+for them."""
+
+MAX_STREAMS = 64
+"""Streams a container may have: a phone or video recording has a few; hundreds is an attack on
+the demuxer's and the analyser's memory."""
+
+MAX_PACKET_BYTES = 16 << 20
+"""Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
+
+
+def size_text(size: int) -> str:
+    """A byte count as messages and docs write it.
+
+    >>> size_text(MAX_RESULT_BYTES), size_text(MAX_FIELD_BYTES), size_text(1000)
+    ('32 MiB', '64 KiB', '1000 bytes')
+    """
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} bytes"

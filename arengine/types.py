@@ -1,13 +1,17 @@
-"""The values that pass between the stages and out of the engine, and their one serialisation.
+"""The values that pass between the stages and out of the engine, their one serialisation and
+its one reader.
 
 Formats, the HTTP API, the CLI and the logs import these from here, never from engine internals.
 `result_dict` is the JSON shape of a result everywhere: the HTTP body, the `json` format, the NDJSON
-summary and the access log all derive from it.
+summary and the access log all derive from it. `result_of` reads it back (`POST /v1/render`, the
+`json` and `csv` formats' parsers, `arengine.client` and `arengine recognize --server`):
+`result_of(result_dict(result)) == result`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -46,6 +50,9 @@ class AudioInfo:
     """The file ends before its header says it does: the result covers what was there."""
     warnings: tuple[str, ...] = ()
     """What decoding found and how it was handled (never audio dropped silently)."""
+    recorded_at: str | None = None
+    """When the first sample was recorded (ISO 8601, with an offset where the file gives one),
+    as the file says (`arengine/audio/recorded.py`); None where it says nothing."""
 
     @property
     def duration_s(self) -> float:
@@ -68,6 +75,10 @@ class Tag:
     """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
     model: str | None = None
     """The model that gave the tag, in a request for several models."""
+    label_id: str | None = None
+    """The label's identifier in its ontology, for event tags: AudioSet's `/m/09x0r` (Speech)."""
+    scientific_name: str | None = None
+    """The species' scientific name, for `birds` tags (whose label is the common name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +135,7 @@ def audio_dict(info: AudioInfo) -> dict[str, Any]:
         "stream": info.stream,
         "truncated": info.truncated,
         "warnings": list(info.warnings),
+        **({"recorded_at": info.recorded_at} if info.recorded_at is not None else {}),
     }
 
 
@@ -146,3 +158,63 @@ def result_dict(result: Result) -> dict[str, Any]:
     if result.model_timings:
         out["model_timings"] = {name: timings_dict(t) for name, t in result.model_timings}
     return out
+
+
+def result_of(data: Mapping[str, Any]) -> Result:
+    """A result from its JSON: `result_dict`'s inverse, every field included (`length_trusted`,
+    a fact for validation only, is not in the JSON and reads back as its default)."""
+    return Result(
+        model=str(data["model"]),
+        audio=audio_of(data["audio"]),
+        tags=tuple(tag_of(item) for item in data["tags"]),
+        timings=timings_of(data["timings"]),
+        model_timings=tuple(
+            (str(name), timings_of(seconds))
+            for name, seconds in (data.get("model_timings") or {}).items()
+        ),
+    )
+
+
+def audio_of(item: Mapping[str, Any]) -> AudioInfo:
+    """What the upload was, from its JSON; `frames` from the duration (to the microsecond, so
+    exact at any sample rate up to 500 kHz)."""
+    sample_rate = int(item["sample_rate"])
+    return AudioInfo(
+        format=str(item["format"]),
+        subtype=str(item["subtype"]),
+        sample_rate=sample_rate,
+        channels=int(item["channels"]),
+        frames=round(float(item["duration_s"]) * sample_rate),
+        decoder=str(item["decoder"]),
+        stream=int(item["stream"]),
+        truncated=bool(item["truncated"]),
+        warnings=tuple(str(warning) for warning in item["warnings"]),
+        recorded_at=None if item.get("recorded_at") is None else str(item["recorded_at"]),
+    )
+
+
+def tag_of(item: Mapping[str, Any]) -> Tag:
+    """A tag from its JSON, or from a CSV row (text cells; an empty cell is an unset field).
+
+    >>> row = {"start": "0.5", "end": "1.25", "label": "A4", "score": "0.9", "midi": ""}
+    >>> tag_of(row) == Tag(0.5, 1.25, "A4", 0.9)
+    True
+    """
+    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
+    return Tag(
+        start=float(item["start"]),
+        end=float(item["end"]),
+        label=str(item["label"]),
+        score=float(item["score"]),
+        frequency_hz=None if frequency in (None, "") else float(frequency),
+        midi=None if midi in (None, "") else int(midi),
+        pitch_bend=None if bend in (None, "") else tuple(float(value) for value in bend),
+        model=str(item["model"]) if item.get("model") else None,
+        label_id=str(item["label_id"]) if item.get("label_id") else None,
+        scientific_name=str(item["scientific_name"]) if item.get("scientific_name") else None,
+    )
+
+
+def timings_of(item: Mapping[str, Any]) -> Timings:
+    """Stage and wall times from their JSON."""
+    return Timings(**{field.name: float(item[field.name]) for field in dataclasses.fields(Timings)})

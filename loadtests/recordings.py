@@ -28,7 +28,7 @@ SENTENCES = [
     "When the sunlight strikes raindrops in the air, they act as a prism and form a rainbow.",
 ]
 VOICES = ["en", "en-us", "en+f3", "en-gb", "en+m3", "en-us+f2"]
-FORMATS = {
+SOUNDFILE_TYPES = {
     ".wav": ("WAV", "PCM_16"),
     ".flac": ("FLAC", "PCM_16"),
     ".mp3": ("MP3", "MPEG_LAYER_III"),
@@ -56,7 +56,7 @@ def write_recording(
     total = int(minutes * 60 * rate)
     written = 0
     speech: list[tuple[float, float]] = []
-    fmt, subtype = FORMATS[path.suffix]
+    fmt, subtype = SOUNDFILE_TYPES[path.suffix]
     gains = np.linspace(1.0, 0.7, channels, dtype=np.float32)
     with sf.SoundFile(path, "w", rate, channels, subtype, format=fmt) as out:
         while written < total:

@@ -11,7 +11,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-FORMATS = {  # extension: (libsndfile format, subtype)
+SOUNDFILE_TYPES = {  # extension: (libsndfile format, subtype)
     "wav": ("WAV", "PCM_16"),
     "flac": ("FLAC", "PCM_16"),
     "ogg": ("OGG", "VORBIS"),
@@ -86,7 +86,7 @@ def compose(
 
 def write(audio: np.ndarray, rate: int, path: Path, channels: int = 1) -> Path:
     """Write mono `audio` duplicated to `channels`, in the container named by the extension."""
-    fmt, subtype = FORMATS[path.suffix[1:]]
+    fmt, subtype = SOUNDFILE_TYPES[path.suffix[1:]]
     frames = np.repeat(audio[:, None], channels, axis=1) * np.linspace(1.0, 0.6, channels)
     # libsndfile crashes writing long OGG in one call; blocks of a few thousand frames work.
     with sf.SoundFile(path, "w", rate, channels, subtype, format=fmt) as out:
@@ -106,3 +106,34 @@ def sine(path: Path, seconds: float, rate: int, freq: float = 440.0, *args: str)
     """A tone made by ffmpeg's lavfi source and encoded as `args` say, into `path`."""
     ffmpeg("-f", "lavfi", "-i", f"sine=f={freq}:sample_rate={rate}:d={seconds}", *args, str(path))
     return path
+
+
+DEBIAN_SOUNDS = Path("/usr/share/sounds")
+"""Debian's sound-theme-freedesktop (telephone, alarm clock, camera shutter, bell...) and
+alsa-utils (voices naming speaker positions, pink noise): real recordings, installed by
+`deploy/setup.sh --test`."""
+
+
+def debian_sounds() -> list[Path]:
+    """Every recording of the two packages, in a fixed order; an error if they are missing."""
+    found = sorted(DEBIAN_SOUNDS.glob("freedesktop/stereo/*.oga"))
+    found += sorted(DEBIAN_SOUNDS.glob("alsa/*.wav"))
+    if len(found) < 40:
+        raise RuntimeError(
+            "sound-theme-freedesktop or alsa-utils is missing: deploy/setup.sh --test"
+        )
+    return found
+
+
+def mono_16k(path: Path) -> np.ndarray:
+    """A recording as float32 mono at 16 kHz (channels averaged, soxr's resampler)."""
+    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    mono = audio.mean(axis=1)
+    return np.asarray(soxr.resample(mono, rate, 16000), dtype=np.float32)
+
+
+def event_windows(audio: np.ndarray, window: int = 15600, hop: int = 7680) -> np.ndarray:
+    """`(n, window)` windows every `hop` samples; a recording shorter than one is zero-padded."""
+    padded = np.pad(audio, (0, max(0, window - len(audio))))
+    starts = range(0, len(padded) - window + 1, hop)
+    return np.stack([padded[start : start + window] for start in starts])

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.recordings import FORMATS, write
+from tests.recordings import SOUNDFILE_TYPES, write
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_fuzzing_the_decode_path_finds_no_crash(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     tone = (0.3 * np.sin(np.arange(8000) / 5)).astype(np.float32)
-    for extension in FORMATS:
+    for extension in SOUNDFILE_TYPES:
         rate = 48000 if extension == "opus" else 8000
         write(tone, rate, corpus / f"seed.{extension}", channels=2)
     done = subprocess.run(

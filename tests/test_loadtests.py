@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -68,3 +69,17 @@ def test_the_mixed_recording_and_note_f1(tmp_path: Path) -> None:
     assert f1(notes, late)[2] == 0.0
     octave = [(s, e, m + 12) for s, e, m in exact]
     assert f1(notes, octave)[2] == 0.0
+
+
+def test_the_events_recording_holds_its_sounds_at_the_times_it_says() -> None:
+    from loadtests.events import EVERY_S, INSERTED, RATE, recording
+
+    audio, inserted = recording(1.5)
+    assert len(audio) == 90 * RATE
+    assert [name for name, _ in inserted] == list(INSERTED)  # one of each, in turn
+    for (_, at), (_, after) in itertools.pairwise(inserted):
+        assert EVERY_S - 1 < after - at < EVERY_S + 1
+    quiet = audio[: int(inserted[0][1] * RATE)]
+    assert np.sqrt(np.mean(quiet**2)) == pytest.approx(0.00316, rel=0.2)  # -50 dBFS of noise
+    start = int(inserted[0][1] * RATE)
+    assert np.abs(audio[start : start + RATE]).max() > 10 * np.abs(quiet).max()

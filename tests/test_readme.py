@@ -10,9 +10,17 @@ from pathlib import Path
 
 from arengine.cli.commands import ENV_ONLY
 from arengine.errors import ErrorCode
-from arengine.models.registry import PARAMETERS
+from arengine.models.kinds import KINDS
 from arengine.outputs.formats import FORMATS
-from arengine.settings import Settings
+from arengine.settings import (
+    MAX_FIELD_BYTES,
+    MAX_MULTIPART_PARTS,
+    MAX_PACKET_BYTES,
+    MAX_RESULT_BYTES,
+    MAX_STREAMS,
+    Settings,
+    size_text,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -43,7 +51,8 @@ def settings_table() -> str:
 def parameters_table() -> str:
     """One row per kind and post-processing parameter: range, default, meaning."""
     rows = ["| kind | parameter | range | default | meaning |", "|---|---|---|---|---|"]
-    for kind, params in sorted(PARAMETERS.items()):
+    for kind in sorted(KINDS):
+        params = KINDS[kind].parameters
         defaults = params()
         for name, bounds in params.bounds().items():
             value = getattr(defaults, name)
@@ -91,6 +100,27 @@ def test_the_formats_table_matches_the_declarations() -> None:
 
 def test_the_parameters_table_matches_the_declarations() -> None:
     _assert_in_readme(parameters_table(), "post-processing parameters")
+
+
+FIXED_LIMITS = {
+    ErrorCode.TOO_MANY_PARTS: ("more than {} parts", MAX_MULTIPART_PARTS, "at most {} parts"),
+    ErrorCode.FIELD_TOO_LARGE: ("passed {}", size_text(MAX_FIELD_BYTES), "fields at most {}"),
+    ErrorCode.RESULT_TOO_LARGE: ("passed {}", size_text(MAX_RESULT_BYTES), "up to {})"),
+    ErrorCode.TOO_MANY_STREAMS: ("more than {} streams", MAX_STREAMS, "more than {} streams"),
+    ErrorCode.DECODE_BOMB: ("more than {} of samples", size_text(MAX_PACKET_BYTES), None),
+}
+"""Each fixed limit (`arengine/settings.py`): how its error's description and the README's prose
+quote it."""
+
+
+def test_the_fixed_limits_are_quoted_from_their_declarations() -> None:
+    prose = " ".join(README.split())
+    for code, (described, value, in_readme) in FIXED_LIMITS.items():
+        assert described.format(value) in code.description, code
+        if in_readme is not None:
+            assert in_readme.format(value) in prose, (
+                f"the README should say {in_readme.format(value)!r}"
+            )
 
 
 def test_every_path_in_the_code_map_exists() -> None:

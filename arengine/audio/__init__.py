@@ -1,6 +1,8 @@
 """Stage 1 and the first half of stage 2: from an uploaded file to each model's segments.
 
-Probe and validate the upload (`sniff`, `validation`), decode it block by block (`decode` with
-libsndfile, `ffmpeg` with FFmpeg's libraries, `lanes` for several offsets at once, `arrival` for a
-WAV still uploading), resample once per model rate (`tee`) and cut segments (`segments`).
+Every input format is declared once (`containers`). Probe and validate the upload (`sniff`,
+`validation`), decode it block by block (`decode` with libsndfile, `ffmpeg` with FFmpeg, `lanes`
+for several offsets at once, `arrival` for a WAV still uploading, `wav` for where a WAV's frames
+lie), resample once per model rate (`tee`) and cut segments (`segments`). The engine asks `source`
+for one segment source per model.
 """

@@ -4,58 +4,30 @@ The HTTP layer spools the body to a file and counts the bytes in an `Arrival`. F
 whose length is declared, the job starts as soon as the header is on disk (`wav_layout`). The
 job offers a decoding task only once its segment's bytes are there (`Arrival.ready`), so an
 engine thread does not sit waiting on a slow client, and libsndfile reads the file as it stands
-(`decode.arriving_blocks` reopens it when it has read all that was there). Upload and
-recognition overlap instead of adding up. Every other upload is recognised once its body is
-complete.
+(`wav.blocks` reopens it when it has read all that was there), under the same header policy as a
+complete file (`wav.py`). Upload and recognition overlap instead of adding up. Every other upload
+is recognised once its body is complete.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from arengine.audio import sniff
+from arengine.audio import wav
+from arengine.audio.wav import WavLayout
 from arengine.errors import ArengineError, Cancelled
 
 HEADER_BYTES = 64 * 1024
 """Bytes awaited before the header is read: a WAV's `data` chunk starts well within them."""
 
-_PCM_TAGS = (1, 3, 0xFFFE)
-"""WAV format tags whose frames are a fixed `block_align` bytes: PCM, float, extensible."""
-
-
-@dataclass(frozen=True, slots=True)
-class WavLayout:
-    """Where a PCM WAV's frames lie: frame `n` is at `data_offset + n * frame_bytes`; the file
-    is read up to `end`."""
-
-    data_offset: int
-    frame_bytes: int
-    end: int
-
-    @property
-    def frames(self) -> int:
-        """Frames in the file once it is all there."""
-        return max(self.end - self.data_offset, 0) // self.frame_bytes
-
-    def byte_after(self, frames: int) -> int:
-        """The end of the first `frames` frames (of the file, at most)."""
-        return min(self.data_offset + frames * self.frame_bytes, self.end)
-
 
 def wav_layout(path: Path, declared_bytes: int) -> WavLayout | None:
-    """The layout of the RIFF/WAVE file being written to `path` (at most `declared_bytes` long),
-    or None when it is not a PCM WAV whose `data` chunk has begun."""
-    header = sniff.wav_header(path)
-    if header is None or header.format_tag not in _PCM_TAGS or header.block_align <= 0:
-        return None
-    if header.block_align % max(header.channels, 1):
-        return None
-    # A header may claim more than is sent (or 0xFFFFFFFF from a pipe): the body bounds it.
-    end = min(header.data_offset + header.data_bytes, declared_bytes)
-    return WavLayout(header.data_offset, header.block_align, end)
+    """The layout of the WAV being written to `path`, whose body is `declared_bytes` long at
+    most; None when it is not a PCM or float WAV whose `data` chunk has begun. A header may
+    claim more than is sent (or 0xFFFFFFFF from a pipe): the body bounds it."""
+    return wav.layout(path, declared_bytes)
 
 
 class Arrival:
@@ -67,6 +39,8 @@ class Arrival:
     def __init__(self) -> None:
         self.path: Path | None = None
         self.layout: WavLayout | None = None
+        self.name: str | None = None
+        """The upload's file name, once its multipart headers are read (for a recording time)."""
         self._written = 0
         self._ended = False
         self._error: ArengineError | None = None

@@ -10,7 +10,8 @@ one policy for what goes wrong, counted while decoding rather than trusted from 
   (and more than 5 % of the packets): refused as corrupt (400);
 - a file that ends early (a read error after audio was decoded, or fewer frames than an exact
   header states): what was decoded is returned, with `truncated` and a warning;
-- a header that states less than the file holds: everything is decoded, with a warning.
+- a header that states less than the file holds: everything is decoded, with a warning (a WAV's
+  header: `wav.py`).
 """
 
 from __future__ import annotations
@@ -24,17 +25,16 @@ import av
 import numpy as np
 import soundfile as sf
 
-from arengine.audio import ffmpeg, sniff
+from arengine.audio import containers, ffmpeg, sniff, wav
 from arengine.audio.arrival import Arrival
 from arengine.audio.tee import Tee
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
+from arengine.settings import MAX_PACKET_BYTES, size_text
 from arengine.types import AudioInfo
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
 
-MAX_PACKET_BYTES = 16 << 20
-"""Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
 
 MAX_BAD_PACKETS = 8
 """Damaged packets tolerated (skipped and reported) before the stream counts as corrupt."""
@@ -50,8 +50,10 @@ class DecodeReport:
 
     def finish(self, info: AudioInfo) -> AudioInfo:
         """`info` with the decoded length, and what decoding found, for the result."""
-        warnings = list(self.warnings)
-        if info.length_trusted and info.frames and self.frames > info.frames + info.sample_rate:
+        warnings = [*info.warnings, *self.warnings]
+        # FFmpeg's lengths come from timestamps, a little off; libsndfile's are exact.
+        slack = info.sample_rate if info.decoder == sniff.FFMPEG else 0
+        if info.length_trusted and info.frames and self.frames > info.frames + slack:
             warnings.append(
                 f"the header states {info.duration_s:.1f} s; all "
                 f"{self.frames / info.sample_rate:.1f} s in the file were decoded"
@@ -90,11 +92,7 @@ def read_blocks(
     for block in blocks:
         report.frames += len(block)
         if report.frames > max_frames:
-            raise TooLarge(
-                f"the recording decodes to more than {max_frames} frames "
-                f"({max_frames / info.sample_rate:g} s)",
-                code=ErrorCode.AUDIO_TOO_LONG,
-            )
+            raise too_long(max_frames, info.sample_rate)
         yield block
     if report.frames == 0:
         raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
@@ -107,55 +105,21 @@ def _sndfile_blocks(
     block_frames: int,
     arrival: Arrival | None,
 ) -> Iterator[np.ndarray]:
+    where = arrival.layout if arrival is not None else wav.layout(path, path.stat().st_size)
     try:
-        if arrival is not None:
-            yield from arriving_blocks(path, arrival, block_frames)
+        if where is not None:  # a PCM or float WAV: where its frames lie (`wav.py`)
+            yield from wav.blocks(path, where, block_frames, arrival)
         else:
             with sf.SoundFile(str(path)) as audio:
-                while (block := _read(audio, block_frames)) is not None:
+                while (block := wav.read(audio, block_frames)) is not None:
                     yield block
     except sf.LibsndfileError as error:
         raise CorruptAudio(f"the audio cannot be decoded: {error.error_string}") from None
     # Checked once read, when an upload read as it arrived has ended too.
-    header = sniff.wav_header(path) if info.format.startswith("WAV") else None
-    if header is not None and header.data_present < header.data_bytes:
+    shortfall = wav.shortfall(path)
+    if shortfall is not None:
         report.truncated = True
-        report.warnings.append(
-            f"the WAV header states {header.data_bytes} bytes of audio but the file holds "
-            f"{header.data_present}: the result covers what is there"
-        )
-
-
-def arriving_blocks(path: Path, arrival: Arrival, block_frames: int) -> Iterator[np.ndarray]:
-    """libsndfile's blocks of a WAV still being uploaded to `path`.
-
-    libsndfile counts a WAV's frames from the file's size when it opens it, so the file is
-    reopened (at the frame reached) whenever all that was on disk has been read. Reading through
-    a Python file object instead would take the GIL for every 8 KiB libsndfile reads.
-    """
-    layout = arrival.layout
-    assert layout is not None  # set before the job is submitted
-    done = 0
-    while done < layout.frames:
-        # Returns at once when the job's gate let this read start; waits if its estimate fell
-        # short, or until the upload ends.
-        arrival.wait(layout.byte_after(done + min(block_frames, layout.frames - done)))
-        with sf.SoundFile(str(path)) as audio:
-            if audio.frames <= done:  # the upload ended before the header's claim
-                return
-            audio.seek(done)
-            while done < layout.frames and (block := _read(audio, block_frames)) is not None:
-                block = block[: layout.frames - done]
-                done += len(block)
-                yield block
-
-
-def _read(audio: sf.SoundFile, frames: int) -> np.ndarray | None:
-    try:
-        block = audio.read(frames, dtype="float32", always_2d=True)
-    except (RuntimeError, ValueError) as error:
-        raise CorruptAudio(f"the audio cannot be decoded: {error}") from None
-    return block if len(block) else None
+        report.warnings.append(shortfall)
 
 
 def _ffmpeg_blocks(
@@ -182,13 +146,13 @@ def gathered(frames: Iterator[np.ndarray], block_frames: int) -> Iterator[np.nda
 def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterator[np.ndarray]:
     bad = total = 0
     decoded = 0
-    demuxer = ffmpeg.FORCED.get(info.format)
+    demuxer = containers.demuxer_for(info.format)
     with ffmpeg.open_upload(path, demuxer) as container:
         context: Any = container.streams[info.stream].codec_context
         # Bound late on purpose: the message names where the change was met.
-        for packet, error in _packets(container, info, lambda: decoded):  # noqa: B023
+        for packet, error in stream_packets(container, info, lambda: decoded):  # noqa: B023
             if error is not None:
-                _stopped_early(report, decoded / info.sample_rate, error)
+                stopped_early(report, decoded / info.sample_rate, error)
                 break
             total += 1
             try:
@@ -200,10 +164,10 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
                         f"the audio stream is damaged: {bad} of {total} packets cannot be decoded"
                     ) from None
                 continue
-            out = [_checked(frame, info, decoded) for frame in frames]
+            out = [frame_samples(frame, info, decoded) for frame in frames]
             if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
                 raise TooLarge(
-                    f"one packet decodes to more than {MAX_PACKET_BYTES >> 20} MiB",
+                    f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
                     code=ErrorCode.DECODE_BOMB,
                 )
             for block in out:
@@ -213,9 +177,19 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
         report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
 
 
-def _packets(
+def too_long(max_frames: int, sample_rate: int) -> TooLarge:
+    """The error for a recording that decodes to more than `max_frames` frames."""
+    return TooLarge(
+        f"the recording decodes to more than {max_frames} frames ({max_frames / sample_rate:g} s)",
+        code=ErrorCode.AUDIO_TOO_LONG,
+    )
+
+
+def stream_packets(
     container: Any, info: AudioInfo, decoded: Callable[[], int]
 ) -> Iterator[tuple[Any, Exception | None]]:
+    """`ffmpeg.packets` of `info`'s stream; a change of codec parameters is refused (422),
+    naming where it was met (`decoded()` frames in)."""
     try:
         yield from ffmpeg.packets(container, info.stream)
     except ffmpeg.ParametersChanged:
@@ -227,7 +201,9 @@ def _packets(
         ) from None
 
 
-def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
+def frame_samples(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
+    """A decoded frame as float32 samples; a change of rate or channels at `decoded` frames is
+    refused (422)."""
     channels = frame.layout.nb_channels
     if frame.sample_rate != info.sample_rate or channels != info.channels:
         raise InvalidInput(
@@ -239,7 +215,9 @@ def _checked(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
     return ffmpeg.to_float32(frame)
 
 
-def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+def stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+    """A demuxer error at `at_s`: corrupt at the start, otherwise the file ends there
+    (`truncated`, with a warning)."""
     if at_s == 0:
         raise CorruptAudio(f"the audio cannot be read: {error}") from None
     report.truncated = True

@@ -2,9 +2,10 @@
 
 FFmpeg reads hundreds of formats, some of which open other files or the network (HLS, concat,
 image2, lavfi, sdp/rtp/rtsp, tee, data, subfile). arengine gives it only the spooled upload, as a
-Python file object (never a name FFmpeg could read as a URL); lets it probe only the demuxers in
-`DEMUXERS` and open only the decoders in `DECODERS`; and refuses every nested open a demuxer asks
-for (`_refuse_nested`), so a playlist cannot reach a file or a socket even if it were recognised.
+Python file object (never a name FFmpeg could read as a URL); lets it probe only the demuxers of
+`containers.CONTAINERS` and open only the decoders in `containers.DECODERS`; and refuses every
+nested open a demuxer asks for (`_refuse_nested`), so a playlist cannot reach a file or a socket
+even if it were recognised.
 """
 
 from __future__ import annotations
@@ -19,52 +20,12 @@ import av
 import av.container
 import numpy as np
 
-DEMUXERS: dict[str, str] = {
-    "mov": "MP4/MOV",
-    "matroska": "Matroska/WebM",
-    "ogg": "Ogg",
-    "mp3": "MP3",
-    "flac": "FLAC",
-    "asf": "ASF (WMA)",
-    "amr": "AMR",
-    "aac": "AAC (ADTS)",
-    "wav": "WAV",
-    "aiff": "AIFF",
-    "w64": "W64",
-}
-"""FFmpeg demuxers allowed to open an upload, with the container name a user recognises."""
-
-DECODERS: dict[str, str] = {
-    "aac": "AAC",
-    "mp3float": "MP3",
-    "mp2float": "MP2",
-    "mp1float": "MP1",
-    "opus": "Opus",
-    "vorbis": "Vorbis",
-    "flac": "FLAC",
-    "alac": "ALAC",
-    "wmav1": "WMA v1",
-    "wmav2": "WMA v2",
-    "wmapro": "WMA Pro",
-    "wmalossless": "WMA Lossless",
-    "amrnb": "AMR-NB",
-    "amrwb": "AMR-WB",
-    "ac3": "AC-3",
-    "eac3": "E-AC-3",
-    **{f"pcm_{kind}": f"PCM {kind}" for kind in ("s16le", "s16be", "s24le", "s24be", "s32le")},
-    **{f"pcm_{kind}": f"PCM {kind}" for kind in ("s32be", "f32le", "f32be", "f64le", "u8")},
-    "pcm_s8": "PCM s8",
-    "pcm_mulaw": "mu-law",
-    "pcm_alaw": "A-law",
-    "adpcm_ms": "MS ADPCM",
-    "adpcm_ima_wav": "IMA ADPCM",
-}
-"""FFmpeg audio decoders allowed, with the codec name a user recognises. No video decoder is
-listed, so FFmpeg's stream analysis cannot open one either."""
+from arengine.audio import containers
+from arengine.audio.containers import DEMUXERS
 
 _OPTIONS = {
     "format_whitelist": ",".join(DEMUXERS),
-    "codec_whitelist": ",".join(DECODERS),
+    "codec_whitelist": ",".join(containers.DECODERS),
     # Every protocol refused by name; the upload itself comes through a file object, not a protocol.
     "protocol_whitelist": "none",
     "probesize": str(5 << 20),
@@ -81,20 +42,6 @@ class ParametersChanged(Exception):
 
 def _refuse_nested(url: str, flags: int, options: dict[str, str]) -> Any:
     raise NestedOpenRefused(f"nested open of {url[:80]!r} refused")
-
-
-FORCED: dict[str, str] = {
-    "MP3": "mp3",
-    "AAC (ADTS)": "aac",
-    "FLAC": "flac",
-    "Ogg": "ogg",
-    "MP4/MOV": "mov",
-    "Matroska/WebM": "matroska",
-    "ASF (WMA/WMV)": "asf",
-    "AMR": "amr",
-}
-"""The demuxer to insist on when FFmpeg's own probe gives up on a file that starts like one of
-these (a 200-byte MP3 holds too few frames for the probe to be sure)."""
 
 
 @contextmanager

@@ -5,9 +5,9 @@ A recording is cut into chunks of `chunk_segments` segments. Lane `d` of `P` dec
 context and a warm-up for the decoder and the resampler, skipping the packets in between without
 decoding them, and discards what it decodes before the chunk's first sample. The samples are
 those of sequential decoding (FFmpeg's packets carry exact timestamps in these containers;
-`tests/test_lanes.py` compares samples and tags), and each lane holds one decoder and one chunk's
-blocks, so memory stays bounded: the job lets no lane run more than `segments_ahead` segments
-ahead of post-processing.
+`tests/audio/test_lanes.py` compares samples and tags), and each lane holds one decoder and one
+chunk's blocks, so memory stays bounded: the job lets no lane run more than `segments_ahead`
+segments ahead of post-processing.
 """
 
 from __future__ import annotations
@@ -23,16 +23,11 @@ import av
 import numpy as np
 import soxr
 
-from arengine.audio import ffmpeg, sniff
-from arengine.audio.decode import BLOCK_FRAMES, DecodeReport, _checked, _packets, gathered, to_mono
+from arengine.audio import containers, decode, ffmpeg, sniff
+from arengine.audio.decode import BLOCK_FRAMES, DecodeReport, gathered, to_mono
 from arengine.audio.segments import Segment, Segmenter, SegmentPlan
-from arengine.errors import CorruptAudio, ErrorCode, TooLarge
+from arengine.errors import CorruptAudio
 from arengine.types import AudioInfo
-
-SEEKABLE = frozenset({"mp3", "flac", "mov"})
-"""Demuxers whose packet timestamps are sample-exact. Not Matroska (milliseconds), nor Ogg:
-FFmpeg's first Vorbis frame is shorter than its timestamps say, which shifts a chunk by 448
-samples (found by `tests/test_lanes.py`); those files are decoded sequentially."""
 
 DECODER_WARMUP_S = 1.0
 """Audio decoded and dropped before a chunk: refills MP3's bit reservoir, AAC's and Vorbis'
@@ -44,10 +39,11 @@ RESAMPLER_WARMUP_S = 0.25
 
 def parallel_lanes(info: AudioInfo, plan: SegmentPlan, rate_out: int, ahead: int) -> int:
     """How many lanes to decode `info` with: 1 (sequential) unless it is long and seekable."""
-    demuxer = ffmpeg.FORCED.get(info.format)
+    container = containers.named(info.format)
     chunk_s = _chunk_segments(ahead) * plan.segment_samples / rate_out
     long = info.duration_s > 2 * chunk_s
-    if info.decoder != sniff.FFMPEG or demuxer not in SEEKABLE or not long:
+    seekable = container is not None and container.seekable  # `containers.Container.seekable`
+    if info.decoder != sniff.FFMPEG or not seekable or not long:
         return 1
     return max(1, ahead // 2)
 
@@ -173,7 +169,7 @@ class LaneDecoding:
     def _open_chunk(self, lane: Lane) -> Segmenter:
         if lane.files is None:
             lane.files = ExitStack()
-            demuxer = ffmpeg.FORCED.get(self._info.format)
+            demuxer = containers.demuxer_for(self._info.format)
             lane.container = lane.files.enter_context(ffmpeg.open_upload(self._path, demuxer))
         first = lane.chunk * self._chunk
         blocks = self._chunk_blocks(lane, self._first_sample(first))
@@ -260,13 +256,9 @@ def _frames_from(
     checked = False
     at = start
     # Bound late on purpose: the message names where a parameter change was met.
-    for packet, error in _packets(container, info, lambda: at):  # noqa: B023
+    for packet, error in decode.stream_packets(container, info, lambda: at):  # noqa: B023
         if error is not None:
-            report.truncated = True
-            report.warnings.append(
-                f"the file cannot be read after {at / info.sample_rate:.1f} s "
-                f"({error}): the result covers what was decoded"
-            )
+            decode.stopped_early(report, at / info.sample_rate, error)
             return
         if packet.pts is not None:
             read_to[0] = packet.pts + (packet.duration or 0)
@@ -284,12 +276,8 @@ def _frames_from(
                 raise CorruptAudio(f"seeking landed after {start} frames; the file is damaged")
             checked = True
             if at + frame.samples > max_frames:
-                raise TooLarge(
-                    f"the recording decodes to more than {max_frames} frames "
-                    f"({max_frames / info.sample_rate:g} s)",
-                    code=ErrorCode.AUDIO_TOO_LONG,
-                )
-            block = _checked(frame, info, at)
+                raise decode.too_long(max_frames, info.sample_rate)
+            block = decode.frame_samples(frame, info, at)
             report.frames = max(report.frames, at + len(block))
             if at + len(block) > start:
                 yield block[max(0, start - at) :]

@@ -1,14 +1,13 @@
-"""What a file looks like from its first bytes: which decoder opens it, and its name for messages.
+"""What a file's first bytes and headers state, read without the decoders.
 
-FFmpeg decides the container itself; this only routes the uncompressed containers to libsndfile
-(exact and fastest there, see BENCHMARKS.md) and names what was found when a file is refused, so
-the message says "an HLS playlist" instead of FFmpeg's "invalid data".
+Which container a file starts like is declared in `containers.py`; this reads the headers that
+validation and decoding check against what the file holds (a WAV's chunks, FLAC's sample count,
+MP4's top-level boxes), and names the two decoders.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +17,6 @@ HEAD_BYTES = 64
 LIBSNDFILE = "libsndfile"
 FFMPEG = "ffmpeg"
 
-_W64 = b"riff\x2e\x91\xcf\x11\xa5\xd6\x28\xdb\x04\xc1\x00\x00"
-_ASF = b"\x30\x26\xb2\x75\x8e\x66\xcf\x11"
-
 
 def head(path: Path) -> bytes:
     """The first `HEAD_BYTES` bytes of `path`."""
@@ -28,61 +24,15 @@ def head(path: Path) -> bytes:
         return file.read(HEAD_BYTES)
 
 
-def is_pcm_container(data: bytes) -> bool:
-    """WAV, RF64, W64 or AIFF: uncompressed containers that libsndfile decodes."""
-    riff = data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE"
-    aiff = data[:4] == b"FORM" and data[8:12] in (b"AIFF", b"AIFC")
-    return riff or aiff or data.startswith(_W64)
-
-
-def describe(data: bytes) -> str | None:
-    """A user's name for what `data` starts with, or None if it looks like nothing known."""
-    for test, name in _SIGNATURES:
-        if test(data):
-            return name
-    return None
-
-
-def _mp3(data: bytes) -> bool:
-    frame_sync = len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0
-    return data.startswith(b"ID3") or (frame_sync and data[1] & 0x06 != 0)
-
-
-def _adts(data: bytes) -> bool:
-    return len(data) > 1 and data[0] == 0xFF and data[1] & 0xF6 == 0xF0
-
-
-_SIGNATURES: list[tuple[Callable[[bytes], bool], str]] = [
-    (lambda d: d[:4] in (b"RIFF", b"RF64") and d[8:12] == b"WAVE", "WAV"),
-    (lambda d: d.startswith(_W64), "W64"),
-    (lambda d: d[:4] == b"FORM" and d[8:12] in (b"AIFF", b"AIFC"), "AIFF"),
-    (lambda d: d.startswith(b"fLaC"), "FLAC"),
-    (lambda d: d.startswith(b"OggS"), "Ogg"),
-    (lambda d: d[4:8] == b"ftyp", "MP4/MOV"),
-    (lambda d: d[4:8] in (b"moov", b"mdat", b"wide", b"free"), "MP4/MOV"),
-    (lambda d: d.startswith(b"\x1a\x45\xdf\xa3"), "Matroska/WebM"),
-    (lambda d: d.startswith(_ASF), "ASF (WMA/WMV)"),
-    (lambda d: d.startswith(b"#!AMR"), "AMR"),
-    (lambda d: d.lstrip(b"\xef\xbb\xbf").startswith(b"#EXTM3U"), "an HLS/M3U playlist"),
-    (lambda d: d.startswith(b"ffconcat"), "an ffconcat script"),
-    (lambda d: d.startswith(b"PK\x03\x04"), "a ZIP archive"),
-    (_adts, "AAC (ADTS)"),
-    (_mp3, "MP3"),
-]
-"""Signatures in order; the frame-sync tests come last because they match the least."""
-
-PLAYLISTS = frozenset({"an HLS/M3U playlist", "an ffconcat script", "a ZIP archive"})
-"""Recognised files that are never audio: refused without being given to FFmpeg at all."""
-
-
 @dataclass(frozen=True, slots=True)
 class WavHeader:
-    """What a RIFF/WAVE header states, read without libsndfile (which refuses some of it)."""
+    """What a RIFF/WAVE (or RF64) header states, read without libsndfile (which refuses some of
+    it, and trusts the rest). `wav.py` holds what is made of it."""
 
     sample_rate: int
     channels: int
     data_bytes: int
-    """Bytes the `data` chunk claims."""
+    """Bytes the `data` chunk claims (RF64: its `ds64` chunk)."""
     data_present: int
     """Bytes of it that the file holds."""
     data_offset: int = 0
@@ -90,14 +40,19 @@ class WavHeader:
     format_tag: int = 0
     """1 PCM, 3 float, 0xFFFE extensible; others are compressed."""
     block_align: int = 0
-    """Bytes per frame (for PCM and float)."""
+    """Bytes per frame, as the header states it."""
+    bits_per_sample: int = 0
+    """Bits of each sample's container (8, 16, 24, 32, 64 for PCM and float)."""
+    size_field: tuple[int, int] = (0, 4)
+    """Where `data_bytes` is written: its offset in the file and its width in bytes."""
 
 
 def wav_header(path: Path) -> WavHeader | None:
-    """The `fmt ` and `data` chunks of a RIFF/WAVE file; None if either is missing."""
+    """The `fmt ` and `data` chunks of a RIFF/WAVE or RF64 file; None if either is missing."""
     size = path.stat().st_size
     rate = channels = None
-    tag = align = 0
+    tag = align = bits = 0
+    ds64: tuple[int, int] | None = None  # RF64: where the data size is, and what it says
     with open(path, "rb") as file:
         if file.read(12)[8:12] != b"WAVE":
             return None
@@ -108,12 +63,18 @@ def wav_header(path: Path) -> WavHeader | None:
             kind, length = chunk[:4], struct.unpack("<I", chunk[4:])[0]
             start = file.tell()
             if kind == b"fmt ":
-                fmt = file.read(14)
+                fmt = file.read(16)
                 tag, channels, rate = struct.unpack("<HHI", fmt[:8]) if len(fmt) >= 8 else (0, 0, 0)
-                align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) == 14 else 0
+                align = struct.unpack("<H", fmt[12:14])[0] if len(fmt) >= 14 else 0
+                bits = struct.unpack("<H", fmt[14:16])[0] if len(fmt) == 16 else 0
+            elif kind == b"ds64" and length >= 16:
+                ds64 = (start + 8, struct.unpack("<Q", file.read(16)[8:])[0])
             elif kind == b"data" and rate is not None and channels is not None:
+                field = (start - 4, 4)
+                if length == 0xFFFFFFFF and ds64 is not None:
+                    field, length = (ds64[0], 8), ds64[1]
                 present = max(0, min(length, size - start))
-                return WavHeader(rate, channels, length, present, start, tag, align)
+                return WavHeader(rate, channels, length, present, start, tag, align, bits, field)
             file.seek(start + length + (length & 1))
     return None
 

@@ -9,37 +9,12 @@ from pathlib import Path
 import av
 import soundfile as sf
 
-from arengine.audio import ffmpeg, sniff
+from arengine.audio import containers, ffmpeg, sniff, wav
 from arengine.audio.arrival import Arrival
+from arengine.audio.containers import ACCEPTED, DECODERS, DEMUXERS, SNDFILE_FORMATS, SUBTYPES
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.settings import MAX_STREAMS
 from arengine.types import AudioInfo
-
-FORMATS = frozenset({"WAV", "WAVEX", "RF64", "W64", "AIFF"})
-"""Containers libsndfile decodes (its names); everything else goes through FFmpeg."""
-
-SUBTYPES = frozenset(
-    {
-        "PCM_S8",
-        "PCM_U8",
-        "PCM_16",
-        "PCM_24",
-        "PCM_32",
-        "FLOAT",
-        "DOUBLE",
-        "ULAW",
-        "ALAW",
-        "IMA_ADPCM",
-        "MS_ADPCM",
-    }
-)
-"""Codecs libsndfile decodes in those containers (its names)."""
-
-ACCEPTED = ", ".join(sorted({*ffmpeg.DEMUXERS.values(), *FORMATS}))
-"""Every container accepted, as named in messages."""
-
-TRUSTED_LENGTH = frozenset({"flac", "mov"})
-"""Where a header's length is exact (sample counts or tables), so a claim over the cap is refused
-before decoding. Elsewhere (an MP3 without a Xing header, Matroska's Duration) it is a guess."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +40,11 @@ def probe(
     if os.path.getsize(path) == 0:
         raise InvalidInput("the uploaded file is empty", code=ErrorCode.EMPTY_FILE)
     head = sniff.head(path)
-    found = sniff.describe(head)
-    if found in sniff.PLAYLISTS:
+    container = containers.recognise(head)
+    found = None if container is None else container.name
+    if container is not None and not container.audio:
         raise UnsupportedFormat(f"found {found}, not audio; accepted containers: {ACCEPTED}")
-    if sniff.is_pcm_container(head):
+    if container is not None and container.sndfile:  # uncompressed: libsndfile decodes it
         if stream:
             raise InvalidInput(
                 f"a {found} file has one audio stream; stream accepts 0",
@@ -102,8 +78,11 @@ def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> 
         channels=int(header.channels),
         frames=max(int(header.frames), 0),
     )
-    if arrival is not None and arrival.layout is not None:  # a WAV still being uploaded
-        info = replace(info, frames=arrival.layout.frames)
+    # A PCM or float WAV: where its frames lie (`wav.py`); for one still being uploaded, as
+    # found when its header arrived.
+    where = arrival.layout if arrival is not None else wav.layout(path, os.path.getsize(path))
+    if where is not None:
+        info = replace(info, frames=where.frames, warnings=where.warnings)
     _check_codec(info)
     return info
 
@@ -125,18 +104,21 @@ def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInf
                 f"not a recognised audio file; accepted containers: {ACCEPTED}"
             ) from None
         demuxer, choice = _open_again(path, found, stream, error)
-    if choice.decoder not in ffmpeg.DECODERS:
-        accepted = ", ".join(sorted(set(ffmpeg.DECODERS.values())))
-        raise UnsupportedFormat(f"codec {choice.decoder} is not accepted; accepted: {accepted}")
+    if choice.decoder not in DECODERS:
+        accepted = ", ".join(sorted(set(DECODERS.values())))
+        raise UnsupportedFormat(
+            f"codec {choice.decoder} is not accepted; accepted: {accepted}",
+            code=ErrorCode.UNSUPPORTED_CODEC,
+        )
     return AudioInfo(
-        format=ffmpeg.DEMUXERS[demuxer],
-        subtype=ffmpeg.DECODERS[choice.decoder],
+        format=DEMUXERS[demuxer].name,
+        subtype=DECODERS[choice.decoder],
         sample_rate=choice.sample_rate,
         channels=choice.channels,
         frames=choice.claimed_frames,
         decoder=sniff.FFMPEG,
         stream=choice.index,
-        length_trusted=demuxer in TRUSTED_LENGTH and choice.claimed_frames > 0,
+        length_trusted=DEMUXERS[demuxer].trusted_length and choice.claimed_frames > 0,
     )
 
 
@@ -155,7 +137,7 @@ def _open_again(
     path: Path, found: str, stream: int | None, first: av.error.FFmpegError
 ) -> tuple[str, ffmpeg.StreamChoice]:
     """FFmpeg's probe gave up on a file that starts like `found`: insist on that demuxer."""
-    forced = ffmpeg.FORCED.get(found)
+    forced = containers.demuxer_for(found)
     try:
         if forced is not None:
             return _open_stream(path, forced, stream)
@@ -187,17 +169,13 @@ def _pick_stream(audio: list[int], streams: int, wanted: int | None) -> int:
     return audio[wanted or 0]
 
 
-MAX_STREAMS = 64
-"""Streams a container may have: a phone or video recording has a few; hundreds is an attack on
-the demuxer's and the analyser's memory."""
-
-
 def _check_codec(info: AudioInfo) -> None:
-    if info.format not in FORMATS:
+    if info.format not in SNDFILE_FORMATS:
         raise UnsupportedFormat(f"container {info.format} is not accepted; accepted: {ACCEPTED}")
     if info.subtype not in SUBTYPES:
         raise UnsupportedFormat(
-            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}"
+            f"codec {info.subtype} is not accepted; accepted: {', '.join(sorted(SUBTYPES))}",
+            code=ErrorCode.UNSUPPORTED_CODEC,
         )
 
 

@@ -7,12 +7,13 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from arengine import __version__
 from arengine.outputs.formats import FORMAT_NAMES, FORMATS, get_format, known_formats
 from arengine.settings import Settings
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         "\n  arengine models\nRun `arengine COMMAND --help` for a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"arengine {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser(
         "serve",
@@ -114,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip inputs whose output file already exists (an interrupted run started again)",
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
+    _add_parameter_flags(recognize)
     models = commands.add_parser(
         "models",
         help="list the models that load",
@@ -156,6 +159,41 @@ def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) ->
             )
 
 
+def _add_parameter_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per post-processing parameter of any kind (`--lat 40.4`, `--species 'A;B'`),
+    from the kinds' declarations, as the HTTP query takes them."""
+    from arengine.models.kinds import KINDS
+
+    kinds: dict[str, list[str]] = {}
+    types: dict[str, Any] = {}
+    docs: dict[str, str] = {}
+    for kind in KINDS.values():
+        params = kind.parameters
+        for name, bounds in params.bounds().items():
+            types.setdefault(name, int if bounds.whole else float)
+            docs.setdefault(name, params.docs()[name])
+            kinds.setdefault(name, []).append(kind.name)
+        for name, doc in params.texts().items():
+            types.setdefault(name, str)
+            docs.setdefault(name, doc)
+            kinds.setdefault(name, []).append(kind.name)
+    for name, used in kinds.items():
+        # One kind's parameter says what it does; a shared name means something per kind.
+        doc = docs[name] if len(used) == 1 else "post-processing parameter, per kind (README)"
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=PARAMETER_PREFIX + name,
+            type=types[name],
+            default=argparse.SUPPRESS,
+            metavar=name.upper(),
+            help=f"{doc} ({', '.join(used)} models)".replace("%", "%%"),
+        )
+
+
+PARAMETER_PREFIX = "parameter:"
+"""Where a post-processing flag's value goes in the parsed arguments (no setting has a colon)."""
+
+
 def _flag_type(annotation: Any) -> Any:
     for kind in (int, float, Path):
         if annotation is kind or kind in getattr(annotation, "__args__", ()):
@@ -166,7 +204,14 @@ def _flag_type(annotation: Any) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
+    parameters = {
+        name.removeprefix(PARAMETER_PREFIX): args.pop(name)
+        for name in list(args)
+        if name.startswith(PARAMETER_PREFIX)
+    }
     options = {name: args.pop(name) for name in list(args) if name not in Settings.model_fields}
+    if command == "recognize":
+        options["parameters"] = parameters
     try:
         settings = Settings(**args)
     except ValidationError as error:
@@ -237,8 +282,11 @@ def recognize(
     jobs: int,
     server: str | None = None,
     resume: bool = False,
+    parameters: Mapping[str, float | str] | None = None,
 ) -> int:
-    """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start."""
+    """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
+    `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`)."""
+    overrides = dict(parameters or {})
     from arengine.cli.runner import expand, output_names, recognize_files
 
     files, skipped = expand(inputs)
@@ -255,7 +303,10 @@ def recognize(
         remote = Remote.from_env(server)
         _print_skipped(skipped)
         return _report(
-            recognize_remote(remote, files, model, get_format(format), out, jobs, resume), files
+            recognize_remote(
+                remote, files, model, get_format(format), out, jobs, resume, overrides=overrides
+            ),
+            files,
         )
     if resume:
         names = dict(zip(files, output_names(files, get_format(format)), strict=True))
@@ -264,23 +315,28 @@ def recognize(
             return 0
     engine = _engine(settings)
     try:
-        refused = _refusal(engine, model, format)
+        refused = _refusal(engine, model, format, overrides)
         if refused is not None:
             print(f"arengine: {refused}", file=sys.stderr)
             return 2
-        failures = recognize_files(engine, files, model, get_format(format), out, jobs)
+        failures = recognize_files(
+            engine, files, model, get_format(format), out, jobs, overrides=overrides
+        )
     finally:
         engine.close()
     _print_skipped(skipped)
     return _report(failures, files)
 
 
-def _refusal(engine: Engine, model: str, format: str) -> str | None:
-    """Why `model` (one name or several, comma-separated) cannot run or fill `format`."""
+def _refusal(
+    engine: Engine, model: str, format: str, overrides: Mapping[str, float | str]
+) -> str | None:
+    """Why `model` (one name or several, comma-separated) cannot run with `overrides` or fill
+    `format`."""
     from arengine.errors import ArengineError
 
     try:
-        recognizers = engine.check(model, {})
+        recognizers = engine.check(model, overrides)
     except ArengineError as error:
         return str(error)
     for recognizer in recognizers:

@@ -62,9 +62,11 @@ class _Counts:
 
     def overall(self) -> str:
         elapsed = time.monotonic() - self.began
+        # The total is what the headers said; a file may decode a little longer than its header.
+        total = max(self.total_audio_s, self.done_audio_s)
         line = (
             f"overall: {self.settled}/{self.files} files, "
-            f"{self.done_audio_s:.1f}/{self.total_audio_s:.1f} s of audio, {elapsed:.1f} s"
+            f"{self.done_audio_s:.1f}/{total:.1f} s of audio, {elapsed:.1f} s"
         )
         if self.done_audio_s > 0:
             speed = self.done_audio_s / max(elapsed, 1e-9)

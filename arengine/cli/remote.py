@@ -12,7 +12,6 @@ Example (with a server at that address)::
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import os
@@ -21,7 +20,7 @@ from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import httpx
 import soundfile
@@ -30,7 +29,7 @@ from arengine.cli.progress import make_progress
 from arengine.cli.runner import Failure, output_names, settle
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.outputs.formats import Format
-from arengine.types import AudioInfo, Result, Timings
+from arengine.types import Result
 
 API_KEY_ENV = "ARENGINE_API_KEY"
 """The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
@@ -48,30 +47,6 @@ class Remote:
         return cls(url, os.environ.get(API_KEY_ENV) or None)
 
 
-def result_of(recognition: Recognition) -> Result:
-    """The server's answer as the engine's `Result`, so the formats render it as in-process."""
-    audio = recognition.audio
-    return Result(
-        model=recognition.model,
-        audio=AudioInfo(
-            format=audio.format,
-            subtype=audio.subtype,
-            sample_rate=audio.sample_rate,
-            channels=audio.channels,
-            frames=round(audio.duration_s * audio.sample_rate),
-        ),
-        tags=recognition.tags,
-        timings=_timings(recognition.timings),
-        model_timings=tuple(
-            (name, _timings(timings)) for name, timings in recognition.model_timings.items()
-        ),
-    )
-
-
-def _timings(seconds: Mapping[str, float]) -> Timings:
-    return Timings(**{f.name: seconds.get(f.name, 0.0) for f in dataclasses.fields(Timings)})
-
-
 def recognize_remote(
     remote: Remote,
     files: list[Path],
@@ -81,8 +56,10 @@ def recognize_remote(
     jobs: int = 4,
     resume: bool = False,
     stream: TextIO | None = None,
+    overrides: Mapping[str, float | str] | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones."""
+    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones;
+    `overrides`: post-processing parameters for every file."""
     out.mkdir(parents=True, exist_ok=True)
     todo = [
         (path, out / name)
@@ -96,6 +73,11 @@ def recognize_remote(
     progress = make_progress(len(todo), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
+    stream.write(
+        f"sending {len(todo)} files to {remote.url}, {jobs} at a time; each is retried up to "
+        f"{retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
+        "times\n"
+    )
     try:
         with (
             Client(remote.url, remote.api_key, retry=retry) as client,
@@ -106,7 +88,8 @@ def recognize_remote(
             while True:
                 # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
                 for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
-                    running[pool.submit(_recognize_one, client, path, model)] = (path, target)
+                    upload = pool.submit(_recognize_one, client, path, model, overrides or {})
+                    running[upload] = (path, target)
                     progress.started(path, durations[path])
                 if not running:
                     break
@@ -120,10 +103,13 @@ def recognize_remote(
     return failures
 
 
-def _recognize_one(client: Client, path: Path, model: str) -> Recognition:
+def _recognize_one(
+    client: Client, path: Path, model: str, overrides: Mapping[str, float | str]
+) -> Recognition:
     if not path.is_file():  # the in-process mode's wording, so both reports read the same
         raise FileNotFoundError(f"no such file: {path}")
-    return client.recognize(path, model=model)
+    params: dict[str, Any] = dict(overrides)  # post-processing only: no `timeout_s` among them
+    return client.recognize(path, model=model, **params)
 
 
 def _reason(error: Exception) -> str | None:
@@ -136,7 +122,7 @@ def _reason(error: Exception) -> str | None:
 
 
 def _answer(future: Future[Recognition]) -> Result:
-    return result_of(future.result())
+    return future.result()  # the client reads the answer into the engine's `Result`
 
 
 def _duration(path: Path) -> float:

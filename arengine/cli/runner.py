@@ -20,6 +20,7 @@ from arengine.cli.progress import Progress, make_progress
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
+from arengine.models.recognizer import Overrides
 from arengine.outputs.formats import Format
 from arengine.types import Result
 
@@ -59,7 +60,8 @@ def not_audio(path: Path) -> str | None:
     try:
         probe(path, _ANY_SHAPE)
     except UnsupportedFormat as error:
-        return None if error.message.startswith("codec") else error.message
+        # A container whose codec is refused holds audio: reported as a failure, not skipped.
+        return None if error.code == ErrorCode.UNSUPPORTED_CODEC else error.message
     except InvalidInput as error:
         codes = (ErrorCode.EMPTY_FILE, ErrorCode.NO_AUDIO_STREAM)
         return error.message if error.code in codes else None
@@ -89,8 +91,10 @@ def recognize_files(
     jobs: int = 4,
     stream: TextIO | None = None,
     every_s: float = 10.0,
+    overrides: Overrides | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` files at a time; returns the failed ones.
+    """Write `<out>/<stem>.<ext>` per file, `jobs` files at a time; returns the failed ones;
+    `overrides`: post-processing parameters for every file.
 
     Progress goes to `stream` (stderr): bars on a terminal, lines otherwise (see `progress`).
     """
@@ -103,7 +107,7 @@ def recognize_files(
     try:
         while True:
             for index, (path, name) in _take(pending, jobs - len(running)):
-                future, job = _submit(engine, path, model, index)
+                future, job = _submit(engine, path, model, index, overrides or {})
                 running[future] = (path, out / name, job)
                 progress.started(path, durations[index])
             if not running:
@@ -157,12 +161,13 @@ def _take(
 
 
 def _submit(
-    engine: Engine, path: Path, model: str, index: int
+    engine: Engine, path: Path, model: str, index: int, overrides: Overrides
 ) -> tuple[Future[Result], Job | None]:
     try:
         if not path.is_file():
             raise FileNotFoundError(f"no such file: {path}")
-        job = engine.recognize(path, engine.check(model, {}), {}, f"cli-{index}")
+        recognizers = engine.check(model, overrides)
+        job = engine.recognize(path, recognizers, overrides, f"cli-{index}")
         return job.future, job
     except (ArengineError, OSError) as error:
         failed: Future[Result] = Future()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from arengine.audio.arrival import Arrival
@@ -54,6 +55,9 @@ class Engine:
         self._stopping = False
         self.admission = Admission(settings.max_uploading_requests, settings.max_pending_requests)
 
+    not_ready_reason = "the models are still loading; retry shortly"
+    """What a request gets before the models are ready: once loading has found none, why."""
+
     @property
     def ready(self) -> bool:
         """Models loaded and not shutting down."""
@@ -87,7 +91,8 @@ class Engine:
         if self.models:
             self._loaded.set()
         else:
-            log.error("no model could be loaded from %s: the server stays not ready", folder)
+            self.not_ready_reason = _nothing_loaded(folder, self.failures)
+            log.error("%s: the server stays not ready", self.not_ready_reason)
 
     def check(self, model: str, overrides: Overrides) -> tuple[Recognizer, ...]:
         """The recognizers of `model` (one name, or several separated by commas) if the request
@@ -95,7 +100,7 @@ class Engine:
         if self._stopping:
             raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
         if not self.ready:
-            raise NotReady("the models are still loading; retry shortly")
+            raise NotReady(self.not_ready_reason)
         names = model.split(",")
         repeated = sorted({name for name in names if names.count(name) > 1})
         if repeated:
@@ -125,12 +130,14 @@ class Engine:
         on_tags: TagListener | None = None,
         stream: int | None = None,
         arrival: Arrival | None = None,
+        name: str | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
         `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
-        an audio stream of a file that has several; `arrival`: a WAV still being uploaded.
+        an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
+        `name`: the file's name as the user gave it (for its recording time).
         """
         spec = JobSpec(
             request_id=request_id,
@@ -143,9 +150,23 @@ class Engine:
             on_tags=on_tags,
             stream=stream,
             arrival=arrival,
+            name=name,
         )
         return self.pool.submit(spec)
 
     def close(self) -> None:
         self._loaded.clear()
         self.pool.close()
+
+
+def _nothing_loaded(folder: Path, failures: Sequence[object]) -> str:
+    """Why no model loaded, and the fix: a `pip install` has no models folder of its own."""
+    if not folder.is_dir():
+        return (
+            f"no models: the models folder {folder} does not exist (an installed package has "
+            "no models/ folder of its own: pass --models-dir, or ARENGINE_MODELS_DIR, naming "
+            "the models/ folder of an arengine checkout)"
+        )
+    if not failures:
+        return f"no models: {folder} has no model folder with a manifest.toml"
+    return f"no model could be loaded from {folder}: each one's reason is in GET /v1/models"

@@ -22,19 +22,22 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 from arengine.audio.arrival import Arrival, abandoned
-from arengine.audio.decode import BLOCK_FRAMES, Decoding, decode
-from arengine.audio.lanes import Lane, LaneDecoding, parallel_lanes
-from arengine.audio.segments import Segment, Segmenter
+from arengine.audio.lanes import Lane, LaneDecoding
+from arengine.audio.recorded import recorded_at
+from arengine.audio.segments import Segment
+from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
+from arengine.models.kinds import KINDS
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
@@ -66,6 +69,8 @@ class JobSpec:
     """Decode a long seekable file from several offsets at once (`arengine/audio/lanes.py`)."""
     arrival: Arrival | None = None
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
+    name: str | None = None
+    """The file's name as the user gave it (an upload's), read for a recording time."""
 
     @property
     def model(self) -> str:
@@ -94,8 +99,9 @@ class Job:
         self._decoding = False
         self._postprocessing = False
         self._info: AudioInfo | None = None
-        self._decoder: Decoding | None = None
+        self._sources: SegmentSources | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
+        self._shares = shares
         self._runs = [
             ModelRun(index, recognizer, recognizer.tagger(own))
             for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
@@ -195,13 +201,8 @@ class Job:
     def _arrived(self) -> bool:
         """Whether the next segment's bytes are uploaded (always, once the body is complete); if
         not, the pool is woken when they are, so no engine thread waits on a client."""
-        arrival, decoder, info = self.spec.arrival, self._decoder, self._info
-        if arrival is None or decoder is None or info is None:
-            return True
-        # One decoding task reads under a segment and its pre-roll (each at most `window_s`),
-        # rounded up to whole blocks; more only makes it start a little later.
-        span = int(2 * self._window_s * info.sample_rate) + 2 * BLOCK_FRAMES
-        return arrival.ready(decoder.report.frames + span, self._wake)
+        sources = self._sources
+        return sources is None or sources.arrived(self._window_s, self._wake)
 
     def _run(self, stage: Stage, work: Callable[..., None], *args: object) -> None:
         started = time.perf_counter()
@@ -226,28 +227,23 @@ class Job:
         started = time.perf_counter()
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
-        max_frames = int(spec.limits.max_duration_s * info.sample_rate)
-        ahead, runs = spec.segments_ahead, self._runs
-        first = runs[0].recognizer
-        lanes = 1
-        if spec.parallel_decoding and not self._several and spec.arrival is None:
-            lanes = parallel_lanes(info, first.plan, first.sample_rate, ahead)
+        self._recording_time_defaults(recorded_at(spec.path, spec.name))
+        models = [ModelInput(run.recognizer.plan, run.recognizer.sample_rate) for run in self._runs]
+        reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
+        sources = segment_sources(spec.path, info, models, reading)
         with self._lock:
-            if lanes > 1:  # a long compressed file: decoded from several offsets at once
-                runs[0].lanes = LaneDecoding(
-                    spec.path, info, first.plan, first.sample_rate, max_frames, lanes, ahead
-                )
-            else:
-                rates = [run.recognizer.sample_rate for run in runs]
-                self._decoder = decode(spec.path, info, rates, max_frames, spec.arrival)
-                for run in runs:
-                    run.segments = Segmenter(self._decoder.reader(run.index), run.recognizer.plan)
+            for run, source in zip(self._runs, sources.per_model, strict=True):
+                if isinstance(source, LaneDecoding):
+                    run.lanes = source
+                else:
+                    run.segments = source
+            self._sources = sources
             self._info = info
         seconds = time.perf_counter() - started
         with self._lock:
             self._validation_s += seconds
         # Validation is shared by the models: counted once, under the first model's name.
-        self._observer.observe_stage(first.name, Stage.VALIDATION, seconds)
+        self._observer.observe_stage(self._runs[0].recognizer.name, Stage.VALIDATION, seconds)
 
     def _decode(self, run: ModelRun) -> None:
         started = time.perf_counter()
@@ -362,13 +358,27 @@ class Job:
                 return run, None
         return None
 
+    def _recording_time_defaults(self, when: datetime | None) -> None:
+        """Taggers again with the defaults that follow from the recording's time (birds: its
+        week), before any segment reaches them; a request's own values win."""
+        if when is None:
+            return
+        for run, own in zip(self._runs, self._shares, strict=True):
+            implied = KINDS[run.recognizer.kind].from_recording_time(when)
+            fresh = {name: value for name, value in implied.items() if name not in own}
+            if fresh:
+                run.tagger = run.recognizer.tagger({**own, **fresh})
+
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can
         fail runs before `finished` is set, so a failure here still reaches `_fail`."""
-        run = self._runs[0]
-        decoded = run.lanes or self._decoder
-        assert decoded is not None
-        info = decoded.info()  # the decoded length, not the header's claim
+        assert self._sources is not None  # set by validation, which always runs first
+        info = self._sources.info()  # the decoded length, not the header's claim
+        # Read at the end: recorders write GUANO after the audio, which a WAV read while it
+        # uploads has only now (unless its last bytes are still on their way).
+        when = recorded_at(self.spec.path, self.spec.name)
+        if when is not None:
+            info = dataclasses.replace(info, recorded_at=when.isoformat())
         with self._lock:
             if self.finished:
                 return
@@ -418,12 +428,8 @@ class Job:
     def _release(self) -> None:
         """Close the decoders (and the file) once no task is using them."""
         with self._lock:
-            closing: list[Segmenter | LaneDecoding | Decoding] = []
+            sources, self._sources = self._sources, None
             for run in self._runs:
-                closing += [source for source in (run.segments, run.lanes) if source is not None]
                 run.segments = run.lanes = None
-            if self._decoder is not None:
-                closing.append(self._decoder)
-                self._decoder = None
-        for source in closing:
-            source.close()
+        if sources is not None:
+            sources.close()

@@ -18,11 +18,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.engine.engine import Engine
-from arengine.http import render, routes, web
+from arengine.http import jobs, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
+from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopback
 from arengine.http.upload_dir import UploadDir
+from arengine.jobs.runner import JobRunner
+from arengine.jobs.store import JobStore
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.memory import Jemalloc
@@ -50,11 +53,15 @@ def create_app(settings: Settings) -> FastAPI:
         engine = Engine(settings, metrics)
         app.state.engine = engine
         _watch(metrics, engine)
+        runner = _jobs(settings, engine)
+        app.state.jobs = runner
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
             yield
         finally:
+            if runner is not None:
+                runner.close()
             engine.close()
             uploads.close()
 
@@ -63,11 +70,14 @@ def create_app(settings: Settings) -> FastAPI:
         version=__version__,
         lifespan=lifespan,
         description="Timestamped tags from audio files of any length.",
+        docs_url=None,  # served by `web` from the package: no CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
     app.include_router(routes.router)
     app.include_router(render.router)
+    app.include_router(jobs.router)
     app.include_router(web.router)
     install_error_handlers(app)
     if keys := settings.api_key_list():
@@ -81,10 +91,32 @@ def create_app(settings: Settings) -> FastAPI:
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
+    app.add_middleware(
+        SecurityMiddleware,
+        hosts=_allowed_hosts(settings),
+        origins=(settings.cors_origins or "").split(",") if settings.cors_origins else (),
+        csp={"/docs": web.DOCS_CSP},
+    )
     app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app
+
+
+def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
+    """The job runner over the store in `data_dir` (None: jobs off), started."""
+    if settings.data_dir is None:
+        return None
+    runner = JobRunner(JobStore.open(settings.data_dir), engine, settings.max_running_jobs)
+    runner.start()
+    return runner
+
+
+def _allowed_hosts(settings: Settings) -> list[str]:
+    """`allowed_hosts`, or by default the loopback names on loopback and any name elsewhere."""
+    if settings.allowed_hosts:
+        return settings.allowed_hosts.split(",")
+    return list(LOOPBACK_HOSTS) if is_loopback(settings.host) else ["*"]
 
 
 def _watch(metrics: Metrics, engine: Engine) -> None:

@@ -68,9 +68,14 @@ async def _arengine_error(request: Request, error: ArengineError) -> JSONRespons
     return error_response(error.code, error.message)
 
 
+def problem_text(message: str) -> str:
+    """A pydantic error message as a client reads it: without pydantic's `Value error, `."""
+    return message.removeprefix("Value error, ")
+
+
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
     problems = "; ".join(
-        f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
+        f"{'.'.join(str(part) for part in e['loc'][1:]) or e['loc'][0]}: {problem_text(e['msg'])}"
         for e in error.errors()
     )
     _count_refusal(request, ErrorCode.INVALID_PARAMETER)

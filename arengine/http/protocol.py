@@ -33,6 +33,39 @@ _H11_CODES = {
 }
 
 
+LINGER_S = 2.0
+"""After the last answer of a connection, how long it keeps reading (and dropping) what the
+client still sends before it closes. Closing with unread bytes makes the kernel send a reset,
+which can destroy the answer before the client reads it: a 413 found in a header while the body
+was still coming arrived as "connection reset" under load (nginx's lingering close)."""
+
+
+class _LingeringTransport:
+    """A transport whose `close` sends the end of the answer (FIN) at once, keeps reading for
+    `LINGER_S` (the protocol drops the bytes) and closes then, or when the client does."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self.lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        transport = self._transport
+        if self.lingering or transport.is_closing() or not transport.can_write_eof():
+            transport.close()
+            return
+        self.lingering = True
+        transport.write_eof()
+        transport.resume_reading()  # flow control may have paused it: read what is left
+        self._loop.call_later(LINGER_S, transport.close)
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
     """What one connection may do before the application sees its request."""
@@ -128,7 +161,8 @@ class LimitedH11Protocol(H11Protocol):
         self._first_byte_at = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        lingering = _LingeringTransport(transport, asyncio.get_running_loop())
+        super().connection_made(lingering)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:
             self._note_cap()
             message = f"{self.limits.max_connections} connections are open; retry shortly"
@@ -141,6 +175,8 @@ class LimitedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if isinstance(self.transport, _LingeringTransport) and self.transport.lingering:
+            return  # the rest of a body no one will read: dropped
         if self.conn.their_state is h11.IDLE:
             if self._request_bytes == 0:
                 self._first_byte_at = time.monotonic()

@@ -3,6 +3,11 @@
 The page (and any client) downloads a format without sending the recording again: it posts the
 JSON result it already holds (`POST /v1/recognize`'s answer, or a stream's tags with its
 summary) and gets the file, named as a download of the recognition would be.
+
+A render is work like a recognition's, bounded the same way: its body takes an upload slot and
+its work an engine slot (`Admission`: 503 beyond them); it runs off the event loop, at most
+`RENDERS_AT_ONCE` at a time; and its size bounds its time (32 MiB, `MAX_RESULT_TAGS` tags, every
+writer linear in the tags).
 """
 
 from __future__ import annotations
@@ -12,20 +17,24 @@ import struct
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from anyio import CapacityLimiter, to_thread
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from arengine.errors import ErrorCode, InvalidInput, TooLarge
-from arengine.http.errors import error_responses
+from arengine.engine.admission import UploadProgress
+from arengine.engine.engine import Engine
+from arengine.errors import ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.http.errors import error_responses, problem_text
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
+from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, size_text
 from arengine.types import Result
 
 router = APIRouter()
 
-MAX_RESULT_BYTES = 32 << 20
-"""The largest result taken: a 2-hour notes transcription is a few MB."""
+RENDERS_AT_ONCE = 2
+"""Renders running at once, each on a thread of its own; more wait for one to finish."""
 
 _RESULT_BODY = {
     "requestBody": {
@@ -54,15 +63,31 @@ async def render(
 ) -> Response:  # fmt: skip
     """A result (the JSON of `POST /v1/recognize`) as a file in `format`."""
     fmt = _format(format)
-    body = await _body(request)
-    try:
-        result = RecognizeResponse.model_validate_json(body).to_result()
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the body"
-        raise InvalidInput(
-            f"not a recognition result: {where}: {first['msg']}", code=ErrorCode.INVALID_RESULT
-        ) from None
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":  # a form or text/plain a page may send unasked
+        raise UnsupportedFormat(
+            f"send the result as application/json, not {media_type or 'no content type'}",
+            code=ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+        )
+    engine: Engine = request.app.state.engine
+    engine.admission.check_room()
+    with engine.admission.uploading_slot() as progress:
+        body = await _body(request, progress)
+    with engine.admission.pending_slot():
+        limiter = _limiter(request.app)
+        return await to_thread.run_sync(_write, fmt, body, name, limiter=limiter)
+
+
+def _limiter(app: FastAPI) -> CapacityLimiter:
+    limiter: CapacityLimiter | None = getattr(app.state, "render_limiter", None)
+    if limiter is None:  # made on the event loop, on the first render
+        limiter = app.state.render_limiter = CapacityLimiter(RENDERS_AT_ONCE)
+    return limiter
+
+
+def _write(fmt: Format, body: bytes, name: str | None) -> Response:
+    """Parse, check and write, on a worker thread: none of it runs on the event loop."""
+    result = _result(body)
     if not fmt.accepts([tag.label for tag in result.tags]):
         raise InvalidInput(
             f"format {fmt.name} holds only notes and this result has other tags",
@@ -74,6 +99,29 @@ async def render(
         raise InvalidInput(
             f"the result cannot be written as {fmt.name}: {error}", code=ErrorCode.INVALID_RESULT
         ) from None
+
+
+def _result(body: bytes) -> Result:
+    """The result a body holds; `InvalidInput` (`invalid_result`) saying where it is not one."""
+    try:
+        result = RecognizeResponse.model_validate_json(body).to_result()
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the body"
+        message = problem_text(str(first["msg"]))
+        raise InvalidInput(
+            f"not a recognition result: {where}: {message}", code=ErrorCode.INVALID_RESULT
+        ) from None
+    except (ValueError, OverflowError) as error:
+        raise InvalidInput(
+            f"not a recognition result: {error}", code=ErrorCode.INVALID_RESULT
+        ) from None
+    if len(result.tags) > MAX_RESULT_TAGS:
+        raise TooLarge(
+            f"the result holds {len(result.tags)} tags; at most {MAX_RESULT_TAGS}",
+            code=ErrorCode.RESULT_TOO_LARGE,
+        )
+    return result
 
 
 def download(fmt: Format, result: Result, upload_name: str | None) -> Response:
@@ -97,14 +145,15 @@ def _format(name: str) -> Format:
         raise InvalidInput(str(error), code=ErrorCode.INVALID_PARAMETER) from None
 
 
-async def _body(request: Request) -> bytes:
+async def _body(request: Request, progress: UploadProgress) -> bytes:
     """The request body, refused past `MAX_RESULT_BYTES` as soon as it gets there."""
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
+        progress.add(len(chunk))
         if size > MAX_RESULT_BYTES:
             raise TooLarge(
-                f"the result passed {MAX_RESULT_BYTES >> 20} MiB", code=ErrorCode.RESULT_TOO_LARGE
+                f"the result passed {size_text(MAX_RESULT_BYTES)}", code=ErrorCode.RESULT_TOO_LARGE
             )
         chunks.append(chunk)
     return b"".join(chunks)

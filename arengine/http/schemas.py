@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from arengine.models.registry import PARAMETERS, LoadedModel, weights_format_of
+from arengine.models.kinds import KINDS
+from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats
-from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
+from arengine.postprocess.vocabulary import Vocabulary
+from arengine.types import Result, result_dict, result_of
+
+MAX_TIME_S = 10_000_000.0
+"""The latest time a result may hold (116 days): past it a time is a forgery, not a recording."""
+MAX_LABEL_CHARS = 1024
+MAX_BENDS_PER_S = 87
+"""Pitch-bend values a note may carry per second (notes models give one a frame, 86.1 a second)."""
 
 DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
@@ -61,7 +69,7 @@ class _QueryBase(BaseModel):
             get_format(name)  # ValueError listing the formats: a 422
         return name
 
-    def overrides(self) -> dict[str, float]:
+    def overrides(self) -> dict[str, float | str]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
         return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
 
@@ -74,7 +82,8 @@ def _override_fields() -> dict[str, Any]:
     """
     uses: dict[str, list[str]] = {}
     whole: dict[str, bool] = {}
-    for kind, params in sorted(PARAMETERS.items()):
+    for kind in sorted(KINDS):
+        params = KINDS[kind].parameters
         defaults = params()
         for name, bounds in params.bounds().items():
             value = getattr(defaults, name)
@@ -83,13 +92,21 @@ def _override_fields() -> dict[str, Any]:
                 f"{kind}: {params.docs()[name]} ({bounds.text()}; {default})"
             )
             whole[name] = whole.get(name, True) and bounds.whole
-    return {
+    fields: dict[str, Any] = {
         name: (
             (int if whole[name] else float) | None,
             Field(None, allow_inf_nan=False, description=" ".join(texts)),
         )
         for name, texts in uses.items()
     }
+    lists: dict[str, list[str]] = {}
+    for kind in sorted(KINDS):
+        for name, doc in KINDS[kind].parameters.texts().items():
+            lists.setdefault(name, []).append(kind)
+            fields[name] = (str | None, Field(None, max_length=4096, description=doc))
+    for name, kinds in lists.items():
+        fields[name][1].description += f" ({', '.join(kinds)} models)"
+    return fields
 
 
 if TYPE_CHECKING:
@@ -106,9 +123,9 @@ else:
 class AudioOut(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
-    duration_s: float = Field(ge=0)
-    sample_rate: int = Field(ge=1)
-    channels: int = Field(ge=1)
+    duration_s: float = Field(ge=0, le=MAX_TIME_S)
+    sample_rate: int = Field(ge=1, le=10_000_000)
+    channels: int = Field(ge=1, le=1024)
     format: str = Field(description="Container as a user knows it: WAV, FLAC, MP3, MP4/MOV, Ogg...")
     subtype: str = Field(
         description="Codec: AAC, Opus, MP3, FLAC... (libsndfile's for WAV: PCM_16)."
@@ -122,14 +139,21 @@ class AudioOut(BaseModel):
         description="What decoding found and how it was handled (damaged packets skipped, a "
         "header's length that was wrong)."
     )
+    recorded_at: str | None = Field(
+        None,
+        description="When the first sample was recorded, ISO 8601, as the file says: a BWF "
+        "bext chunk, GUANO, AudioMoth's comment or a YYYYMMDD_HHMMSS file name (absent if none).",
+    )
 
 
 class TagOut(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
-    start: float = Field(ge=0, description="Seconds from the start of the recording.")
-    end: float = Field(ge=0)
-    label: str
+    start: float = Field(
+        ge=0, le=MAX_TIME_S, description="Seconds from the start of the recording."
+    )
+    end: float = Field(ge=0, le=MAX_TIME_S, description="At or after `start`.")
+    label: str = Field(max_length=MAX_LABEL_CHARS)
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
     frequency_hz: float | None = Field(
         None, description="Pitch models: mean frequency of the note."
@@ -137,14 +161,35 @@ class TagOut(BaseModel):
     midi: int | None = Field(
         None, ge=0, le=127, description="Note models: MIDI note number (69 is A4)."
     )
-    pitch_bend: list[float] | None = Field(
+    pitch_bend: list[Annotated[float, Field(ge=-264, le=264)]] | None = Field(
         None,
         description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
         "relative to `midi` in thirds of a semitone.",
     )
     model: str | None = Field(
-        None, description="The model that gave the tag, when the request named several."
+        None,
+        max_length=256,
+        description="The model that gave the tag, when the request named several.",
     )
+    label_id: str | None = Field(
+        None, description="Events models: the label's AudioSet id (`/m/09x0r` is Speech)."
+    )
+
+    scientific_name: str | None = Field(
+        None, description="Bird models: the species' scientific name (`label` is the common one)."
+    )
+
+    @model_validator(mode="after")
+    def _in_order(self) -> TagOut:
+        if self.end < self.start:
+            raise ValueError(f"end {self.end} is before start {self.start}")
+        bends = len(self.pitch_bend or ())
+        most = MAX_BENDS_PER_S * (self.end - self.start) + 2
+        if bends > most:
+            raise ValueError(
+                f"{bends} pitch bends over {self.end - self.start:g} s (at most {most:g})"
+            )
+        return self
 
 
 class TimingsOut(BaseModel):
@@ -174,34 +219,7 @@ class RecognizeResponse(BaseModel):
 
     def to_result(self) -> Result:
         """Back to the engine's `Result` (what `POST /v1/render` writes in a format)."""
-        audio = self.audio
-        info = AudioInfo(
-            format=audio.format,
-            subtype=audio.subtype,
-            sample_rate=audio.sample_rate,
-            channels=audio.channels,
-            frames=round(audio.duration_s * audio.sample_rate),
-            decoder=audio.decoder,
-            stream=audio.stream,
-            truncated=audio.truncated,
-            warnings=tuple(audio.warnings),
-        )
-        tags = tuple(
-            Tag(**{**tag.model_dump(exclude={"pitch_bend"}), "pitch_bend": _bend(tag)})
-            for tag in self.tags
-        )
-        by_model = self.model_timings or {}
-        return Result(
-            self.model,
-            info,
-            tags,
-            Timings(**self.timings.model_dump()),
-            tuple((name, Timings(**t.model_dump())) for name, t in by_model.items()),
-        )
-
-
-def _bend(tag: TagOut) -> tuple[float, ...] | None:
-    return None if tag.pitch_bend is None else tuple(tag.pitch_bend)
+        return result_of(self.model_dump(exclude_none=True))
 
 
 class ErrorDetail(BaseModel):
@@ -235,6 +253,11 @@ class ModelOut(BaseModel):
     )
     training_data: str | None = Field(description="Training data and its terms (manifest [card]).")
     weights_format: str = Field(description="Runtime of the weights file: its suffix decides.")
+    input_shape: list[int | None] | None = Field(
+        description="A classifier's model input, float32 `(windows, n_mels, frames)`: windows "
+        "(null) varies from call to call, frames = 1 + (window samples - n_fft) // hop (not "
+        "centred; models/README.md). Null for kinds whose network is built in."
+    )
     sample_rate: int = Field(description="Input rate: uploads are resampled to it.")
     segment_s: float
     preroll_s: float
@@ -247,6 +270,10 @@ class ModelOut(BaseModel):
     warm_up_s: float
     parameters: dict[str, float] = Field(
         description="Post-processing defaults; override them in the query."
+    )
+    profiles: list[str] = Field(
+        [],
+        description="Label models: the named profiles of the manifest (`profile=safety`).",
     )
 
     @classmethod
@@ -263,6 +290,7 @@ class ModelOut(BaseModel):
             version=card.version,
             training_data=card.training_data,
             weights_format=weights_format_of(loaded.manifest.weights),
+            input_shape=None if recognizer.input_shape is None else list(recognizer.input_shape),
             sample_rate=rate,
             segment_s=plan.segment_samples / rate,
             preroll_s=plan.preroll_frames * plan.hop / rate,
@@ -278,7 +306,14 @@ class ModelOut(BaseModel):
             load_s=round(loaded.load_s, 4),
             warm_up_s=round(loaded.warm_up_s, 4),
             parameters=recognizer.defaults(),
+            profiles=_profiles(recognizer),
         )
+
+
+def _profiles(recognizer: object) -> list[str]:
+    """A label model's profile names; other kinds have none."""
+    vocabulary = getattr(recognizer, "vocabulary", None)
+    return list(vocabulary.profiles) if isinstance(vocabulary, Vocabulary) else []
 
 
 class FailureOut(BaseModel):

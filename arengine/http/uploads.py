@@ -34,6 +34,7 @@ from arengine.errors import (
     TooLarge,
     UnsupportedFormat,
 )
+from arengine.settings import MAX_FIELD_BYTES, MAX_MULTIPART_PARTS, size_text
 
 FILE_FIELD = "file"
 RAW_TYPES = ("audio/", "video/", "application/octet-stream", "application/ogg")
@@ -45,8 +46,8 @@ class UploadLimits:
     """Caps on what a client may send."""
 
     max_bytes: int
-    max_parts: int = 16
-    max_field_bytes: int = 64 * 1024
+    max_parts: int = MAX_MULTIPART_PARTS
+    max_field_bytes: int = MAX_FIELD_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +236,10 @@ class _Sink:
             self._arrival.add(self._unflushed)
             self._unflushed = 0
 
+    def named(self, name: str | None) -> None:
+        """The file's name from its part's headers, known before its first byte."""
+        self._arrival.name = name
+
 
 async def _copy(body: AsyncIterator[bytes], target: _Sink, limits: UploadLimits) -> int:
     size = 0
@@ -365,6 +370,7 @@ class _MultipartSpooler:
         self._found = self._writing = True
         filename = options.get(b"filename")
         self._filename = filename.decode("utf-8", "replace")[:255] if filename else None
+        self._target.named(self._filename)
 
     def _on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._writing:
@@ -375,7 +381,7 @@ class _MultipartSpooler:
         if self._part_bytes > self._limits.max_field_bytes:
             self._fail(
                 TooLarge(
-                    f"a form field passed {self._limits.max_field_bytes} bytes",
+                    f"a form field passed {size_text(self._limits.max_field_bytes)}",
                     code=ErrorCode.FIELD_TOO_LARGE,
                 )
             )

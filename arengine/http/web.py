@@ -1,13 +1,18 @@
-"""The browser page at `/`: its files are served from the package, nothing from a CDN, no build
-step (plain ES modules)."""
+"""The browser page at `/` and the API's Swagger UI at `/docs`: their files are served from the
+packages, nothing from a CDN (both work offline), no build step (plain ES modules)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
 from starlette.exceptions import HTTPException
+from swagger_ui_bundle import swagger_ui_path
 
 STATIC = Path(__file__).parent / "static"
 ASSETS = {
@@ -17,8 +22,31 @@ ASSETS = {
     "recorder.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
+SWAGGER = Path(str(swagger_ui_path))
+"""Swagger UI 4.15.5 (Apache-2.0) as the `swagger-ui-bundle` package ships it."""
+DOCS_ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "favicon-32x32.png": "image/png",
+}
 PUBLIC_PATHS = ("/", *(f"/static/{name}" for name in ASSETS))
 """The page holds no data, so API keys do not guard it (its API calls still need one)."""
+_DOCS = get_swagger_ui_html(
+    openapi_url="/openapi.json",
+    title="arengine API",
+    swagger_js_url="/docs/swagger-ui-bundle.js",
+    swagger_css_url="/docs/swagger-ui.css",
+    swagger_favicon_url="/docs/favicon-32x32.png",
+).body
+_INLINE = re.search(rb"<script>(.*?)</script>", bytes(_DOCS), re.S)
+assert _INLINE is not None  # FastAPI's page starts Swagger UI from one inline script
+DOCS_CSP = (
+    "default-src 'self'; script-src 'self' 'sha256-"
+    + base64.b64encode(hashlib.sha256(_INLINE.group(1)).digest()).decode()
+    + "'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+"""`/docs`: its own files, its one inline script by hash; Swagger UI sets inline styles."""
 
 router = APIRouter(include_in_schema=False)
 
@@ -35,3 +63,17 @@ async def asset(name: str) -> FileResponse:
     if name not in ASSETS:
         raise HTTPException(404, f"no static file {name!r}")
     return FileResponse(STATIC / name, media_type=ASSETS[name])
+
+
+@router.get("/docs")
+async def docs() -> HTMLResponse:
+    """Swagger UI over `/openapi.json`."""
+    return HTMLResponse(_DOCS)
+
+
+@router.get("/docs/{name}")
+async def docs_asset(name: str) -> FileResponse:
+    """One of Swagger UI's files; only those listed in `DOCS_ASSETS`."""
+    if name not in DOCS_ASSETS:
+        raise HTTPException(404, f"no docs file {name!r}")
+    return FileResponse(SWAGGER / name, media_type=DOCS_ASSETS[name])

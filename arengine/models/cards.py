@@ -41,6 +41,14 @@ def _labels(labels: tuple[str, ...]) -> str:
     return f"{', '.join(labels[:SHOWN_LABELS])}, ... ({len(labels)})"
 
 
+def _input(rate: int, shape: tuple[int | None, ...] | None) -> str:
+    """`16000 Hz mono`, and a classifier's network input: `(windows, 32, 47) log-mel`."""
+    if shape is None:
+        return f"{rate} Hz mono"
+    axes = ", ".join("windows" if axis is None else str(axis) for axis in shape)
+    return f"{rate} Hz mono, network input ({axes}) log-mel"
+
+
 def row(loaded: LoadedModel) -> tuple[str, ...]:
     """One model's cells, in `COLUMNS` order; a field the card leaves out shows as `-`."""
     card, recognizer = loaded.manifest.card, loaded.recognizer
@@ -52,7 +60,7 @@ def row(loaded: LoadedModel) -> tuple[str, ...]:
         card.licence or "-",
         card.source or "-",
         card.version or "-",
-        f"{recognizer.sample_rate} Hz mono",
+        _input(recognizer.sample_rate, recognizer.input_shape),
         segment_plan(loaded),
     )
 

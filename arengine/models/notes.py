@@ -21,7 +21,7 @@ from torch import Tensor
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.basic_pitch import HOP, KEYS, LOWEST_MIDI, SAMPLE_RATE, WINDOW, BasicPitch
 from arengine.models.recognizer import Overrides
-from arengine.postprocess.notes import FrameGrid, PolyphonicParams, PolyphonicTagger
+from arengine.postprocess.notes import FrameGrid, NotesParams, NotesTagger
 from arengine.postprocess.pitch import note_name
 
 EDGE_FRAMES = 15
@@ -47,6 +47,7 @@ class NotesRecognizer:
 
     kind = "notes"
     max_batch = 1
+    input_shape = None
     """A segment is already a batch of windows; larger batches measured no faster per window."""
     sample_rate = SAMPLE_RATE
     score_hop = HOP
@@ -58,11 +59,11 @@ class NotesRecognizer:
         weights: Path,
         segment_s: float,
         name: str = "notes",
-        params: PolyphonicParams | None = None,
+        params: NotesParams | None = None,
     ) -> None:
         self.name = name
         self._model = BasicPitch.load(weights)
-        self._params = params or PolyphonicParams()
+        self._params = params or NotesParams()
         windows = max(1, round(segment_s * SAMPLE_RATE / STEP))
         self.plan = SegmentPlan(
             hop=STEP, context=CONTEXT, segment_frames=windows, preroll_frames=0, lookahead=LOOKAHEAD
@@ -89,9 +90,9 @@ class NotesRecognizer:
         """One `infer` per segment (max_batch 1)."""
         return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
-    def tagger(self, overrides: Overrides) -> PolyphonicTagger:
+    def tagger(self, overrides: Overrides) -> NotesTagger:
         params = self._params.with_overrides(overrides)
-        return PolyphonicTagger(params, SAMPLE_RATE, FrameGrid(HOP, KEPT_FRAMES, STEP))
+        return NotesTagger(params, SAMPLE_RATE, FrameGrid(HOP, KEPT_FRAMES, STEP))
 
     def defaults(self) -> dict[str, float]:
         return self._params.as_dict()

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.models.recognizer import Overrides
-from arengine.postprocess.pitch import NOTE_LABELS, NotesParams, NoteTagger
+from arengine.postprocess.pitch import NOTE_LABELS, PitchParams, PitchTagger
 
 SAMPLE_RATE = 16000
 WINDOW = 1024
@@ -135,6 +135,7 @@ class PitchRecognizer:
 
     kind = "pitch"
     max_batch = 1
+    input_shape = None
     sample_rate = SAMPLE_RATE
     labels: tuple[str, ...] = NOTE_LABELS
 
@@ -143,11 +144,11 @@ class PitchRecognizer:
         weights: Path,
         segment_s: float,
         name: str = "pitch",
-        params: NotesParams | None = None,
+        params: PitchParams | None = None,
     ) -> None:
         self.name = name
         self._model = Crepe.load(weights)
-        self._params = params or NotesParams()
+        self._params = params or PitchParams()
         self.plan = SegmentPlan(
             hop=HOP,
             context=WINDOW // 2,
@@ -178,9 +179,9 @@ class PitchRecognizer:
         """One `infer` per segment: batching does not pay for this model (max_batch 1)."""
         return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
 
-    def tagger(self, overrides: Overrides) -> NoteTagger:
+    def tagger(self, overrides: Overrides) -> PitchTagger:
         params = self._params.with_overrides(overrides)
-        return NoteTagger(params, sample_rate=SAMPLE_RATE, hop=HOP)
+        return PitchTagger(params, sample_rate=SAMPLE_RATE, hop=HOP)
 
     def defaults(self) -> dict[str, float]:
         return self._params.as_dict()

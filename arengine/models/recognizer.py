@@ -11,8 +11,9 @@ import torch
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.postprocess import Tagger
 
-Overrides = Mapping[str, float]
-"""Post-processing parameters a client set explicitly; the others keep the model's defaults."""
+Overrides = Mapping[str, float | str]
+"""Post-processing parameters a client set explicitly; the others keep the model's defaults.
+Numbers, or text for the label lists of label models (`labels=Glass;Shatter`)."""
 
 
 class Recognizer(Protocol):
@@ -25,6 +26,12 @@ class Recognizer(Protocol):
     plan: SegmentPlan
     max_batch: int
     """Most segments one `infer_batch` call takes; 1 means the engine never batches this model."""
+
+    @property
+    def input_shape(self) -> tuple[int | None, ...] | None:
+        """The shape of the input a user's network is called with (`None`: an axis that varies
+        from call to call), as `GET /v1/models` states it; `None` for a built-in network."""
+        ...
 
     def features(self, segment: Segment) -> torch.Tensor:
         """Stage 2's last step: the model input for one segment."""

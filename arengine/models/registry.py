@@ -1,15 +1,16 @@
 """The model registry: every manifest under the models folder, loaded, checked and warmed up.
 
 One bad model (malformed manifest, missing weights, output that does not match its labels) is
-reported with its file and reason, and the others still load.
+reported with its file and reason, and the others still load. What each kind is (its manifest
+section, recognizer, parameters, tagger) is declared in `kinds.py`; adding a kind is one entry
+there (its docstring says how).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,21 +18,12 @@ import numpy as np
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.models.classifier import ClassifierRecognizer
+from arengine.models.kinds import KINDS, Kind, kind_of
 from arengine.models.manifest import Manifest, ManifestError, read_manifest
-from arengine.models.mel import MelParams
-from arengine.models.music import LABELS as MUSIC_LABELS
-from arengine.models.music import MusicRecognizer
-from arengine.models.notes import NotesRecognizer
-from arengine.models.pitch import PitchRecognizer
 from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.runtimes import FORMATS, load_network
-from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess.labels import LabelParams, MusicParams
-from arengine.postprocess.notes import PolyphonicParams
-from arengine.postprocess.params import Params
-from arengine.postprocess.pitch import NotesParams
-from arengine.postprocess.speech import SpeechParams
+from arengine.models.runtimes import RUNTIMES
+from arengine.postprocess.labels import understands
+from arengine.postprocess.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +64,12 @@ def load_models(
     failures: list[LoadFailure] = []
     for path in sorted(folder.glob("*/manifest.toml")):
         try:
-            manifest = read_manifest(path)
+            manifest = read_manifest(path, KINDS)
             if names and manifest.name not in names:
                 continue
             if manifest.name in loaded:
                 raise ManifestError(path, f"model name {manifest.name!r} is already taken")
-            loaded[manifest.name] = _load(manifest, segment_s)
+            loaded[manifest.name] = _load(manifest, kind_of(manifest), segment_s)
         except Exception as error:  # a boundary: one bad model never stops the others
             reason = (
                 error.reason
@@ -91,9 +83,9 @@ def load_models(
     return loaded, failures
 
 
-def _load(manifest: Manifest, segment_s: float | None) -> LoadedModel:
+def _load(manifest: Manifest, kind: Kind, segment_s: float | None) -> LoadedModel:
     started = time.perf_counter()
-    recognizer = BUILDERS[manifest.kind](manifest, segment_s or manifest.segment_s)
+    recognizer = kind.build(manifest, segment_s or manifest.segment_s)
     loaded = time.perf_counter()
     recognizer.warm_up()
     warmed = time.perf_counter()
@@ -114,7 +106,8 @@ def _load(manifest: Manifest, segment_s: float | None) -> LoadedModel:
 def weights_format_of(weights: Path) -> str:
     """The runtime a weights file is read with: a classifier's suffix decides; built-in kinds
     read their own state dicts or archives."""
-    return FORMATS.get(weights.suffix.lower(), f"{weights.suffix.lstrip('.') or 'file'} (built-in)")
+    built_in = f"{weights.suffix.lstrip('.') or 'file'} (built-in)"
+    return RUNTIMES.get(weights.suffix.lower(), built_in)
 
 
 def real_time_factor(recognizer: Recognizer, seconds: float = SPEED_CLIP_S) -> float:
@@ -131,84 +124,6 @@ def real_time_factor(recognizer: Recognizer, seconds: float = SPEED_CLIP_S) -> f
     return elapsed * recognizer.sample_rate / (frames * plan.hop)
 
 
-def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = SpeechParams().with_overrides(manifest.postprocess)
-    return SpeechRecognizer(
-        SpeechModel.from_silero_archive(manifest.weights),
-        segment_s,
-        manifest.preroll_s,
-        name=manifest.name,
-        params=params,
-        max_batch=int(manifest.model.get("batch", 1)),
-    )
-
-
-def _label_params(manifest: Manifest, kind: type[LabelParams] = LabelParams) -> LabelParams:
-    post = dict(manifest.postprocess)
-    thresholds = post.pop("thresholds", {})
-    unknown = sorted(set(thresholds) - set(manifest.labels))
-    if unknown:
-        raise ManifestError(manifest.path, f"thresholds for unknown labels: {', '.join(unknown)}")
-    return dataclasses.replace(kind().with_overrides(post), thresholds=thresholds)
-
-
-def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
-    model = manifest.model
-    params = _label_params(manifest)
-    mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
-    return ClassifierRecognizer(
-        manifest.name,
-        load_network(manifest.weights),
-        manifest.sample_rate,
-        manifest.labels,
-        mel,
-        window_s=float(model.get("window_s", 1.0)),
-        hop_s=float(model.get("hop_s", 0.5)),
-        activation=str(model.get("activation", "sigmoid")),
-        segment_s=segment_s,
-        params=params,
-    )
-
-
-def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = NotesParams().with_overrides(manifest.postprocess)
-    return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
-
-
-def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
-    params = PolyphonicParams().with_overrides(manifest.postprocess)
-    return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
-
-
-def _music(manifest: Manifest, segment_s: float) -> Recognizer:
-    if manifest.labels != MUSIC_LABELS or manifest.sample_rate != MusicRecognizer.sample_rate:
-        raise ManifestError(
-            manifest.path,
-            f"a music model's labels are musicnn's 50 MagnaTagATune tags in their order, "
-            f"at {MusicRecognizer.sample_rate} Hz: {list(MUSIC_LABELS)}",
-        )
-    params = _label_params(manifest, MusicParams)
-    return MusicRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
-
-
-PARAMETERS: dict[str, type[Params]] = {
-    "speech": SpeechParams,
-    "pitch": NotesParams,
-    "notes": PolyphonicParams,
-    "classifier": LabelParams,
-    "music": MusicParams,
-}
-"""Each kind's post-processing parameters: the query's overrides and the docs derive from these."""
-
-BUILDERS: dict[str, Callable[[Manifest, float], Recognizer]] = {
-    "speech": _speech,
-    "pitch": _pitch,
-    "notes": _notes,
-    "classifier": _classifier,
-    "music": _music,
-}
-
-
 def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) -> list[Overrides]:
     """Each model's share of a request's overrides: all of them for one model (its kind refuses
     those that do not apply); for several, each takes those its kind has, and one that no model
@@ -220,7 +135,10 @@ def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) 
     """
     if len(recognizers) == 1:
         return [overrides]
-    accepted = [set(PARAMETERS[recognizer.kind].bounds()) for recognizer in recognizers]
+    accepted = [
+        set(KINDS[r.kind].parameters.bounds()) | set(KINDS[r.kind].parameters.texts())
+        for r in recognizers
+    ]
     unknown = sorted(set(overrides) - set().union(*accepted))
     if unknown:
         kinds = ", ".join(sorted({recognizer.kind for recognizer in recognizers}))
@@ -229,4 +147,33 @@ def overrides_by_model(recognizers: Sequence[Recognizer], overrides: Overrides) 
             f"models); accepted: {', '.join(sorted(set().union(*accepted)))}",
             code=ErrorCode.INVALID_PARAMETER,
         )
-    return [{k: v for k, v in overrides.items() if k in names} for names in accepted]
+    shares = [{k: v for k, v in overrides.items() if k in names} for names in accepted]
+    return _label_lists_where_known(recognizers, shares)
+
+
+def _label_lists_where_known(
+    recognizers: Sequence[Recognizer], shares: list[dict[str, float | str]]
+) -> list[Overrides]:
+    """A label list (`labels`, `profile`, `thresholds`...) goes to the label models that know all
+    its names: `model=music,events&exclude=Speech` excludes Speech from events, and music, which
+    has no Speech, is left alone. A list that no model knows is refused with the first's reason."""
+    vocabularies = [getattr(r, "vocabulary", None) for r in recognizers]
+    texts = {k for share in shares for k, v in share.items() if isinstance(v, str)}
+    for name in sorted(texts):
+        knowing = [
+            i
+            for i, (vocabulary, share) in enumerate(zip(vocabularies, shares, strict=True))
+            if name in share
+            and isinstance(vocabulary, Vocabulary)
+            and understands(vocabulary, name, share[name])
+        ]
+        if not knowing:
+            first = next(i for i, share in enumerate(shares) if name in share)
+            vocabulary = vocabularies[first]
+            if isinstance(vocabulary, Vocabulary):
+                understands(vocabulary, name, shares[first][name], refuse=True)
+            continue  # not a label model: its own kind refuses the value
+        for i, share in enumerate(shares):
+            if i not in knowing:
+                share.pop(name, None)
+    return list(shares)

@@ -18,7 +18,7 @@ import torch
 Network = Callable[[torch.Tensor], torch.Tensor]
 """A loaded network: `(windows, ...)` float32 features -> `(windows, outputs)` scores."""
 
-FORMATS = {
+RUNTIMES = {
     ".onnx": "onnx",
     ".pt2": "torch.export",
     ".pt": "torchscript",
@@ -33,9 +33,9 @@ def weights_format(path: Path) -> str:
     'onnx'
     """
     try:
-        return FORMATS[path.suffix.lower()]
+        return RUNTIMES[path.suffix.lower()]
     except KeyError:
-        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in FORMATS.items())
+        accepted = ", ".join(f"{suffix} ({name})" for suffix, name in RUNTIMES.items())
         raise ValueError(
             f"weights file {path.name!r} has no known suffix; accepted: {accepted}"
         ) from None
@@ -49,6 +49,18 @@ def load_network(path: Path) -> Network:
         "torchscript": load_torchscript,
     }
     return loaders[weights_format(path)](path)
+
+
+def declared_shape(network: Network) -> tuple[int | None, ...] | None:
+    """The input shape `network` was exported for, `None` for an axis left free; `None` when its
+    format does not declare one (TorchScript)."""
+    if isinstance(network, OnnxNetwork):
+        return network.input_shape
+    if isinstance(network, torch.fx.GraphModule):  # what `torch.export`'s `.module()` returns
+        inputs = [node.meta.get("val") for node in network.graph.nodes if node.op == "placeholder"]
+        if len(inputs) == 1 and isinstance(inputs[0], torch.Tensor):
+            return tuple(axis if isinstance(axis, int) else None for axis in inputs[0].shape)
+    return None
 
 
 def load_torchscript(path: Path) -> Network:
@@ -97,6 +109,11 @@ class OnnxNetwork:
             found = [(i.name, i.type) for i in inputs]
             raise ValueError(f"an ONNX classifier takes one float32 tensor; this one takes {found}")
         self._input = inputs[0].name
+        shape = inputs[0].shape  # no shape information (None or []) declares nothing
+        self.input_shape: tuple[int | None, ...] | None = (
+            tuple(axis if isinstance(axis, int) else None for axis in shape) if shape else None
+        )
+        """The input's declared shape, `None` for a named (dynamic) axis."""
         self._output = outputs[0].name  # the first output is the scores; others are ignored
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:

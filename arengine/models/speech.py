@@ -229,6 +229,7 @@ class SpeechRecognizer:
     """
 
     kind = "speech"
+    input_shape = None
     sample_rate = SAMPLE_RATE
     labels: tuple[str, ...] = ("speech",)
 

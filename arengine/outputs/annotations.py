@@ -16,7 +16,9 @@ Example, with a `Result` of two speech tags::
 
 from __future__ import annotations
 
+import heapq
 import json
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,17 +35,30 @@ JAMS_VERSION = "0.3.5"
 
 
 def _tiers(tags: tuple[Tag, ...]) -> dict[str, list[Tag]]:
-    """Tags grouped into tiers with no overlap inside a tier, in order of first appearance."""
+    """Tags grouped into tiers with no overlap inside a tier: each tag (in start order) goes to
+    the first of its label's tiers free at its start. Per label, a heap of the busy tiers by
+    end and one of the free tiers by number: n log n, where trying every tier was quadratic."""
     tiers: dict[str, list[Tag]] = {}
-    for tag in tags:
-        label = tag.label.strip() or "_"
-        for count in range(1, len(tags) + 2):
-            name = label if count == 1 else f"{label} ({count})"
-            tier = tiers.setdefault(name, [])
-            if not tier or tier[-1].end <= tag.start:
-                tier.append(tag)
-                break
+    busy: dict[str, list[tuple[float, int]]] = {}
+    free: dict[str, list[int]] = {}
+    for tag in sorted(tags, key=lambda t: t.start):
+        label = " ".join(_xml_text(tag.label).split()) or "_"  # a name is one line
+        ends, available = busy.setdefault(label, []), free.setdefault(label, [])
+        while ends and ends[0][0] <= tag.start:
+            heapq.heappush(available, heapq.heappop(ends)[1])
+        count = heapq.heappop(available) if available else len(ends) + 1
+        heapq.heappush(ends, (tag.end, count))
+        tiers.setdefault(label if count == 1 else f"{label} ({count})", []).append(tag)
     return tiers
+
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_text(text: str) -> str:
+    """`text` with the characters XML 1.0 cannot hold (control characters, lone surrogates)
+    replaced by U+FFFD, so ELAN and Praat can open the file."""
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def _end(result: Result) -> float:
@@ -54,7 +69,7 @@ def render_textgrid(result: Result, source: str) -> str:
     """A long-form TextGrid: one interval tier per label, the gaps as empty intervals."""
     grid = textgrid.Textgrid(minTimestamp=0.0, maxTimestamp=_end(result))
     for name, tags in _tiers(result.tags).items():
-        entries = [Interval(t.start, t.end, t.label) for t in tags if t.end > t.start]
+        entries = [Interval(t.start, t.end, _xml_text(t.label)) for t in tags if t.end > t.start]
         grid.addTier(textgrid.IntervalTier(name, entries, 0.0, _end(result)))
     with tempfile.TemporaryDirectory() as folder:  # praatio writes files only
         path = Path(folder) / "out.TextGrid"
@@ -86,7 +101,8 @@ def render_eaf(result: Result, source: str) -> str:
         eaf.add_tier(name)
         for tag in tags:
             start = round(tag.start * 1000)
-            eaf.add_annotation(name, start, max(round(tag.end * 1000), start + 1), tag.label)
+            end = max(round(tag.end * 1000), start + 1)
+            eaf.add_annotation(name, start, end, _xml_text(tag.label))
     text: str = Elan.to_string(eaf)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + text
 

@@ -13,12 +13,12 @@ Example::
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from arengine.outputs.annotations import (
     parse_eaf,
@@ -29,7 +29,7 @@ from arengine.outputs.annotations import (
     render_textgrid,
 )
 from arengine.outputs.midi import midi_number, parse_midi, render_midi
-from arengine.types import Result, Tag, result_dict
+from arengine.types import Result, Tag, result_dict, result_of, tag_of
 
 Content = str | bytes
 
@@ -88,54 +88,84 @@ def _binary(parse: Callable[[bytes], list[Tag]]) -> Callable[[Content], list[Tag
     return read
 
 
-def _tag_of(item: dict[str, Any]) -> Tag:
-    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
-    return Tag(
-        start=float(item["start"]),
-        end=float(item["end"]),
-        label=str(item["label"]),
-        score=float(item.get("score", 0.0)),
-        frequency_hz=None if frequency in (None, "") else float(frequency),
-        midi=None if midi in (None, "") else int(midi),
-        pitch_bend=None if bend is None else tuple(float(b) for b in bend),
-        model=item.get("model") or None,
-    )
-
-
 def _render_json(result: Result, source: str) -> str:
     return json.dumps(result_dict(result))
 
 
 def _parse_json(text: str) -> list[Tag]:
-    return [_tag_of(item) for item in json.loads(text)["tags"]]
+    return list(result_of(json.loads(text)).tags)
 
 
 def _has_pitch(result: Result) -> bool:
     return any(tag.frequency_hz is not None for tag in result.tags)
 
 
+def _has_species(result: Result) -> bool:
+    return any(tag.scientific_name is not None for tag in result.tags)
+
+
+class _Rows:
+    """A CSV writer whose lines end in `\n` and which quotes a cell holding `\r` too (the csv
+    module quotes only the characters of its own line terminator)."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._out, self._line = out, io.StringIO()
+        self._writer = csv.writer(self._line, lineterminator="\r\n")
+
+    def writerow(self, row: Sequence[object]) -> None:
+        self._line.seek(0)
+        self._line.truncate()
+        self._writer.writerow(row)
+        self._out.write(self._line.getvalue()[:-2] + "\n")
+
+
 def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _Rows(out)
     pitch = _has_pitch(result)
+    species = _has_species(result)
     several = any(tag.model is not None for tag in result.tags)
     writer.writerow(
         ["start", "end", "label", "score"]
         + (["frequency_hz"] if pitch else [])
+        + (["scientific_name"] if species else [])
         + (["model"] if several else [])
     )
     for tag in result.tags:
-        row: list[object] = [tag.start, tag.end, tag.label, tag.score]
+        row: list[object] = [tag.start, tag.end, _inert(tag.label), tag.score]
         if pitch:
             row.append("" if tag.frequency_hz is None else tag.frequency_hz)
+        if species:
+            row.append(tag.scientific_name or "")
         if several:
-            row.append(tag.model)
+            row.append(_inert(tag.model or ""))
         writer.writerow(row)
     return out.getvalue()
 
 
+_FORMULA_START = tuple("=+-@\t\r'")
+"""What makes a spreadsheet run a cell as a formula (OWASP's list), and the quote that marks a
+cell as text."""
+
+
+def _inert(cell: str) -> str:
+    """A text cell a spreadsheet shows as text: a leading `'` where it would start a formula
+    (also before a leading `'`, so that reading drops exactly one)."""
+    return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def _read_inert(cell: str) -> str:
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(_FORMULA_START) else cell
+
+
 def _parse_csv(text: str) -> list[Tag]:
-    return [_tag_of(row) for row in csv.DictReader(io.StringIO(text))]
+    tags = []
+    for row in csv.DictReader(io.StringIO(text)):
+        row["label"] = _read_inert(row["label"])
+        if row.get("model"):
+            row["model"] = _read_inert(row["model"])
+        tags.append(tag_of(row))
+    return tags
 
 
 def _clean(label: str) -> str:
@@ -143,8 +173,14 @@ def _clean(label: str) -> str:
     return re.sub(r"\s+", "_", label.strip()) or "_"
 
 
+_LINE_BREAKS = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+"""Every character `str.splitlines` ends a line at."""
+
+
 def _render_audacity(result: Result, source: str) -> str:
-    return "".join(f"{t.start:.6f}\t{t.end:.6f}\t{t.label}\n" for t in result.tags)
+    return "".join(
+        f"{t.start:.6f}\t{t.end:.6f}\t{_LINE_BREAKS.sub(' ', t.label)}\n" for t in result.tags
+    )
 
 
 def _parse_audacity(text: str) -> list[Tag]:
@@ -174,27 +210,89 @@ _QUARTER_TONE = 2 ** (1 / 24)
 
 def _render_raven(result: Result, source: str) -> str:
     nyquist = result.audio.sample_rate / 2
-    lines = ["\t".join(_RAVEN_COLUMNS)]
+    species = _has_species(result)  # birds: also the scientific name, as BirdNET's tables do
+    lines = ["\t".join(_RAVEN_COLUMNS + (["Scientific Name"] if species else []))]
     for index, tag in enumerate(result.tags, 1):
         low, high = 0.0, nyquist
         if tag.frequency_hz is not None:  # a note: the band a quarter-tone around its pitch
             low, high = tag.frequency_hz / _QUARTER_TONE, tag.frequency_hz * _QUARTER_TONE
         cells = [index, "Spectrogram 1", 1, f"{tag.start:.6f}", f"{tag.end:.6f}"]
-        cells += [f"{low:.3f}", f"{high:.3f}", _clean(tag.label), f"{tag.score:.6f}"]
+        # Tab-separated: a label keeps its spaces ("American Robin", as BirdNET writes it).
+        label = re.sub(r"[\t\r\n]+", " ", tag.label).strip() or "_"
+        cells += [f"{low:.3f}", f"{high:.3f}", label, f"{tag.score:.6f}"]
+        cells += [tag.scientific_name or ""] if species else []
         lines.append("\t".join(str(cell) for cell in cells))
     return "\n".join(lines) + "\n"
 
 
 def _parse_raven(text: str) -> list[Tag]:
-    rows = csv.DictReader(io.StringIO(text), delimiter="\t")
+    rows = csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE)
     return [
         Tag(
             float(row["Begin Time (s)"]),
             float(row["End Time (s)"]),
             row.get("Annotation") or "",
             float(row.get("Score") or 0.0),
+            scientific_name=row.get("Scientific Name") or None,
         )
         for row in rows
+    ]
+
+
+_BIRDNET_COLUMNS = ["Start (s)", "End (s)", "Scientific name", "Common name", "Confidence", "File"]
+"""BirdNET-Analyzer's CSV (`--rtype csv`), column for column."""
+
+
+def _render_birdnet(result: Result, source: str) -> str:
+    out = io.StringIO()
+    writer = _Rows(out)
+    writer.writerow(_BIRDNET_COLUMNS)
+    for tag in result.tags:
+        names = [_inert(tag.scientific_name or ""), _inert(tag.label)]
+        writer.writerow([tag.start, tag.end, *names, tag.score, _inert(source)])
+    return out.getvalue()
+
+
+def _parse_birdnet(text: str) -> list[Tag]:
+    return [
+        Tag(
+            float(row["Start (s)"]),
+            float(row["End (s)"]),
+            _read_inert(row["Common name"]),
+            float(row["Confidence"]),
+            scientific_name=_read_inert(row["Scientific name"]) or None,
+        )
+        for row in csv.DictReader(io.StringIO(text))
+    ]
+
+
+_KALEIDOSCOPE_COLUMNS = ["INDIR", "FOLDER", "IN FILE", "OFFSET", "DURATION", "scientific_name",
+                         "common_name", "confidence"]  # fmt: skip
+"""Kaleidoscope's columns as BirdNET-Analyzer writes them (`--rtype kaleidoscope`)."""
+
+
+def _render_kaleidoscope(result: Result, source: str) -> str:
+    folder, _, name = source.rpartition("/")
+    out = io.StringIO()
+    writer = _Rows(out)
+    writer.writerow(_KALEIDOSCOPE_COLUMNS)
+    for tag in result.tags:
+        duration = round(tag.end - tag.start, 6)
+        names = [_inert(tag.scientific_name or ""), _inert(tag.label)]
+        writer.writerow([_inert(folder), "", _inert(name), tag.start, duration, *names, tag.score])
+    return out.getvalue()
+
+
+def _parse_kaleidoscope(text: str) -> list[Tag]:
+    return [
+        Tag(
+            float(row["OFFSET"]),
+            float(row["OFFSET"]) + float(row["DURATION"]),
+            _read_inert(row["common_name"]),
+            float(row["confidence"]),
+            scientific_name=_read_inert(row["scientific_name"]) or None,
+        )
+        for row in csv.DictReader(io.StringIO(text))
     ]
 
 
@@ -233,7 +331,8 @@ def _cues(result: Result, separator: str) -> list[str]:
 
 
 def _cue_text(tag: Tag) -> str:
-    label = " ".join(tag.label.split()) or "_"
+    """One line; `<`, `>` and `&` as entities, so no tag, entity or `-->` comes from a label."""
+    label = html.escape(" ".join(tag.label.split()) or "_", quote=False)
     return f"{label} ({tag.score:.2f})"
 
 
@@ -265,6 +364,7 @@ def _parse_cues(text: str) -> list[Tag]:
             body = " ".join(lines[at + 1 :])
             match = _CUE_TEXT.match(body)
             label, score = (match.group(1), float(match.group(2))) if match else (body, 0.0)
+            label = html.unescape(label)
             tags.append(Tag(_seconds(*parts[:4]), _seconds(*parts[4:]), label, score))
             break
     return tags
@@ -274,14 +374,22 @@ _DECLARED = (
     Format("json", "application/json", "json", _render_json, _text(_parse_json), 1e-9,
            "the JSON body of the API"),
     Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
-           "`start,end,label,score`, plus `frequency_hz` for pitch tags and `model` for "
-           "several models"),
+           "`start,end,label,score`, plus `frequency_hz` for pitch tags, `scientific_name` for "
+           "bird tags and `model` for several models"),
     Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
            "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),
     Format("raven", "text/tab-separated-values", "selections.txt", _render_raven,
            _text(_parse_raven), 1e-6,
            "Raven selection table (a note's band is a quarter-tone around its pitch; other tags "
-           "span 0 to Nyquist)", aliases=("selections",)),
+           "span 0 to Nyquist; bird tags add `Scientific Name`)", aliases=("selections",)),
+    Format("birdnet", "text/csv", "BirdNET.results.csv", _render_birdnet,
+           _text(_parse_birdnet), 1e-9,
+           "BirdNET-Analyzer's CSV: `Start (s),End (s),Scientific name,Common name,Confidence,"
+           "File`"),
+    Format("kaleidoscope", "text/csv", "kaleidoscope.csv", _render_kaleidoscope,
+           _text(_parse_kaleidoscope), 1e-6,
+           "Kaleidoscope CSV as BirdNET-Analyzer writes it: `INDIR,FOLDER,IN FILE,OFFSET,"
+           "DURATION,scientific_name,common_name,confidence`"),
     Format("rttm", "text/x-rttm", "rttm", _render_rttm, _text(_parse_rttm), 2e-3,
            "RTTM: `SPEAKER <file> 1 <start> <duration> <NA> <NA> <label> <NA> <NA>`"),
     Format("vtt", "text/vtt", "vtt", _render_vtt, _text(_parse_cues), 1e-3,
@@ -329,7 +437,9 @@ def known_formats() -> str:
 
 def negotiate(accept: str | None) -> str | None:
     """The name of the first format (or `ndjson`) an `Accept` header names, or None."""
-    by_type = {f.media_type: f.name for f in FORMATS.values()}
+    by_type: dict[str, str] = {}
+    for f in FORMATS.values():  # several CSVs: `text/csv` is the first declared, arengine's own
+        by_type.setdefault(f.media_type, f.name)
     by_type["text/x-audacity-labels"] = "txt"
     by_type[STREAM_MEDIA_TYPE] = STREAM
     for item in (accept or "").split(","):

@@ -1,7 +1,10 @@
 """Stage 4, post-processing: per-frame scores to tags, streamed in segment order.
 
-Each model kind has its tagger (`speech`, `notes`, `labels`), all with the `Tagger` contract: the
-engine feeds them alike, and tags never split or repeat at segment boundaries.
+Each model kind has its tagger, all with the `Tagger` contract: the engine feeds them alike, and
+tags never split or repeat at segment boundaries. A kind whose tags are its own has a module named
+after it (`speech.py`, `pitch.py`, `notes.py`: `<Kind>Params` and `<Kind>Tagger`); the kinds that
+tag labels from per-window scores (`classifier`, `music`) share `labels.py`'s `LabelTagger`, each
+with its own `LabelParams` subclass. `arengine/models/kinds.py` says which kind uses which.
 """
 
 from __future__ import annotations

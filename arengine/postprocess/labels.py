@@ -1,7 +1,9 @@
 """Label tags from per-window classifier scores: thresholds, merged runs, minimum durations.
 
 Runs of windows over a label's threshold become one tag; runs separated by at most `merge_gap_s`
-merge. Tags of all labels come out ordered by start, as soon as no open run can precede them.
+merge. With `hysteresis`, a run that has started lasts while its score stays above a lower
+threshold, so a score hovering at the threshold does not chop one event into many. Tags of all
+labels come out ordered by start, as soon as no open run can precede them.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.postprocess.params import Bounds, Params, param
+from arengine.postprocess.vocabulary import Vocabulary, split_list, split_values
 from arengine.types import Tag
 
 
@@ -31,22 +34,64 @@ class LabelParams(Params):
     merge_gap_ms: int = param(
         0, "Runs of the same label this close merge.", Bounds(0, 3_600_000, whole=True)
     )
+    hysteresis: float = param(
+        0.0,
+        "A started tag lasts while its score stays above threshold x (1 - hysteresis).",
+        Bounds(0, 1, high_open=True),
+    )
     thresholds: Mapping[str, float] = field(default_factory=dict)
-    """Per-label thresholds (manifests only)."""
+    """Per-label thresholds: `thresholds=Glass:0.2;Siren:0.4` (a table in a manifest)."""
+    min_durations_ms: Mapping[str, float] = field(default_factory=dict)
+    """Per-label minimum durations: `min_durations_ms=Speech:1000`."""
+    merge_gaps_ms: Mapping[str, float] = field(default_factory=dict)
+    """Per-label merge gaps: `merge_gaps_ms=Siren:3000`."""
+    labels: tuple[str, ...] | None = None
+    """Only these labels (groups, ontology classes); `None` is every label."""
+    exclude: tuple[str, ...] = ()
+    """Never these labels."""
+    group: tuple[str, ...] = ()
+    """Groups reported as one label, scored by their best member."""
+    profile: str | None = None
+    """A named set of these values, declared in the manifest."""
 
     def check(self) -> None:
-        bounds = self.bounds()["threshold"]
-        for label, value in self.thresholds.items():
-            if not isinstance(value, int | float) or not bounds.accepts(float(value)):
-                raise InvalidInput(
-                    f"the threshold of {label!r} must be {bounds.text()}, got {value!r}",
-                    code=ErrorCode.INVALID_PARAMETER,
-                )
+        bounds = self.bounds()
+        for name, key in _VALUES.items():
+            for label, value in getattr(self, name).items():
+                if not isinstance(value, int | float) or not bounds[key].accepts(float(value)):
+                    raise InvalidInput(
+                        f"{name}: the value of {label!r} must be {bounds[key].text()}, "
+                        f"got {value!r}",
+                        code=ErrorCode.INVALID_PARAMETER,
+                    )
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> LabelParams:
-        """As `Params.with_overrides`; a client's threshold applies to every label."""
-        changed = Params.with_overrides(self, overrides)
-        return dataclasses.replace(changed, thresholds={}) if "threshold" in overrides else changed
+    @classmethod
+    def texts(cls) -> dict[str, str]:
+        return dict(_TEXTS)
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
+        """As `Params.with_overrides`, plus the label lists; a client's threshold applies to
+        every label. A query's lists are text (`labels=Glass;Shatter`), a manifest's TOML."""
+        numbers = {k: v for k, v in overrides.items() if k not in _TEXTS}
+        changed = Params.with_overrides(self, numbers)
+        if "threshold" in numbers:
+            changed = dataclasses.replace(changed, thresholds={})
+        lists: dict[str, Any] = {}
+        for name, value in overrides.items():
+            if name in _VALUES:
+                values = split_values(name, value) if isinstance(value, str) else dict(value)
+                lists[name] = {**getattr(changed, name), **values}
+            elif name == "profile":
+                lists[name] = str(value)
+            elif name in _TEXTS:
+                lists[name] = split_list(value) if isinstance(value, str) else tuple(value)
+        return dataclasses.replace(changed, **lists) if lists else changed
+
+    def for_request(self, overrides: Mapping[str, Any], vocabulary: Vocabulary) -> Self:
+        """The values a request gets: the manifest's, then its profile's, then the query's."""
+        profile = overrides.get("profile", self.profile)
+        base = self if profile is None else self.with_overrides(vocabulary.profile(str(profile)))
+        return base.with_overrides({k: v for k, v in overrides.items() if k != "profile"})
 
     def defaults(self) -> dict[str, float]:
         """The parameters as `GET /v1/models` lists them; per-label ones as `threshold.<label>`."""
@@ -54,11 +99,47 @@ class LabelParams(Params):
             "threshold": self.threshold,
             "min_duration_ms": self.min_duration_ms,
             "merge_gap_ms": self.merge_gap_ms,
+            "hysteresis": self.hysteresis,
             **{f"threshold.{label}": value for label, value in self.thresholds.items()},
         }
 
     def threshold_of(self, label: str) -> float:
         return self.thresholds.get(label, self.threshold)
+
+
+def understands(vocabulary: Vocabulary, name: str, value: Any, refuse: bool = False) -> bool:
+    """Whether a model with this vocabulary knows every name of one label list (`refuse`: raise
+    the reason instead of answering False)."""
+    try:
+        params = LabelParams(threshold=0.5)
+        LabelView.of(vocabulary, params.for_request({name: value}, vocabulary))
+    except InvalidInput:
+        if refuse:
+            raise
+        return False
+    return True
+
+
+_TEXTS = {
+    "labels": "Only these labels: names, AudioSet ids (/m/09x0r), groups or ontology classes, "
+    "separated by ';' (AudioSet names contain commas).",
+    "exclude": "Never these labels (same syntax as labels): exclude=Speech leaves speech to the "
+    "speech model.",
+    "group": "Report each of these groups (a manifest group or an ontology class: group=Dog) "
+    "as one label, scored by its best member.",
+    "profile": "A named set of these parameters declared by the model's manifest "
+    "(events: safety, wildlife, ambient).",
+    "thresholds": "Per-label thresholds, label:value separated by ';' (Glass:0.2;Siren:0.4).",
+    "min_durations_ms": "Per-label minimum durations in ms, label:value separated by ';'.",
+    "merge_gaps_ms": "Per-label merge gaps in ms, label:value separated by ';'.",
+}
+"""The text parameters of label models, each with its one line of documentation."""
+_VALUES = {
+    "thresholds": "threshold",
+    "min_durations_ms": "min_duration_ms",
+    "merge_gaps_ms": "merge_gap_ms",
+}
+"""Per-label maps and the parameter whose bounds their values take."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,47 +149,145 @@ class MusicParams(LabelParams):
     kind: ClassVar[str] = "music"
 
 
+@dataclass(frozen=True, slots=True)
+class EventParams(LabelParams):
+    """Post-processing of sound events: a classifier's, over overlapping 0.975-s windows."""
+
+    kind: ClassVar[str] = "events"
+
+
 @dataclass(slots=True)
 class _Run:
     first: int
     last: int
     total: float
     count: int = 1
+    peak: float = 0.0
+
+    def add(self, frame: int, score: float) -> None:
+        self.total += score
+        self.count += 1
+        self.last = frame
+        self.peak = max(self.peak, score)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelView:
+    """The labels a request reports: groups merged, filters applied, per-label values resolved.
+
+    `columns[k]` are the model's outputs whose best score is reported label `k`'s.
+    """
+
+    names: tuple[str, ...]
+    ids: tuple[str | None, ...]
+    columns: tuple[tuple[int, ...], ...]
+    thresholds: np.ndarray
+    min_durations_ms: np.ndarray
+    merge_gaps_ms: np.ndarray
+
+    @classmethod
+    def of(cls, vocabulary: Vocabulary, params: LabelParams) -> LabelView:
+        outputs: list[tuple[tuple[int, ...], str, str | None]] = []
+        grouped: set[int] = set()
+        for item in params.group:
+            members = vocabulary.members(item)
+            outputs.append(members)
+            grouped.update(members[0])
+        ids = vocabulary.ids
+        outputs += [
+            ((i,), label, ids[i] if ids else None)
+            for i, label in enumerate(vocabulary.labels)
+            if i not in grouped
+        ]
+        if params.labels is not None:
+            wanted = vocabulary.indices(params.labels)
+            outputs = [o for o in outputs if wanted.intersection(o[0])]
+        unwanted = vocabulary.indices(params.exclude)
+        outputs = [o for o in outputs if not unwanted.issuperset(o[0])]
+
+        def per_label(name: str, default: float) -> np.ndarray:
+            values = np.full(len(outputs), float(default))
+            # Broader items first, so that a label's own value wins over its group's.
+            items = sorted(
+                ((vocabulary.members(k), v) for k, v in getattr(params, name).items()),
+                key=lambda item: -len(item[0][0]),
+            )
+            for (members, label, _), value in items:
+                for k, (columns, own, _) in enumerate(outputs):
+                    if own == label or set(columns) <= set(members):
+                        values[k] = value
+            return values
+
+        return cls(
+            names=tuple(o[1] for o in outputs),
+            ids=tuple(o[2] for o in outputs),
+            columns=tuple(o[0] for o in outputs),
+            thresholds=per_label("thresholds", params.threshold),
+            min_durations_ms=per_label("min_durations_ms", params.min_duration_ms),
+            merge_gaps_ms=per_label("merge_gaps_ms", params.merge_gap_ms),
+        )
+
+    def scores(self, scores: np.ndarray) -> np.ndarray:
+        """`(frames, model outputs)` -> `(frames, reported labels)`."""
+        if all(len(columns) == 1 for columns in self.columns):
+            return scores[:, [columns[0] for columns in self.columns]]
+        return np.stack([scores[:, list(c)].max(axis=1) for c in self.columns], axis=1)
 
 
 class LabelTagger:
     """Feed `(frames, labels)` scores with `push`, then `finish`.
 
-    A window `i` covers `[i * hop, i * hop + window)` samples.
+    A window `i` covers `[i * hop, i * hop + window)` samples. A tag's score is its run's mean,
+    or with `peak` its highest window (an event's strength, not diluted by its fading tail);
+    `ids` (one per label) go into the tags' `label_id`. `vocabulary` resolves the label lists of
+    `params` (groups, filters, per-label values); without one, the labels are plain names.
+    With `centred`, a window stands for its middle `hop` samples, so that overlapping windows
+    (0.975 s every 0.48 s) time an event to within half a hop instead of a whole window early.
     """
 
     def __init__(
-        self, labels: tuple[str, ...], params: LabelParams, sample_rate: int, hop: int, window: int
+        self,
+        labels: tuple[str, ...],
+        params: LabelParams,
+        sample_rate: int,
+        hop: int,
+        window: int,
+        ids: tuple[str, ...] | None = None,
+        peak: bool = False,
+        vocabulary: Vocabulary | None = None,
+        centred: bool = False,
     ) -> None:
-        self.labels = labels
+        self.inputs = len(labels)
+        self.margin = (window - hop) // 2 if centred else 0
+        self.view = LabelView.of(vocabulary or Vocabulary(labels, ids), params)
+        self.peak = peak
         self.params = params
         self.rate = sample_rate
         self.hop = hop
         self.window = window
-        self.thresholds = np.array([params.threshold_of(label) for label in labels])
-        self.gap_frames = params.merge_gap_ms * sample_rate / 1000 / hop
+        self.thresholds = self.view.thresholds
+        self.releases = self.thresholds * (1.0 - params.hysteresis)
+        self.gap_frames = self.view.merge_gaps_ms * sample_rate / 1000 / hop
         self.open: dict[int, _Run] = {}
         self.closed: list[tuple[int, int, _Run]] = []
         self.frame = 0
         self.end_sample: int | None = None
 
     def push(self, scores: np.ndarray) -> list[Tag]:
-        for row in np.asarray(scores, dtype=np.float64).reshape(-1, len(self.labels)):
-            for label in np.flatnonzero(row >= self.thresholds).tolist():
+        matrix = np.asarray(scores, dtype=np.float64).reshape(-1, self.inputs)
+        for row in self.view.scores(matrix):
+            for label in np.flatnonzero(row >= self.releases).tolist():
                 run = self.open.get(label)
-                if run is None:
-                    self.open[label] = _Run(self.frame, self.frame, float(row[label]))
-                else:
-                    run.total += float(row[label])
-                    run.count += 1
-                    run.last = self.frame
+                score = float(row[label])
+                if run is not None and self.frame - run.last == 1:
+                    run.add(self.frame, score)  # a run continues down to the release threshold
+                elif score >= self.thresholds[label]:
+                    if run is None:
+                        self.open[label] = _Run(self.frame, self.frame, score, peak=score)
+                    else:
+                        run.add(self.frame, score)  # within the merge gap
             for label, run in list(self.open.items()):
-                if self.frame - run.last > self.gap_frames:
+                if self.frame - run.last > self.gap_frames[label]:
                     self._close(label)
             self.frame += 1
         return self._release(
@@ -133,15 +312,17 @@ class LabelTagger:
         return [tag for tag in tags if tag is not None]
 
     def _tag(self, label: int, run: _Run) -> Tag | None:
-        start = run.first * self.hop
-        end = run.last * self.hop + self.window
+        # The first window's margin is kept: nothing before it says where the event began.
+        start = run.first * self.hop + (self.margin if run.first else 0)
+        end = run.last * self.hop + self.window - self.margin
         if self.end_sample is not None:
             end = min(end, self.end_sample)
-        if (end - start) * 1000 < self.params.min_duration_ms * self.rate:
+        if (end - start) * 1000 < self.view.min_durations_ms[label] * self.rate:
             return None
         return Tag(
             start=round(start / self.rate, 3),
             end=round(end / self.rate, 3),
-            label=self.labels[label],
-            score=round(run.total / run.count, 4),
+            label=self.view.names[label],
+            score=round(run.peak if self.peak else run.total / run.count, 4),
+            label_id=self.view.ids[label],
         )

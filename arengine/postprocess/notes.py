@@ -19,6 +19,12 @@ notes do not depend on the segments; and they are the whole recording's notes, e
   by the chunk's;
 - the melodia trick (off by default) takes the strongest remaining activity of the whole
   recording first; here of the chunk.
+
+Every request's work and answer are bounded whatever its parameters: both thresholds are at least
+0.05 (at 0 a note never ends), a chunk examines at most `MAX_ONSETS_PER_S` onset peaks a second
+and keeps at most `MAX_NOTES_PER_S` notes a second and `MAX_SOUNDING` at once on average (the
+strongest), and every loop is linear in the frames (the scans in numpy, the melodia trick over
+one sort).
 The last window pushed is never used before `finish`: its frames may be zero padding past the
 recording's end.
 """
@@ -50,13 +56,21 @@ _LOOKAHEAD = 430
 """Frames (5 s) after a cut that the notes before it see; doubled while a note reaches its end."""
 _MAX_LOOKAHEAD = 8 * _LOOKAHEAD
 """40 s: a note still going on then is cut (only such a note can split)."""
+MAX_NOTES_PER_S = 50
+"""Most notes tagged per second of audio (the strongest are kept): a fast pianist plays ~20."""
+MAX_SOUNDING = 24
+"""Most notes sounding at once, on average over a chunk: bounds the note frames, so the pitch
+bends, a request's output holds (the strongest notes are kept)."""
+MAX_ONSETS_PER_S = 4 * MAX_NOTES_PER_S
+"""Most onset peaks a chunk examines per second (the highest): bounds the work whatever the
+thresholds."""
 _BEND_TOLERANCE = 25
 _BEND_WINDOW = np.exp(-0.5 * (np.arange(-_BEND_TOLERANCE, _BEND_TOLERANCE + 1) / 5.0) ** 2)
 """scipy's `gaussian(51, std=5)`, as basic-pitch weights the contour for pitch bends."""
 
 
 @dataclass(frozen=True, slots=True)
-class PolyphonicParams(Params):
+class NotesParams(Params):
     """Post-processing parameters of `notes` models (basic-pitch's `predict()` names)."""
 
     kind: ClassVar[str] = "notes"
@@ -64,11 +78,15 @@ class PolyphonicParams(Params):
     # Tuned on FluidR3 renderings (loadtests/notes_tuning.py, seeds the benchmark does not use):
     # basic-pitch's 0.5 / 0.3 / melodia gave mean note F1 0.73; 0.8 / 0.35 / no melodia 0.88,
     # mostly from precision (speech and noise made notes; melodia's notes lack onsets).
+    # A frame threshold of 0 never ends a note, so every onset became a note to the chunk's
+    # end (tens of thousands of overlapping notes from seconds of audio): 0.05 is the floor.
     onset_threshold: float = param(
-        0.8, "A note starts at an onset activation peak at least this high.", Bounds(0, 1)
+        0.8, "A note starts at an onset activation peak at least this high.", Bounds(0.05, 1)
     )
     frame_threshold: float = param(
-        0.35, "A note lasts while its note activation stays at least this high.", Bounds(0, 1)
+        0.35,
+        "A note lasts while its note activation stays at least this high.",
+        Bounds(0.05, 1),
     )
     min_note_ms: float = param(127.7, "Notes this short or shorter are dropped.", Bounds(0, 10_000))
     melodia: int = param(
@@ -114,21 +132,41 @@ def inferred_onsets(onsets: np.ndarray, frames: np.ndarray, n_diff: int = 2) -> 
 def _scan(energy: np.ndarray, key: int, start: int, threshold: float, step: int) -> tuple[int, int]:
     """basic-pitch's inner loop: from `start` (exclusive) in `step` direction until ENERGY_TOL
     frames in a row are under `threshold` or the chunk's edge; where it stopped, and how many
-    quiet frames it had counted."""
-    n = len(energy)
-    i, k = start + step, 0
-    while (i < n - 1 if step > 0 else i > 0) and k < ENERGY_TOL:
-        k = k + 1 if energy[i, key] < threshold else 0
-        i += step
-    return i, k
+    quiet frames it had counted. Vectorised over growing stretches, so its cost is the distance
+    it went (in numpy), not a Python step per frame."""
+    column = energy[:, key]
+    edge = len(energy) - 1 if step > 0 else 0  # the loop stops before reading the edge frame
+    at, quiet, width = start + step, 0, 2 * ENERGY_TOL
+    if (at >= edge) if step > 0 else (at <= edge):
+        return at, 0
+    while at != edge:
+        stop = min(at + width, edge) if step > 0 else max(at - width, edge)
+        stretch = column[at:stop] if step > 0 else column[at:stop:-1]
+        runs = _quiet_runs(stretch < threshold, quiet)
+        over = np.flatnonzero(runs >= ENERGY_TOL)
+        if len(over):
+            return at + step * (int(over[0]) + 1), ENERGY_TOL
+        quiet = int(runs[-1])
+        at, width = stop, 2 * width
+    return edge, quiet
+
+
+def _quiet_runs(quiet: np.ndarray, carried: int) -> np.ndarray:
+    """For each frame, how many quiet frames in a row end there (`carried` before the first)."""
+    index = np.arange(len(quiet))
+    last_loud = np.maximum.accumulate(np.where(quiet, -1 - carried, index))
+    return index - last_loud
 
 
 def _claim(energy: np.ndarray, first: int, last: int, key: int) -> None:
     energy[first:last, max(key - 1, 0) : key + 2] = 0
 
 
-def note_events(frames: np.ndarray, onsets: np.ndarray, params: PolyphonicParams) -> list[Event]:
-    """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations."""
+def note_events(
+    frames: np.ndarray, onsets: np.ndarray, params: NotesParams, at_start: bool = False
+) -> list[Event]:
+    """basic-pitch's `output_to_notes_polyphonic` on one chunk of `(frames, 88)` activations;
+    `at_start`: the chunk begins the recording, whose first frame follows silence."""
     threshold, min_len = params.frame_threshold, params.min_note_frames
     if len(frames) < 3:  # no onset peak (it needs two neighbours), no note
         return []
@@ -138,7 +176,9 @@ def note_events(frames: np.ndarray, onsets: np.ndarray, params: PolyphonicParams
     peaks = np.zeros(onsets.shape)
     inner = onsets[1:-1]
     peaks[1:-1] = np.where((inner > onsets[:-2]) & (inner > onsets[2:]), inner, 0)
-    times, keys = np.nonzero(peaks >= params.onset_threshold)
+    if at_start:  # silence before the recording: a note struck at 0 s peaks at frame 0
+        peaks[0] = np.where(onsets[0] > onsets[1], onsets[0], 0)
+    times, keys = _strongest_peaks(peaks, params.onset_threshold)
     energy = frames.astype(np.float64, copy=True)
     n = len(frames)
     events: list[Event] = []
@@ -156,11 +196,32 @@ def note_events(frames: np.ndarray, onsets: np.ndarray, params: PolyphonicParams
     return events
 
 
+def _strongest_peaks(peaks: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """The onset peaks at least `threshold`, in (time, key) order; only the highest
+    `MAX_ONSETS_PER_S` per second of the chunk."""
+    times, keys = np.nonzero(peaks >= threshold)
+    most = max(1, int(MAX_ONSETS_PER_S * len(peaks) / FRAMES_PER_S))
+    if len(times) <= most:
+        return times, keys
+    kept = np.sort(np.argsort(-peaks[times, keys], kind="stable")[:most])
+    return times[kept], keys[kept]
+
+
 def _melodia(frames: np.ndarray, energy: np.ndarray, threshold: float, min_len: int) -> list[Event]:
-    """The strongest remaining activity, grown both ways, claiming every frame its scans visit."""
+    """The strongest remaining activity, grown both ways, claiming every frame its scans visit.
+
+    basic-pitch takes the maximum of the whole chunk once per note. A frame's energy only ever
+    keeps its value or becomes 0, so the strongest remaining frame is the first one still
+    unclaimed in one sort of the frames over `threshold` (ties in `argmax` order): the same
+    notes in n log n instead of once per note over the chunk."""
     events: list[Event] = []
-    while energy.size and np.max(energy) > threshold:
-        middle, key = (int(x) for x in np.unravel_index(np.argmax(energy), energy.shape))
+    flat = energy.ravel()
+    candidates = np.flatnonzero(flat > threshold)
+    order = candidates[np.argsort(-flat[candidates], kind="stable")]
+    for middle, key in zip(*np.unravel_index(order, energy.shape), strict=True):
+        middle, key = int(middle), int(key)
+        if energy[middle, key] <= threshold:  # claimed by an earlier note
+            continue
         energy[middle, key] = 0
         # Each scan reads a frame of `key` before zeroing it, so reading first is the same.
         forward, k_forward = _scan(energy, key, middle, threshold, 1)
@@ -174,7 +235,7 @@ def _melodia(frames: np.ndarray, energy: np.ndarray, threshold: float, min_len: 
     return events
 
 
-def pitch_bends(contour: np.ndarray, event: Event) -> tuple[float, ...]:
+def pitch_bends(contour: np.ndarray, event: Event) -> tuple[int, ...]:
     """basic-pitch's `get_pitch_bends` for one note: per frame, the contour peak near the key
     (Gaussian-weighted, 25 bins either side), in thirds of a semitone from the key."""
     start, end, key, _ = event
@@ -182,7 +243,10 @@ def pitch_bends(contour: np.ndarray, event: Event) -> tuple[float, ...]:
     low, high = max(centre - _BEND_TOLERANCE, 0), min(CONTOUR_BINS, centre + _BEND_TOLERANCE + 1)
     weights = _BEND_WINDOW[low - (centre - _BEND_TOLERANCE) : high - (centre - _BEND_TOLERANCE)]
     peaks = np.argmax(contour[start:end, low:high] * weights, axis=1)
-    return tuple(float(b) for b in peaks - (centre - low))
+    # Whole numbers: Python keeps one shared object per small int, where a float per frame
+    # took 24 bytes more.
+    bends: tuple[int, ...] = tuple((peaks - (centre - low)).tolist())
+    return bends
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,19 +263,35 @@ class FrameGrid:
         return window * self.step + inside * self.hop
 
 
-class PolyphonicTagger:
+def _within_budget(events: list[Event], frames: int) -> list[Event]:
+    """The strongest notes of `frames` frames, within `MAX_NOTES_PER_S` and `MAX_SOUNDING`."""
+    most_notes = max(1, int(MAX_NOTES_PER_S * frames / FRAMES_PER_S))
+    most_frames = MAX_SOUNDING * max(frames, 1)
+    if len(events) <= most_notes and sum(e[1] - e[0] for e in events) <= most_frames:
+        return events
+    kept: list[Event] = []
+    total = 0
+    for event in sorted(events, key=lambda e: (-e[3], e[0], e[2])):
+        length = event[1] - event[0]
+        if len(kept) < most_notes and total + length <= most_frames:
+            kept.append(event)
+            total += length
+    return kept
+
+
+class NotesTagger:
     """Feed `(frames, 440)` activations with `push`, then `finish`; tags in start order.
 
     >>> scores = np.zeros((300, COLUMNS), np.float32)
     >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
     >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
-    >>> tagger = PolyphonicTagger(PolyphonicParams())
+    >>> tagger = NotesTagger(NotesParams())
     >>> [(t.label, t.midi, t.start, t.end) for t in tagger.push(scores) + tagger.finish(76800)]
     [('C4', 60, 0.232, 1.393)]
     """
 
     def __init__(
-        self, params: PolyphonicParams, sample_rate: int = 22050, grid: FrameGrid | None = None
+        self, params: NotesParams, sample_rate: int = 22050, grid: FrameGrid | None = None
     ) -> None:
         self.params = params
         self.sample_rate = sample_rate
@@ -264,8 +344,10 @@ class PolyphonicTagger:
         """The notes that start in `[done, cut)`, from the buffer's first `end` frames."""
         chunk = self._buffer[:end]
         done = self._done - self._start
-        events = note_events(chunk[:, :KEYS], chunk[:, KEYS : 2 * KEYS], self.params)
-        return sorted((e for e in events if done <= e[0] < cut), key=lambda e: (e[0], e[2]))
+        onsets = chunk[:, KEYS : 2 * KEYS]
+        events = note_events(chunk[:, :KEYS], onsets, self.params, at_start=self._start == 0)
+        kept = _within_budget([e for e in events if done <= e[0] < cut], cut - done)
+        return sorted(kept, key=lambda e: (e[0], e[2]))
 
     def _tags(self, events: list[Event], cut: int) -> list[Tag]:
         self._done = self._start + cut

@@ -82,6 +82,11 @@ class Params:
         return {f.name: f.metadata["bounds"] for f in fields if "bounds" in f.metadata}
 
     @classmethod
+    def texts(cls) -> dict[str, str]:
+        """Text parameters (label lists) and their documentation: none unless a kind has some."""
+        return {}
+
+    @classmethod
     def docs(cls) -> dict[str, str]:
         """One line of documentation per overridable parameter."""
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]

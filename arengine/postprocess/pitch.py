@@ -50,7 +50,7 @@ def semitones(frequency_hz: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, slots=True)
-class NotesParams(Params):
+class PitchParams(Params):
     """Post-processing parameters of pitch models."""
 
     kind: ClassVar[str] = "pitch"
@@ -90,16 +90,16 @@ class _Note:
         return self.last - self.first + 1
 
 
-class NoteTagger:
+class PitchTagger:
     """Feed `(frames, 2)` `[frequency_hz, periodicity]` scores with `push`, then `finish`.
 
     Example::
 
-        tagger = NoteTagger(NotesParams(), sample_rate=16000, hop=160)
+        tagger = PitchTagger(PitchParams(), sample_rate=16000, hop=160)
         tags = tagger.push(scores) + tagger.finish(audio_samples)  # e.g. [Tag(..., label='A4')]
     """
 
-    def __init__(self, params: NotesParams, sample_rate: int, hop: int) -> None:
+    def __init__(self, params: PitchParams, sample_rate: int, hop: int) -> None:
         self.params = params
         self.sample_rate = sample_rate
         self.hop = hop

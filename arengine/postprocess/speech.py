@@ -58,11 +58,19 @@ class SpeechParams(Params):
             )
 
     def as_dict(self) -> dict[str, float]:
-        """As numbers: `max_speech_duration_s` 0 is no limit, `neg_threshold` -1 is automatic."""
+        """As numbers within their ranges: `neg_threshold` its effective value; no
+        `max_speech_duration_s` when there is no limit (-1 and 0 stood for those, outside the
+        ranges the same listing documents)."""
         out = Params.as_dict(self)
-        out.setdefault("neg_threshold", -1)
-        out.setdefault("max_speech_duration_s", 0)
+        out.setdefault("neg_threshold", round(self.effective_neg_threshold, 6))
         return out
+
+    @property
+    def effective_neg_threshold(self) -> float:
+        """Where speech ends: `neg_threshold`, or threshold - 0.15 (at least 0.01)."""
+        if self.neg_threshold is not None:
+            return self.neg_threshold
+        return max(self.threshold - 0.15, 0.01)
 
 
 def _next_true(mask: np.ndarray) -> list[int]:
@@ -94,11 +102,7 @@ class SpeechTagger:
         self.hop = hop
         rate = sample_rate / 1000
         self.threshold = params.threshold
-        self.neg_threshold = (
-            max(params.threshold - 0.15, 0.01)
-            if params.neg_threshold is None
-            else params.neg_threshold
-        )
+        self.neg_threshold = params.effective_neg_threshold
         self.min_speech = rate * params.min_speech_duration_ms
         self.pad = rate * params.speech_pad_ms
         max_speech_s = params.max_speech_duration_s or math.inf

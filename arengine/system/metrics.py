@@ -128,12 +128,16 @@ class Metrics:
     def observe_request(
         self, model: str, status: int, seconds: float, audio_s: float | None = None
     ) -> None:
-        """One recognition request; `audio_s` is the audio's duration when it succeeded."""
-        self.requests.labels(model, str(status)).inc()
-        self.request_duration.labels(model).observe(seconds)
-        if audio_s is not None:
-            self.audio_seconds.labels(model).inc(audio_s)
-            self.audio_duration.labels(model).observe(audio_s)
+        """One recognition request; `audio_s` is the audio's duration when it succeeded.
+
+        A request for several models (`speech,notes`) counts for each of them: one series per
+        model, never one per combination (their number grows with every model added)."""
+        for name in model.split(","):
+            self.requests.labels(name, str(status)).inc()
+            self.request_duration.labels(name).observe(seconds)
+            if audio_s is not None:
+                self.audio_seconds.labels(name).inc(audio_s)
+                self.audio_duration.labels(name).observe(audio_s)
 
     def reject(self, code: ErrorCode) -> None:
         """A request refused with error `code` (a 4xx or 503)."""

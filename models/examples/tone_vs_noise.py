@@ -10,7 +10,10 @@ It synthesises its own training audio, computes the same log-mel features the se
 (`arengine.models.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps
 (a few seconds), and writes the model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml`
 into the output folder. The number of windows per call varies (segments differ in length), so every
-format is exported with a dynamic first dimension.
+format is exported with a dynamic first dimension. The export is traced on the server's own
+features of one window, so its frame axis is the one the server sends: 47 frames for 0.5-s windows
+(`1 + (8000 - n_fft 512) // hop 160`; frames are not centred), which `GET /v1/models` states as
+`input_shape`.
 """
 
 from __future__ import annotations
@@ -121,14 +124,14 @@ source = "models/examples/tone_vs_noise.py, trained on synthesised audio"
 version = "{version}"
 """
 
-FORMATS = {"pt2": "torch.export", "onnx": "onnx", "pt": "torchscript"}
+EXPORTS = {"pt2": "torch.export", "onnx": "onnx", "pt": "torchscript"}
 """`--format` -> the runtime the server picks for that suffix."""
 
 
 def export(model: nn.Module, folder: Path, name: str, format: str = "pt") -> Path:
     """Write `model.<format>` and `manifest.toml` into `folder`; returns the model file."""
-    if format not in FORMATS:
-        raise ValueError(f"format {format!r}; accepted: {', '.join(FORMATS)}")
+    if format not in EXPORTS:
+        raise ValueError(f"format {format!r}; accepted: {', '.join(EXPORTS)}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"model.{format}"
     model = model.eval()
@@ -152,7 +155,7 @@ def export(model: nn.Module, folder: Path, name: str, format: str = "pt") -> Pat
             window_s=WINDOW_S,
             hop_s=HOP_S,
             weights=path.name,
-            version=f"example, exported as {FORMATS[format]}",
+            version=f"example, exported as {EXPORTS[format]}",
         )
     )
     return path
@@ -165,7 +168,7 @@ def main() -> None:
     parser.add_argument("folder", type=Path, help="output model folder, e.g. models/tones")
     parser.add_argument("--steps", type=int, default=400, help="training batches of 64 windows")
     parser.add_argument(
-        "--format", choices=FORMATS, default="pt2", help="pt2 (torch.export), onnx or pt"
+        "--format", choices=EXPORTS, default="pt2", help="pt2 (torch.export), onnx or pt"
     )
     args = parser.parse_args()
     path = export(train(args.steps), args.folder, args.folder.name, args.format)

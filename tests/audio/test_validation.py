@@ -13,14 +13,14 @@ import soundfile as sf
 from arengine.audio.decode import decode
 from arengine.audio.validation import AudioLimits, probe
 from arengine.errors import InvalidInput, TooLarge, UnsupportedFormat
-from tests.recordings import FORMATS, REPORTED, write
+from tests.recordings import REPORTED, SOUNDFILE_TYPES, write
 
 LIMITS = AudioLimits(
     max_duration_s=60, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
 )
 
 
-@pytest.mark.parametrize("extension", sorted(FORMATS))
+@pytest.mark.parametrize("extension", sorted(SOUNDFILE_TYPES))
 def test_every_container_is_probed(tmp_path: Path, extension: str) -> None:
     rate = 48000 if extension == "opus" else 22050
     path = write(np.zeros(rate, np.float32), rate, tmp_path / f"a.{extension}", channels=2)

@@ -6,10 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import av
 import httpx
+import numpy as np
 import pytest
 
+from arengine.audio.validation import AudioLimits, probe
 from arengine.cli.commands import build_parser, main
+from arengine.cli.runner import expand
+from arengine.errors import ErrorCode, UnsupportedFormat
 from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
 from arengine.system.allocator import find_jemalloc
@@ -205,3 +210,31 @@ def test_recognize_probes_folder_contents_and_lists_what_it_skipped(
     assert "cover.mp3: found an HLS/M3U playlist, not audio" in err
     assert "notes.txt: not a recognised audio file" in err
     assert "1 of 3 files failed" in err and "cut.m4a" in err
+
+
+def _wavpack_in_matroska(path: Path) -> Path:
+    """A container arengine opens holding a codec it does not decode (WavPack)."""
+    with av.open(str(path), "w", format="matroska") as container:
+        stream = container.add_stream("wavpack", rate=16000)
+        stream.layout = "mono"
+        silence = np.zeros((1, 16000), dtype=np.int16)
+        frame = av.AudioFrame.from_ndarray(silence, format="s16p", layout="mono")
+        frame.rate = 16000
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    return path
+
+
+def test_a_refused_codec_is_a_failure_not_a_skipped_file(tmp_path: Path) -> None:
+    """The folder scan told a refused codec from a non-audio file by the message's first word;
+    it goes by the error's code."""
+    wavpack = _wavpack_in_matroska(tmp_path / "take.mka")
+    (tmp_path / "archive.zip").write_bytes(b"PK\x03\x04" + bytes(200))
+    with pytest.raises(UnsupportedFormat) as refused:
+        probe(wavpack, AudioLimits(60.0, 8, 8000, 96000))
+    assert refused.value.code == ErrorCode.UNSUPPORTED_CODEC and refused.value.status == 415
+    files, skipped = expand([tmp_path])
+    assert files == [wavpack]
+    assert [(failure.path.name, failure.reason.split(";")[0]) for failure in skipped] == [
+        ("archive.zip", "found a ZIP archive, not audio")
+    ]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import soundfile as sf
 
+from arengine.cli.remote import Remote, recognize_remote
 from arengine.client import (
     AsyncClient,
     BadRequest,
@@ -27,10 +31,16 @@ from arengine.client import (
     Unavailable,
 )
 from arengine.outputs.formats import FORMATS
-from arengine.types import Tag
+from arengine.types import Tag, result_dict
 from tests.conftest import RecordingFactory, Server, free_port, start_server, stop_server
+from tests.music import PIANO, Note, render
+from tests.recordings import ffmpeg
 
 FAST = RetryPolicy(retries=2, backoff_s=0.01, max_wait_s=0.05)
+TUNE = [
+    Note(0.5 + 0.5 * i, 0.95 + 0.5 * i, pitch, PIANO, 100)
+    for i, pitch in enumerate([72, 76, 79, 84])
+]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +74,8 @@ def test_recognize_is_the_servers_answer_typed(server: Server, recording: Record
     ]
     assert len(result.tags) == len(clip.speech) == 2
     assert again.tags == result.tags
-    assert result.timings["total_s"] > 0
+    assert result.timings.total_s > 0
+    assert result_dict(result) == {**plain, "timings": result_dict(result)["timings"]}
     assert info["ready"] is True and info["engine_threads"] >= 1
     assert "speech" in [model["name"] for model in models]
 
@@ -73,7 +84,7 @@ def test_download_and_stream(server: Server, recording: RecordingFactory) -> Non
     clip = recording("talk.wav")
     with Client(server.url) as client:
         result = client.recognize(clip.path)
-        csv = client.download(clip.path, "csv")
+        csv = client.download(clip.path, "csv").decode()
         streamed = list(client.stream(clip.path))
     parsed = FORMATS["csv"].parse(csv)
     assert len(parsed) == len(result.tags) == 2
@@ -82,6 +93,43 @@ def test_download_and_stream(server: Server, recording: RecordingFactory) -> Non
         assert got.end == pytest.approx(want.end, abs=1e-3)
     assert streamed == list(result.tags)
     assert all(isinstance(tag, Tag) for tag in streamed)
+
+
+def test_download_gives_a_binary_format_byte_for_byte(server: Server, tmp_path: Path) -> None:
+    """It returned `response.text`: a MIDI file came back decoded as text, corrupted."""
+    path = tmp_path / "tune.flac"
+    sf.write(path, render(TUNE, tmp_path, 44100), 44100)
+    with Client(server.url) as client:
+        midi = client.download(path, "midi", model="notes")
+        result = client.recognize(path, model="notes")
+    with server.client() as raw, path.open("rb") as handle:
+        sent = raw.post(
+            "/v1/recognize", params={"model": "notes", "format": "midi"}, files={"file": handle}
+        )
+    assert sent.status_code == 200 and midi == sent.content
+    assert len(FORMATS["midi"].parse(midi)) == len(result.tags) > 0
+
+
+@pytest.mark.parametrize("client", [Client, AsyncClient])
+def test_download_names_every_format(client: type[Client] | type[AsyncClient]) -> None:
+    doc = client.download.__doc__ or ""
+    assert [name for name in FORMATS if not re.search(rf"\b{name}\b", doc)] == []
+
+
+def test_cli_server_mode_keeps_every_audio_field(
+    server: Server, recording: RecordingFactory, tmp_path: Path
+) -> None:
+    """`remote.result_of` dropped `decoder`, `stream`, `truncated` and `warnings`."""
+    m4a = tmp_path / "talk.m4a"
+    ffmpeg("-i", str(recording("talk.wav").path), "-c:a", "aac", str(m4a))
+    failures = recognize_remote(
+        Remote(server.url, None), [m4a], "speech", FORMATS["json"], tmp_path / "out"
+    )
+    with server.client() as raw, m4a.open("rb") as handle:
+        plain = raw.post("/v1/recognize", files={"file": ("talk.m4a", handle)}).json()
+    written = json.loads((tmp_path / "out" / "talk.json").read_text())
+    assert failures == [] and plain["audio"]["decoder"] == "ffmpeg"
+    assert written["audio"] == plain["audio"]
 
 
 def test_error_codes_become_exceptions(server: Server, tmp_path: Path) -> None:
@@ -114,7 +162,8 @@ def _hold_the_only_slot(url: str) -> socket.socket:
     host, port = url.removeprefix("http://").split(":")
     held = socket.create_connection((host, int(port)))
     held.sendall(
-        b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer client-test-key\r\n"
+        b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\n"
+        b"Authorization: Bearer client-test-key\r\n"
         b"Content-Type: audio/wav\r\nContent-Length: 100000\r\n\r\nRIFF"
     )
     return held

@@ -28,7 +28,7 @@ def _slow_upload(server: Server, declared: int = 10_000_000) -> socket.socket:
     port = int(server.url.rsplit(":", 1)[1])
     sock = socket.create_connection(("127.0.0.1", port))
     sock.sendall(
-        b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+        b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
         b"Content-Length: %d\r\n\r\n" % declared + b"RIFF" + bytes(1000)
     )
     return sock
@@ -122,7 +122,7 @@ def test_client_disconnect_cancels_the_remaining_work(server: Server, long_file:
     data = long_file.read_bytes()
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
-            b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data)
         )
         sock.sendall(data)
@@ -236,7 +236,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
     port = int(running.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(
-            b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data) + data[:1000]
         )
         assert wait_until(lambda: _info(running)["uploading_requests"] == 1, 5)

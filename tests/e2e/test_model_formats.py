@@ -16,7 +16,7 @@ import soundfile as sf
 
 from arengine.models.registry import load_models
 from tests.conftest import Server, ServerFactory
-from tests.models.exported import FORMATS, escaping_onnx, export_all
+from tests.models.exported import EXPORTS, escaping_onnx, export_all
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +52,7 @@ def server(models_dir: Path, serve: ServerFactory) -> Server:
 def test_every_format_loads_and_broken_files_are_reported(server: Server) -> None:
     listing = httpx.get(server.url + "/v1/models").json()
     formats = {m["name"]: m["weights_format"] for m in listing["models"]}
-    assert formats == {f"t{suffix}": name for suffix, name in FORMATS.items()}
+    assert formats == {f"t{suffix}": name for suffix, name in EXPORTS.items()}
     reasons = {Path(f["manifest"]).parent.name: f["reason"] for f in listing["unavailable"]}
     assert sorted(reasons) == BROKEN
     assert "escapes model directory" in reasons["escape"]
@@ -84,7 +84,7 @@ def test_the_three_formats_give_the_same_tags(server: Server, tmp_path: Path) ->
     audio = _beeps(tmp_path / "beeps.flac").read_bytes()
     answers = {}
     with server.client() as client:
-        for suffix in FORMATS:
+        for suffix in EXPORTS:
             response = client.post(
                 "/v1/recognize", params={"model": f"t{suffix}"}, files={"file": audio}
             )

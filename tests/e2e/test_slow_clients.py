@@ -122,7 +122,7 @@ class Dripper(threading.Thread):
 
     def run(self) -> None:
         self.sock.sendall(
-            b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: 1000000\r\n\r\n"
         )
         try:
@@ -183,7 +183,8 @@ def test_the_deadline_covers_the_upload(server: Server) -> None:
     # Fast enough for the minimum rate, too slow for a 1 s deadline: cut off at the deadline.
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
         sock.sendall(
-            b"POST /v1/recognize?timeout_s=1 HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"POST /v1/recognize?timeout_s=1 HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: audio/wav\r\n"
             b"Content-Length: 1000000\r\n\r\n"
         )
         try:
@@ -204,7 +205,7 @@ def test_an_idle_connection_is_closed_after_the_header_timeout(server: Server) -
 
 def test_slowloris_gets_408_after_the_header_timeout(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
-        request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: 1\r\n" * 100
+        request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n" + b"X-Slow: 1\r\n" * 100
         sent = 0
         try:
             while sent < len(request) and not select.select([sock], [], [], 0.1)[0]:
@@ -221,7 +222,7 @@ def test_slowloris_gets_408_after_the_header_timeout(server: Server) -> None:
 def test_the_header_limit_holds_for_headers_sent_in_one_write(server: Server, size: int) -> None:
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
         sock.sendall(
-            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: "
+            b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Big: "
             + b"a" * size
             + b"\r\n\r\n"
         )
@@ -234,7 +235,7 @@ def test_the_header_limit_holds_for_headers_sent_in_one_write(server: Server, si
 
 def test_headers_arriving_in_pieces_past_the_limit_get_the_json_431(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         try:
             for _ in range(20):  # 20 KB of headers, never finished, in 1 KB writes
                 sock.sendall(b"X-Piece: " + b"a" * 1000 + b"\r\n")
@@ -255,7 +256,7 @@ def test_a_garbage_request_line_gets_the_json_400(server: Server) -> None:
 def test_content_length_with_transfer_encoding_is_refused(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
         sock.sendall(
-            b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nRIFF\r\n0\r\n\r\n"
         )
         reply = _read_reply(sock, 5)
@@ -269,7 +270,7 @@ def test_content_length_with_transfer_encoding_is_refused(server: Server) -> Non
 def test_a_malformed_content_length_gets_the_json_error_body(server: Server, value: bytes) -> None:
     with socket.create_connection(("127.0.0.1", _port(server))) as sock:
         sock.sendall(
-            b"POST /v1/recognize HTTP/1.1\r\nHost: x\r\nContent-Type: audio/wav\r\n"
+            b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: " + value + b"\r\n\r\nRIFF"
         )
         reply = _read_reply(sock, 5)
@@ -280,7 +281,7 @@ def test_connections_beyond_the_cap_get_503_and_are_closed(server: Server) -> No
     idle = [socket.create_connection(("127.0.0.1", _port(server))) for _ in range(12)]
     try:
         with socket.create_connection(("127.0.0.1", _port(server))) as extra:
-            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            extra.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
             reply = _read_reply(extra, 5)
         assert _error_of(reply) == (503, "too_many_connections")
         assert b"retry-after: 1" in reply.lower()

@@ -445,3 +445,31 @@ def test_api_key_is_kept_for_the_session_only(
     fresh.wait_for_selector("#status.error")
     assert fresh.input_value("#key") == ""
     fresh.close()
+
+
+@needs_chromium
+def test_an_events_profile_is_chosen_on_the_page(
+    server: Server, browser: Any, tmp_path: Path
+) -> None:
+    """speech and events, events with its `ambient` profile: speech is left to speech."""
+    from tests.recordings import DEBIAN_SOUNDS, mono_16k, write
+
+    voice = mono_16k(DEBIAN_SOUNDS / "alsa/Front_Center.wav")
+    ring = mono_16k(DEBIAN_SOUNDS / "freedesktop/stereo/phone-incoming-call.oga")
+    audio = np.concatenate([ring, np.zeros(8000, np.float32), voice, np.zeros(8000, np.float32)])
+    path = write(audio, 16000, tmp_path / "ring-and-voice.wav")
+    page = _open(browser, server)
+    profiles = page.eval_on_selector_all(
+        'select[data-profile-for="events"] option', "els => els.map(e => e.value)"
+    )
+    assert profiles == ["", "safety", "wildlife", "ambient"]
+    page.select_option('select[data-profile-for="events"]', "ambient")
+    page.evaluate(SPY)
+    _run(page, path, ["speech", "events"])
+    (sent,) = page.evaluate("window.sent")
+    assert "profile=ambient" in sent["url"], sent["url"]
+    events = page.evaluate("window.arengine.state.tagsByModel.get('events')")
+    speech = page.evaluate("window.arengine.state.tagsByModel.get('speech')")
+    assert speech and "Telephone bell ringing" in {t["label"] for t in events}
+    assert "Speech" not in {t["label"] for t in events}
+    page.close()

@@ -55,7 +55,7 @@ class _Backlog:
 
     def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
         job = self.job
-        decoder = None if job is None else job._decoder  # test-only peek at the tee's queues
+        decoder = None if job is None else job._sources  # test-only peek at the tee's queues
         if job is None or decoder is None:
             return
         with self._lock:
@@ -128,6 +128,7 @@ class _Held:
         self.inner = inner
         self.name, self.kind, self.sample_rate = inner.name, inner.kind, inner.sample_rate
         self.labels, self.plan, self.max_batch = inner.labels, inner.plan, inner.max_batch
+        self.input_shape = inner.input_shape
         self.gate = threading.Event()
 
     def features(self, segment: Segment) -> torch.Tensor:

@@ -63,7 +63,7 @@ class InProcessClient:
         self.app = app
         self._portal = portal
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        self._client = httpx.AsyncClient(transport=transport, base_url="http://arengine")
+        self._client = httpx.AsyncClient(transport=transport, base_url="http://localhost")
 
     def request(self, method: str, url: str, **options: Any) -> httpx.Response:
         async def send() -> httpx.Response:

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from arengine.errors import ErrorCode
-from arengine.models.registry import PARAMETERS
+from arengine.models.kinds import KINDS
 from tests.http.conftest import InProcessClient
 
 
@@ -121,6 +121,14 @@ def test_a_manifest_out_of_bounds_makes_its_model_unavailable_with_the_reason(
     assert "threshold must be 0 < x < 1, got 7" in reasons["strict"]
 
 
+def test_the_models_list_states_a_classifiers_input_shape(client: InProcessClient) -> None:
+    """0.5-s windows at 16 kHz, n_fft 512, hop 160: 47 frames (not centred), any window count."""
+    shapes = {
+        model["name"]: model["input_shape"] for model in client.get("/v1/models").json()["models"]
+    }
+    assert shapes == {"faulty": [None, 32, 47], "speech": None}
+
+
 def test_the_schema_derives_errors_and_parameter_docs_from_their_declarations(
     client: InProcessClient,
 ) -> None:
@@ -132,9 +140,9 @@ def test_the_schema_derives_errors_and_parameter_docs_from_their_declarations(
         if code.status != 499:
             assert f"`{code}`" in operation["responses"][str(code.status)]["description"]
     described = {p["name"]: p.get("description", "") for p in operation["parameters"]}
-    for kind, params in PARAMETERS.items():
-        for name, doc in params.docs().items():
-            assert f"{kind}: {doc}" in described[name]
+    for kind in KINDS.values():
+        for name, doc in kind.parameters.docs().items():
+            assert f"{kind.name}: {doc}" in described[name]
 
 
 def test_refusals_are_counted_by_their_code(client: InProcessClient) -> None:

@@ -40,7 +40,9 @@ def _run(scenario: Scenario, **settings: Any) -> None:
             while not app.state.engine.ready:
                 await asyncio.sleep(0.02)
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://localhost"
+            ) as client:
                 await scenario(client, app)
 
     asyncio.run(run())

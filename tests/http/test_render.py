@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
 
-from arengine.http.render import MAX_RESULT_BYTES
 from arengine.outputs.formats import FORMATS
+from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient
+
+JSON = {"Content-Type": "application/json"}
 
 
 def _recognized(
@@ -32,7 +36,10 @@ def test_every_format_renders_as_the_recognition_would_have_written_it(
         "/v1/recognize", params={"format": name}, files={"file": ("meeting.flac", audio)}
     )
     rendered = client.post(
-        "/v1/render", params={"format": name, "name": "meeting.flac"}, content=json.dumps(result)
+        "/v1/render",
+        params={"format": name, "name": "meeting.flac"},
+        content=json.dumps(result),
+        headers=JSON,
     )
     assert rendered.status_code == 200, rendered.text
     assert rendered.headers["content-disposition"] == direct.headers["content-disposition"]
@@ -46,12 +53,16 @@ def test_a_download_is_named_recording_without_a_name(
     client: InProcessClient, recording: RecordingFactory
 ) -> None:
     result, _ = _recognized(client, recording)
-    rendered = client.post("/v1/render", params={"format": "srt"}, content=json.dumps(result))
+    rendered = client.post(
+        "/v1/render", params={"format": "srt"}, content=json.dumps(result), headers=JSON
+    )
     assert rendered.headers["content-disposition"] == 'attachment; filename="recording.srt"'
 
 
 def _refusal(client: InProcessClient, body: bytes | str, **params: str) -> tuple[int, str, str]:
-    response = client.post("/v1/render", params={"format": "csv", **params}, content=body)
+    response = client.post(
+        "/v1/render", params={"format": "csv", **params}, content=body, headers=JSON
+    )
     error = response.json()["error"]
     return response.status_code, error["code"], error["message"]
 
@@ -77,3 +88,104 @@ def test_what_is_not_a_result_is_refused_naming_where(
 def test_a_result_past_the_cap_is_refused_while_it_arrives(client: InProcessClient) -> None:
     status, code, message = _refusal(client, b" " * (MAX_RESULT_BYTES + 1))
     assert (status, code) == (413, "result_too_large") and "32 MiB" in message
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "fmt"),
+    [
+        ("audio.sample_rate", 10**400, "csv"),
+        ("audio.duration_s", 1e308, "csv"),
+        ("tags.0.start", 1e300, "vtt"),
+        ("tags.0.end", 1e300, "eaf"),
+        ("tags.0.label", "A" + "9" * 5000, "midi"),
+        ("tags.0.end", 0.01, "srt"),  # before its start: a reversed cue
+    ],
+    ids=["rate 1e400", "duration 1e308", "start 1e300", "end 1e300", "label A999", "reversed"],
+)
+def test_crafted_numbers_and_labels_are_invalid_results_not_faults(
+    client: InProcessClient, recording: RecordingFactory, where: str, value: object, fmt: str
+) -> None:
+    result, _ = _recognized(client, recording)
+    part, field = where.rsplit(".", 1)
+    target = result["audio"] if part == "audio" else result["tags"][0]
+    target[field] = value
+    status, code, message = _refusal(client, json.dumps(result), format=fmt)
+    assert (status, code) == (422, "invalid_result"), message
+    assert where.split(".")[0] in message and "Value error" not in message
+
+
+def test_a_million_pitch_bends_on_one_short_note_are_refused(client: InProcessClient) -> None:
+    note = {"start": 0.0, "end": 1.0, "label": "A4", "score": 0.9, "midi": 69}
+    body = {
+        "model": "notes",
+        "audio": {"duration_s": 1.0, "sample_rate": 22050, "channels": 1, "format": "WAV",
+                  "subtype": "PCM_16", "decoder": "libsndfile", "stream": 0,
+                  "truncated": False, "warnings": []},
+        "tags": [{**note, "pitch_bend": [1] * 1_000_000}],
+        "timings": dict.fromkeys(
+            ["validation_s", "features_s", "inference_s", "postprocess_s", "total_s"], 0.0
+        ),
+    }  # fmt: skip
+    status, code, message = _refusal(client, json.dumps(body), format="midi")
+    assert (status, code) == (422, "invalid_result") and "pitch bends" in message
+    body["tags"] = [{**note, "pitch_bend": [1] * 86}]
+    assert client.post("/v1/render", params={"format": "midi"}, json=body).status_code == 200
+
+
+def _notes_result(tags: list[dict[str, Any]]) -> dict[str, Any]:
+    end = max([1.0, *(tag["end"] for tag in tags)])
+    return {
+        "model": "notes",
+        "audio": {"duration_s": end, "sample_rate": 22050, "channels": 1, "format": "WAV",
+                  "subtype": "PCM_16", "decoder": "libsndfile", "stream": 0,
+                  "truncated": False, "warnings": []},
+        "tags": tags,
+        "timings": dict.fromkeys(
+            ["validation_s", "features_s", "inference_s", "postprocess_s", "total_s"], 0.0
+        ),
+    }  # fmt: skip
+
+
+def test_a_render_runs_off_the_event_loop(client: InProcessClient) -> None:
+    """While a long render (40,000 overlapping tags as EAF) works, /healthz is answered: it ran
+    on the event loop and froze every client until it ended."""
+    tags = [{"start": i * 0.01, "end": i * 0.01 + 5.0, "label": "A4", "score": 0.5}
+            for i in range(40_000)]  # fmt: skip
+    body = json.dumps(_notes_result(tags))
+
+    async def render_and_poll() -> tuple[int, int]:
+        http = client._client
+        rendering = asyncio.ensure_future(
+            http.post("/v1/render", params={"format": "eaf"}, content=body, headers=JSON)
+        )
+        answered = 0
+        while not rendering.done():
+            await asyncio.sleep(0.001)  # lets the loop run the render's task (and its end)
+            health = await http.get("/healthz")
+            answered += health.status_code == 200 and not rendering.done()
+        return (await rendering).status_code, answered
+
+    status, answered_meanwhile = client._portal.call(render_and_poll)
+    assert status == 200 and answered_meanwhile > 0
+
+
+def test_a_result_of_too_many_tags_is_refused(client: InProcessClient) -> None:
+    tag = {"start": 0.0, "end": 0.0, "label": "x", "score": 0.5}
+    body = json.dumps(_notes_result([tag] * (MAX_RESULT_TAGS + 1)))
+    status, code, message = _refusal(client, body)
+    assert (status, code) == (413, "result_too_large") and "200000" in message
+
+
+def test_renders_count_as_engine_requests(client: InProcessClient) -> None:
+    """A render takes an engine slot: refused with 503 when the engine is full."""
+    admission = client.app.state.engine.admission
+    body = json.dumps(_notes_result([]))
+    with ExitStack() as slots:
+        for _ in range(admission.max_pending):
+            slots.enter_context(admission.pending_slot())
+        refused = client.post("/v1/render", params={"format": "csv"}, content=body, headers=JSON)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "overloaded"
+    assert (
+        client.post("/v1/render", params={"format": "csv"}, content=body, headers=JSON).status_code
+        == 200
+    )

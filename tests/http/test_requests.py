@@ -117,3 +117,10 @@ def test_bad_parameters_are_422(client: InProcessClient, params: dict[str, Any])
 def test_an_empty_file_is_422(client: InProcessClient) -> None:
     response = client.post("/v1/recognize", files={"file": ("empty.wav", b"")})
     _error(response, 422, "empty_file")
+
+
+def test_an_unknown_format_is_named_without_pydantics_prefix(client: InProcessClient) -> None:
+    response = client.post("/v1/recognize?format=xml", files={"file": ("a.wav", b"RIFF")})
+    message = response.json()["error"]["message"]
+    assert response.status_code == 422 and message.startswith("format: unknown format 'xml'")
+    assert "Value error" not in message

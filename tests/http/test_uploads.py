@@ -14,6 +14,7 @@ import pytest
 from arengine.engine.admission import Admission
 from arengine.errors import ArengineError, ErrorCode, InsufficientStorage
 from arengine.http.uploads import UploadLimits, UploadPace, spool
+from arengine.settings import MAX_FIELD_BYTES, MAX_MULTIPART_PARTS
 
 LIMITS = UploadLimits(max_bytes=10**6)
 
@@ -157,4 +158,44 @@ def test_a_multipart_body_without_its_closing_boundary_is_refused(tmp_path: Path
         )
     assert raised.value.code == ErrorCode.BAD_MULTIPART
     assert "closing boundary" in raised.value.message
+    assert list(tmp_path.iterdir()) == []
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _fields(count: int, value: bytes) -> bytes:
+    parts = b"".join(
+        b'--xx\r\nContent-Disposition: form-data; name="note%d"\r\n\r\n%s\r\n' % (index, value)
+        for index in range(count)
+    )
+    return parts + b"--xx--\r\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "quoted"),
+    [
+        (_fields(MAX_MULTIPART_PARTS + 1, b"x"), ErrorCode.TOO_MANY_PARTS, "16"),
+        (_fields(1, b"x" * (MAX_FIELD_BYTES + 1)), ErrorCode.FIELD_TOO_LARGE, "64 KiB"),
+    ],
+)
+def test_the_multipart_limits_are_the_declared_ones_as_the_error_table_says(
+    tmp_path: Path, body: bytes, code: ErrorCode, quoted: str
+) -> None:
+    """The refusal, its code's description (the README's error table) and the declaration agree;
+    `quoted` is what the README's prose says."""
+    roomy = UploadLimits(max_bytes=10**8)
+    within = _fields(MAX_MULTIPART_PARTS, b"x" * MAX_FIELD_BYTES)
+    with pytest.raises(ArengineError) as raised:
+        asyncio.run(
+            spool(_once(within), "multipart/form-data; boundary=xx", roomy, tmp_path, _pace())
+        )
+    assert raised.value.code == ErrorCode.MISSING_FILE  # every field taken, then no `file`
+    with pytest.raises(ArengineError) as raised:
+        asyncio.run(
+            spool(_once(body), "multipart/form-data; boundary=xx", roomy, tmp_path, _pace())
+        )
+    assert raised.value.code == code
+    assert quoted in raised.value.message and quoted in code.description
     assert list(tmp_path.iterdir()) == []

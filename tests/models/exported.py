@@ -1,4 +1,5 @@
-"""The example classifier exported in every format the server reads, and ONNX files made hostile."""
+"""The example classifier exported in every format the server reads, for a wrong input shape, and
+as ONNX files made hostile."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 from types import ModuleType
 
 import onnx
+import torch
 
-FORMATS = {"pt": "torchscript", "pt2": "torch.export", "onnx": "onnx"}
+EXPORTS = {"pt": "torchscript", "pt2": "torch.export", "onnx": "onnx"}
 """Export suffix -> the runtime the server picks for it."""
 
 
@@ -30,8 +32,24 @@ def export_all(folder: Path, steps: int) -> None:
     """One network trained for `steps`, exported as `t<suffix>` into `folder/<suffix>`."""
     tones = example()
     network = tones.train(steps=steps)
-    for suffix in FORMATS:
+    for suffix in EXPORTS:
         tones.export(network, folder / suffix, f"t{suffix}", suffix)
+
+
+def export_frames(folder: Path, suffix: str, frames: int) -> Path:
+    """The untrained example network with the example's manifest, exported for `frames` feature
+    frames (a fixed axis, as a user who guesses the frame count exports it), windows dynamic."""
+    tones = example()
+    network = tones.TinyClassifier(tones.MEL.n_mels, len(tones.LABELS)).eval()
+    path: Path = tones.export(network, folder, folder.name, suffix)
+    features = torch.zeros(2, tones.MEL.n_mels, frames)
+    windows = torch.export.Dim("windows", min=1)
+    program = torch.export.export(network, (features,), dynamic_shapes=({0: windows},))
+    if suffix == "pt2":
+        torch.export.save(program, str(path))
+    else:
+        torch.onnx.export(program, (features,), str(path), input_names=["features"])
+    return path
 
 
 def with_location(source: Path, folder: Path, location: str) -> None:

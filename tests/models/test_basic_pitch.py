@@ -66,7 +66,23 @@ def test_matches_onnxruntime_live(model: BasicPitch, clip: np.ndarray) -> None:
     )
     ours = _run(model, batch)
     for name, expected in zip(("note", "onset", "contour"), theirs, strict=True):
-        np.testing.assert_allclose(ours[name], expected, rtol=0, atol=1e-4)
+        _assert_same_within_float32(ours[name], expected)
+
+
+TOLERANCE = 5e-4
+"""Two float32 runs of a 12-layer network that sum in different orders: onnxruntime 1.32.0 was
+off by up to 1.12e-4 (a 1e-4 gate failed every time), 5.5e-6 on average. The gate allows 4x that
+maximum, asks the mean to stay at float32's level, and every decision at the tagger's thresholds
+to agree wherever a value is farther than the tolerance from the threshold."""
+
+
+def _assert_same_within_float32(ours: np.ndarray, theirs: np.ndarray) -> None:
+    difference = np.abs(ours - theirs)
+    assert difference.max() <= TOLERANCE, difference.max()
+    assert difference.mean() <= 2e-5, difference.mean()
+    for threshold in (0.35, 0.5, 0.8):
+        clear = np.abs(theirs - threshold) > TOLERANCE
+        assert np.array_equal((ours >= threshold)[clear], (theirs >= threshold)[clear])
 
 
 def test_windows_are_independent_in_a_batch(model: BasicPitch, clip: np.ndarray) -> None:

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from arengine.models.mel import LogMel
 from arengine.models.runtimes import OnnxNetwork, load_network, weights_format
-from tests.models.exported import FORMATS, example, export_all, with_location
+from tests.models.exported import EXPORTS, example, export_all, with_location
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_one_network_shared_by_many_threads_equals_serial(exported: Path, suffix
 def test_the_three_formats_compute_the_same_scores(exported: Path) -> None:
     x = _features(5, seed=9)
     with torch.inference_mode():
-        scores = {s: load_network(exported / s / f"model.{s}")(x).numpy() for s in FORMATS}
+        scores = {s: load_network(exported / s / f"model.{s}")(x).numpy() for s in EXPORTS}
     np.testing.assert_allclose(scores["pt2"], scores["pt"], atol=1e-5)
     np.testing.assert_allclose(scores["onnx"], scores["pt"], atol=1e-5)
 
@@ -79,7 +79,7 @@ def test_external_data_only_from_inside_the_models_folder(exported: Path) -> Non
 
 
 def test_the_suffix_picks_the_runtime() -> None:
-    assert [weights_format(Path(f"m.{s}")) for s in FORMATS] == list(FORMATS.values())
+    assert [weights_format(Path(f"m.{s}")) for s in EXPORTS] == list(EXPORTS.values())
     assert weights_format(Path("M.ONNX")) == "onnx"
     with pytest.raises(ValueError, match=r"'model\.tflite' has no known suffix; accepted: \.onnx"):
         weights_format(Path("model.tflite"))

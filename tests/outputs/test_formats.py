@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import itertools
 import json
 import math
+import re
+from xml.etree import ElementTree
 
+import mido
 import pytest
 
 from arengine.http.schemas import RecognizeResponse
+from arengine.outputs.annotations import _tiers
 from arengine.outputs.formats import FORMATS, get_format, negotiate
 from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
 
@@ -17,6 +24,10 @@ SPEECH = (
     Tag(3599.9994, 3723.5, "speech", 0.5),
 )
 NOTES = (Tag(0.5, 0.75, "A4", 0.9, 440.0), Tag(1.0, 1.5, "C#5", 0.8, 554.37))
+BIRDS = (
+    Tag(0.0, 3.0, "American Robin", 0.8123, scientific_name="Turdus migratorius"),
+    Tag(3.0, 9.0, "Northern Cardinal", 0.41, scientific_name="Cardinalis cardinalis"),
+)
 POLYPHONIC = (
     Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
     Tag(0.5, 1.2, "E4", 0.6, midi=64),
@@ -36,11 +47,13 @@ def _midi_of(tag: Tag) -> int | None:
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 @pytest.mark.parametrize(
-    "tags", [SPEECH, NOTES, POLYPHONIC, ()], ids=["speech", "pitch", "notes", "empty"]
+    "tags",
+    [SPEECH, NOTES, POLYPHONIC, BIRDS, ()],
+    ids=["speech", "pitch", "notes", "birds", "empty"],
 )
 def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     fmt = FORMATS[name]
-    if fmt.notes_only and tags is SPEECH:
+    if fmt.notes_only and tags in (SPEECH, BIRDS):
         assert fmt.parse(fmt.encode(_result(tags), "talk")) == []  # nothing it can hold
         return
     parsed = fmt.parse(fmt.encode(_result(tags), "my talk.flac"))
@@ -48,9 +61,12 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     for got, want in zip(parsed, tags, strict=True):
         assert got.start == pytest.approx(want.start, abs=fmt.precision_s)
         assert got.end == pytest.approx(want.end, abs=fmt.precision_s)
-        assert got.label == want.label
-        if name in ("json", "csv", "raven", "jams"):
+        # RTTM is space-separated: a label's spaces become underscores.
+        assert got.label == (want.label.replace(" ", "_") if name == "rttm" else want.label)
+        if name in ("json", "csv", "raven", "jams", "birdnet", "kaleidoscope"):
             assert got.score == pytest.approx(want.score, abs=1e-6)
+        if name in ("json", "csv", "raven", "birdnet", "kaleidoscope"):
+            assert got.scientific_name == want.scientific_name
         if name in ("vtt", "srt"):
             assert got.score == pytest.approx(want.score, abs=0.005)
         if name in ("json", "csv", "jams", "midi") and want.frequency_hz is not None:
@@ -63,8 +79,24 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
             assert (got.midi, got.pitch_bend) == (want.midi, want.pitch_bend)
 
 
+def test_birdnet_analyzers_own_columns() -> None:
+    result = _result(BIRDS, model="birds")
+    assert FORMATS["birdnet"].text(result, "site1/20250501_053000.wav").splitlines() == [
+        "Start (s),End (s),Scientific name,Common name,Confidence,File",
+        "0.0,3.0,Turdus migratorius,American Robin,0.8123,site1/20250501_053000.wav",
+        "3.0,9.0,Cardinalis cardinalis,Northern Cardinal,0.41,site1/20250501_053000.wav",
+    ]
+    assert FORMATS["kaleidoscope"].text(result, "site1/20250501_053000.wav").splitlines()[:2] == [
+        "INDIR,FOLDER,IN FILE,OFFSET,DURATION,scientific_name,common_name,confidence",
+        "site1,,20250501_053000.wav,0.0,3.0,Turdus migratorius,American Robin,0.8123",
+    ]
+    raven = FORMATS["raven"].text(result, "x").splitlines()
+    assert raven[0].split("\t")[-1] == "Scientific Name"
+    assert raven[1].split("\t")[-3:] == ["American Robin", "0.812300", "Turdus migratorius"]
+
+
 def test_json_is_the_http_body() -> None:
-    for tags in (SPEECH, NOTES, POLYPHONIC):
+    for tags in (SPEECH, NOTES, POLYPHONIC, BIRDS):
         result = _result(tags)
         http = RecognizeResponse.of(result).model_dump(exclude_none=True)
         assert json.loads(FORMATS["json"].text(result, "x")) == http == result_dict(result)
@@ -120,7 +152,8 @@ def test_unknown_format_lists_the_known_ones() -> None:
     with pytest.raises(ValueError) as raised:
         get_format("xml")
     assert str(raised.value).endswith(
-        "known formats: json, csv, txt (audacity), raven (selections), rttm, vtt (webvtt), "
+        "known formats: json, csv, txt (audacity), raven (selections), birdnet, kaleidoscope, "
+        "rttm, vtt (webvtt), "
         "srt (subrip), textgrid (praat), eaf (elan), jams, midi (mid), ndjson"
     )
 
@@ -145,3 +178,107 @@ def test_accept_header_negotiation() -> None:
     assert negotiate("application/x-ndjson") == "ndjson"
     assert negotiate("*/*") is None
     assert negotiate(None) is None
+
+
+HOSTILE = [
+    "two\nrows",
+    "carriage\rreturn",
+    "crlf\r\n0.0\t9.0\tforged",
+    '=HYPERLINK("http://x","y")',
+    "+1",
+    "-2+3",
+    "@SUM(A1)",
+    "'=quoted",
+    "x --> y",
+    "00:00:01.000 --> 00:00:02.000",
+    "<b>bold</b> &amp; &",
+    "control\x00\x01\x07\x1b\x7f",
+    "tab\there",
+    '"quoted',
+    "line\u2028separator",
+]
+
+
+def _reading(name: str, label: str) -> str:
+    """What each format can keep of a label: the same text, less what it cannot hold."""
+    if name == "rttm":
+        return re.sub(r"\s+", "_", label.strip())
+    if name == "raven":  # tab-separated lines: spaces stay, as BirdNET's tables have them
+        return re.sub(r"[\t\r\n]+", " ", label).strip() or "_"
+    if name in ("vtt", "srt"):
+        return " ".join(label.split())
+    if name == "txt":
+        return re.sub("[\r\n\u2028]", " ", label)
+    if name in ("eaf", "textgrid"):
+        text = re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f]", "\ufffd", label)
+        return text.replace("\r\n", "\n").replace("\r", "\n")  # as the readers normalise
+    return label
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FORMATS.items() if not f.notes_only))
+def test_a_hostile_label_reads_back_as_one_label(name: str) -> None:
+    """A label is data: newlines, cue arrows, markup, control characters and formula starts
+    round-trip through the format's own reader as one label, between untouched neighbours."""
+    fmt = FORMATS[name]
+    for label in HOSTILE:
+        tags = (
+            Tag(0.5, 1.0, "before", 0.5),
+            Tag(1.0, 2.0, label, 0.6),
+            Tag(2.5, 3.0, "after", 0.7),
+        )
+        parsed = fmt.parse(fmt.encode(_result(tags), "talk"))
+        assert [t.label for t in parsed] == ["before", _reading(name, label), "after"], label
+        assert [t.start for t in parsed] == pytest.approx([0.5, 1.0, 2.5], abs=fmt.precision_s)
+
+
+def test_no_csv_cell_starts_a_formula() -> None:
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, model=label) for label in HOSTILE)
+    text = FORMATS["csv"].text(_result(tags), "x")
+    for row in list(csv.reader(io.StringIO(text)))[1:]:
+        assert not row[2].startswith(("=", "+", "-", "@")), row
+        assert not row[4].startswith(("=", "+", "-", "@")), row
+
+
+@pytest.mark.parametrize("name", ["birdnet", "kaleidoscope"])
+def test_no_cell_of_the_bird_csvs_starts_a_formula(name: str) -> None:
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, scientific_name=label) for label in HOSTILE)
+    text = FORMATS[name].text(_result(tags), "=cmd|x/-y.wav")
+    for row in list(csv.reader(io.StringIO(text)))[1:]:
+        assert not any(cell.startswith(("=", "+", "@")) for cell in row), row
+        assert [cell for cell in row if cell.startswith("-")] == [], row
+
+
+def test_cue_text_holds_no_markup_or_arrow() -> None:
+    tags = tuple(Tag(float(i), i + 0.5, label, 0.5) for i, label in enumerate(HOSTILE))
+    for name in ("vtt", "srt"):
+        text = FORMATS[name].text(_result(tags), "x")
+        assert text.count("-->") == len(HOSTILE), name  # one per cue timing, none from a label
+        assert "<b>" not in text and "& " not in text
+
+
+def test_eaf_of_control_characters_is_xml_elan_can_open() -> None:
+    text = FORMATS["eaf"].text(_result((Tag(0.0, 1.0, "a\x01b\x1b", 0.5),)), "x")
+    root = ElementTree.fromstring(text.encode("utf-8"))  # raises on characters XML forbids
+    assert root.find(".//ANNOTATION_VALUE") is not None
+
+
+def test_midi_bridges_gaps_past_four_byte_delta_times() -> None:
+    """A note 80 hours in: no delta time may pass 0x0FFFFFFF ticks (4 bytes), so the gap is
+    bridged by empty markers and the note keeps its time."""
+    late = (Tag(288_000.0, 288_001.0, "A4", 0.9, midi=69),)
+    data = FORMATS["midi"].encode(_result(late, "notes"), "x")
+    track = mido.MidiFile(file=io.BytesIO(data)).tracks[0]
+    assert max(message.time for message in track) <= 0x0FFFFFFF
+    [note] = FORMATS["midi"].parse(data)
+    assert (note.start, note.end, note.label) == (288_000.0, 288_001.0, "A4")
+
+
+def test_overlapping_tags_of_one_label_fill_the_first_free_tier() -> None:
+    """Ten thousand overlapping tags of one label: each in the first tier free at its start,
+    no overlap inside a tier (it tried every tier for every tag: quadratic)."""
+    tags = tuple(Tag(i * 0.01, i * 0.01 + 1.0, "x", 0.5) for i in range(10_000))
+    tiers = _tiers(tags)
+    assert len(tiers) == 101
+    for tier in tiers.values():
+        assert all(a.end <= b.start for a, b in itertools.pairwise(tier))
+    assert [t.start for t in tiers["x"][:3]] == [0.0, 1.0, 2.0]

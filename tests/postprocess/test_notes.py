@@ -19,8 +19,8 @@ from arengine.postprocess.notes import (
     COLUMNS,
     KEYS,
     FrameGrid,
-    PolyphonicParams,
-    PolyphonicTagger,
+    NotesParams,
+    NotesTagger,
     note_events,
 )
 from arengine.settings import Settings
@@ -28,7 +28,7 @@ from arengine.types import Tag, tag_dict
 from tests.music import GUITAR, PIANO, STRINGS, Note, f1, polyphonic_piece, render
 
 NOTES = Path(__file__).resolve().parents[2] / "models" / "notes"
-PREDICT = PolyphonicParams(onset_threshold=0.5, frame_threshold=0.3, min_note_ms=127.7)
+PREDICT = NotesParams(onset_threshold=0.5, frame_threshold=0.3, min_note_ms=127.7)
 """basic-pitch's predict() thresholds."""
 
 
@@ -65,9 +65,7 @@ def _segments(recognizer: NotesRecognizer, audio: np.ndarray) -> Iterator[Segmen
     )
 
 
-def _tags(
-    tagger: PolyphonicTagger, scores: np.ndarray, sizes: list[int], samples: int
-) -> list[Tag]:
+def _tags(tagger: NotesTagger, scores: np.ndarray, sizes: list[int], samples: int) -> list[Tag]:
     tags, at = [], 0
     for size in sizes:
         tags += tagger.push(scores[at : at + size])
@@ -93,9 +91,7 @@ def test_note_events_equal_basic_pitchs_own(melodia: int) -> None:
         assert a == pytest.approx(ta, abs=1e-6)
 
 
-def _whole(
-    scores: np.ndarray, samples: int, params: PolyphonicParams
-) -> list[tuple[float, float, int]]:
+def _whole(scores: np.ndarray, samples: int, params: NotesParams) -> list[tuple[float, float, int]]:
     """basic-pitch's note creation on the whole recording at once, as tag times."""
     grid = FrameGrid()
     # The last window's frames past the recording's end are zero padding; the tagger drops them.
@@ -116,7 +112,7 @@ def test_streamed_in_any_pieces_equals_the_whole_recording(
         params = dataclasses.replace(PREDICT, melodia=1, infer_onsets=infer_onsets)
         whole = _whole(scores, len(audio), params)
         for sizes in ([len(scores)], [7] * 400, [KEPT_FRAMES] * 20, list(rng.integers(1, 300, 40))):
-            tags = _tags(PolyphonicTagger(params), scores, sizes, len(audio))
+            tags = _tags(NotesTagger(params), scores, sizes, len(audio))
             got = [(t.start, t.end, t.midi) for t in tags]
             assert [t.start for t in tags] == sorted(t.start for t in tags)
             assert len(whole) > 20
@@ -130,7 +126,7 @@ def test_streamed_in_any_pieces_equals_the_whole_recording(
 def test_tags_come_before_the_end_and_the_buffer_stays_small(
     scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]
 ) -> None:
-    tagger = PolyphonicTagger(PolyphonicParams())
+    tagger = NotesTagger(NotesParams())
     assert len(scores) > 3000
     early = tagger.push(scores[:2500])
     assert early, "notes are final before the recording ends"
@@ -145,7 +141,7 @@ def test_a_note_held_for_minutes_forces_a_cut_and_the_buffer_stays_bounded() -> 
     rows[:, 40] = 0.9  # C5 held
     rows[::50, KEYS + 40] = 0.95  # re-struck twice a second... as onset peaks
     rows[:, 10] = 0.9  # a drone on another key, never quiet
-    tagger = PolyphonicTagger(PolyphonicParams())
+    tagger = NotesTagger(NotesParams())
     tags = []
     for start in range(0, 12000, 500):
         tags += tagger.push(rows[start : start + 500])
@@ -156,7 +152,7 @@ def test_a_note_held_for_minutes_forces_a_cut_and_the_buffer_stays_bounded() -> 
 
 def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]) -> None:
     audio, _ = piece
-    tagger = PolyphonicTagger(PolyphonicParams(pitch_bends=1))
+    tagger = NotesTagger(NotesParams(pitch_bends=1))
     tags = tagger.push(scores) + tagger.finish(len(audio))
     for tag in tags:
         assert tag.pitch_bend is not None
@@ -164,7 +160,7 @@ def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[
         assert abs(len(tag.pitch_bend) - (tag.end - tag.start) * 22050 / 256) <= 1.5
         # FluidR3's samples are in tune: the contour peak is within a semitone of the key.
         assert np.median(np.abs(tag.pitch_bend)) <= 3
-    plain = PolyphonicTagger(PolyphonicParams())
+    plain = NotesTagger(NotesParams())
     first = (plain.push(scores) + plain.finish(len(audio)))[0]
     assert set(tag_dict(first)) == {"start", "end", "label", "score", "midi"}
     assert first.label[-1].isdigit() and 21 <= (first.midi or 0) <= 108
@@ -173,7 +169,7 @@ def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[
 def test_known_notes_are_found(scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]) -> None:
     """Piano melody, guitar chords, string bass: note F1 (onset within 50 ms) against the MIDI."""
     audio, truth = piece
-    tagger = PolyphonicTagger(PolyphonicParams())
+    tagger = NotesTagger(NotesParams())
     tags = tagger.push(scores) + tagger.finish(len(audio))
     precision, recall, score = f1(truth, [(t.start, t.end, t.midi or 0) for t in tags])
     assert score >= 0.75, (precision, recall)
@@ -181,13 +177,40 @@ def test_known_notes_are_found(scores: np.ndarray, piece: tuple[np.ndarray, list
 
 
 def test_overrides_are_checked(recognizer: NotesRecognizer) -> None:
-    with pytest.raises(InvalidInput, match=r"onset_threshold must be 0 <= x <= 1, got 1\.5"):
+    with pytest.raises(InvalidInput, match=r"onset_threshold must be 0\.05 <= x <= 1, got 1\.5"):
         recognizer.tagger({"onset_threshold": 1.5})
     with pytest.raises(InvalidInput, match="median_frames does not apply to notes models"):
         recognizer.tagger({"median_frames": 5})
     with pytest.raises(InvalidInput, match="pitch_bends must be a whole number"):
         recognizer.tagger({"pitch_bends": 0.5})
     assert recognizer.defaults()["onset_threshold"] == 0.8
+
+
+@pytest.mark.parametrize("name", ["onset_threshold", "frame_threshold"])
+def test_the_degenerate_thresholds_are_refused(recognizer: NotesRecognizer, name: str) -> None:
+    """A frame threshold of 0 never ends a note: every onset made a note to the chunk's end."""
+    with pytest.raises(InvalidInput, match=rf"{name} must be 0\.05 <= x <= 1, got 0"):
+        recognizer.tagger({name: 0})
+    assert recognizer.tagger({name: 0.05}) is not None
+
+
+def test_every_option_at_its_floor_gives_a_bounded_answer() -> None:
+    """Noise-like activations, every threshold at its floor, melodia, one-frame notes and pitch
+    bends: at most 50 notes a second of audio and 24 sounding at once on average (the strongest
+    kept), where they were thousands of notes and millions of bend values."""
+    rng = np.random.default_rng(7)
+    seconds = 20
+    frames = int(seconds * 22050 / 256)
+    rows = rng.random((frames, COLUMNS)).astype(np.float32)
+    params = NotesParams(
+        onset_threshold=0.05, frame_threshold=0.05, min_note_ms=0, melodia=1, pitch_bends=1
+    )
+    tagger = NotesTagger(params)
+    tags = _tags(tagger, rows, [300] * (frames // 300), frames * 256)
+    assert 100 < len(tags) <= 50 * seconds
+    bends = sum(len(tag.pitch_bend or ()) for tag in tags)
+    assert bends <= 24 * frames
+    assert all(isinstance(bend, int) for tag in tags for bend in tag.pitch_bend or ())
 
 
 def test_segments_are_whole_basic_pitch_windows(recognizer: NotesRecognizer) -> None:
@@ -221,3 +244,17 @@ def test_engine_segments_and_threads_give_the_whole_file_result(
             engine.close()
     assert results[0] == results[1]
     assert len(results[0]) > 20
+
+
+def test_a_note_struck_at_the_first_frame_is_found() -> None:
+    """A pluck at 0 s has its onset peak at frame 0, which had no frame before it to be higher
+    than: the note was missed (found with 0.5 s of silence first). Before the recording is
+    silence; inside a chunk, frame 0 still needs its neighbours."""
+    rows = np.zeros((300, COLUMNS), np.float32)
+    rows[0:60, 48] = 0.9  # A4 sounds from the first frame
+    rows[0:3, KEYS + 48] = [0.95, 0.6, 0.2]  # its onset falls from frame 0
+    tagger = NotesTagger(NotesParams())
+    tags = tagger.push(rows) + tagger.finish(300 * 256)
+    assert [(t.label, t.start) for t in tags] == [("A4", 0.0)]
+    inside = note_events(rows[:, :KEYS], rows[:, KEYS : 2 * KEYS], NotesParams())
+    assert inside == []  # a chunk that does not begin the recording: no neighbour, no peak

@@ -1,4 +1,4 @@
-"""Note tags: a melody through Segmenter + PitchRecognizer + NoteTagger; the tagger alone."""
+"""Note tags: a melody through Segmenter + PitchRecognizer + PitchTagger; the tagger alone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from arengine.audio.segments import Segmenter
 from arengine.models.pitch import PitchRecognizer
-from arengine.postprocess.pitch import NOTE_LABELS, NotesParams, NoteTagger, note_name
+from arengine.postprocess.pitch import NOTE_LABELS, PitchParams, PitchTagger, note_name
 from arengine.types import Tag
 from tests.conftest import ROOT
 
@@ -70,9 +70,9 @@ def _scores(*runs: tuple[float, float, int]) -> np.ndarray:
 
 
 def _tag_all(
-    scores: np.ndarray, params: NotesParams | None = None, chunks: list[int] | None = None
+    scores: np.ndarray, params: PitchParams | None = None, chunks: list[int] | None = None
 ) -> list[Tag]:
-    tagger = NoteTagger(params or NotesParams(), sample_rate=RATE, hop=160)
+    tagger = PitchTagger(params or PitchParams(), sample_rate=RATE, hop=160)
     tags: list[Tag] = []
     for chunk in np.split(scores, chunks or []):
         tags += tagger.push(chunk)
@@ -89,7 +89,7 @@ def test_notes_from_made_up_scores() -> None:
 
 def test_a_note_at_the_edges_is_clipped_to_the_recording() -> None:
     scores = _scores((440, 0.9, 30), (0, 0.1, 10), (220, 0.8, 25))
-    tagger = NoteTagger(NotesParams(), sample_rate=RATE, hop=160)
+    tagger = PitchTagger(PitchParams(), sample_rate=RATE, hop=160)
     # The last frame (64) is centred on sample 10240 but the audio ends at 10300, not 10320.
     tags = tagger.push(scores) + tagger.finish(10_300)
     assert [(t.start, t.end, t.label) for t in tags] == [(0.0, 0.295, "A4"), (0.395, 0.644, "A3")]
@@ -98,7 +98,7 @@ def test_a_note_at_the_edges_is_clipped_to_the_recording() -> None:
 def test_the_median_bridges_one_frame_dropouts_and_octave_jumps() -> None:
     scores = _scores((440, 0.9, 20), (0, 0.1, 1), (440, 0.9, 20), (880, 0.9, 2), (440, 0.9, 20))
     assert [t.label for t in _tag_all(scores)] == ["A4"]
-    unfiltered = _tag_all(scores, NotesParams(median_frames=1, min_duration_ms=0))
+    unfiltered = _tag_all(scores, PitchParams(median_frames=1, min_duration_ms=0))
     assert [t.label for t in unfiltered] == ["A4", "A4", "A5", "A4"]
 
 
@@ -114,7 +114,7 @@ def test_within_one_semitone_is_one_note_and_a_semitone_step_is_two() -> None:
 def test_threshold_and_minimum_duration() -> None:
     scores = _scores((440, 0.6, 30), (0, 0.1, 10), (330, 0.9, 9), (0, 0.1, 10), (330, 0.9, 11))
     assert [t.label for t in _tag_all(scores)] == ["E4"]  # 0.6 < 0.65; 9 frames < 100 ms
-    low = _tag_all(scores, NotesParams(threshold=0.5, min_duration_ms=80))
+    low = _tag_all(scores, PitchParams(threshold=0.5, min_duration_ms=80))
     assert [t.label for t in low] == ["A4", "E4", "E4"]
 
 
@@ -133,7 +133,7 @@ def test_random_chunking_gives_the_same_tags_as_one_push(width: int) -> None:
         )
     scores = _scores(*runs)
     scores[:, 1] = np.clip(scores[:, 1] + rng.normal(0, 0.05, len(scores)), 0, 1)
-    params = NotesParams(median_frames=width, min_duration_ms=50)
+    params = PitchParams(median_frames=width, min_duration_ms=50)
     whole = _tag_all(scores, params)
     assert len(whole) >= 10
     for _ in range(20):

@@ -83,3 +83,14 @@ def test_speech_running_to_the_end_is_closed_there() -> None:
     assert [(t.start, t.end) for t in tags] == [
         (round((5 * 512 - 480) / 16000, 3), round((35 * 512 - 100) / 16000, 3))
     ]
+
+
+def test_the_listed_defaults_are_within_their_ranges() -> None:
+    """`GET /v1/models` showed `neg_threshold: -1.0` and `max_speech_duration_s: 0.0`: sentinels
+    outside the documented ranges. Now the effective value, and no limit left out."""
+    listed = SpeechParams().as_dict()
+    assert listed["neg_threshold"] == 0.35 and "max_speech_duration_s" not in listed
+    bounds = SpeechParams.bounds()
+    assert all(bounds[name].accepts(value) for name, value in listed.items())
+    assert SpeechParams(threshold=0.1).as_dict()["neg_threshold"] == 0.01
+    assert SpeechParams(max_speech_duration_s=30).as_dict()["max_speech_duration_s"] == 30

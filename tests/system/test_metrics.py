@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from arengine.errors import ErrorCode
 from arengine.system.memory import JEMALLOC_STATS
 from arengine.system.metrics import REJECTION_CODES, Metrics
 from arengine.types import Stage
-from tests.conftest import RecordingFactory, Server
+from tests.conftest import RecordingFactory, Server, wait_until
 
 STAGES = ("validation", "features", "inference", "postprocess")
 
@@ -48,6 +49,17 @@ def test_a_request_counts_its_status_duration_and_audio(metrics: Metrics) -> Non
     bucket = "arengine_audio_duration_seconds_bucket"
     assert value(bucket, {"model": "speech", "le": "30.0"}) == 1
     assert value(bucket, {"model": "speech", "le": "14400.0"}) == 2
+
+
+def test_a_request_for_several_models_counts_once_per_model(metrics: Metrics) -> None:
+    """Each combination was its own series (`model="speech,notes,music"`): unbounded labels."""
+    metrics.observe_request("speech,notes", 200, seconds=2.0, audio_s=60.0)
+    metrics.observe_request("speech", 200, seconds=1.0, audio_s=30.0)
+    value = metrics.registry.get_sample_value
+    assert value("arengine_requests_total", {"model": "speech", "status": "200"}) == 2
+    assert value("arengine_requests_total", {"model": "notes", "status": "200"}) == 1
+    assert value("arengine_audio_seconds_total", {"model": "notes"}) == 60.0
+    assert value("arengine_requests_total", {"model": "speech,notes", "status": "200"}) is None
 
 
 def test_stages_and_queue_waits_are_observed_per_task(metrics: Metrics) -> None:
@@ -205,11 +217,18 @@ def test_each_request_logs_one_json_line_with_its_id(
             headers={"X-Request-ID": "metrics-test-42"},
         )
     assert response.status_code == 200
-    lines = [
-        json.loads(line)
-        for line in server.log.read_text().splitlines()
-        if line.startswith("{") and "metrics-test-42" in line
-    ]
+
+    def logged() -> list[dict[str, Any]]:
+        return [
+            json.loads(line)
+            for line in server.log.read_text().splitlines()
+            if line.startswith("{") and "metrics-test-42" in line
+        ]
+
+    # The line is written once the answer is sent: under load the client can read the answer
+    # before the server's log reaches the file (0 lines were found), so wait for it.
+    assert wait_until(lambda: len(logged()) > 0)
+    lines = logged()
     assert len(lines) == 1
     line = lines[0]
     assert line["logger"] == "arengine.access"

@@ -53,8 +53,9 @@ function upload(file, params, signal, accept) {
 
 // Streams one recognition: calls onTags(tags), onProgress(audio_s, duration_s) as lines arrive;
 // resolves with the summary. Aborting `signal` closes the connection, which cancels the job.
-export async function streamTags(file, model, signal, { onTags, onProgress }) {
-  const response = await upload(file, { model, progress: "true" }, signal, "application/x-ndjson");
+export async function streamTags(file, model, signal, { onTags, onProgress }, extra = {}) {
+  const params = { model, progress: "true", ...extra };
+  const response = await upload(file, params, signal, "application/x-ndjson");
   if (!response.ok) throw await errorOf(response);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let pending = "";

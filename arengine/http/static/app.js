@@ -51,8 +51,32 @@ function showModels(defaultModel) {
     box_.checked = model.name === (defaultModel || fallback);
     label.append(box_, `${model.name} (${model.kind})`);
     box.append(label);
+    if (model.profiles && model.profiles.length) box.append(profileChoice(model));
   }
   document.body.dataset.models = state.models.length;
+}
+
+// A label model's named profiles (events: safety, wildlife, ambient, which leaves speech to the
+// speech model): one select beside its box; the chosen one goes into the query as `profile`.
+function profileChoice(model) {
+  const label = document.createElement("label");
+  const select = document.createElement("select");
+  select.dataset.profileFor = model.name;
+  for (const name of ["", ...model.profiles]) {
+    const option = document.createElement("option");
+    option.value = name;
+    option.textContent = name || "all labels";
+    select.append(option);
+  }
+  label.append(`${model.name} profile `, select);
+  return label;
+}
+
+function chosenProfile(models) {
+  const picked = models
+    .map((model) => document.querySelector(`select[data-profile-for="${CSS.escape(model)}"]`))
+    .filter((select) => select && select.value);
+  return picked.length ? { profile: picked[0].value } : {};
 }
 
 function chosenModels() {
@@ -125,7 +149,7 @@ async function runModels(file, models, signal) {
       timeline.setDuration(duration);
       models.forEach((model) => bumpProgress(model, done, duration));
     },
-  });
+  }, chosenProfile(models));
   state.summary = summary;
   const duration = summary.audio.duration_s;
   timeline.setDuration(duration);

@@ -1,0 +1,126 @@
+"""The entry point the engine calls: one segment source per model from a probed upload.
+
+A request's models share one decoding of its upload (`decode.Decoding`, which resamples once per
+distinct rate through `tee`), each cutting its own segments (`segments.Segmenter`); or, for one
+model and a long seekable file, several decoders read it from different offsets at once
+(`lanes.LaneDecoding`). Which of the two, the frame cap and the read-ahead of an upload still
+arriving are decided here, so the engine only asks each source for its next segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from arengine.audio.arrival import Arrival
+from arengine.audio.decode import BLOCK_FRAMES, Decoding
+from arengine.audio.lanes import LaneDecoding, parallel_lanes
+from arengine.audio.segments import Segmenter, SegmentPlan
+from arengine.audio.validation import AudioLimits
+from arengine.types import AudioInfo
+
+SegmentSource = Segmenter | LaneDecoding
+"""A model's segments: an iterator (`Segmenter`), or lanes the engine hands out under its lock."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInput:
+    """What one model needs of the upload: its segments, cut at its sample rate."""
+
+    plan: SegmentPlan
+    sample_rate: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """How a job reads its upload; from the request and the server's settings."""
+
+    limits: AudioLimits
+    segments_ahead: int
+    """Segments a model may hold decoded ahead of post-processing."""
+    parallel: bool = False
+    """A long seekable file for one model may be decoded from several offsets at once."""
+    arrival: Arrival | None = None
+    """Set when the upload is a WAV still arriving: read as it arrives."""
+
+
+class SegmentSources:
+    """One upload's segment sources, one per model in the order asked; closed together."""
+
+    def __init__(
+        self,
+        per_model: tuple[SegmentSource, ...],
+        decoding: Decoding | None,
+        info: AudioInfo,
+        arrival: Arrival | None,
+    ) -> None:
+        self.per_model = per_model
+        self._decoding = decoding
+        self._probed = info
+        self._arrival = arrival
+
+    def info(self) -> AudioInfo:
+        """What was decoded (once every source is spent): the decoded length, truncation and
+        warnings, not the header's claim."""
+        if self._decoding is not None:
+            return self._decoding.info()
+        lanes = self.per_model[0]
+        assert isinstance(lanes, LaneDecoding)  # the only other way a job is decoded
+        return lanes.info()
+
+    def arrived(self, ahead_s: float, wake: Callable[[], None]) -> bool:
+        """Whether the bytes of the next decoding task are uploaded (always, once the body is
+        complete); if not, `wake` is called when they are, so no engine thread waits on a client.
+
+        `ahead_s`: the longest segment (or pre-roll) among the models, in seconds.
+        """
+        if self._arrival is None or self._decoding is None:
+            return True
+        # One decoding task reads under a segment and its pre-roll (each at most `ahead_s`),
+        # rounded up to whole blocks; more only makes it start a little later.
+        span = int(2 * ahead_s * self._probed.sample_rate) + 2 * BLOCK_FRAMES
+        return self._arrival.ready(self._decoding.report.frames + span, wake)
+
+    def held_samples(self, index: int) -> int:
+        """Samples decoded for model `index` that its segmenter has not taken yet."""
+        return 0 if self._decoding is None else self._decoding.held_samples(index)
+
+    def close(self) -> None:
+        """Stop decoding and release the file."""
+        for source in self.per_model:
+            source.close()
+        if self._decoding is not None:
+            self._decoding.close()
+
+
+def segment_sources(
+    path: Path, info: AudioInfo, models: Sequence[ModelInput], reading: Reading
+) -> SegmentSources:
+    """A segment source per model of `models` for the upload at `path`, probed as `info`.
+
+    Example: `segment_sources(path, probe(path, limits), [ModelInput(plan, 16000)],
+    Reading(limits, segments_ahead=4)).per_model[0]` gives one model's segments.
+    """
+    max_frames = int(reading.limits.max_duration_s * info.sample_rate)
+    first = models[0]
+    lanes = 1
+    if reading.parallel and len(models) == 1 and reading.arrival is None:
+        lanes = parallel_lanes(info, first.plan, first.sample_rate, reading.segments_ahead)
+    if lanes > 1:  # a long compressed file: decoded from several offsets at once
+        decoder = LaneDecoding(
+            path,
+            info,
+            first.plan,
+            first.sample_rate,
+            max_frames,
+            lanes,
+            reading.segments_ahead,
+        )
+        return SegmentSources((decoder,), None, info, None)
+    rates = [model.sample_rate for model in models]
+    decoding = Decoding(path, info, rates, max_frames, reading.arrival)
+    per_model = tuple(
+        Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
+    )
+    return SegmentSources(per_model, decoding, info, reading.arrival)

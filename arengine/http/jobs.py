@@ -1,0 +1,295 @@
+"""The job endpoints: `POST /v1/jobs` stores an upload and answers 202 at once; the job runs on
+the engine (`arengine/jobs/runner.py`) whether or not its client stays, and across restarts.
+
+With API keys on, a job belongs to the key that created it: another key's job is a 404, as if it
+did not exist. Jobs are off (404 `jobs_disabled`) unless the server has a `data_dir`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from datetime import UTC, datetime
+from typing import Annotated
+
+from anyio import to_thread
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+
+from arengine.audio.validation import probe
+from arengine.engine.engine import Engine
+from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
+from arengine.http.errors import error_responses
+from arengine.http.recognition import received_at, refuse_repeated
+from arengine.http.render import download
+from arengine.http.schemas import RecognizeQuery, RecognizeResponse
+from arengine.http.uploads import Upload, UploadLimits, UploadPace, check_declared_length, spool
+from arengine.jobs.runner import JobRunner
+from arengine.jobs.store import JobRecord, JobState, JobStore, commit_file, new_job_id
+from arengine.outputs.formats import STREAM, Format, get_format, known_formats, negotiate
+from arengine.settings import Settings
+from arengine.types import result_of
+
+router = APIRouter()
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
+_AUDIO_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            },
+            "audio/*": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+}
+
+
+class ProgressOut(BaseModel):
+    audio_s: float = Field(description="Audio seconds post-processed by every model so far.")
+    duration_s: float | None = Field(description="The recording's duration once validated.")
+
+
+class JobErrorOut(BaseModel):
+    code: str
+    message: str
+
+
+class JobOut(BaseModel):
+    id: str
+    state: JobState = Field(description="queued, running, done, failed or cancelled.")
+    model: str
+    parameters: dict[str, float | str] = Field(description="The post-processing overrides.")
+    progress: ProgressOut
+    error: JobErrorOut | None = Field(None, description="Why it failed.")
+    created: str = Field(description="When the job was accepted (UTC, ISO 8601).")
+    finished: str | None = Field(None, description="When it ended (UTC, ISO 8601).")
+
+    @classmethod
+    def of(cls, record: JobRecord) -> JobOut:
+        return cls(
+            id=record.id,
+            state=record.state,
+            model=record.model,
+            parameters=dict(record.overrides),
+            progress=ProgressOut(audio_s=record.done_s, duration_s=record.duration_s),
+            error=None if record.error is None else JobErrorOut(**_error_fields(record)),
+            created=_iso(record.created),
+            finished=None if record.finished is None else _iso(record.finished),
+        )
+
+
+class JobsResponse(BaseModel):
+    jobs: list[JobOut]
+
+
+@router.post(
+    "/v1/jobs",
+    status_code=202,
+    response_model=JobOut,
+    responses=error_responses(),
+    openapi_extra=_AUDIO_BODY,
+)
+async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]) -> JSONResponse:
+    """Store an upload as a job (the body and parameters of `POST /v1/recognize`): 202 and a
+    `Location` once it is safely on disk; the job runs whether or not the client stays."""
+    started = received_at(request)
+    runner = _runner(request)
+    refuse_repeated(request)
+    if query.format is not None or query.progress or query.timeout_s is not None:
+        raise InvalidInput(
+            "format, progress and timeout_s do not apply to a job: ask "
+            "GET /v1/jobs/{id}/result for a format",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+    engine: Engine = request.app.state.engine
+    settings: Settings = request.app.state.settings
+    overrides = query.overrides()
+    engine.check(query.model, overrides)  # before reading the body: refuse fast
+    _check_room(runner.store, settings)
+    upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
+    try:
+        await to_thread.run_sync(probe, upload.path, engine.limits, query.stream)
+        record = JobRecord(
+            id=new_job_id(),
+            owner=_owner(request),
+            model=query.model,
+            overrides=overrides,
+            stream=query.stream,
+            filename=upload.filename,
+            state=JobState.QUEUED,
+            done_s=0.0,
+            duration_s=None,
+            error=None,
+            created=time.time(),
+            finished=None,
+            result=None,
+        )
+        target = runner.store.upload_path(record.id)
+        await to_thread.run_sync(commit_file, upload.path, target)
+    except BaseException:
+        upload.path.unlink(missing_ok=True)
+        raise
+    if not await to_thread.run_sync(runner.store.add, record, settings.max_queued_jobs):
+        target.unlink(missing_ok=True)
+        raise _too_many(settings)
+    runner.notify()
+    body = JobOut.of(record).model_dump(mode="json")
+    return JSONResponse(body, 202, headers={"Location": f"/v1/jobs/{record.id}"})
+
+
+@router.get("/v1/jobs", response_model=JobsResponse, responses=error_responses(401, 404))
+async def list_jobs(request: Request) -> JobsResponse:
+    """The caller's jobs, oldest first."""
+    store = _runner(request).store
+    records = await to_thread.run_sync(store.owned_by, _owner(request))
+    return JobsResponse(jobs=[JobOut.of(record) for record in records])
+
+
+@router.get(
+    "/v1/jobs/{job_id}",
+    response_model=JobOut,
+    responses=error_responses(401, 404),
+)
+async def get_job(request: Request, job_id: str) -> JobOut:
+    """A job's state, progress and, when it failed, its error."""
+    return JobOut.of(await _record(request, job_id))
+
+
+@router.get(
+    "/v1/jobs/{job_id}/result",
+    response_model=RecognizeResponse,
+    response_model_exclude_none=True,
+    responses=error_responses(401, 404, 409, 422),
+)
+async def job_result(
+    request: Request,
+    job_id: str,
+    format: Annotated[
+        str | None, Query(max_length=16, description=f"One of: {known_formats()} but ndjson.")
+    ] = None,
+) -> RecognizeResponse | Response:
+    """A done job's result, exactly as `POST /v1/recognize` answers it, in `format` (or the
+    `Accept` header's) if given; 409 `job_not_done` before."""
+    record = await _record(request, job_id)
+    output = format or negotiate(request.headers.get("accept")) or "json"
+    fmt = _format(output)
+    if record.state is not JobState.DONE or record.result is None:
+        raise ArengineError(_not_done(record), code=ErrorCode.JOB_NOT_DONE)
+    store = _runner(request).store
+    text = await to_thread.run_sync((store.results / record.result).read_bytes)
+    result = result_of(json.loads(text))
+    if not fmt.accepts([tag.label for tag in result.tags]):
+        raise InvalidInput(
+            f"format {fmt.name} holds only notes and this job's result has other tags",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+    if output == "json" and format is None:
+        return RecognizeResponse.of(result)
+    return download(fmt, result, record.filename)
+
+
+@router.delete("/v1/jobs/{job_id}", status_code=204, responses=error_responses(401, 404))
+async def delete_job(request: Request, job_id: str) -> Response:
+    """Cancel a job if it has not ended, and remove it with its upload and result."""
+    record = await _record(request, job_id)
+    await to_thread.run_sync(_runner(request).cancel, record.id)
+    return Response(status_code=204)
+
+
+def _runner(request: Request) -> JobRunner:
+    runner: JobRunner | None = getattr(request.app.state, "jobs", None)
+    if runner is None:
+        raise ArengineError(
+            "jobs are off on this server: start it with --data-dir (ARENGINE_DATA_DIR)",
+            code=ErrorCode.JOBS_DISABLED,
+        )
+    return runner
+
+
+def _owner(request: Request) -> str | None:
+    """The identity of the API key that made the request (a hash of it); None with keys off.
+
+    The API key middleware has already refused a request without a configured key.
+    """
+    settings: Settings = request.app.state.settings
+    if not settings.api_key_list():
+        return None
+    _, _, token = request.headers.get("authorization", "").partition(" ")
+    return hashlib.sha256(token.strip().encode()).hexdigest()[:32]
+
+
+async def _record(request: Request, job_id: str) -> JobRecord:
+    """The caller's job `job_id`; 404 `job_not_found` for an unknown id or another key's job."""
+    store = _runner(request).store
+    record = await to_thread.run_sync(store.get, job_id) if _JOB_ID.match(job_id) else None
+    if record is None or record.owner != _owner(request):
+        raise ArengineError(f"no job {job_id[:64]!r}", code=ErrorCode.JOB_NOT_FOUND)
+    return record
+
+
+def _check_room(store: JobStore, settings: Settings) -> None:
+    if store.active() >= settings.max_queued_jobs:
+        raise _too_many(settings)
+
+
+def _too_many(settings: Settings) -> Overloaded:
+    return Overloaded(
+        f"{settings.max_queued_jobs} jobs are queued or running, the limit; retry later",
+        code=ErrorCode.TOO_MANY_JOBS,
+    )
+
+
+async def _spool(request: Request, store: JobStore, settings: Settings, deadline: float) -> Upload:
+    """The upload spooled into the store's folder, in an upload slot, with the limits and the
+    pace of a recognition's upload."""
+    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    check_declared_length(request.headers.get("content-length"), limits)
+    pace = UploadPace(
+        idle_timeout_s=settings.body_timeout_s,
+        deadline=deadline,
+        min_bytes_per_s=settings.min_upload_bytes_per_s,
+        grace_s=settings.upload_grace_s,
+    )
+    engine: Engine = request.app.state.engine
+    with engine.admission.uploading_slot() as progress:
+        content_type = request.headers.get("content-type")
+        upload = await spool(request.stream(), content_type, limits, store.uploads, pace, progress)
+    request.state.upload_name = upload.filename
+    return upload
+
+
+def _format(name: str) -> Format:
+    if name == STREAM:
+        raise InvalidInput(
+            f"a job's result is a whole file: {STREAM} is for POST /v1/recognize",
+            code=ErrorCode.INVALID_PARAMETER,
+        )
+    try:
+        return get_format(name)
+    except ValueError as error:
+        raise InvalidInput(str(error), code=ErrorCode.INVALID_PARAMETER) from None
+
+
+def _not_done(record: JobRecord) -> str:
+    if record.state is JobState.FAILED and record.error is not None:
+        return f"job {record.id} failed: {record.error.code}: {record.error.message}"
+    total = "?" if record.duration_s is None else f"{record.duration_s:g}"
+    return f"job {record.id} is {record.state} ({record.done_s:g} of {total} s); retry later"
+
+
+def _error_fields(record: JobRecord) -> dict[str, str]:
+    error = record.error
+    return {} if error is None else {"code": error.code, "message": error.message}
+
+
+def _iso(unix: float) -> str:
+    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds")

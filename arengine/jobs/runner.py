@@ -1,0 +1,167 @@
+"""The job runner: a few threads that take queued jobs from the store, oldest first, and run
+each on the engine's shared pool, as a recognition request would be run.
+
+At most `max_running_jobs` run at once, and the pool serves the least-served request first, so a
+running job never takes the engine from a short interactive request. A job's progress goes to
+its row about once a second; its result is written to a file, then its row marked done. A job
+cut off by a shutdown keeps its `running` row: the next start queues it again
+(`JobStore.recover`), from its beginning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+
+from arengine.engine.engine import Engine
+from arengine.engine.job import Job
+from arengine.errors import ArengineError, ErrorCode
+from arengine.jobs.store import JobError, JobRecord, JobStore, write_durably
+from arengine.types import Result, result_dict
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S = 1.0
+"""How often a running job's progress is written to its row."""
+_IDLE_POLL_S = 0.5
+"""How often an idle runner looks again while the models load or the server stops."""
+
+
+class JobRunner:
+    """`threads` runners over `store`, on `engine`.
+
+    Example::
+
+        runner = JobRunner(JobStore.open(Path("data")), engine, threads=1)
+        runner.start()   # queues again what a previous process left running
+        runner.notify()  # after committing a queued job
+        runner.close()
+    """
+
+    def __init__(self, store: JobStore, engine: Engine, threads: int) -> None:
+        self.store = store
+        self._engine = engine
+        self._condition = threading.Condition()
+        self._running: dict[str, Job] = {}
+        self._closing = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"arengine-jobs-{i}", daemon=True)
+            for i in range(threads)
+        ]
+
+    def start(self) -> None:
+        """Recover what a previous process left, then start the runner threads."""
+        again = self.store.recover()
+        if again:
+            log.info("%d job(s) left running by a previous process queued again", len(again))
+        for thread in self._threads:
+            thread.start()
+
+    def notify(self) -> None:
+        """A job was queued: wake a runner."""
+        with self._condition:
+            self._condition.notify()
+
+    def cancel(self, job_id: str) -> None:
+        """Stop a job's engine work if it runs, and remove it with its files."""
+        self.store.remove(job_id)
+        with self._condition:
+            job = self._running.get(job_id)
+        if job is not None:
+            job.cancel()
+
+    def close(self) -> None:
+        """Stop taking jobs and let the threads end; running jobs keep their `running` rows."""
+        with self._condition:
+            self._closing = True
+            jobs = list(self._running.values())
+            self._condition.notify_all()
+        for job in jobs:
+            job.cancel()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=10)
+        self.store.close()
+
+    def _stopping(self) -> bool:
+        return self._closing or self._engine.stopping
+
+    def _work(self) -> None:
+        while True:
+            with self._condition:
+                record = None
+                while record is None:
+                    if self._closing:
+                        return
+                    record = self._claim()
+                    if record is None:
+                        self._condition.wait(_IDLE_POLL_S)
+            try:
+                self._run(record)
+            except Exception:  # the store failed: the row stays running, run again at restart
+                log.exception("job %s: the job store failed", record.id)
+
+    def _claim(self) -> JobRecord | None:
+        """The next queued job once the models are loaded; a store fault is logged and retried
+        rather than ending the thread."""
+        if not self._engine.ready:
+            return None
+        try:
+            return self.store.claim_next()
+        except Exception:
+            log.exception("the job store failed; retrying")
+            return None
+
+    def _run(self, record: JobRecord) -> None:
+        log.info("job %s: running %s", record.id, record.model)
+        try:
+            result = self._recognize(record)
+            path = self.store.result_path(record.id)
+            write_durably(path, json.dumps(result_dict(result)).encode())
+        except ArengineError as error:
+            self._failed(record, JobError(error.code.value, error.message))
+            return
+        except OSError as error:
+            log.error("job %s: its result could not be stored: %s", record.id, error)
+            message = f"the result could not be stored ({error.strerror or error})"
+            self._failed(record, JobError(ErrorCode.INSUFFICIENT_STORAGE.value, message))
+            return
+        except Exception:
+            log.exception("job %s: unexpected error", record.id)
+            message = f"an unexpected error; the server log has it under job {record.id}"
+            self._failed(record, JobError(ErrorCode.INTERNAL_ERROR.value, message))
+            return
+        duration = result.audio.duration_s
+        if self.store.finish(record.id, result=path.name, duration_s=duration):
+            log.info("job %s: done, %d tags", record.id, len(result.tags))
+        else:  # removed while it ran
+            path.unlink(missing_ok=True)
+
+    def _recognize(self, record: JobRecord) -> Result:
+        engine = self._engine
+        overrides = dict(record.overrides)
+        recognizers = engine.check(record.model, overrides)
+        upload = self.store.upload_path(record.id)
+        job = engine.recognize(upload, recognizers, overrides, record.id, stream=record.stream)
+        with self._condition:
+            self._running[record.id] = job
+        try:
+            while True:
+                try:
+                    return job.future.result(timeout=PROGRESS_EVERY_S)
+                except FutureTimeout:
+                    self.store.progress(record.id, *job.progress)
+        finally:
+            with self._condition:
+                self._running.pop(record.id, None)
+
+    def _failed(self, record: JobRecord, error: JobError) -> None:
+        if self._stopping():
+            # Cut off by the shutdown, not failed: the row stays running and the next start
+            # runs the job again.
+            log.info("job %s: stopped by the shutdown; it runs again at the next start", record.id)
+            return
+        if self.store.finish(record.id, error=error):
+            log.info("job %s: failed, %s: %s", record.id, error.code, error.message)

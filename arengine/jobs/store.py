@@ -1,0 +1,350 @@
+"""The job store: one SQLite database (WAL) in the data directory, uploads and results as files
+beside it.
+
+A job is acknowledged only once its upload is on disk (written, fsynced, renamed into
+`uploads/`) and its row committed; a result is renamed into `results/` before its row says
+`done`. Whatever a crash leaves between those steps (a file with no row, a row marked
+`cancelled`) is removed by `recover` at the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+
+DATABASE = "jobs.sqlite3"
+UPLOADS = "uploads"
+RESULTS = "results"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    owner TEXT,
+    model TEXT NOT NULL,
+    overrides TEXT NOT NULL,
+    stream INTEGER,
+    filename TEXT,
+    state TEXT NOT NULL,
+    done_s REAL NOT NULL DEFAULT 0,
+    duration_s REAL,
+    error_code TEXT,
+    error_message TEXT,
+    created REAL NOT NULL,
+    finished REAL,
+    result TEXT
+)
+"""
+_COLUMNS = (
+    "id, owner, model, overrides, stream, filename, state, done_s, duration_s, "
+    "error_code, error_message, created, finished, result"
+)
+
+
+class JobState(StrEnum):
+    """Where a job is: `queued` and `running` ones are run again after a restart."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """Why a job failed: an `ErrorCode` value and its message."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job's row."""
+
+    id: str
+    owner: str | None
+    """The API key's identity (a hash, never the key); None when keys are off."""
+    model: str
+    overrides: Mapping[str, float | str]
+    stream: int | None
+    filename: str | None
+    state: JobState
+    done_s: float
+    """Audio seconds post-processed by every model so far."""
+    duration_s: float | None
+    """The recording's duration once validated."""
+    error: JobError | None
+    created: float
+    """Unix time."""
+    finished: float | None
+    result: str | None
+    """The result file's name in `results/`, once done."""
+
+
+def new_job_id() -> str:
+    """A random, unguessable job id (128 bits, URL-safe).
+
+    >>> len(new_job_id())
+    22
+    """
+    return secrets.token_urlsafe(16)
+
+
+class JobStore:
+    """Job rows and their files under one data directory; safe to call from any thread.
+
+    >>> import tempfile
+    >>> store = JobStore.open(Path(tempfile.mkdtemp()))
+    >>> store.get("nothing") is None
+    True
+    """
+
+    def __init__(self, folder: Path, connection: sqlite3.Connection) -> None:
+        self.folder = folder
+        self.uploads = folder / UPLOADS
+        self.results = folder / RESULTS
+        self._db = connection
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, folder: Path) -> JobStore:
+        """Open (or create) the store in `folder`."""
+        for path in (folder, folder / UPLOADS, folder / RESULTS):
+            path.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(
+            folder / DATABASE, check_same_thread=False, isolation_level=None, timeout=30
+        )
+        connection.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed job survives a power cut too, not only a killed process.
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute(_SCHEMA)
+        return cls(folder, connection)
+
+    def upload_path(self, job_id: str) -> Path:
+        return self.uploads / f"{job_id}.upload"
+
+    def result_path(self, job_id: str) -> Path:
+        return self.results / f"{job_id}.json"
+
+    def add(self, record: JobRecord, limit: int) -> bool:
+        """Commit a queued job unless `limit` jobs are queued or running already (False)."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            if self._active() >= limit:
+                return False
+            self._db.execute(
+                f"INSERT INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    record.id,
+                    record.owner,
+                    record.model,
+                    json.dumps(dict(record.overrides)),
+                    record.stream,
+                    record.filename,
+                    record.state.value,
+                    record.done_s,
+                    record.duration_s,
+                    None,
+                    None,
+                    record.created,
+                    None,
+                    None,
+                ),
+            )
+        return True
+
+    def active(self) -> int:
+        """Jobs queued or running."""
+        with self._lock:
+            return self._active()
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def owned_by(self, owner: str | None) -> list[JobRecord]:
+        """`owner`'s jobs, oldest first (with keys off, owner None: every job)."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM jobs WHERE owner IS ? ORDER BY created, rowid", (owner,)
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def claim_next(self) -> JobRecord | None:
+        """The oldest queued job, now marked running; None when none is queued."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM jobs WHERE state = ? ORDER BY created, rowid LIMIT 1",
+                (JobState.QUEUED.value,),
+            ).fetchone()
+            if row is None:
+                return None
+            self._db.execute(
+                "UPDATE jobs SET state = ? WHERE id = ?", (JobState.RUNNING.value, row[0])
+            )
+        return replace(_record(row), state=JobState.RUNNING)
+
+    def progress(self, job_id: str, done_s: float, duration_s: float | None) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE jobs SET done_s = ?, duration_s = ? WHERE id = ? AND state = ?",
+                (done_s, duration_s, job_id, JobState.RUNNING.value),
+            )
+
+    def finish(
+        self,
+        job_id: str,
+        *,
+        error: JobError | None = None,
+        result: str | None = None,
+        duration_s: float | None = None,
+    ) -> bool:
+        """Mark a running job done (with its result file's name and the recording's duration)
+        or failed (with `error`); False if it is no longer running (removed meanwhile)."""
+        if (error is None) == (result is None):
+            raise ValueError("a job finishes with either a result or an error")
+        state = JobState.DONE if error is None else JobState.FAILED
+        with self._lock, self._db:
+            cursor = self._db.execute(
+                "UPDATE jobs SET state = ?, error_code = ?, error_message = ?, finished = ?, "
+                "result = ?, duration_s = COALESCE(?, duration_s), done_s = COALESCE(?, done_s) "
+                "WHERE id = ? AND state = ?",
+                (
+                    state.value,
+                    None if error is None else error.code,
+                    None if error is None else error.message,
+                    time.time(),
+                    result,
+                    duration_s,
+                    duration_s,
+                    job_id,
+                    JobState.RUNNING.value,
+                ),
+            )
+            return cursor.rowcount == 1
+
+    def remove(self, job_id: str) -> None:
+        """Cancel and delete a job: marked `cancelled` first, so that a crash midway leaves a
+        row `recover` finishes removing; then its files, then the row."""
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE jobs SET state = ? WHERE id = ?", (JobState.CANCELLED.value, job_id)
+            )
+        self._delete(job_id)
+
+    def recover(self) -> list[str]:
+        """At start-up: jobs a stopped process left running are queued again (from the start),
+        removals it left half done are finished, and files no row names are deleted. Returns
+        the ids queued again."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            running = [
+                row[0]
+                for row in self._db.execute(
+                    "SELECT id FROM jobs WHERE state = ?", (JobState.RUNNING.value,)
+                )
+            ]
+            self._db.execute(
+                "UPDATE jobs SET state = ?, done_s = 0 WHERE state = ?",
+                (JobState.QUEUED.value, JobState.RUNNING.value),
+            )
+            cancelled = [
+                row[0]
+                for row in self._db.execute(
+                    "SELECT id FROM jobs WHERE state = ?", (JobState.CANCELLED.value,)
+                )
+            ]
+        for job_id in cancelled:
+            self._delete(job_id)
+        self._sweep()
+        return running
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _active(self) -> int:
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM jobs WHERE state IN (?, ?)",
+            (JobState.QUEUED.value, JobState.RUNNING.value),
+        ).fetchone()
+        return int(row[0])
+
+    def _delete(self, job_id: str) -> None:
+        self.upload_path(job_id).unlink(missing_ok=True)
+        self.result_path(job_id).unlink(missing_ok=True)
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    def _sweep(self) -> None:
+        """Delete what no row names: temporary spool files, and files renamed in just before a
+        crash that came ahead of their row's commit."""
+        with self._lock:
+            known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
+        for folder in (self.uploads, self.results):
+            for path in folder.iterdir():
+                if path.name.split(".", 1)[0] not in known or path.suffix not in (
+                    ".upload",
+                    ".json",
+                ):
+                    path.unlink(missing_ok=True)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that a crash leaves either the whole file or none: a temporary
+    name, fsync, rename, fsync of the folder."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with temporary.open("wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    commit_file(temporary, path)
+
+
+def commit_file(source: Path, target: Path) -> None:
+    """Make the complete file `source` durable as `target`: fsync it, rename, fsync the folder."""
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(source, target)
+    folder = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def _record(row: tuple[object, ...]) -> JobRecord:
+    (job_id, owner, model, overrides, stream, filename, state, done_s, duration_s) = row[:9]
+    (error_code, error_message, created, finished, result) = row[9:]
+    return JobRecord(
+        id=str(job_id),
+        owner=None if owner is None else str(owner),
+        model=str(model),
+        overrides=MappingProxyType(json.loads(str(overrides))),
+        stream=None if stream is None else int(str(stream)),
+        filename=None if filename is None else str(filename),
+        state=JobState(str(state)),
+        done_s=float(str(done_s)),
+        duration_s=None if duration_s is None else float(str(duration_s)),
+        error=None if error_code is None else JobError(str(error_code), str(error_message)),
+        created=float(str(created)),
+        finished=None if finished is None else float(str(finished)),
+        result=None if result is None else str(result),
+    )

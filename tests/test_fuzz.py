@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.recordings import SOUNDFILE_TYPES, write
+
+pytestmark = pytest.mark.slow
 
 TARGET = Path(__file__).parent / "fuzz" / "decode_target.py"
 

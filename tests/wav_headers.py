@@ -1,4 +1,4 @@
-"""WAVs whose header disagrees with the file (issue 23, item 5): the same bytes for the tests of
+"""WAVs whose header disagrees with the file: the same bytes for the tests of
 every path (decoding, in-process HTTP, a real server reading while the upload arrives), and the
 one answer each path must give: all the audio, `truncated: false`, and these warnings."""
 

@@ -1,5 +1,5 @@
 """A WAV whose header disagrees with its file: one answer on every path (complete or still
-arriving): the audio the file holds, and a warning where the header disagrees (issue 23, item 5)."""
+arriving): the audio the file holds, and a warning where the header disagrees."""
 
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import Server, ServerFactory
 
+pytestmark = pytest.mark.slow
+
 RECORDING = Path(__file__).parents[1] / "models" / "birds" / "birds_10s.wav"
 
 

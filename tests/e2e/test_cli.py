@@ -68,6 +68,7 @@ def test_module_entry_point_help() -> None:
     assert "--intra-op-threads" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(find_jemalloc() is None, reason="the system jemalloc is not installed")
 def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
     for flag, expected in (("--jemalloc", "jemalloc"), ("--no-jemalloc", "glibc")):
@@ -83,6 +84,7 @@ def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
             assert "allocator=jemalloc" in server.log.read_text()
 
 
+@pytest.mark.slow
 def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(
     tmp_path: Path, recording: RecordingFactory
 ) -> None:
@@ -125,6 +127,7 @@ def test_recognize_exits_0_when_all_succeed(tmp_path: Path, recording: Recording
     assert len(rows) == 2
 
 
+@pytest.mark.slow
 def test_recognize_usage_errors(tmp_path: Path) -> None:
     assert _arengine("recognize", str(tmp_path), cwd=tmp_path).returncode == 2  # no audio
     bad_format = _arengine("recognize", "x.wav", "--format", "xml", cwd=tmp_path)

@@ -283,6 +283,7 @@ def _arengine(
     )
 
 
+@pytest.mark.slow
 def test_cli_server_mode_matches_in_process_and_resumes(
     keyed: Server, tmp_path: Path, recording: RecordingFactory
 ) -> None:

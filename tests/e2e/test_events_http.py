@@ -12,6 +12,8 @@ import soundfile as sf
 from tests.conftest import Server, ServerFactory
 from tests.recordings import DEBIAN_SOUNDS, mono_16k
 
+pytestmark = pytest.mark.slow
+
 RATE = 16000
 
 

@@ -102,6 +102,7 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
     assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
+@pytest.mark.slow
 def test_deadline_gives_504_and_drops_the_work(server: Server, long_silence: Path) -> None:
     with long_silence.open("rb") as body:
         response = httpx.post(
@@ -115,6 +116,7 @@ def test_deadline_gives_504_and_drops_the_work(server: Server, long_silence: Pat
     assert wait_until(lambda: _info(server)["active_jobs"] == 0, 3)
 
 
+@pytest.mark.slow
 def test_client_disconnect_cancels_the_remaining_work(server: Server, long_file: Path) -> None:
     port = int(server.url.rsplit(":", 1)[1])
     data = long_file.read_bytes()
@@ -157,6 +159,7 @@ def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes, c
     assert "Traceback" not in response.text
 
 
+@pytest.mark.slow
 def test_api_keys(tmp_path: Path) -> None:
     # Written as people write lists: a space after the comma.
     running = start_server(
@@ -184,6 +187,7 @@ def test_api_keys(tmp_path: Path) -> None:
     assert "key-one" not in log and "key-two" not in log
 
 
+@pytest.mark.slow
 def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: Path) -> None:
     running = start_server(tmp_path, "--shutdown-delay-s", "1.5", "--engine-threads", "1")
     outcome: dict[str, httpx.Response] = {}
@@ -213,6 +217,7 @@ def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: P
     assert outcome["in_flight"].json()["audio"]["duration_s"] == pytest.approx(1800.0)
 
 
+@pytest.mark.slow
 def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     running = start_server(tmp_path, "--shutdown-delay-s", "30")
     running.process.send_signal(signal.SIGTERM)
@@ -222,6 +227,7 @@ def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     assert running.process.wait(10) == 0
 
 
+@pytest.mark.slow
 def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
     path = tmp_path / "clip.wav"
     sf.write(path, np.zeros(16000 * 3, np.float32), 16000)
@@ -267,6 +273,7 @@ def _assert_shutting_down(reply: bytes) -> None:
     assert json.loads(body)["error"]["code"] == "shutting_down"
 
 
+@pytest.mark.slow
 def test_a_second_signal_answers_an_upload_in_progress_with_503_shutting_down(
     tmp_path: Path,
 ) -> None:
@@ -282,6 +289,7 @@ def test_a_second_signal_answers_an_upload_in_progress_with_503_shutting_down(
     assert "Traceback" not in log and "Exception in ASGI application" not in log
 
 
+@pytest.mark.slow
 def test_an_upload_cut_off_by_the_shutdown_timeout_gets_503_shutting_down(tmp_path: Path) -> None:
     running = start_server(
         tmp_path,
@@ -304,6 +312,7 @@ def test_an_upload_cut_off_by_the_shutdown_timeout_gets_503_shutting_down(tmp_pa
     assert not list(tmp_path.glob("arengine-*.upload"))
 
 
+@pytest.mark.slow
 def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path: Path) -> None:
     uploads = tmp_path / "uploads"
     uploads.mkdir()
@@ -334,6 +343,7 @@ def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path
     assert "removed 1 upload(s) left in" in again.log.read_text()
 
 
+@pytest.mark.slow
 def test_a_stream_cut_off_by_a_second_signal_ends_with_a_shutting_down_line(
     tmp_path: Path, long_silence: Path
 ) -> None:
@@ -370,6 +380,7 @@ def test_a_stream_cut_off_by_a_second_signal_ends_with_a_shutting_down_line(
     assert "Traceback" not in log and "Exception in ASGI application" not in log
 
 
+@pytest.mark.slow
 def test_a_second_signal_answers_a_request_in_the_engine_with_503_shutting_down(
     tmp_path: Path, long_silence: Path
 ) -> None:

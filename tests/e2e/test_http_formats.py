@@ -177,14 +177,12 @@ def slow_server(serve: ServerFactory) -> Server:
 
 
 @pytest.fixture
-def long_recording(recording: RecordingFactory) -> Path:
+def long_recording(twenty_minutes: Path) -> Path:
     """About 20 minutes at 8 kHz: a phrase every 25 s."""
-    pieces = [p for _ in range(44) for p in [("silence", 24.0), ("speech", 0)]]
-    clip = recording("long.flac", rate=8000, pieces=pieces)
-    assert clip.duration_s > 1150
-    return clip.path
+    return twenty_minutes
 
 
+@pytest.mark.slow
 def test_stream_sends_tags_before_the_job_finishes(
     slow_server: Server, long_recording: Path
 ) -> None:
@@ -205,6 +203,7 @@ def test_stream_sends_tags_before_the_job_finishes(
     assert jobs_when_first_tag_arrived == 1
 
 
+@pytest.mark.slow
 def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording: Path) -> None:
     with (
         slow_server.client() as client,
@@ -230,6 +229,7 @@ def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording:
     assert httpx.get(slow_server.url + "/readyz").status_code == 200
 
 
+@pytest.mark.slow
 def test_stream_progress_lines_start_before_the_first_tag(
     slow_server: Server, long_recording: Path
 ) -> None:

@@ -26,6 +26,7 @@ def long_file(recording: RecordingFactory) -> Path:
     return clip.path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_recognition(
     stop: signal.Signals, long_file: Path, tmp_path: Path

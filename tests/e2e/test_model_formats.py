@@ -18,6 +18,8 @@ from arengine.models.registry import load_models
 from tests.conftest import Server, ServerFactory
 from tests.models.exported import EXPORTS, escaping_onnx, export_all
 
+pytestmark = pytest.mark.slow
+
 BROKEN = ["escape", "escape-absolute", "escape-symlink", "garbage-onnx", "garbage-pt2", "keras"]
 
 

@@ -15,6 +15,8 @@ from arengine.models.registry import DEFAULT_MODELS_DIR
 from tests.conftest import Server, ServerFactory
 from tests.recordings import speak
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def server(serve: ServerFactory) -> Server:

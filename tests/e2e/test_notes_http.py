@@ -12,6 +12,8 @@ import soundfile as sf
 
 from tests.conftest import Server
 
+pytestmark = pytest.mark.slow
+
 MELODY = [("A4", 440.0), ("C5", 523.25), ("E5", 659.26), ("G3", 196.0), ("C#4", 277.18)]
 
 

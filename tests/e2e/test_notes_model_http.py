@@ -7,10 +7,13 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 import soundfile as sf
 
 from tests.conftest import Server
 from tests.music import PIANO, STRINGS, Note, f1, render
+
+pytestmark = pytest.mark.slow
 
 TUNE = [
     Note(0.5 + 0.5 * i, 0.95 + 0.5 * i, p, PIANO, 100)

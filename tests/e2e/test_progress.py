@@ -23,17 +23,16 @@ from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
 from tests.conftest import RecordingFactory
 
+pytestmark = pytest.mark.slow
+
 # Small segments and one engine thread: a 20-minute file takes many polls of the runner.
 SLOW = ["--segment-s", "2", "--engine-threads", "1", "--models", "speech"]
 
 
 @pytest.fixture
-def long_file(recording: RecordingFactory) -> Path:
+def long_file(twenty_minutes: Path) -> Path:
     """About 20 minutes at 8 kHz: a phrase every 25 s."""
-    pieces = [p for _ in range(44) for p in [("silence", 24.0), ("speech", 0)]]
-    clip = recording("long.flac", rate=8000, pieces=pieces)
-    assert clip.duration_s > 1150
-    return clip.path
+    return twenty_minutes
 
 
 def test_plain_lines_report_a_long_file_while_it_runs(

@@ -124,6 +124,7 @@ def test_a_client_that_leaves_mid_upload_leaves_no_job_and_no_file(
     assert again.status_code == 200
 
 
+@pytest.mark.slow
 def test_with_the_setting_off_the_job_waits_for_the_whole_body(
     serve: ServerFactory, talk: Recording
 ) -> None:

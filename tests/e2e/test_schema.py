@@ -11,6 +11,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.conftest import Server, ServerFactory
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def server(serve: ServerFactory) -> Server:

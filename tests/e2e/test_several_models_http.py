@@ -15,6 +15,8 @@ from arengine.outputs.formats import FORMATS
 from tests.conftest import Server, ServerFactory, run_cli
 from tests.music import speech_and_melodies
 
+pytestmark = pytest.mark.slow
+
 MODELS = "speech,notes,music"
 
 

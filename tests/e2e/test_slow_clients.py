@@ -293,6 +293,7 @@ def test_connections_beyond_the_cap_get_503_and_are_closed(server: Server) -> No
     assert httpx.get(server.url + "/healthz").status_code == 200
 
 
+@pytest.mark.slow
 def test_descriptor_exhaustion_neither_stops_the_server_nor_floods_the_log(
     tmp_path: Path,
 ) -> None:

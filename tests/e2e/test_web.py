@@ -21,6 +21,8 @@ import soxr
 from arengine.outputs.formats import FORMATS
 from tests.conftest import RecordingFactory, Server, ServerFactory
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -93,7 +95,7 @@ def browser() -> Iterator[Any]:
 def _open(browser: Any, server: Server) -> Any:
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     page.goto(server.url + "/")
-    page.wait_for_function("+document.body.dataset.models > 0")
+    page.wait_for_function("() => +document.body.dataset.models > 0")
     return page
 
 
@@ -105,7 +107,7 @@ def _run(page: Any, path: Path, models: list[str] | None = None, timeout_s: floa
     page.evaluate("delete document.body.dataset.state")
     page.click("#run")
     page.wait_for_function(
-        "['done', 'failed'].includes(document.body.dataset.state)", timeout=timeout_s * 1000
+        "() => ['done', 'failed'].includes(document.body.dataset.state)", timeout=timeout_s * 1000
     )
 
 
@@ -240,12 +242,12 @@ def test_five_minutes_drawn_zoomed_and_played(
     page.click("#zoom-fit")
     third = expected[2]
     page.click("#tags tbody tr:nth-child(3)")
-    page.wait_for_function("!window.arengine.player.paused")
+    page.wait_for_function("() => !window.arengine.player.paused")
     position = page.evaluate("window.arengine.player.currentTime")
     assert third["start"] - 0.05 <= position <= third["end"]
     cursor = float(page.get_attribute("#cursor", "data-time") or -1)
     assert third["start"] - 0.05 <= cursor <= third["end"]
-    page.wait_for_function("window.arengine.player.paused", timeout=30_000)
+    page.wait_for_function("() => window.arengine.player.paused", timeout=30_000)
     assert page.evaluate("window.arengine.player.currentTime") == pytest.approx(
         third["end"], abs=0.1
     )
@@ -310,7 +312,7 @@ def test_cancel_stops_the_job_on_the_server(
     page.set_input_files("#file", str(two_hours))
     page.click("#run")
     # A progress line arrives once the upload is validated, long before the 2 hours are done.
-    page.wait_for_function("+document.querySelector('#progress').value > 0", timeout=120_000)
+    page.wait_for_function("() => +document.querySelector('#progress').value > 0", timeout=120_000)
     with page_server.client() as client:
         assert client.get("/v1/info").json()["active_jobs"] == 1
         page.click("#cancel")
@@ -395,7 +397,7 @@ def test_microphone_recording_is_sent_as_webm(server: Server, browser: Any) -> N
     page.evaluate(SPY)
     page.click("#record")
     page.wait_for_selector("#stop-recording:not([hidden])")
-    page.wait_for_function("document.querySelector('#mic-time').textContent >= '0:01.5'")
+    page.wait_for_function("() => document.querySelector('#mic-time').textContent >= '0:01.5'")
     with page.expect_response(lambda r: "/v1/recognize" in r.url) as answered:
         page.click("#stop-recording")
     (sent,) = page.evaluate("window.sent")
@@ -406,7 +408,7 @@ def test_microphone_recording_is_sent_as_webm(server: Server, browser: Any) -> N
     assert sent["size"] > 5_000  # 1.5 s of Opus
     response = answered.value
     assert "multipart/form-data" in (response.request.headers.get("content-type") or "")
-    page.wait_for_function("['done', 'failed'].includes(document.body.dataset.state)")
+    page.wait_for_function("() => ['done', 'failed'].includes(document.body.dataset.state)")
     # Until the server decodes WebM (FFmpeg), it answers 415 and the page says so.
     if response.status == 415:
         assert "unsupported_format" in page.inner_text("#status")
@@ -428,7 +430,7 @@ def test_api_key_is_kept_for_the_session_only(
     assert "API key" in page.inner_text("#status")
     page.fill("#key", "k-two")
     page.dispatch_event("#key", "change")
-    page.wait_for_function("+document.body.dataset.models > 0")
+    page.wait_for_function("() => +document.body.dataset.models > 0")
     assert page.evaluate("sessionStorage.getItem('arengine.apiKey')") == "k-two"
     assert page.evaluate("localStorage.length") == 0
     assert page.evaluate("document.cookie") == ""

@@ -61,6 +61,7 @@ def test_weights_are_frozen_and_the_scripted_model_equals_eager(crepe: Crepe) ->
         assert torch.allclose(scripted(frames), eager, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_many_threads_sharing_the_model_match_one_thread(crepe: Crepe) -> None:
     inputs = [_frames(tone(200 + 60 * i, 0.4, overtones=i % 3)) for i in range(8)]
     with torch.inference_mode():

@@ -15,6 +15,7 @@ import http
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -41,12 +42,21 @@ was still coming arrived as "connection reset" under load (nginx's lingering clo
 
 
 class _LingeringTransport:
-    """A transport whose `close` sends the end of the answer (FIN) at once, keeps reading for
-    `LINGER_S` (the protocol drops the bytes) and closes then, or when the client does."""
+    """A transport whose `close`, while the client may still be sending (`unread()`), sends the
+    end of the answer (FIN) at once, keeps reading for `LINGER_S` (the protocol drops the bytes)
+    and closes then, or when the client does. A connection with nothing unread (idle, refused
+    on arrival, timed out before its first byte) closes at once: lingering there would only hold
+    a descriptor, which is what a flood of idle connections is after."""
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        unread: Callable[[], bool],
+    ) -> None:
         self._transport = transport
         self._loop = loop
+        self._unread = unread
         self.lingering = False
 
     def __getattr__(self, name: str) -> Any:
@@ -57,7 +67,12 @@ class _LingeringTransport:
 
     def close(self) -> None:
         transport = self._transport
-        if self.lingering or transport.is_closing() or not transport.can_write_eof():
+        if (
+            self.lingering
+            or transport.is_closing()
+            or not transport.can_write_eof()
+            or not self._unread()
+        ):
             transport.close()
             return
         self.lingering = True
@@ -161,7 +176,7 @@ class LimitedH11Protocol(H11Protocol):
         self._first_byte_at = 0.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        lingering = _LingeringTransport(transport, asyncio.get_running_loop())
+        lingering = _LingeringTransport(transport, asyncio.get_running_loop(), self._unread)
         super().connection_made(lingering)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:
             self._note_cap()
@@ -169,6 +184,10 @@ class LimitedH11Protocol(H11Protocol):
             self._refuse(Refusal(ErrorCode.TOO_MANY_CONNECTIONS, message))
             return
         self._arm_header_timer()
+
+    def _unread(self) -> bool:
+        """Whether the client may still be sending: part of a request's head, or a body."""
+        return self._request_bytes > 0 or self.conn.their_state is h11.SEND_BODY
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()

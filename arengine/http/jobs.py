@@ -26,7 +26,14 @@ from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
 from arengine.http.schemas import RecognizeQuery, RecognizeResponse
-from arengine.http.uploads import Upload, UploadLimits, UploadPace, check_declared_length, spool
+from arengine.http.uploads import (
+    AUDIO_BODY,
+    Upload,
+    UploadLimits,
+    UploadPace,
+    check_declared_length,
+    spool,
+)
 from arengine.jobs.runner import JobRunner
 from arengine.jobs.store import JobRecord, JobState, JobStore, commit_file, new_job_id
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats, negotiate
@@ -36,21 +43,6 @@ from arengine.types import result_of
 router = APIRouter()
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
-_AUDIO_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {"file": {"type": "string", "format": "binary"}},
-                }
-            },
-            "audio/*": {"schema": {"type": "string", "format": "binary"}},
-        },
-    }
-}
 
 
 class ProgressOut(BaseModel):
@@ -96,7 +88,7 @@ class JobsResponse(BaseModel):
     status_code=202,
     response_model=JobOut,
     responses=error_responses(),
-    openapi_extra=_AUDIO_BODY,
+    openapi_extra=AUDIO_BODY,
 )
 async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]) -> JSONResponse:
     """Store an upload as a job (the body and parameters of `POST /v1/recognize`): 202 and a

@@ -38,28 +38,13 @@ from arengine.http.schemas import (
     RecognizeQuery,
     RecognizeResponse,
 )
+from arengine.http.uploads import AUDIO_BODY
 from arengine.outputs.formats import FORMATS, STREAM, get_format, negotiate
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.threads import available_cpus
 
 router = APIRouter()
-
-_AUDIO_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["file"],
-                    "properties": {"file": {"type": "string", "format": "binary"}},
-                }
-            },
-            "audio/*": {"schema": {"type": "string", "format": "binary"}},
-        },
-    }
-}
 
 
 def _engine(request: Request) -> Engine:
@@ -72,7 +57,7 @@ def _engine(request: Request) -> Engine:
     response_model=RecognizeResponse,
     response_model_exclude_none=True,
     responses=error_responses(),
-    openapi_extra=_AUDIO_BODY,
+    openapi_extra=AUDIO_BODY,
 )
 async def recognize(
     request: Request, query: Annotated[RecognizeQuery, Query()]

@@ -385,3 +385,22 @@ class _MultipartSpooler:
                     code=ErrorCode.FIELD_TOO_LARGE,
                 )
             )
+
+
+AUDIO_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            },
+            "audio/*": {"schema": {"type": "string", "format": "binary"}},
+        },
+    }
+}
+"""The OpenAPI request body of every endpoint that takes a recording: multipart `file` or raw
+audio."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +103,14 @@ def client(models_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     settings = Settings(
         models_dir=models_dir, upload_dir=uploads, segment_s=4.0, max_upload_bytes=8 << 20
     )
+    with serving(settings) as running:
+        yield running
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[InProcessClient]:
+    """The app of `settings` in-process, once its models are loaded; stopped (lifespan
+    shutdown) after."""
     app = create_app(settings)
     with ExitStack() as stack:
         portal = stack.enter_context(start_blocking_portal())

@@ -7,19 +7,17 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from anyio.from_thread import start_blocking_portal
 
-from arengine.http.app import create_app
 from arengine.jobs.store import DATABASE, JobRecord, JobState, JobStore
 from arengine.settings import Settings
 from tests.conftest import RecordingFactory, wait_until
-from tests.http.conftest import InProcessClient
+from tests.http.conftest import InProcessClient, serving
 from tests.http.test_app import _wav
 
 ALPHA = {"Authorization": "Bearer alpha-key-123"}
@@ -32,13 +30,7 @@ def _serving(models_dir: Path, data_dir: Path | None, **options: Any) -> Iterato
     settings = Settings(
         models_dir=models_dir, data_dir=data_dir, segment_s=4.0, engine_threads=1, **options
     )
-    app = create_app(settings)
-    with ExitStack() as stack:
-        portal = stack.enter_context(start_blocking_portal())
-        stack.enter_context(portal.wrap_async_context_manager(app.router.lifespan_context(app)))
-        running = InProcessClient(app, portal)
-        stack.callback(running.close)
-        assert wait_until(lambda: running.get("/readyz").status_code == 200)
+    with serving(settings) as running:
         yield running
 
 

@@ -184,5 +184,9 @@ def run(app: FastAPI, settings: Settings) -> None:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=settings.max_header_bytes,
+        # The sans-I/O protocol reads no further message until the application has taken the
+        # last one: the back-pressure of `WS /v1/listen` (`arengine/http/listen.py`).
+        ws="websockets-sansio",
+        ws_max_size=settings.listen_max_message_bytes,
     )
     GracefulServer(config, app, settings.shutdown_delay_s).run()

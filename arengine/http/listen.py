@@ -175,7 +175,7 @@ class _Session:
         self, recognizers: tuple[Recognizer, ...], overrides: Overrides
     ) -> tuple[int, str]:
         """Stream until the end; the close code and reason."""
-        feed = TagFeed()
+        feed = _LiveFeed(self.spool)
         request_id: str = self.websocket.scope.get("state", {}).get("request_id", "listen")
         job = self.engine.listen(
             self.spool.arrival, recognizers, overrides, request_id, feed.listener()
@@ -241,6 +241,19 @@ class _Session:
             and not job.future.done()
         ):
             await asyncio.sleep(THROTTLE_POLL_S)
+
+
+class _LiveFeed(TagFeed):
+    """The job's tags and progress; a progress line also says how much audio was received."""
+
+    def __init__(self, spool: LiveSpool) -> None:
+        super().__init__()
+        self._spool = spool
+
+    def progress(self) -> dict[str, Any]:
+        line = super().progress()
+        line["progress"]["received_s"] = round(self._spool.seconds, 3)
+        return line
 
 
 def _ends(text: str | None) -> bool:

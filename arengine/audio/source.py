@@ -67,9 +67,12 @@ class SegmentSources:
         self._decoding = decoding
         self._probed = info
         self._arrival = arrival
-        self.live_reach_s = 0.0
-        """For a live stream: the most audio one decoding task reads past where decoding is
-        (a segment, its look-ahead and context, and what the resampler holds back)."""
+        self.live_first_s = 0.0
+        """For a live stream: the audio the first decoding task reads (a segment, its context
+        and look-ahead, and what the resampler holds back)."""
+        self.live_step_s = 0.0
+        """... and what each later one reads past where decoding is (a segment, and what the
+        resampler holds back: the look-ahead and context were read for the segment before)."""
 
     def info(self) -> AudioInfo:
         """What was decoded (once every source is spent): the decoded length, truncation and
@@ -92,7 +95,9 @@ class SegmentSources:
         if self._arrival.open_ended:
             # A live stream: the next segment's audio and one block, no more, so that its tags
             # are not held back waiting for audio they do not need.
-            span = int(self.live_reach_s * rate) + live_block_frames(rate)
+            decoded = self._decoding.report.frames
+            reach = self.live_step_s if decoded else self.live_first_s
+            span = int(reach * rate) + live_block_frames(rate)
         else:
             # One decoding task reads under a segment and its pre-roll (each at most `ahead_s`),
             # rounded up to whole blocks; more only makes it start a little later.
@@ -143,9 +148,12 @@ def segment_sources(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )
     sources = SegmentSources(per_model, decoding, info, reading.arrival)
-    sources.live_reach_s = LIVE_SLACK_S + max(
+    sources.live_first_s = LIVE_SLACK_S + max(
         (model.plan.segment_samples + model.plan.lookahead + model.plan.context) / model.sample_rate
         for model in models
+    )
+    sources.live_step_s = LIVE_SLACK_S + max(
+        model.plan.segment_samples / model.sample_rate for model in models
     )
     return sources
 

@@ -496,7 +496,10 @@ class AsyncClient:
         key = self._http.headers.get("authorization")
         headers = {"Authorization": key} if key else None
         try:
-            connection = await connect(url, additional_headers=headers, max_size=None)
+            # No keep-alive pings: the server reads no frame while it holds a fast sender back.
+            connection = await connect(
+                url, additional_headers=headers, max_size=None, ping_interval=None
+            )
         except InvalidStatus as refused:
             body = bytes(refused.response.body or b"")
             raise error_of(refused.response.status_code, body) from None

@@ -48,7 +48,7 @@ async def stream(url: str, model: str, audio: np.ndarray) -> list[float]:
     delays: list[float] = []
     chunk = int(RATE * CHUNK_S)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
-    async with connect(f"{url}/v1/listen?model={model}", max_size=None) as ws:
+    async with connect(f"{url}/v1/listen?model={model}", max_size=None, ping_interval=None) as ws:
         await ws.send(json.dumps({"format": "s16le", "sample_rate": RATE, "channels": 1}))
         started = time.monotonic()
 
@@ -112,7 +112,7 @@ async def fast(url: str, path: Path, pid: int) -> tuple[list[dict[str, object]],
     RSS (MiB) every second meanwhile."""
     tags: list[dict[str, object]] = []
     memory: list[float] = []
-    async with connect(f"{url}/v1/listen?model=speech", max_size=None) as ws:
+    async with connect(f"{url}/v1/listen?model=speech", max_size=None, ping_interval=None) as ws:
         await ws.send(json.dumps({"format": "s16le", "sample_rate": RATE, "channels": 1}))
 
         async def send() -> None:

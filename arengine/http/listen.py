@@ -46,7 +46,7 @@ router = APIRouter()
 CLOSE_BASE = 4000
 """A stream ended by an error closes with `CLOSE_BASE` plus the error's HTTP status."""
 
-THROTTLE_POLL_S = 0.05
+THROTTLE_POLL_S = 0.01
 """How often a stream held back by `listen_buffer_s` looks whether the engine caught up."""
 
 

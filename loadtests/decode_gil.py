@@ -82,14 +82,14 @@ def py_spy(path: Path, rate: int, sampling: int) -> None:
         wall = float(done.stdout.split()[-1])
         stages: collections.Counter[str] = collections.Counter()
         for line in raw.read_text().splitlines():
-            stack, _, samples = line.rpartition(" ")
+            stack, _, count = line.rpartition(" ")
             if "chain" not in stack:
-                stages["start-up and imports"] += int(samples)
+                stages["start-up and imports"] += int(count)
                 continue
             name = next(
                 (label for label, keys in STAGES if any(key in stack for key in keys)), "other"
             )
-            stages[name] += int(samples)
+            stages[name] += int(count)
     held = sum(samples for name, samples in stages.items() if name != "start-up and imports")
     print(
         f"  py-spy --gil at {sampling} Hz: the chain ran {wall:.2f} s and held the GIL"

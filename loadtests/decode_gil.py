@@ -79,7 +79,9 @@ def py_spy(path: Path, rate: int, sampling: int) -> None:
             capture_output=True,
             text=True,
         )
-        wall = float(done.stdout.split()[-1])
+        wall = next(
+            float(line.split()[-1]) for line in done.stdout.splitlines() if "chain wall" in line
+        )
         stages: collections.Counter[str] = collections.Counter()
         for line in raw.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
@@ -113,7 +115,7 @@ def main() -> None:
     if options.child:
         started = time.perf_counter()
         chain(path, rate)
-        print(time.perf_counter() - started)
+        print(f"chain wall {time.perf_counter() - started}")
         return
     chain(path, rate)  # the page cache and the libraries
     cpu, started = time.process_time(), time.perf_counter()

@@ -14,7 +14,6 @@ import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -156,15 +155,11 @@ class Mixdown:
         self._source: Any = None
         self._sink: Any = None
         self._pending = 0
-        self._pts = 0
 
     def push(self, frame: av.AudioFrame) -> Iterator[np.ndarray]:
         """Give FFmpeg `frame`; the blocks that are complete, as `(samples, 1)` views."""
         if self._graph is None:
             self._build(frame)
-        # Timestamps of our own: contiguous, whatever the container said.
-        frame.pts, frame.time_base = self._pts, Fraction(1, frame.sample_rate)
-        self._pts += frame.samples
         self._source.push(frame)
         self._pending += frame.samples
         if self._pending >= self._block:
@@ -194,7 +189,6 @@ class Mixdown:
             format=frame.format.name,
             layout=frame.layout.name,
             channels=channels,
-            time_base=Fraction(1, frame.sample_rate),
         )
         steps = [source, graph.add("aformat", "sample_fmts=fltp")]
         if channels > 1:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from arengine.audio.decode import decode
@@ -72,7 +73,7 @@ def main() -> None:
     path: Path = options.path
     info = probe(path, LIMITS)
     best: dict[str, tuple[float, float]] = {}
-    steps = {
+    steps: dict[str, Callable[[], int]] = {
         "sequential, 1 thread": lambda: sequential(path, info, SEGMENT_PLAN),
         f"{options.lanes} lanes, {options.lanes} threads": lambda: in_lanes(
             path, info, SEGMENT_PLAN, options.lanes

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         "recognize",
         help="tag audio files in-process, one output file per input",
         description="Tag audio files (and the audio files under folders) with an in-process "
-        "engine, a few files at a time, writing <out>/<stem>.<ext> for each.",
+        "engine, a few files at a time, writing <out>/<stem>.<ext> for each (a file under a "
+        "folder keeps its path under it: <out>/sub/<stem>.<ext>).",
         epilog=RECOGNIZE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -123,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--resume",
         action="store_true",
-        help="skip inputs whose output file already exists (an interrupted run started again)",
+        help="skip inputs whose output file already exists (an interrupted run started again; "
+        "names come from every input, done or not, so none takes another's)",
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
@@ -318,7 +320,7 @@ def recognize(
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
     `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`)."""
     overrides = dict(parameters or {})
-    from arengine.cli.runner import expand, output_names, recognize_files
+    from arengine.cli.runner import expand, plan, recognize_files, remaining
 
     files, skipped = expand(inputs)
     if not files:
@@ -328,35 +330,32 @@ def recognize(
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
         return 2
+    fmt = get_format(format)
+    # Names over every input, before `--resume` leaves some out: a file's name never depends on
+    # which of the others are done.
+    work = plan(files, fmt, out, [path for path in inputs if path.is_dir()])
+    todo = remaining(work) if resume else work
+    if not todo:
+        return 0
+    if len(todo) < len(work):
+        print(f"resume: {len(work) - len(todo)} outputs already there, skipped", file=sys.stderr)
     if server is not None:
         from arengine.cli.remote import Remote, recognize_remote
 
         remote = Remote.from_env(server)
         _print_skipped(skipped)
-        return _report(
-            recognize_remote(
-                remote, files, model, get_format(format), out, jobs, resume, overrides=overrides
-            ),
-            files,
-        )
-    if resume:
-        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
-        files = [path for path in files if not (out / names[path]).exists()]
-        if not files:
-            return 0
+        return _report(recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides), todo)
     engine = _engine(settings)
     try:
         refused = _refusal(engine, model, format, overrides)
         if refused is not None:
             print(f"arengine: {refused}", file=sys.stderr)
             return 2
-        failures = recognize_files(
-            engine, files, model, get_format(format), out, jobs, overrides=overrides
-        )
+        failures = recognize_files(engine, todo, model, fmt, jobs, overrides=overrides)
     finally:
         engine.close()
     _print_skipped(skipped)
-    return _report(failures, files)
+    return _report(failures, todo)
 
 
 def _refusal(
@@ -376,10 +375,10 @@ def _refusal(
     return None
 
 
-def _report(failures: list[Any], files: list[Path]) -> int:
+def _report(failures: list[Any], work: Sequence[Any]) -> int:
     """The failure report of both modes; the exit status."""
     if failures:
-        print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
+        print(f"arengine: {len(failures)} of {len(work)} files failed:", file=sys.stderr)
         for failure in failures:
             print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
         return 1

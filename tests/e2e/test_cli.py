@@ -102,9 +102,10 @@ def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(
         "--out", str(out), "--jobs", "2", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["talk0.vtt", "talk1.vtt", "talk2.vtt"]
-    for clip in clips:
-        tags = FORMATS["vtt"].parse((out / f"{clip.path.stem}.vtt").read_text())
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["nested/talk2.vtt", "talk0.vtt", "talk1.vtt"]  # the folder's layout
+    for clip, name in zip(clips, ["talk0.vtt", "talk1.vtt", "nested/talk2.vtt"], strict=True):
+        tags = FORMATS["vtt"].parse((out / name).read_text())
         assert len(tags) == len(clip.speech) == 2
         for tag, (start, end) in zip(tags, clip.speech, strict=True):
             assert tag.start == pytest.approx(start, abs=0.3)
@@ -238,3 +239,33 @@ def test_a_refused_codec_is_a_failure_not_a_skipped_file(tmp_path: Path) -> None
     assert [(failure.path.name, failure.reason.split(";")[0]) for failure in skipped] == [
         ("archive.zip", "found a ZIP archive, not audio")
     ]
+
+
+def test_resume_over_files_of_one_stem_loses_no_output(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    """`--resume` in-process named only the files left to do: with `a.wav` done, `a.mp3` took
+    its output's name and overwrote it; two folders' `a.wav` shared one output too."""
+    inputs = tmp_path / "in"
+    for folder in ("x", "y"):
+        (inputs / folder).mkdir(parents=True)
+    talk = recording("talk.wav")
+    quiet = recording("quiet.wav", pieces=[("silence", 2.0)])
+    ffmpeg("-i", str(quiet.path), str(inputs / "a.mp3"))
+    talk.path.rename(inputs / "a.wav")
+    (inputs / "x" / "a.wav").write_bytes((inputs / "a.wav").read_bytes())
+    quiet.path.rename(inputs / "y" / "a.wav")
+    out = tmp_path / "out"
+    (out / "x").mkdir(parents=True)
+    (out / "x" / "a.csv").write_text("kept\n")
+    (out / "a.wav.csv").write_text("kept\n")
+    done = _arengine(
+        "recognize", str(inputs), "--format", "csv", "--out", str(out), "--resume", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "resume: 2 outputs already there, skipped" in done.stderr
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["a.mp3.csv", "a.wav.csv", "x/a.csv", "y/a.csv"]
+    assert (out / "a.wav.csv").read_text() == (out / "x" / "a.csv").read_text() == "kept\n"
+    for silent in ("a.mp3.csv", "y/a.csv"):
+        assert (out / silent).read_text() == "start,end,label,score\n"

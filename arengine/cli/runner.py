@@ -25,6 +25,7 @@ from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
 from arengine.models.recognizer import Overrides
+from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
 from arengine.types import Result
 
@@ -226,3 +227,26 @@ def _write(target: Path, data: bytes) -> None:
     partial = target.with_name(f".{target.name}.partial")
     partial.write_bytes(data)
     os.replace(partial, target)
+
+
+def write_combined(
+    work: Sequence[Planned], fmt: Format, target: Path, failures: Sequence[Failure]
+) -> int:
+    """Write the combined table (`outputs.combined`) of every file of `work` whose output is
+    there and did not fail in this run; the number of files in it."""
+    failed = {failure.path for failure in failures}
+    raven = TABLES[fmt.name].file_list  # Raven's timeline needs each file's length
+    parts = [
+        Part(item.path, item.target, _length(item.path) if raven else 0.0)
+        for item in work
+        if item.path not in failed and item.target.is_file()
+    ]
+    _write(target, combine(fmt, parts).encode("utf-8"))
+    return len(parts)
+
+
+def _length(path: Path) -> float:
+    try:
+        return probe(path, _ANY_SHAPE).duration_s
+    except (ArengineError, OSError):
+        return 0.0

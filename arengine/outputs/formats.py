@@ -17,7 +17,7 @@ import html
 import io
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -129,6 +129,15 @@ class _Rows:
         self._out.write(self._line.getvalue()[:-2] + "\n")
 
 
+def csv_text(rows: Iterable[Sequence[object]]) -> str:
+    """`rows` as the CSV formats write them (lines end in `\n`, a cell holding `\r` quoted)."""
+    out = io.StringIO()
+    writer = _Rows(out)
+    for row in rows:
+        writer.writerow(row)
+    return out.getvalue()
+
+
 def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
     writer = _Rows(out)
@@ -166,6 +175,11 @@ def _inert(cell: str) -> str:
     """A text cell a spreadsheet shows as text: a leading `'` where it would start a formula
     (also before a leading `'`, so that reading drops exactly one)."""
     return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def text_cell(cell: str) -> str:
+    """A text cell as the CSV formats write it: a spreadsheet shows it as text, never runs it."""
+    return _inert(cell)
 
 
 def _read_inert(cell: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -269,3 +271,31 @@ def test_resume_over_files_of_one_stem_loses_no_output(
     assert (out / "a.wav.csv").read_text() == (out / "x" / "a.csv").read_text() == "kept\n"
     for silent in ("a.mp3.csv", "y/a.csv"):
         assert (out / silent).read_text() == "start,end,label,score\n"
+
+
+def test_combined_table_of_a_folder_run_and_of_its_resumption(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    inputs = tmp_path / "in"
+    (inputs / "site1").mkdir(parents=True)
+    recording("talk.wav").path.rename(inputs / "site1" / "PA01_20250501_053000.wav")
+    recording("other.flac").path.rename(inputs / "other.flac")
+    out, combined = tmp_path / "out", tmp_path / "all.csv"
+    args = ["recognize", str(inputs), "--format", "csv", "--out", str(out)]
+    done = _arengine(*args, "--combined", str(combined), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"combined: 2 files' rows in {combined}" in done.stderr
+    rows = list(csv.DictReader(io.StringIO(combined.read_text())))
+    dated = str(inputs.resolve() / "site1" / "PA01_20250501_053000.wav")
+    assert [row["file"] for row in rows] == [str(inputs.resolve() / "other.flac")] * 2 + [dated] * 2
+    assert [row["start_at"][:16] for row in rows[2:]] == ["2025-05-01T05:30"] * 2  # its name's
+    assert rows[0]["start_at"] == ""  # the other file says nothing of its time
+    first = combined.read_text()
+    (out / "other.csv").unlink()
+    again = _arengine(*args, "--resume", "--combined", str(combined), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "resume: 1 outputs already there, skipped" in again.stderr
+    assert combined.read_text() == first  # the file done earlier is in it too
+    refused = _arengine(*args[:-4], "--format", "vtt", "--combined", "x.vtt", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "--combined takes a table format: csv, birdnet, kaleidoscope, raven" in refused.stderr

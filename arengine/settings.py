@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     )
     models_dir: Path | None = Field(
         None,
-        description="Folder of model sub-folders, each with a manifest.toml; default: the repository's models/.",
+        description="Folder of model sub-folders, each with a manifest.toml; default: the built-in models (installed with the package; the repository's models/).",
     )
     models: str | None = Field(
         None,

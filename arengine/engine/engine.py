@@ -160,12 +160,12 @@ class Engine:
 
 
 def _nothing_loaded(folder: Path, failures: Sequence[object]) -> str:
-    """Why no model loaded, and the fix: a `pip install` has no models folder of its own."""
+    """Why no model loaded, and the fix."""
     if not folder.is_dir():
         return (
-            f"no models: the models folder {folder} does not exist (an installed package has "
-            "no models/ folder of its own: pass --models-dir, or ARENGINE_MODELS_DIR, naming "
-            "the models/ folder of an arengine checkout)"
+            f"no models: the models folder {folder} does not exist (pass --models-dir, or "
+            "ARENGINE_MODELS_DIR, naming a folder of model folders; without either, the "
+            "package's built-in models are served)"
         )
     if not failures:
         return f"no models: {folder} has no model folder with a manifest.toml"

@@ -31,8 +31,18 @@ SPEED_CLIP_S = 4.0
 """Audio timed at warm-up for the real-time factor: long enough for one 3-s music patch, short
 enough that loading CREPE (about 4x real time per core) stays about a second."""
 
-DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
-"""The repository's `models/` folder (the package is installed from the repository)."""
+
+def _built_in_models() -> Path:
+    """The installed package's `builtin/` folder (pyproject.toml installs the repository's
+    `models/` there), else the checkout's `models/` (running from the repository, or installed
+    editable)."""
+    here = Path(__file__).resolve().parent
+    installed = here / "builtin"
+    return installed if installed.is_dir() else here.parents[1] / "models"
+
+
+DEFAULT_MODELS_DIR = _built_in_models()
+"""The built-in models: the package's own, or the repository's `models/` folder."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,12 +31,12 @@ ENGINE_SETTINGS = (
     "intra_op_threads",
     "inter_op_threads",
     "models_dir",
-    "models",
     "segment_s",
     "segments_ahead",
     "max_duration_s",
 )
-"""The settings `recognize` and `models` take: those of the engine, not of the HTTP server."""
+"""The settings `recognize` takes: those of the engine, not of the HTTP server. Not `models`:
+`--model` names the models to run, and only those load."""
 
 RECOGNIZE_EXAMPLES = (
     """examples:
@@ -99,8 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         default="speech",
         help="model name, or several separated by commas (speech,notes: decoded once, "
-        "one output with every model's tags in timestamp order); default: speech",
+        "one output with every model's tags in timestamp order); only these load; "
+        "default: speech",
     )
+    recognize.add_argument("--models", action=_Removed, help=argparse.SUPPRESS)
     recognize.add_argument(
         "--format",
         default="json",
@@ -159,6 +161,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(references, ("models_dir", "max_duration_s"))
     return parser
+
+
+class _Removed(argparse.Action):
+    """`recognize --models`, which chose the models to load beside `--model`'s models to run: a
+    usage error that says what to use (argparse would otherwise take it as `--models-dir`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            f"{option_string} is gone: --model names the models to run (only those load), "
+            "--models-dir the folder they are in"
+        )
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
@@ -344,7 +366,7 @@ def recognize(
         files = [path for path in files if not (out / names[path]).exists()]
         if not files:
             return 0
-    engine = _engine(settings)
+    engine = _engine(settings.model_copy(update={"models": model}))
     try:
         refused = _refusal(engine, model, format, overrides)
         if refused is not None:

@@ -17,6 +17,7 @@ from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
+    NO_SUCH_MODEL,
     LoadedModel,
     LoadFailure,
     load_models,
@@ -91,7 +92,7 @@ class Engine:
         if self.models:
             self._loaded.set()
         else:
-            self.not_ready_reason = _nothing_loaded(folder, self.failures)
+            self.not_ready_reason = _nothing_loaded(folder, names, self.failures)
             log.error("%s: the server stays not ready", self.not_ready_reason)
 
     def check(self, model: str, overrides: Overrides) -> tuple[Recognizer, ...]:
@@ -159,14 +160,20 @@ class Engine:
         self.pool.close()
 
 
-def _nothing_loaded(folder: Path, failures: Sequence[object]) -> str:
-    """Why no model loaded, and the fix."""
+def _nothing_loaded(
+    folder: Path, names: Sequence[str] | None, failures: Sequence[LoadFailure]
+) -> str:
+    """Why no model loaded (from `folder`, only `names` if given), and the fix."""
     if not folder.is_dir():
         return (
             f"no models: the models folder {folder} does not exist (pass --models-dir, or "
             "ARENGINE_MODELS_DIR, naming a folder of model folders; without either, the "
             "package's built-in models are served)"
         )
+    unknown = [failure.path.name for failure in failures if failure.reason == NO_SUCH_MODEL]
+    if names and unknown and len(unknown) == len(failures):
+        found = ", ".join(sorted(path.parent.name for path in folder.glob("*/manifest.toml")))
+        return f"unknown model {', '.join(unknown)}: the models in {folder} are {found or 'none'}"
     if not failures:
         return f"no models: {folder} has no model folder with a manifest.toml"
     return f"no model could be loaded from {folder}: each one's reason is in GET /v1/models"

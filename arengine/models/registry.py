@@ -58,6 +58,10 @@ class LoadedModel:
     warm-up on `SPEED_CLIP_S` of silence (below 1 is faster than real time)."""
 
 
+NO_SUCH_MODEL = "no manifest with this name"
+"""The reason of a model named to load (`--models`) that the folder does not have."""
+
+
 @dataclass(frozen=True, slots=True)
 class LoadFailure:
     """A model that could not be loaded: its manifest and the reason."""
@@ -89,7 +93,7 @@ def load_models(
             log.error("model %s not loaded: %s", path, reason)
             failures.append(LoadFailure(path, reason))
     missing = sorted(set(names or ()) - set(loaded))
-    failures += [LoadFailure(folder / name, "no manifest with this name") for name in missing]
+    failures += [LoadFailure(folder / name, NO_SUCH_MODEL) for name in missing]
     return loaded, failures
 
 

@@ -233,6 +233,11 @@ class ErrorCode(StrEnum):
         504,
         "the request's deadline (`request_timeout_s`, or less with `?timeout_s=`) passed; its remaining segments were dropped",
     )
+    RENDER_TIMEOUT = (
+        "render_timeout",
+        504,
+        "`POST /v1/render` worked longer than `render_timeout_s` (from its body's end); the render was stopped",
+    )
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",
         507,

@@ -111,6 +111,12 @@ class Settings(BaseSettings):
         le=86_400,
         description="Deadline of a recognition request in seconds, from its first byte: headers, upload and processing (408 while uploading, 504 after); clients may ask for less with timeout_s.",
     )
+    render_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Longest a POST /v1/render may work, in seconds, from its body's end (waiting for a turn included); past it the render stops and answers 504 render_timeout.",
+    )
     body_timeout_s: float = Field(
         30.0,
         gt=0,

@@ -110,6 +110,13 @@ def test_a_plain_install_serves_the_built_in_models(
     assert Path(where[1], "notes", "nmp.pt").is_file()
     assert not list(Path(where[1]).glob("*/reference.*"))  # test data stays in the checkout
 
+    refused = subprocess.run(
+        [venv / "bin" / "arengine", "references", "add", "jingles", "x.wav"],
+        cwd=work, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "name a folder with --models-dir" in refused.stderr
+    assert not Path(where[1], "jingles").exists()  # nothing written into the package
+
     port = free_port()
     log = tmp_path / "server.log"
     (tmp_path / "uploads").mkdir()

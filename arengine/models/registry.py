@@ -32,17 +32,16 @@ SPEED_CLIP_S = 4.0
 enough that loading CREPE (about 4x real time per core) stays about a second."""
 
 
-def _built_in_models() -> Path:
-    """The installed package's `builtin/` folder (pyproject.toml installs the repository's
-    `models/` there), else the checkout's `models/` (running from the repository, or installed
-    editable)."""
-    here = Path(__file__).resolve().parent
-    installed = here / "builtin"
-    return installed if installed.is_dir() else here.parents[1] / "models"
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "builtin"
+"""Where an installed package holds its built-in models (pyproject.toml installs the
+repository's `models/` folder there); absent in a checkout and an editable install."""
 
-
-DEFAULT_MODELS_DIR = _built_in_models()
-"""The built-in models: the package's own, or the repository's `models/` folder."""
+DEFAULT_MODELS_DIR = (
+    PACKAGED_MODELS_DIR
+    if PACKAGED_MODELS_DIR.is_dir()
+    else Path(__file__).resolve().parents[2] / "models"
+)
+"""The built-in models: the installed package's own, or the repository's `models/` folder."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,3 +93,20 @@ def test_a_dropped_requests_line_says_how_much_of_the_rise_was_kept() -> None:
         "drop 2: RSS before 300 MiB, peak 400 (+100), after 310 (+10 MiB, 10% of the rise kept);"
         " engine idle 0.2 s after the hang-up"
     )
+
+
+def test_the_events_benchmark_says_skipped_without_the_tflite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make bench` runs it always: without Google's file (not in the repository) it says so."""
+    from loadtests.events import main
+
+    missing = tmp_path / "yamnet.tflite"
+    monkeypatch.setenv("YAMNET_TFLITE", str(missing))
+    main(["--minutes", "0.1"])
+    assert capsys.readouterr().out == (
+        f"skipped: no YAMNet TFLite file at {missing} (give its path or set YAMNET_TFLITE; "
+        "models/events/README.md says where it comes from)\n"
+    )
+    main([str(missing)])
+    assert capsys.readouterr().out.startswith(f"skipped: no YAMNet TFLite file at {missing} ")

@@ -35,7 +35,7 @@ from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_s
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
-from arengine.engine.observer import NullObserver, StageObserver
+from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
 from arengine.models.kinds import KINDS
 from arengine.models.recognizer import Overrides, Recognizer
@@ -71,6 +71,9 @@ class JobSpec:
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
     name: str | None = None
     """The file's name as the user gave it (an upload's), read for a recording time."""
+    keeper: ScoreKeeper | None = None
+    """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
+    earlier run kept are post-processed from its scores, not inferred again."""
 
     @property
     def model(self) -> str:
@@ -106,6 +109,9 @@ class Job:
             ModelRun(index, recognizer, recognizer.tagger(own))
             for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
         ]
+        if spec.keeper is not None:
+            for run in self._runs:
+                run.kept = spec.keeper.kept(run.index)
         self._several = len(self._runs) > 1
         self._window_s = max(run.segment_s for run in self._runs)
         """How far (in audio) one model's decoding may run ahead of the slowest model's."""
@@ -269,19 +275,25 @@ class Job:
     def _decoded(
         self, run: ModelRun, segment: Segment | None, started: float, count: int | None
     ) -> None:
-        """Queue a decoded segment for inference; or, at the end (`count` segments in all),
-        let post-processing finish the model."""
+        """Queue a decoded segment for inference (or, when an earlier run kept its scores, for
+        post-processing); at the end (`count` segments in all), let post-processing finish the
+        model."""
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)
         with self._lock:
             run.seconds[Stage.FEATURES] += decoded - started
             if run.lanes is None:
                 self._decoding = False
-            if segment is not None:
+            if segment is None:
+                run.segment_count = count
+            elif segment.index < len(run.kept):
+                # Inferred by an earlier run of this job: its scores go to post-processing.
+                run.results[segment.index] = run.kept[segment.index]
+                run.undelivered += 1
+            else:
                 run.decoded.append((segment, decoded))
                 run.undelivered += 1
                 return
-            run.segment_count = count
             start = not self._postprocessing
             self._postprocessing = True
         if start:
@@ -324,12 +336,16 @@ class Job:
                     self._postprocessing = False
                     complete = not self.finished and all(run.done for run in self._runs)
                     break
-                run, scores = step
+                run, segment, scores = step
             started = time.perf_counter()
             if scores is not None:
+                self._keep(run, segment, scores)
                 tags = run.tagger.push(scores)
             else:
-                tags = run.tagger.finish(run.source.total_samples or 0)
+                total_samples = run.source.total_samples or 0
+                if self.spec.keeper is not None:
+                    self.spec.keeper.end(run.index, total_samples)
+                tags = run.tagger.finish(total_samples)
             seconds = time.perf_counter() - started
             self._observe(run, Stage.POSTPROCESS, seconds)
             if self._several:
@@ -344,19 +360,25 @@ class Job:
         if complete:
             self._complete()
 
-    def _next_step(self) -> tuple[ModelRun, np.ndarray | None] | None:
-        """A model's next result in order (claimed), or a model to finish (`None` scores);
-        under the lock."""
+    def _next_step(self) -> tuple[ModelRun, int, np.ndarray | None] | None:
+        """A model's next result in order (claimed) with its segment index, or a model to
+        finish (`None` scores); under the lock."""
         for run in self._runs:
-            scores = run.results.pop(run.next_post, None)
+            segment = run.next_post
+            scores = run.results.pop(segment, None)
             if scores is not None:
                 run.next_post += 1
                 run.undelivered -= 1
-                return run, scores
+                return run, segment, scores
             if run.finishable():
                 run.done = True
-                return run, None
+                return run, segment, None
         return None
+
+    def _keep(self, run: ModelRun, segment: int, scores: np.ndarray) -> None:
+        """Checkpoint a segment's scores (unless an earlier run kept them) before its tags go."""
+        if self.spec.keeper is not None and segment >= len(run.kept):
+            self.spec.keeper.keep(run.index, segment, scores)
 
     def _recording_time_defaults(self, when: datetime | None) -> None:
         """Taggers again with the defaults that follow from the recording's time (birds: its

@@ -5,7 +5,10 @@ The engine never imports prometheus_client: the HTTP layer passes an observer do
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
+
+import numpy as np
 
 from arengine.types import Stage
 
@@ -31,3 +34,24 @@ class NullObserver:
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         pass
+
+
+class ScoreKeeper(Protocol):
+    """Keeps a job's per-segment scores (its checkpoint), and gives back those an earlier run of
+    the same job kept, so that run's segments are not inferred again.
+
+    Called from engine threads, by post-processing: one call at a time, each model's segments in
+    order. `arengine/jobs/scores.py` keeps them on disk.
+    """
+
+    def kept(self, model: int) -> Sequence[np.ndarray]:
+        """The scores model `model` (its index in the job) gave its first segments, in order."""
+        ...
+
+    def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
+        """Model `model` gave `scores` for segment `segment` (the next after those kept)."""
+        ...
+
+    def end(self, model: int, total_samples: int) -> None:
+        """Model `model`'s segments are all kept: the recording has `total_samples` at its rate."""
+        ...

@@ -3,9 +3,11 @@ each on the engine's shared pool, as a recognition request would be run.
 
 At most `max_running_jobs` run at once, and the pool serves the least-served request first, so a
 running job never takes the engine from a short interactive request. A job's progress goes to
-its row about once a second; its result is written to a file, then its row marked done. A job
-cut off by a shutdown keeps its `running` row: the next start queues it again
-(`JobStore.recover`), from its beginning.
+its row about once a second, and each segment's scores to its score log as it is
+post-processed (`arengine/jobs/scores.py`); its result is written to a file, then its row marked
+done. A job cut off by a shutdown or a crash keeps its `running` row: the next start queues it
+again (`JobStore.recover`), and it goes on from its kept scores: only the segments that were in
+flight (at most one per model and engine thread) are inferred again.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode
+from arengine.jobs.scores import ModelPlan, ScoreLog
 from arengine.jobs.store import JobError, JobRecord, JobStore, write_durably
 from arengine.types import Result, result_dict
 
@@ -144,18 +147,32 @@ class JobRunner:
         overrides = dict(record.overrides)
         recognizers = engine.check(record.model, overrides)
         upload = self.store.upload_path(record.id)
-        job = engine.recognize(upload, recognizers, overrides, record.id, stream=record.stream)
-        with self._condition:
-            self._running[record.id] = job
+        plan = tuple(ModelPlan.of(recognizer) for recognizer in recognizers)
+        scores = ScoreLog.open(self.store.scores_path(record.id), plan)
         try:
-            while True:
-                try:
-                    return job.future.result(timeout=PROGRESS_EVERY_S)
-                except FutureTimeout:
-                    self.store.progress(record.id, *job.progress)
-        finally:
+            _log_resumed(record.id, scores)
+            job = engine.recognize(
+                upload,
+                recognizers,
+                overrides,
+                record.id,
+                stream=record.stream,
+                name=record.filename,
+                keeper=scores,
+            )
             with self._condition:
-                self._running.pop(record.id, None)
+                self._running[record.id] = job
+            try:
+                while True:
+                    try:
+                        return job.future.result(timeout=PROGRESS_EVERY_S)
+                    except FutureTimeout:
+                        self.store.progress(record.id, *job.progress)
+            finally:
+                with self._condition:
+                    self._running.pop(record.id, None)
+        finally:
+            scores.close()
 
     def _failed(self, record: JobRecord, error: JobError) -> None:
         if self._stopping():
@@ -163,5 +180,16 @@ class JobRunner:
             # runs the job again.
             log.info("job %s: stopped by the shutdown; it runs again at the next start", record.id)
             return
+        self.store.scores_path(record.id).unlink(missing_ok=True)
         if self.store.finish(record.id, error=error):
             log.info("job %s: failed, %s: %s", record.id, error.code, error.message)
+
+
+def _log_resumed(job_id: str, scores: ScoreLog) -> None:
+    kept = [
+        f"{len(offsets)} segments of {model.name}"
+        for model, offsets in zip(scores.plan, scores.offsets, strict=True)
+        if offsets
+    ]
+    if kept:
+        log.info("job %s: resumed from its checkpoint: %s kept", job_id, ", ".join(kept))

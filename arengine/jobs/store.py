@@ -136,6 +136,11 @@ class JobStore:
     def result_path(self, job_id: str) -> Path:
         return self.results / f"{job_id}.json"
 
+    def scores_path(self, job_id: str) -> Path:
+        """The job's kept scores (`arengine/jobs/scores.py`): its checkpoint, then what new
+        post-processing parameters are applied to."""
+        return self.results / f"{job_id}.scores"
+
     def add(self, record: JobRecord, limit: int) -> bool:
         """Commit a queued job unless `limit` jobs are queued or running already (False)."""
         with self._lock, self._db:
@@ -247,7 +252,8 @@ class JobStore:
         self._delete(job_id)
 
     def recover(self) -> list[str]:
-        """At start-up: jobs a stopped process left running are queued again (from the start),
+        """At start-up: jobs a stopped process left running are queued again (they go on from
+        their kept scores),
         removals it left half done are finished, and files no row names are deleted. Returns
         the ids queued again."""
         with self._lock, self._db:
@@ -287,6 +293,7 @@ class JobStore:
     def _delete(self, job_id: str) -> None:
         self.upload_path(job_id).unlink(missing_ok=True)
         self.result_path(job_id).unlink(missing_ok=True)
+        self.scores_path(job_id).unlink(missing_ok=True)
         with self._lock, self._db:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
@@ -300,6 +307,7 @@ class JobStore:
                 if path.name.split(".", 1)[0] not in known or path.suffix not in (
                     ".upload",
                     ".json",
+                    ".scores",
                 ):
                     path.unlink(missing_ok=True)
 

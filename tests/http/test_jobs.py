@@ -222,7 +222,7 @@ def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
         names = {path.name for path in (data / "uploads").iterdir()}
         assert names == {f"{job_id}.upload" for job_id in left[:2]}
         assert {path.name for path in (data / "results").iterdir()} == {
-            f"{job_id}.json" for job_id in left[:2]
+            f"{job_id}.{suffix}" for job_id in left[:2] for suffix in ("json", "scores")
         }
 
 

@@ -1,9 +1,10 @@
 """Jobs through a real server: one killed with SIGKILL (or stopped with SIGTERM) while its job
-runs, then a new server on the same data directory finishes the job with the tags a direct
-recognition gives."""
+runs, then a new server on the same data directory finishes the job from its checkpoint (the
+segments kept are not inferred again) with the tags a direct recognition gives."""
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -68,16 +69,33 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
             assert wait_until(ended, 300), job
             assert job["state"] == "done", job
             result = client.get(f"/v1/jobs/{job_id}/result").json()
+            resumed = _inferred(client)
             direct = client.post(
                 "/v1/recognize",
                 files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
                 timeout=httpx.Timeout(600),
             ).json()
+            segments = _inferred(client) - resumed
         assert len(result["tags"]) >= 80
         assert result["tags"] == direct["tags"]
         if stop == signal.SIGKILL:
-            assert "queued again" in second.log.read_text()
+            log = second.log.read_text()
+            assert "queued again" in log
+            found = re.search(rf"job {job_id}: resumed from its checkpoint: (\d+) segments", log)
+            assert found, log
+            kept = int(found[1])
+            # Every segment post-processed before the kill was kept, and only the others were
+            # inferred again.
+            assert kept >= seen["progress"]["audio_s"] // 2 > 0
+            assert resumed == segments - kept
         # After SIGTERM the job may have ended during the drain, or been cut off and queued
         # again: either way it is done once, with the same tags.
     finally:
         stop_server(second)
+
+
+def _inferred(client: httpx.Client) -> int:
+    """Segments the server has inferred: each waited once for an engine thread."""
+    metrics = client.get("/metrics").text
+    found = re.search(r'^arengine_queue_wait_seconds_count\{model="speech"\} (\S+)$', metrics, re.M)
+    return 0 if found is None else int(float(found[1]))

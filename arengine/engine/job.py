@@ -37,7 +37,7 @@ from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.models.kinds import KINDS
+from arengine.models.kinds import implied_by_recording_time
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
@@ -386,8 +386,7 @@ class Job:
         if when is None:
             return
         for run, own in zip(self._runs, self._shares, strict=True):
-            implied = KINDS[run.recognizer.kind].from_recording_time(when)
-            fresh = {name: value for name, value in implied.items() if name not in own}
+            fresh = implied_by_recording_time(run.recognizer.kind, own, when)
             if fresh:
                 run.tagger = run.recognizer.tagger({**own, **fresh})
 

@@ -25,7 +25,7 @@ from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
-from arengine.http.schemas import RecognizeQuery, RecognizeResponse
+from arengine.http.schemas import JobResultQuery, RecognizeQuery, RecognizeResponse
 from arengine.http.uploads import (
     AUDIO_BODY,
     Upload,
@@ -34,11 +34,13 @@ from arengine.http.uploads import (
     check_declared_length,
     spool,
 )
+from arengine.jobs.retag import retag
 from arengine.jobs.runner import JobRunner
+from arengine.jobs.scores import ScoreLog
 from arengine.jobs.store import JobRecord, JobState, JobStore, commit_file, new_job_id
-from arengine.outputs.formats import STREAM, Format, get_format, known_formats, negotiate
+from arengine.outputs.formats import STREAM, Format, get_format, negotiate
 from arengine.settings import Settings
-from arengine.types import result_of
+from arengine.types import Result, result_of
 
 router = APIRouter()
 
@@ -163,15 +165,14 @@ async def get_job(request: Request, job_id: str) -> JobOut:
     responses=error_responses(401, 404, 409, 422),
 )
 async def job_result(
-    request: Request,
-    job_id: str,
-    format: Annotated[
-        str | None, Query(max_length=16, description=f"One of: {known_formats()} but ndjson.")
-    ] = None,
+    request: Request, job_id: str, query: Annotated[JobResultQuery, Query()]
 ) -> RecognizeResponse | Response:
     """A done job's result, exactly as `POST /v1/recognize` answers it, in `format` (or the
-    `Accept` header's) if given; 409 `job_not_done` before."""
+    `Accept` header's) if given; 409 `job_not_done` before. With post-processing parameters
+    (`?threshold=0.7`: any of its models'), its tags are derived again from the scores the job
+    kept, in milliseconds, as a recognition with those parameters would give them."""
     record = await _record(request, job_id)
+    format = query.format
     output = format or negotiate(request.headers.get("accept")) or "json"
     fmt = _format(output)
     if record.state is not JobState.DONE or record.result is None:
@@ -179,6 +180,10 @@ async def job_result(
     store = _runner(request).store
     text = await to_thread.run_sync((store.results / record.result).read_bytes)
     result = result_of(json.loads(text))
+    overrides = query.overrides()
+    if overrides:
+        engine: Engine = request.app.state.engine
+        result = await to_thread.run_sync(_retagged, engine, store, record, result, overrides)
     if not fmt.accepts([tag.label for tag in result.tags]):
         raise InvalidInput(
             f"format {fmt.name} holds only notes and this job's result has other tags",
@@ -195,6 +200,26 @@ async def delete_job(request: Request, job_id: str) -> Response:
     record = await _record(request, job_id)
     await to_thread.run_sync(_runner(request).cancel, record.id)
     return Response(status_code=204)
+
+
+def _retagged(
+    engine: Engine,
+    store: JobStore,
+    record: JobRecord,
+    result: Result,
+    overrides: dict[str, float | str],
+) -> Result:
+    """The job's tags under its own overrides and `overrides` (which win), from its scores."""
+    combined = {**record.overrides, **overrides}
+    recognizers = engine.check(record.model, combined)
+    path = store.scores_path(record.id)
+    if not path.is_file():
+        raise ArengineError(
+            f"job {record.id} kept no scores: ask for its result without new parameters",
+            code=ErrorCode.SCORES_NOT_KEPT,
+        )
+    with ScoreLog.reading(path) as (plan, kept):
+        return retag(result, recognizers, combined, plan, kept)
 
 
 def _runner(request: Request) -> JobRunner:

@@ -21,7 +21,8 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -131,20 +132,20 @@ class ScoreLog:
         return log
 
     @classmethod
-    def read_done(cls, path: Path) -> tuple[tuple[ModelPlan, ...], list[KeptModel]]:
-        """A finished job's plan and kept scores (for new post-processing parameters)."""
-        file = path.open("rb")
-        log = cls(path, (), file)
-        plan = log._read_plan()
-        if plan is None:
-            file.close()
-            raise ValueError(f"{path.name} holds no plan")
-        log.plan = plan
-        log.offsets = [[] for _ in plan]
-        log.total_samples = [None] * len(plan)
-        log._scan()
-        models = [KeptModel(log.kept(i), log.total_samples[i]) for i in range(len(plan))]
-        return plan, models
+    @contextmanager
+    def reading(cls, path: Path) -> Iterator[tuple[tuple[ModelPlan, ...], list[KeptModel]]]:
+        """A finished job's plan and kept scores (for new post-processing parameters), read
+        from the file while the context lasts."""
+        with path.open("rb") as file:
+            log = cls(path, (), file)
+            plan = log._read_plan()
+            if plan is None:
+                raise ValueError(f"{path.name} holds no plan")
+            log.plan = plan
+            log.offsets = [[] for _ in plan]
+            log.total_samples = [None] * len(plan)
+            log._scan()
+            yield plan, [KeptModel(log.kept(i), log.total_samples[i]) for i in range(len(plan))]
 
     def kept(self, model: int) -> Sequence[np.ndarray]:
         return _Arrays(self, model)

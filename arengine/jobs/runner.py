@@ -22,7 +22,7 @@ from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode
 from arengine.jobs.scores import ModelPlan, ScoreLog
 from arengine.jobs.store import JobError, JobRecord, JobStore, write_durably
-from arengine.types import Result, result_dict
+from arengine.types import Result, Tag, result_dict
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ class JobRunner:
         self._engine = engine
         self._condition = threading.Condition()
         self._running: dict[str, Job] = {}
+        self._tags: dict[str, list[Tag]] = {}
+        """The tags final so far of each job running here (for `GET /v1/jobs/{id}/events`)."""
         self._closing = False
         self._threads = [
             threading.Thread(target=self._work, name=f"arengine-jobs-{i}", daemon=True)
@@ -74,6 +76,12 @@ class JobRunner:
             job = self._running.get(job_id)
         if job is not None:
             job.cancel()
+
+    def tags(self, job_id: str, start: int) -> list[Tag]:
+        """The tags after the `start` first that job `job_id`, running here, has made final; a
+        job resumed after a restart gives its tags again from the first, in the same order."""
+        with self._condition:
+            return self._tags.get(job_id, [])[start:]
 
     def close(self) -> None:
         """Stop taking jobs and let the threads end; running jobs keep their `running` rows."""
@@ -151,6 +159,14 @@ class JobRunner:
         scores = ScoreLog.open(self.store.scores_path(record.id), plan)
         try:
             _log_resumed(record.id, scores)
+            tags: list[Tag] = []
+            with self._condition:
+                self._tags[record.id] = tags
+
+            def hear(final: list[Tag]) -> None:  # on an engine thread
+                with self._condition:
+                    tags.extend(final)
+
             job = engine.recognize(
                 upload,
                 recognizers,
@@ -159,6 +175,7 @@ class JobRunner:
                 stream=record.stream,
                 name=record.filename,
                 keeper=scores,
+                on_tags=hear,
             )
             with self._condition:
                 self._running[record.id] = job
@@ -173,6 +190,8 @@ class JobRunner:
                     self._running.pop(record.id, None)
         finally:
             scores.close()
+            with self._condition:
+                self._tags.pop(record.id, None)
 
     def _failed(self, record: JobRecord, error: JobError) -> None:
         if self._stopping():

@@ -4,6 +4,7 @@ segments kept are not inferred again) with the tags a direct recognition gives."
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 from pathlib import Path
@@ -60,6 +61,10 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
     second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data))
     try:
         with second.client() as client:
+            # Its events, followed while the job goes on: every tag from the first.
+            events = f"/v1/jobs/{job_id}/events"
+            with client.stream("GET", events, timeout=httpx.Timeout(300)) as response:
+                lines = [json.loads(line) for line in response.iter_lines()]
             job: dict[str, Any] = {}
 
             def ended() -> bool:
@@ -78,6 +83,8 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
             segments = _inferred(client) - resumed
         assert len(result["tags"]) >= 80
         assert result["tags"] == direct["tags"]
+        assert [line for line in lines if "label" in line] == result["tags"]
+        assert lines[-1]["summary"]["tag_count"] == len(result["tags"])
         if stop == signal.SIGKILL:
             log = second.log.read_text()
             assert "queued again" in log

@@ -4,6 +4,7 @@ files a crash leaves behind."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -141,6 +142,31 @@ def test_deleting_a_running_job_stops_its_engine_work(
     _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
     assert not list((data_dir / "uploads").glob(f"{job_id}*"))
     assert not list((data_dir / "results").glob(f"{job_id}*"))
+
+
+def test_a_job_s_events_give_its_tags_and_progress_then_its_summary(
+    jobs: InProcessClient, recording: RecordingFactory
+) -> None:
+    pieces = [p for _ in range(8) for p in [("silence", 6.0), ("speech", 0)]]
+    body = recording("talk.flac", rate=8000, pieces=pieces).path.read_bytes()
+    job_id = _submit(jobs, body)
+    lines = [json.loads(line) for line in jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()]
+    result = jobs.get(f"/v1/jobs/{job_id}/result").json()
+    assert [line for line in lines if "label" in line] == result["tags"]
+    assert len(result["tags"]) >= 8
+    progress = [line for line in lines if "progress" in line]
+    assert progress and {line["state"] for line in progress} <= {"queued", "running"}
+    assert lines[-1]["summary"]["tag_count"] == len(result["tags"])
+    assert lines[-1]["summary"]["audio"] == result["audio"]
+    # Once the job is done, its events are its tags and its summary at once.
+    again = [json.loads(line) for line in jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()]
+    assert again == [*result["tags"], lines[-1]]
+
+
+def test_a_failed_job_s_events_end_with_its_error(jobs: InProcessClient) -> None:
+    job_id = _submit(jobs, _wav(amplitude=0.5), "?model=faulty")
+    last = json.loads(jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()[-1])
+    assert last["error"]["code"] == "stage_failed"
 
 
 def test_what_is_refused_is_refused_before_a_job_is_stored(

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
@@ -32,20 +34,33 @@ _IDLE_POLL_S = 0.5
 """How often an idle runner looks again while the models load or the server stops."""
 
 
+RETENTION_EVERY_S = 60.0
+"""How often ended jobs past the retention time or the disk budget are looked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long ended jobs are kept, and the disk budget of the store's files."""
+
+    seconds: float
+    max_bytes: int
+
+
 class JobRunner:
     """`threads` runners over `store`, on `engine`.
 
     Example::
 
-        runner = JobRunner(JobStore.open(Path("data")), engine, threads=1)
+        runner = JobRunner(JobStore.open(Path("data")), engine, 1, Retention(86400, 1 << 30))
         runner.start()   # queues again what a previous process left running
         runner.notify()  # after committing a queued job
         runner.close()
     """
 
-    def __init__(self, store: JobStore, engine: Engine, threads: int) -> None:
+    def __init__(self, store: JobStore, engine: Engine, threads: int, retention: Retention) -> None:
         self.store = store
         self._engine = engine
+        self._retention = retention
         self._condition = threading.Condition()
         self._running: dict[str, Job] = {}
         self._tags: dict[str, list[Tag]] = {}
@@ -55,6 +70,9 @@ class JobRunner:
             threading.Thread(target=self._work, name=f"arengine-jobs-{i}", daemon=True)
             for i in range(threads)
         ]
+        self._threads.append(
+            threading.Thread(target=self._expire_often, name="arengine-jobs-expiry", daemon=True)
+        )
 
     def start(self) -> None:
         """Recover what a previous process left, then start the runner threads."""
@@ -95,6 +113,25 @@ class JobRunner:
             if thread.is_alive():
                 thread.join(timeout=10)
         self.store.close()
+
+    def expire(self) -> None:
+        """Remove the ended jobs past the retention time, then past the disk budget."""
+        retention = self._retention
+        removed = self.store.expire(time.time() - retention.seconds, retention.max_bytes)
+        for job_id in removed:
+            log.info("job %s: removed (past its retention time or the disk budget)", job_id)
+
+    def _expire_often(self) -> None:
+        while True:
+            try:
+                self.expire()
+            except Exception:
+                log.exception("removing expired jobs failed; retrying")
+            with self._condition:
+                if self._closing or self._condition.wait_for(
+                    lambda: self._closing, RETENTION_EVERY_S
+                ):
+                    return
 
     def _stopping(self) -> bool:
         return self._closing or self._engine.stopping
@@ -147,6 +184,9 @@ class JobRunner:
         duration = result.audio.duration_s
         if self.store.finish(record.id, result=path.name, duration_s=duration):
             log.info("job %s: done, %d tags", record.id, len(result.tags))
+            # Its result and scores are all a done job needs: the recording is not kept.
+            self.store.upload_path(record.id).unlink(missing_ok=True)
+            self.expire()  # its files may have passed the disk budget
         else:  # removed while it ran
             path.unlink(missing_ok=True)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,47 @@ def _inferred(client: httpx.Client) -> int:
     metrics = client.get("/metrics").text
     found = re.search(r'^arengine_queue_wait_seconds_count\{model="speech"\} (\S+)$', metrics, re.M)
     return 0 if found is None else int(float(found[1]))
+
+
+@pytest.mark.slow
+def test_the_cli_sends_a_long_recording_as_a_job_and_outlasts_a_server_restart(
+    long_file: Path, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    first = start_server(tmp_path / "first", *SLOW, "--data-dir", str(data))
+    port = int(first.url.rsplit(":", 1)[1])
+    command = [sys.executable, "-m", "arengine", "recognize", str(long_file), "--server"]
+    command += [first.url, "--job-over-s", "600", "--out", str(out)]
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = None
+    try:
+        with first.client() as client:
+
+            def under_way() -> bool:
+                jobs = client.get("/v1/jobs").json()["jobs"]
+                return bool(jobs and jobs[0]["progress"]["audio_s"] > 0)
+
+            assert wait_until(under_way, 120)
+        first.process.kill()
+        first.process.wait(timeout=60)
+        second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data), port=port)
+        output, _ = cli.communicate(timeout=600)
+        assert cli.returncode == 0, output
+        with second.client() as client:
+            direct = client.post(
+                "/v1/recognize",
+                files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
+                timeout=httpx.Timeout(600),
+            ).json()
+        written = json.loads((out / "long.json").read_text())
+        assert written["tags"] == direct["tags"] and len(direct["tags"]) >= 80
+        assert "queued again" in second.log.read_text()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        for server in (first, second):
+            if server is not None and server.process.poll() is None:
+                stop_server(server)

@@ -147,13 +147,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--minutes", type=float, default=3.0, help="0: no pitch job")
     parser.add_argument("--kill-every-s", type=float, default=60.0)
     parser.add_argument("--store-minutes", type=float, default=2.0)
     parser.add_argument("--models", default="speech,pitch,notes,events,music")
     parser.add_argument("--port", type=int, default=8796)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
+    if args.minutes > 0:
+        pitch_job_killed_often(args, folder)
+    store = folder / "store.wav"
+    write_recording(store, args.store_minutes, 16000, 1)
+    rows = kept_scores(store, args.port, args.models.split(","))
+    print(f"\n{args.store_minutes:g} min of audio; load average at the end: {os.getloadavg()}")
+    print("| model | kept scores, MB per audio hour | new parameter | ms (median of 5) |")
+    print("|---|---|---|---|")
+    for model, per_hour, ms in rows:
+        parameter = ", ".join(f"{k}={v:g}" for k, v in NEW_PARAMETERS[model].items())
+        print(f"| {model} | {per_hour / 1e6:.2f} | {parameter} | {ms:.0f} |")
+
+
+def pitch_job_killed_often(args: argparse.Namespace, folder: Path) -> None:
     audio = folder / "pitch.wav"
     write_recording(audio, args.minutes, 16000, 1)
     flags = ["--models", "pitch"]
@@ -171,14 +185,6 @@ def main() -> None:
         f"{restart_s:.1f} | {working:.1f} | {working / alone_s:.2f} |"
     )
     print(f"same tags: {alone_tags == killed_tags} ({len(alone_tags)} tags)")
-    store = folder / "store.wav"
-    write_recording(store, args.store_minutes, 16000, 1)
-    rows = kept_scores(store, args.port, args.models.split(","))
-    print("\n| model | kept scores, MB per audio hour | new parameter | ms (median of 5) |")
-    print("|---|---|---|---|")
-    for model, per_hour, ms in rows:
-        parameter = ", ".join(f"{k}={v:g}" for k, v in NEW_PARAMETERS[model].items())
-        print(f"| {model} | {per_hour / 1e6:.2f} | {parameter} | {ms:.0f} |")
 
 
 if __name__ == "__main__":

@@ -278,6 +278,11 @@ class Job:
         """Queue a decoded segment for inference (or, when an earlier run kept its scores, for
         post-processing); at the end (`count` segments in all), let post-processing finish the
         model."""
+        # Inferred by an earlier run of this job: its scores go to post-processing (read here,
+        # outside the lock).
+        kept = None
+        if segment is not None and segment.index in run.kept:
+            kept = run.kept[segment.index]
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)
         with self._lock:
@@ -286,9 +291,8 @@ class Job:
                 self._decoding = False
             if segment is None:
                 run.segment_count = count
-            elif segment.index < len(run.kept):
-                # Inferred by an earlier run of this job: its scores go to post-processing.
-                run.results[segment.index] = run.kept[segment.index]
+            elif kept is not None:
+                run.results[segment.index] = kept
                 run.undelivered += 1
             else:
                 run.decoded.append((segment, decoded))
@@ -314,6 +318,11 @@ class Job:
         else:
             scores = recognizer.infer_batch(features, segments)
         inferred = time.perf_counter()
+        if self.spec.keeper is not None and not self.finished:
+            # Checkpointed as soon as inferred, in any order: a crash loses only what is in
+            # flight.
+            for segment, result in zip(segments, scores, strict=True):
+                self.spec.keeper.keep(run.index, segment.index, result)
         self._observe(run, Stage.FEATURES, extracted - started)
         self._observe(run, Stage.INFERENCE, inferred - extracted)
         with self._lock:
@@ -336,10 +345,9 @@ class Job:
                     self._postprocessing = False
                     complete = not self.finished and all(run.done for run in self._runs)
                     break
-                run, segment, scores = step
+                run, scores = step
             started = time.perf_counter()
             if scores is not None:
-                self._keep(run, segment, scores)
                 tags = run.tagger.push(scores)
             else:
                 total_samples = run.source.total_samples or 0
@@ -360,25 +368,19 @@ class Job:
         if complete:
             self._complete()
 
-    def _next_step(self) -> tuple[ModelRun, int, np.ndarray | None] | None:
-        """A model's next result in order (claimed) with its segment index, or a model to
-        finish (`None` scores); under the lock."""
+    def _next_step(self) -> tuple[ModelRun, np.ndarray | None] | None:
+        """A model's next result in order (claimed), or a model to finish (`None` scores);
+        under the lock."""
         for run in self._runs:
-            segment = run.next_post
-            scores = run.results.pop(segment, None)
+            scores = run.results.pop(run.next_post, None)
             if scores is not None:
                 run.next_post += 1
                 run.undelivered -= 1
-                return run, segment, scores
+                return run, scores
             if run.finishable():
                 run.done = True
-                return run, segment, None
+                return run, None
         return None
-
-    def _keep(self, run: ModelRun, segment: int, scores: np.ndarray) -> None:
-        """Checkpoint a segment's scores (unless an earlier run kept them) before its tags go."""
-        if self.spec.keeper is not None and segment >= len(run.kept):
-            self.spec.keeper.keep(run.index, segment, scores)
 
     def _recording_time_defaults(self, when: datetime | None) -> None:
         """Taggers again with the defaults that follow from the recording's time (birds: its

@@ -5,7 +5,7 @@ The engine never imports prometheus_client: the HTTP layer passes an observer do
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Protocol
 
 import numpy as np
@@ -38,18 +38,18 @@ class NullObserver:
 
 class ScoreKeeper(Protocol):
     """Keeps a job's per-segment scores (its checkpoint), and gives back those an earlier run of
-    the same job kept, so that run's segments are not inferred again.
+    the same job kept, so that their segments are not inferred again.
 
-    Called from engine threads, by post-processing: one call at a time, each model's segments in
-    order. `arengine/jobs/scores.py` keeps them on disk.
+    `keep` is called from engine threads as each inference ends (segments in any order, several
+    threads at once); `end` by post-processing. `arengine/jobs/scores.py` keeps them on disk.
     """
 
-    def kept(self, model: int) -> Sequence[np.ndarray]:
-        """The scores model `model` (its index in the job) gave its first segments, in order."""
+    def kept(self, model: int) -> Mapping[int, np.ndarray]:
+        """The scores model `model` (its index in the job) gave for the segments kept, by index."""
         ...
 
     def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
-        """Model `model` gave `scores` for segment `segment` (the next after those kept)."""
+        """Model `model` gave `scores` for segment `segment`."""
         ...
 
     def end(self, model: int, total_samples: int) -> None:

@@ -26,14 +26,14 @@ def retag(
     recognizers: Sequence[Recognizer],
     overrides: Overrides,
     plan: Sequence[ModelPlan],
-    kept: Sequence[KeptModel],
+    kept: Sequence[KeptModel] | None,
 ) -> Result:
     """`result` (a finished job's) with its tags derived again from `kept` under `overrides`.
 
     `recognizers` are the job's models as loaded now: each must still be the model (name and
     kind) that gave its scores, or `scores_not_kept` is raised.
     """
-    _check(recognizers, plan, kept)
+    kept = _check(recognizers, plan, kept)
     when = _recorded_at(result)
     shares = overrides_by_model(recognizers, overrides)
     merge = TagMerge(len(recognizers))
@@ -45,7 +45,7 @@ def retag(
         found: list[Tag] = []
         for scores in model.scores:
             found.extend(tagger.push(scores))
-        found.extend(tagger.finish(model.total_samples or 0))
+        found.extend(tagger.finish(model.total_samples))
         if len(recognizers) > 1:
             found = [dataclasses.replace(tag, model=recognizer.name) for tag in found]
         tags.extend(merge.add(index, found, done=True))
@@ -53,16 +53,17 @@ def retag(
 
 
 def _check(
-    recognizers: Sequence[Recognizer], plan: Sequence[ModelPlan], kept: Sequence[KeptModel]
-) -> None:
+    recognizers: Sequence[Recognizer], plan: Sequence[ModelPlan], kept: Sequence[KeptModel] | None
+) -> Sequence[KeptModel]:
     now = [(recognizer.name, recognizer.kind) for recognizer in recognizers]
     then = [(model.name, model.kind) for model in plan]
-    if now != then or any(model.total_samples is None for model in kept):
-        raise ArengineError(
-            "this job's scores do not fit the models loaded now: ask for its result without "
-            "new parameters, or run it again",
-            code=ErrorCode.SCORES_NOT_KEPT,
-        )
+    if now == then and kept is not None:
+        return kept
+    raise ArengineError(
+        "this job's scores do not fit the models loaded now: ask for its result without "
+        "new parameters, or run it again",
+        code=ErrorCode.SCORES_NOT_KEPT,
+    )
 
 
 def _recorded_at(result: Result) -> datetime | None:

@@ -1,5 +1,5 @@
 """A job's kept scores: each model's per-segment inference output, appended to one file beside
-the job as post-processing reaches it.
+the job as each inference ends (segments in any order).
 
 The file is the job's checkpoint (a restarted job post-processes the segments it holds instead of
 inferring them again) and, once the job is done, what new post-processing parameters are applied
@@ -9,8 +9,8 @@ first bytes, then the second...) before zlib, which finds the repetition of the 
 
 Records: a 4-byte length and a 4-byte CRC-32, then a JSON header line and the compressed array.
 The first record is the plan (each model's name, kind and segment cut); a run whose plan differs
-(the server's segment length or models changed) starts over. A record cut short by a crash, or
-one out of order, ends what is read; the next append overwrites it.
+(the server's segment length or models changed) starts over. A record cut short by a crash ends
+what is read; the next append overwrites it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,15 +58,16 @@ class ModelPlan:
 
 @dataclass(frozen=True, slots=True)
 class KeptModel:
-    """One model's kept scores: its segments' arrays in order and, once it ended, the
-    recording's length at its rate."""
+    """One finished model's kept scores: its segments' arrays in order, and the recording's
+    length at its rate."""
 
     scores: Sequence[np.ndarray]
-    total_samples: int | None
+    total_samples: int
 
 
-class _Arrays(Sequence[np.ndarray]):
-    """Arrays read from the file when asked for (a long job's scores stay on disk)."""
+class _Arrays(Mapping[int, np.ndarray]):
+    """Arrays by segment index, read from the file when asked for (a long job's scores stay on
+    disk)."""
 
     def __init__(self, log: ScoreLog, model: int) -> None:
         self._log = log
@@ -75,6 +76,27 @@ class _Arrays(Sequence[np.ndarray]):
     def __len__(self) -> int:
         return len(self._log.offsets[self._model])
 
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._log.offsets[self._model]))
+
+    def __contains__(self, segment: object) -> bool:
+        return segment in self._log.offsets[self._model]
+
+    def __getitem__(self, segment: int) -> np.ndarray:
+        if segment not in self:
+            raise KeyError(segment)
+        return self._log.read(self._model, segment)
+
+
+class _InOrder(Sequence[np.ndarray]):
+    """A finished model's arrays as a sequence, segment 0 first."""
+
+    def __init__(self, arrays: _Arrays) -> None:
+        self._arrays = arrays
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
     @overload
     def __getitem__(self, index: int) -> np.ndarray: ...
     @overload
@@ -82,7 +104,9 @@ class _Arrays(Sequence[np.ndarray]):
     def __getitem__(self, index: int | slice) -> np.ndarray | Sequence[np.ndarray]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        return self._log.read(self._model, index)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._arrays[index]
 
 
 class ScoreLog:
@@ -97,6 +121,8 @@ class ScoreLog:
     >>> again = ScoreLog.open(path, plan)
     >>> again.kept(0)[0].tolist()
     [0.25, 0.5]
+    >>> list(again.kept(0))
+    [0]
     >>> again.close()
     """
 
@@ -105,8 +131,8 @@ class ScoreLog:
         self.plan = plan
         self._file = file
         self._lock = threading.Lock()
-        self.offsets: list[list[int]] = [[] for _ in plan]
-        """Where each model's segment records start in the file."""
+        self.offsets: list[dict[int, int]] = [{} for _ in plan]
+        """Where each model's segment records start in the file, by segment index."""
         self.total_samples: list[int | None] = [None] * len(plan)
 
     @classmethod
@@ -120,7 +146,7 @@ class ScoreLog:
             if end is None:  # no plan, or another: start over
                 file.seek(0)
                 file.truncate()
-                log.offsets = [[] for _ in plan]
+                log.offsets = [{} for _ in plan]
                 log.total_samples = [None] * len(plan)
                 log._append({"plan": [dataclasses.asdict(model) for model in plan]}, b"")
             else:
@@ -133,30 +159,30 @@ class ScoreLog:
 
     @classmethod
     @contextmanager
-    def reading(cls, path: Path) -> Iterator[tuple[tuple[ModelPlan, ...], list[KeptModel]]]:
+    def reading(cls, path: Path) -> Iterator[tuple[tuple[ModelPlan, ...], list[KeptModel] | None]]:
         """A finished job's plan and kept scores (for new post-processing parameters), read
-        from the file while the context lasts."""
+        from the file while the context lasts; None for the scores when a model's are not all
+        there."""
         with path.open("rb") as file:
             log = cls(path, (), file)
             plan = log._read_plan()
             if plan is None:
                 raise ValueError(f"{path.name} holds no plan")
             log.plan = plan
-            log.offsets = [[] for _ in plan]
+            log.offsets = [{} for _ in plan]
             log.total_samples = [None] * len(plan)
             log._scan()
-            yield plan, [KeptModel(log.kept(i), log.total_samples[i]) for i in range(len(plan))]
+            yield plan, log._finished()
 
-    def kept(self, model: int) -> Sequence[np.ndarray]:
+    def kept(self, model: int) -> Mapping[int, np.ndarray]:
         return _Arrays(self, model)
 
     def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
-        if segment != len(self.offsets[model]):
-            raise ValueError(f"segment {segment} kept out of order")
         array = np.ascontiguousarray(scores)
         header = {"m": model, "s": segment, "dtype": array.dtype.str, "shape": array.shape}
         offset = self._append(header, _pack(array))
-        self.offsets[model].append(offset)
+        with self._lock:
+            self.offsets[model][segment] = offset
 
     def end(self, model: int, total_samples: int) -> None:
         self._append({"m": model, "end": total_samples}, b"")
@@ -206,6 +232,16 @@ class ScoreLog:
             return None
         return tuple(ModelPlan(**model) for model in record[0]["plan"])
 
+    def _finished(self) -> list[KeptModel] | None:
+        """Every model's scores in order, if each model ended with all its segments kept."""
+        models = []
+        ended = zip(self.offsets, self.total_samples, strict=True)
+        for model, (offsets, total) in enumerate(ended):
+            if total is None or set(offsets) != set(range(len(offsets))):
+                return None
+            models.append(KeptModel(_InOrder(_Arrays(self, model)), total))
+        return models
+
     def _scan(self) -> int | None:
         """Read the records after the plan into `offsets`; returns where the valid ones end, or
         None when the file holds no plan or another plan."""
@@ -220,8 +256,8 @@ class ScoreLog:
                 break
             if "end" in header:
                 self.total_samples[model] = int(header["end"])
-            elif header.get("s") == len(self.offsets[model]):
-                self.offsets[model].append(offset)
+            elif isinstance(header.get("s"), int) and header["s"] >= 0:
+                self.offsets[model][header["s"]] = offset
             else:
                 break
             offset = following

@@ -83,3 +83,20 @@ def test_the_events_recording_holds_its_sounds_at_the_times_it_says() -> None:
     assert np.sqrt(np.mean(quiet**2)) == pytest.approx(0.00316, rel=0.2)  # -50 dBFS of noise
     start = int(inserted[0][1] * RATE)
     assert np.abs(audio[start : start + RATE]).max() > 10 * np.abs(quiet).max()
+
+
+def test_the_events_benchmark_says_skipped_without_the_tflite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make bench` runs it always: without Google's file (not in the repository) it says so."""
+    from loadtests.events import main
+
+    missing = tmp_path / "yamnet.tflite"
+    monkeypatch.setenv("YAMNET_TFLITE", str(missing))
+    main(["--minutes", "0.1"])
+    assert capsys.readouterr().out == (
+        f"skipped: no YAMNet TFLite file at {missing} (give its path or set YAMNET_TFLITE; "
+        "models/events/README.md says where it comes from)\n"
+    )
+    main([str(missing)])
+    assert capsys.readouterr().out.startswith(f"skipped: no YAMNet TFLite file at {missing} ")

@@ -3,11 +3,12 @@ each on the engine's shared pool, as a recognition request would be run.
 
 At most `max_running_jobs` run at once, and the pool serves the least-served request first, so a
 running job never takes the engine from a short interactive request. A job's progress goes to
-its row about once a second, and each segment's scores to its score log as it is
-post-processed (`arengine/jobs/scores.py`); its result is written to a file, then its row marked
-done. A job cut off by a shutdown or a crash keeps its `running` row: the next start queues it
-again (`JobStore.recover`), and it goes on from its kept scores: only the segments that were in
-flight (at most one per model and engine thread) are inferred again.
+its row about once a second, and each segment's scores to its score log as soon as they are
+inferred (`arengine/jobs/scores.py`); its result is written to a file, then its row marked done.
+A job cut off by a shutdown or a crash keeps its `running` row: the next start queues it again
+(`JobStore.recover`), and it goes on from its kept scores: only the segments whose inference was
+in flight (one call per engine thread: one segment, or one batch of a batching model) are
+inferred again.
 """
 
 from __future__ import annotations

@@ -127,6 +127,11 @@ class ErrorCode(StrEnum):
         409,
         "the job's result is asked for while it is queued, running or failed (the message says which)",
     )
+    SCORES_NOT_KEPT = (
+        "scores_not_kept",
+        409,
+        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+    )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
         431,

@@ -181,6 +181,18 @@ class Settings(BaseSettings):
         le=100_000,
         description="Jobs queued or running at once; beyond it POST /v1/jobs answers 503 with Retry-After.",
     )
+    job_retention_s: float = Field(
+        7 * 86_400.0,
+        ge=60,
+        le=10 * 365 * 86_400,
+        description="Seconds an ended job (done or failed) is kept, with its result and scores, after it ended; then it is removed from the database and the disk.",
+    )
+    job_storage_bytes: int = Field(
+        50 << 30,
+        ge=1 << 20,
+        le=1 << 50,
+        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs are removed, oldest first. Jobs queued or running are never removed.",
+    )
     api_keys: str | None = Field(
         None,
         description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>. Unset turns authentication off; set but empty, or with an empty entry, refuses to start.",

@@ -5,6 +5,7 @@ references` (a fingerprint model's reference library)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -30,6 +31,9 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
+JOB_OVER_S = 600.0
+"""`recognize --server` sends a recording longer than this as a job: the server's default
+`request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
 ENV_ONLY = frozenset({"api_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
@@ -130,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="send the files to this arengine server (or load balancer) instead of an in-process "
         "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+    )
+    recognize.add_argument(
+        "--job-over-s",
+        type=float,
+        default=JOB_OVER_S,
+        metavar="SECONDS",
+        help="with --server: a recording longer than this is sent as a job (POST /v1/jobs), "
+        "which survives a dropped connection and a server restart; its result is fetched once "
+        f"done (default: {JOB_OVER_S:g})",
     )
     recognize.add_argument(
         "--resume",
@@ -355,6 +368,7 @@ def recognize(
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
     combined: Path | None = None,
+    job_over_s: float = JOB_OVER_S,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
     `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`);
@@ -385,9 +399,8 @@ def recognize(
     if todo and server is not None:
         from arengine.cli.remote import Remote, recognize_remote
 
-        failures = recognize_remote(
-            Remote.from_env(server), todo, model, fmt, jobs, overrides=overrides
-        )
+        remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
+        failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
     elif todo:
         engine = _engine(settings.model_copy(update={"models": model}))
         try:

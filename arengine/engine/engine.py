@@ -11,7 +11,7 @@ from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
-from arengine.engine.observer import StageObserver
+from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.models.recognizer import Overrides, Recognizer
@@ -132,13 +132,15 @@ class Engine:
         stream: int | None = None,
         arrival: Arrival | None = None,
         name: str | None = None,
+        keeper: ScoreKeeper | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
         `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
         an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
-        `name`: the file's name as the user gave it (for its recording time).
+        `name`: the file's name as the user gave it (for its recording time); `keeper`: a
+        job's checkpoint (`engine/observer.py`).
         """
         spec = JobSpec(
             request_id=request_id,
@@ -152,6 +154,7 @@ class Engine:
             stream=stream,
             arrival=arrival,
             name=name,
+            keeper=keeper,
         )
         return self.pool.submit(spec)
 

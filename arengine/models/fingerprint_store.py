@@ -111,7 +111,7 @@ class Library:
             reference = int(cursor.lastrowid or 0)
             connection.executemany(
                 "INSERT INTO hashes (hash, reference, offset) VALUES (?, ?, ?)",
-                ((int(h), reference, int(t)) for h, t in hashes),
+                ((h, reference, t) for h, t in hashes.tolist()),
             )
         return reference
 

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
-ENV_ONLY = frozenset({"api_keys"})
+ENV_ONLY = frozenset({"api_keys", "admin_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (
@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the HTTP server",
         description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
         epilog="example: arengine serve --port 8080 --engine-threads 4\n"
-        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
+        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 ARENGINE_ADMIN_KEYS=key3 "
+        "arengine serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_setting_flags(serve, Settings.model_fields)
@@ -279,6 +280,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
         "api_keys": len(settings.api_key_list()),  # how many, never which
+        "admin_keys": len(settings.admin_key_list()),
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})

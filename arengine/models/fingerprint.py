@@ -174,14 +174,16 @@ def add_recording(
 ) -> int:
     """Fingerprint a recording at `SAMPLE_RATE` and store it in `library`; its id."""
     hashes = fingerprint(samples)
+    return library.add(title, len(samples) / SAMPLE_RATE, metadata, hashes, landmark_span(hashes))
+
+
+def landmark_span(hashes: np.ndarray) -> tuple[float, float]:
+    """Seconds from a recording's start to its first landmark and to its last one's end."""
+    if not len(hashes):
+        return 0.0, 0.0
     frame_s = HOP / SAMPLE_RATE
-    span_s = (0.0, 0.0)
-    if len(hashes):
-        span_s = (
-            hashes[0, 1] * frame_s,
-            int((hashes[:, 1] + (hashes[:, 0] & DT_MASK)).max()) * frame_s,
-        )
-    return library.add(title, len(samples) / SAMPLE_RATE, metadata, hashes, span_s)
+    last = int((hashes[:, 1] + (hashes[:, 0] & DT_MASK)).max())
+    return float(hashes[0, 1]) * frame_s, last * frame_s
 
 
 def matches(hashes: np.ndarray, library: np.ndarray) -> np.ndarray:

@@ -249,7 +249,7 @@ def parse_api_keys(raw: str, variable: str = "ARENGINE_API_KEYS") -> tuple[str, 
         if not all("!" <= char <= "~" for char in key):
             raise ValueError(
                 f"API key {position} of {len(keys)} has a space, a control or a non-ASCII "
-                "character: keys are printable ASCII without spaces"
+                f"character: keys in {variable} are printable ASCII without spaces"
             )
     return tuple(dict.fromkeys(keys))
 

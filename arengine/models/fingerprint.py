@@ -16,7 +16,9 @@ recording and a closing (-2, 0, last frame, last frame); `postprocess/fingerprin
 into occurrences.
 
 Out of scope: speed-changed (or pitch-shifted) broadcasts. A recording played a few percent fast
-moves every peak's bin and every pair's time difference, so its hashes do not match.
+moves every peak's bin and every pair's time difference, so its hashes do not match: measured,
+found up to 0.5% off speed, lost from 1% with the pitch moved and 2% with it kept
+(`loadtests/fingerprint.py`, BENCHMARKS.md "Known recordings").
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ min_score = 0.02  # share of the stretch's hashes that must match
 max_gap_s = 3.0   # seconds without a match that end an occurrence
 
 [card]
-task = "occurrences of the library's reference recordings (acoustic fingerprints; found up to about 0.5% off speed, missed from 1% with the pitch moved, 2% with it kept)"
+task = "occurrences of the library's recordings (fingerprints; found up to about 0.5% off speed)"
 licence = "that of the reference recordings the library was built from"
 source = "arengine references add"
 version = "changes as references are added and removed"

@@ -2,12 +2,17 @@
 
     python -m loadtests.fingerprint speed --out /tmp/fp
     python -m loadtests.fingerprint scale --out /tmp/fp --sizes 10,100,1000
+    python -m loadtests.fingerprint audfprint --sizes 10,100 --checkout ../audfprint \
+        --python ../audfprint-venv/bin/python
 
 `speed`: eight FluidR3 pieces (`tests/fingerprints.py`) as the library; each is played 10 s long
 inside noise (10 dB SNR) at a speed from 93% to 107%, either resampled (pitch moves with the
 speed, as a broadcast played fast does: ffmpeg's `asetrate`) or time-stretched with its pitch
 kept (ffmpeg's `atempo`); prints the share of placements found (the right reference tagged
 over it).
+
+`audfprint`: the same references and query for audfprint (`--checkout` of `dpwe/audfprint`,
+`--python` an interpreter with numpy, scipy, docopt, joblib and psutil) and arengine.
 
 `scale`: libraries of N synthetic references (30 s of random notes of a few harmonics each, no
 two alike), printing indexing speed (fingerprint and store, x real time on one thread), the
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -152,18 +158,87 @@ def scaling(folder: Path, sizes: list[int], seconds: float) -> None:
         )
 
 
+def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int) -> None:
+    """audfprint (`dpwe/audfprint`, built in a throwaway folder with its own interpreter) and
+    arengine on the same WAV files: `size` references of 30 s, and a 2-minute query holding
+    four 20-s excerpts under noise at 5 dB SNR. Both index from the files (decoding included)
+    and match on one core; audfprint's times include its process start (about a second of
+    imports), and it is told to report four matches (`--max-matches 4 --find-time-range`)."""
+    from arengine.audio.validation import AudioLimits
+    from arengine.models.references import add_file
+
+    refs = folder / "peers-refs"
+    refs.mkdir(exist_ok=True)
+    references = [synthetic(i, 30.0) for i in range(size)]
+    for i, samples in enumerate(references):
+        sf.write(refs / f"ref{i}.wav", samples, SAMPLE_RATE, subtype="PCM_16")
+    chosen = np.random.default_rng(size).choice(size, 4, replace=False)
+    placed = [Placed(int(i), 5.0 + 28.0 * n, 5.0, 25.0) for n, i in enumerate(chosen)]
+    query = folder / "peers-query.wav"
+    sf.write(query, mix(120.0, references, placed, snr_db=5.0, seed=size), SAMPLE_RATE)
+    files = [str(refs / f"ref{i}.wav") for i in range(size)]
+    audio_s = size * 30.0
+
+    database = folder / "peers.pklz"
+    started = time.perf_counter()
+    tool = [str(python), str(checkout / "audfprint.py")]
+    subprocess.run(
+        [*tool, "new", "--dbase", str(database), *files], check=True, capture_output=True
+    )
+    index_s = time.perf_counter() - started
+    started = time.perf_counter()
+    answer = subprocess.run(
+        [*tool, "match", "--dbase", str(database), "--max-matches", "4", "--find-time-range",
+         str(query)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    match_s = time.perf_counter() - started
+    named = {int(m) for m in re.findall(r"in \S*ref(\d+)\.wav", answer)}
+    hits = len(named & {int(i) for i in chosen})
+    _report("audfprint", audio_s / index_s, 120.0 / match_s, hits, database)
+
+    path = folder / "peers.sqlite"
+    path.unlink(missing_ok=True)
+    library = Library.create(path)
+    limits = AudioLimits(max_duration_s=3600.0, max_channels=8, min_sample_rate=8000,
+                         max_sample_rate=192000)  # fmt: skip
+    started = time.perf_counter()
+    for i, name in enumerate(files):
+        add_file(library, Path(name), limits, f"ref{i}", {})
+    index_s = time.perf_counter() - started
+    started = time.perf_counter()
+    recording, _ = sf.read(query, dtype="float32")
+    tags = recognize(FingerprintRecognizer(path, segment_s=30.0), recording)
+    match_s = time.perf_counter() - started
+    hits = found(tags, placed, [20.0] * len(placed))
+    _report("arengine", audio_s / index_s, 120.0 / match_s, hits, path)
+
+
+def _report(tool: str, index_x: float, match_x: float, hits: int, stored: Path) -> None:
+    wal = stored.with_name(stored.name + "-wal")  # SQLite's pages not yet checkpointed
+    megabytes = (os.path.getsize(stored) + (os.path.getsize(wal) if wal.exists() else 0)) / 1e6
+    load = os.getloadavg()[0]
+    print(f"{tool:10} index {index_x:6.0f}x  match {match_x:6.0f}x  found {hits}/4  "
+          f"{megabytes:.2f} MB  load {load:.1f}", flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("part", choices=("speed", "scale"))
+    parser.add_argument("part", choices=("speed", "scale", "audfprint"))
     parser.add_argument("--out", type=Path, default=None, help="working folder (default: temp)")
     parser.add_argument("--sizes", default="10,100,1000", help="scale: library sizes")
     parser.add_argument("--seconds", type=float, default=30.0, help="scale: seconds a reference")
+    parser.add_argument("--checkout", type=Path, help="audfprint: a checkout of dpwe/audfprint")
+    parser.add_argument("--python", type=Path, help="audfprint: an interpreter with its needs")
     args = parser.parse_args()
     torch.set_num_threads(1)
     folder = args.out or Path(tempfile.mkdtemp(prefix="fingerprint-"))
     folder.mkdir(parents=True, exist_ok=True)
     if args.part == "speed":
         speed_robustness(folder)
+    elif args.part == "audfprint":
+        for size in [int(size) for size in args.sizes.split(",")]:
+            audfprint_side_by_side(folder, args.checkout, args.python, size)
     else:
         scaling(folder, [int(size) for size in args.sizes.split(",")], args.seconds)
 

@@ -149,6 +149,7 @@ def scaling(folder: Path, sizes: list[int], seconds: float) -> None:
         tags = recognize(recognizer, recording)
         match_s = time.perf_counter() - started
         hits = found(tags, placed, [20.0] * len(placed))
+        library.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in it
         megabytes = os.path.getsize(path) / 1e6
         print(
             f"{size:4d}  {audio_h:11.2f}  {audio_h * 3600 / index_s:10.0f}  "
@@ -211,12 +212,12 @@ def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int
     tags = recognize(FingerprintRecognizer(path, segment_s=30.0), recording)
     match_s = time.perf_counter() - started
     hits = found(tags, placed, [20.0] * len(placed))
+    library.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file
     _report("arengine", audio_s / index_s, 120.0 / match_s, hits, path)
 
 
 def _report(tool: str, index_x: float, match_x: float, hits: int, stored: Path) -> None:
-    wal = stored.with_name(stored.name + "-wal")  # SQLite's pages not yet checkpointed
-    megabytes = (os.path.getsize(stored) + (os.path.getsize(wal) if wal.exists() else 0)) / 1e6
+    megabytes = os.path.getsize(stored) / 1e6
     load = os.getloadavg()[0]
     print(f"{tool:10} index {index_x:6.0f}x  match {match_x:6.0f}x  found {hits}/4  "
           f"{megabytes:.2f} MB  load {load:.1f}", flush=True)  # fmt: skip

@@ -102,3 +102,20 @@ def test_the_fingerprint_benchmark_finds_its_own_excerpts(tmp_path: Path) -> Non
     assert found(tags, placed, [8.0, 8.0]) == 2
     assert found(tags, [Placed(1, 4.0, 2.0, 10.0)], [8.0]) == 0
     assert len(resampled(references[0], 1.05)) == pytest.approx(len(references[0]) / 1.05, abs=2)
+
+
+def test_the_events_benchmark_says_skipped_without_the_tflite_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make bench` runs it always: without Google's file (not in the repository) it says so."""
+    from loadtests.events import main
+
+    missing = tmp_path / "yamnet.tflite"
+    monkeypatch.setenv("YAMNET_TFLITE", str(missing))
+    main(["--minutes", "0.1"])
+    assert capsys.readouterr().out == (
+        f"skipped: no YAMNet TFLite file at {missing} (give its path or set YAMNET_TFLITE; "
+        "models/events/README.md says where it comes from)\n"
+    )
+    main([str(missing)])
+    assert capsys.readouterr().out.startswith(f"skipped: no YAMNet TFLite file at {missing} ")

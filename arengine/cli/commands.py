@@ -15,11 +15,18 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arengine import __version__
-from arengine.outputs.formats import FORMAT_NAMES, FORMATS, get_format, known_formats
+from arengine.outputs.combined import TABLES
+from arengine.outputs.formats import (
+    FORMAT_NAMES,
+    FORMATS,
+    Format,
+    get_format,
+    known_formats,
+)
 from arengine.settings import Settings
 
 if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
-    from arengine.cli.runner import Failure
+    from arengine.cli.runner import Failure, Planned
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
@@ -44,6 +51,7 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
   arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
+  arengine recognize archive/ --model birds --format birdnet --resume --combined all.csv
   ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
 
 formats (other names in brackets):
@@ -91,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "recognize",
         help="tag audio files in-process, one output file per input",
         description="Tag audio files (and the audio files under folders) with an in-process "
-        "engine, a few files at a time, writing <out>/<stem>.<ext> for each.",
+        "engine, a few files at a time, writing <out>/<stem>.<ext> for each (a file under a "
+        "folder keeps its path under it: <out>/sub/<stem>.<ext>).",
         epilog=RECOGNIZE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -124,7 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--resume",
         action="store_true",
-        help="skip inputs whose output file already exists (an interrupted run started again)",
+        help="skip inputs whose output file already exists (an interrupted run started again; "
+        "names come from every input, done or not, so none takes another's)",
+    )
+    recognize.add_argument(
+        "--combined",
+        type=Path,
+        metavar="FILE",
+        help="also write one table of every file's rows with the recording's path (formats "
+        f"{', '.join(TABLES)}), as BirdNET-Analyzer's combined results; with --resume it "
+        "includes the outputs already there",
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
@@ -316,11 +334,13 @@ def recognize(
     server: str | None = None,
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
+    combined: Path | None = None,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
-    `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`)."""
+    `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`);
+    `combined`: where to write one table of all files' rows too."""
     overrides = dict(parameters or {})
-    from arengine.cli.runner import expand, output_names, recognize_files
+    from arengine.cli.runner import expand, plan, recognize_files, remaining, write_combined
 
     files, skipped = expand(inputs)
     if not files:
@@ -330,35 +350,51 @@ def recognize(
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
         return 2
-    if server is not None:
+    fmt = get_format(format)
+    # Names over every input, before `--resume` leaves some out: a file's name never depends on
+    # which of the others are done.
+    work = plan(files, fmt, out, [path for path in inputs if path.is_dir()])
+    unfit = _combined_refusal(combined, fmt, work)
+    if unfit is not None:
+        print(f"arengine: {unfit}", file=sys.stderr)
+        return 2
+    todo = remaining(work) if resume else work
+    if len(todo) < len(work) and todo:
+        print(f"resume: {len(work) - len(todo)} outputs already there, skipped", file=sys.stderr)
+    failures: list[Failure] = []
+    if todo and server is not None:
         from arengine.cli.remote import Remote, recognize_remote
 
-        remote = Remote.from_env(server)
+        failures = recognize_remote(
+            Remote.from_env(server), todo, model, fmt, jobs, overrides=overrides
+        )
+    elif todo:
+        engine = _engine(settings)
+        try:
+            refused = _refusal(engine, model, format, overrides)
+            if refused is not None:
+                print(f"arengine: {refused}", file=sys.stderr)
+                return 2
+            failures = recognize_files(engine, todo, model, fmt, jobs, overrides=overrides)
+        finally:
+            engine.close()
+    if combined is not None:
+        count = write_combined(work, fmt, combined, failures)
+        print(f"combined: {count} files' rows in {combined}", file=sys.stderr)
+    if todo:
         _print_skipped(skipped)
-        return _report(
-            recognize_remote(
-                remote, files, model, get_format(format), out, jobs, resume, overrides=overrides
-            ),
-            files,
-        )
-    if resume:
-        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
-        files = [path for path in files if not (out / names[path]).exists()]
-        if not files:
-            return 0
-    engine = _engine(settings)
-    try:
-        refused = _refusal(engine, model, format, overrides)
-        if refused is not None:
-            print(f"arengine: {refused}", file=sys.stderr)
-            return 2
-        failures = recognize_files(
-            engine, files, model, get_format(format), out, jobs, overrides=overrides
-        )
-    finally:
-        engine.close()
-    _print_skipped(skipped)
-    return _report(failures, files)
+    return _report(failures, todo)
+
+
+def _combined_refusal(combined: Path | None, fmt: Format, work: Sequence[Planned]) -> str | None:
+    """Why `--combined` cannot be written in `fmt` to `combined`, or None."""
+    if combined is None:
+        return None
+    if fmt.name not in TABLES:
+        return f"--combined takes a table format: {', '.join(TABLES)}; not {fmt.name}"
+    if any(item.target.resolve() == combined.resolve() for item in work):
+        return f"--combined {combined} is the output file of one of the inputs"
+    return None
 
 
 def _refusal(
@@ -378,10 +414,10 @@ def _refusal(
     return None
 
 
-def _report(failures: list[Any], files: list[Path]) -> int:
+def _report(failures: list[Any], work: Sequence[Any]) -> int:
     """The failure report of both modes; the exit status."""
     if failures:
-        print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
+        print(f"arengine: {len(failures)} of {len(work)} files failed:", file=sys.stderr)
         for failure in failures:
             print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
         return 1

@@ -1,13 +1,13 @@
 """`arengine recognize --server URL`: the files of `cli.runner`, sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
-recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
-`resume` skips inputs whose output file is already there (an interrupted run started again).
+recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client).
 
 Example (with a server at that address)::
 
     remote = Remote("http://lb:8080", api_key=None)
-    failures = recognize_remote(remote, files, "speech", FORMATS["csv"], out)
+    work = plan([Path("talk.flac")], FORMATS["csv"], Path("out"))
+    failures = recognize_remote(remote, work, "speech", FORMATS["csv"])
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import functools
 import itertools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +26,7 @@ import httpx
 import soundfile
 
 from arengine.cli.progress import make_progress
-from arengine.cli.runner import Failure, output_names, settle
+from arengine.cli.runner import Failure, Planned, settle
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.outputs.formats import Format
 from arengine.types import Result
@@ -49,32 +49,22 @@ class Remote:
 
 def recognize_remote(
     remote: Remote,
-    files: list[Path],
+    work: Sequence[Planned],
     model: str,
     fmt: Format,
-    out: Path,
     jobs: int = 4,
-    resume: bool = False,
     stream: TextIO | None = None,
     overrides: Mapping[str, float | str] | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones;
-    `overrides`: post-processing parameters for every file."""
-    out.mkdir(parents=True, exist_ok=True)
-    todo = [
-        (path, out / name)
-        for path, name in zip(files, output_names(files, fmt), strict=True)
-        if not (resume and (out / name).exists())
-    ]
+    """Write each file's output (`runner.plan`), `jobs` uploads at a time; returns the failed
+    ones; `overrides`: post-processing parameters for every file."""
     stream = stream or sys.stderr
-    if len(todo) < len(files):
-        stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
-    durations = {path: _duration(path) for path, _ in todo}
-    progress = make_progress(len(todo), sum(durations.values()), stream)
+    durations = {item.path: _duration(item.path) for item in work}
+    progress = make_progress(len(work), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
     stream.write(
-        f"sending {len(todo)} files to {remote.url}, {jobs} at a time; each is retried up to "
+        f"sending {len(work)} files to {remote.url}, {jobs} at a time; each is retried up to "
         f"{retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
         "times\n"
     )
@@ -83,21 +73,21 @@ def recognize_remote(
             Client(remote.url, remote.api_key, retry=retry) as client,
             ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
         ):
-            pending = iter(todo)
-            running: dict[Future[Recognition], tuple[Path, Path]] = {}
+            pending = iter(work)
+            running: dict[Future[Recognition], Planned] = {}
             while True:
                 # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
-                for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
-                    upload = pool.submit(_recognize_one, client, path, model, overrides or {})
-                    running[upload] = (path, target)
-                    progress.started(path, durations[path])
+                for item in itertools.islice(pending, max(jobs, 1) - len(running)):
+                    upload = pool.submit(_recognize_one, client, item.path, model, overrides or {})
+                    running[upload] = item
+                    progress.started(item.path, durations[item.path])
                 if not running:
                     break
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
-                    path, target = running.pop(future)
+                    item = running.pop(future)
                     outcome = functools.partial(_answer, future)
-                    settle(outcome, path, target, fmt, progress, failures, _reason)
+                    settle(outcome, item, fmt, progress, failures, _reason)
     finally:
         progress.close()
     return failures

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import itertools
 import json
@@ -311,3 +312,41 @@ def test_overlapping_tags_of_one_label_fill_the_first_free_tier() -> None:
     for tier in tiers.values():
         assert all(a.end <= b.start for a, b in itertools.pairwise(tier))
     assert [t.start for t in tiers["x"][:3]] == [0.0, 1.0, 2.0]
+
+
+def _recorded(tags: tuple[Tag, ...], at: str | None) -> Result:
+    result = _result(tags, model="birds")
+    return dataclasses.replace(result, audio=dataclasses.replace(result.audio, recorded_at=at))
+
+
+def test_the_recordings_wall_clock_time_in_the_table_formats() -> None:
+    result = _recorded(BIRDS, "2025-05-01T05:30:00+01:00")
+    rows = list(csv.DictReader(io.StringIO(FORMATS["csv"].text(result, "x"))))
+    assert [(row["start_at"], row["end_at"]) for row in rows] == [
+        ("2025-05-01T05:30:00.000+01:00", "2025-05-01T05:30:03.000+01:00"),
+        ("2025-05-01T05:30:03.000+01:00", "2025-05-01T05:30:09.000+01:00"),
+    ]
+    birdnet = list(csv.DictReader(io.StringIO(FORMATS["birdnet"].text(result, "x"))))
+    assert birdnet[1]["Start Date Time"] == "2025-05-01T05:30:03.000+01:00"
+    assert birdnet[1]["End Date Time"] == "2025-05-01T05:30:09.000+01:00"
+    raven = FORMATS["raven"].text(result, "x")
+    selections = list(csv.DictReader(io.StringIO(raven), delimiter="\t"))
+    assert selections[0]["Begin Date Time"] == "2025-05-01T05:30:00.000+01:00"
+    assert selections[1]["End Date Time"] == "2025-05-01T05:30:09.000+01:00"
+    naive = _recorded(BIRDS, "2025-12-31T23:59:58.500000")  # the recorder's own clock: no zone
+    kaleidoscope = FORMATS["kaleidoscope"].text(naive, "site1/a.wav")
+    rows = list(csv.DictReader(io.StringIO(kaleidoscope)))
+    assert [(row["DATE"], row["TIME"], row["HOUR"]) for row in rows] == [
+        ("2025-12-31", "23:59:58", "23")
+    ] * 2
+    late = list(csv.DictReader(io.StringIO(FORMATS["csv"].text(naive, "x"))))
+    assert late[1]["end_at"] == "2026-01-01T00:00:07.500"  # over midnight and the year
+    for name in ("csv", "birdnet", "raven", "kaleidoscope"):
+        assert FORMATS[name].parse(FORMATS[name].encode(result, "x")) == list(BIRDS)
+
+
+def test_no_wall_clock_columns_when_the_time_is_unknown() -> None:
+    result = _recorded(BIRDS, None)
+    for name in ("csv", "birdnet", "raven", "kaleidoscope"):
+        header = FORMATS[name].text(result, "x").splitlines()[0]
+        assert not re.search("_at|Date|DATE", header), (name, header)

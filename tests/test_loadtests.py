@@ -104,6 +104,16 @@ def test_the_fingerprint_benchmark_finds_its_own_excerpts(tmp_path: Path) -> Non
     assert len(resampled(references[0], 1.05)) == pytest.approx(len(references[0]) / 1.05, abs=2)
 
 
+def test_a_dropped_requests_line_says_how_much_of_the_rise_was_kept() -> None:
+    from loadtests.dropped_memory import Drop
+
+    line = Drop(before=300.0, peak=400.0, after=310.0, idle_after_s=0.25).line(2)
+    assert line == (
+        "drop 2: RSS before 300 MiB, peak 400 (+100), after 310 (+10 MiB, 10% of the rise kept);"
+        " engine idle 0.2 s after the hang-up"
+    )
+
+
 def test_the_events_benchmark_says_skipped_without_the_tflite_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

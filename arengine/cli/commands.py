@@ -34,7 +34,7 @@ log = logging.getLogger("arengine")
 JOB_OVER_S = 600.0
 """`recognize --server` sends a recording longer than this as a job: the server's default
 `request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
-ENV_ONLY = frozenset({"api_keys"})
+ENV_ONLY = frozenset({"api_keys", "admin_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (
@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the HTTP server",
         description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
         epilog="example: arengine serve --port 8080 --engine-threads 4\n"
-        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
+        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 ARENGINE_ADMIN_KEYS=key3 "
+        "arengine serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_setting_flags(serve, Settings.model_fields)
@@ -332,6 +333,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
         "api_keys": len(settings.api_key_list()),  # how many, never which
+        "admin_keys": len(settings.admin_key_list()),
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.engine.engine import Engine
-from arengine.http import jobs, render, routes, web
+from arengine.http import jobs, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
@@ -80,11 +80,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(render.router)
     app.include_router(jobs.router)
+    app.include_router(references.router)
     app.include_router(web.router)
     install_error_handlers(app)
     if keys := settings.api_key_list():
         public = ["/healthz", "/readyz", *web.PUBLIC_PATHS]
         public += ["/metrics"] if settings.metrics_public else []
+        # An administrator may do what a user may: the references endpoints check for the
+        # administrator keys themselves.
+        keys = (*keys, *settings.admin_key_list())
         app.add_middleware(ApiKeyMiddleware, keys=keys, public_paths=public)
     if settings.cors_origins:
         app.add_middleware(

@@ -82,18 +82,31 @@ class BirdnetSpectrogram(nn.Module):
         self.register_buffer("power", torch.zeros(2))
         self.register_buffer("scale", torch.zeros(2))
         self.register_buffer("shift", torch.zeros(2))
+        self.bins = tuple((0, frame // 2 + 1) for frame, _ in STFTS)
 
     def forward(self, windows: Tensor) -> Tensor:
-        x = windows - windows.amin(1, keepdim=True)
-        x = (x / (x.amax(1, keepdim=True) + 1e-6) - 0.5) * 2.0
+        low, high = torch.aminmax(windows, dim=1, keepdim=True)
+        x = ((windows - low) / (high - low + 1e-6) - 0.5) * 2.0
         branches = []
-        for i, (frame, hop) in enumerate(STFTS):
+        for i, ((frame, hop), (first, last)) in enumerate(zip(STFTS, self.bins, strict=True)):
             frames = x.unfold(1, frame, hop)[:, :FRAMES] * getattr(self, f"window{i}")
-            real = torch.fft.rfft(frames).real  # the graph's complex-to-float cast
-            mel = torch.matmul(real, getattr(self, f"mel{i}").T)
+            # The graph's complex-to-float cast keeps the real part; only the bins the mel
+            # matrix weighs are kept (the others it multiplies by 0).
+            real = torch.fft.rfft(frames)[..., first:last].real
+            mel = torch.matmul(real, getattr(self, f"mel{i}")[:, first:last].T)
             branches.append((mel * mel).pow(self.power[i]).flip(-1).transpose(1, 2))
-        spectrogram = torch.stack(branches, dim=1)
+        # Stacked last and permuted: channels-last, the layout the body's convolutions read.
+        spectrogram = torch.stack(branches, dim=-1).permute(0, 3, 1, 2)
         return spectrogram * self.scale[:, None, None] + self.shift[:, None, None]
+
+    def crop(self) -> None:
+        """Set `bins` from the loaded mel matrices: each branch's first and last-plus-one rFFT
+        bin with a nonzero weight (BirdNET's: 1-127 of 1,025 and 11-319 of 513)."""
+        spans = []
+        for i in range(len(STFTS)):
+            used = torch.nonzero(getattr(self, f"mel{i}").any(0)).flatten()
+            spans.append((int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0))
+        self.bins = tuple(spans)
 
 
 def _same(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int]) -> Tensor:
@@ -106,7 +119,8 @@ def _same(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int]) -> Tensor
 
 
 def _swish(x: Tensor) -> Tensor:
-    return x * torch.sigmoid(x)
+    """`x * sigmoid(x)` in one pass, in place: `x` is always a layer's fresh output."""
+    return nn.functional.silu(x, inplace=True)
 
 
 def _pointwise(conv: nn.Conv2d, x: Tensor) -> Tensor:
@@ -137,10 +151,9 @@ class Block(nn.Module):
         y = _swish(self.depthwise(y))
         if self.reduce is not None and self.restore is not None:  # squeeze and excite
             squeezed = _swish(_pointwise(self.reduce, y.mean((2, 3), keepdim=True)))
-            y = y * torch.sigmoid(_pointwise(self.restore, squeezed))
+            y = y.mul_(torch.sigmoid(_pointwise(self.restore, squeezed)))
         y = _pointwise(self.project, y)
-        out: Tensor = y if self.first else y + x
-        return out
+        return y if self.first else y.add_(x)
 
 
 class Birdnet(nn.Module):
@@ -208,6 +221,10 @@ class Birdnet(nn.Module):
             partial.replace(cached)
         model.load_state_dict(state)
         _frozen(model)
+        model.spectrogram.crop()
+        for module in model.modules():  # as the activations are: no conversion per call
+            if isinstance(module, nn.Conv2d):
+                module.weight.data = module.weight.contiguous(memory_format=torch.channels_last)
         return model
 
 

@@ -130,6 +130,42 @@ def _pointwise(conv: nn.Conv2d, x: Tensor) -> Tensor:
     return nn.functional.linear(pixels, conv.weight[:, :, 0, 0], conv.bias).permute(0, 3, 1, 2)
 
 
+FUSED: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+"""Whether `_conv` runs oneDNN's convolutions with the activation or the residual fused."""
+
+
+def _conv(
+    conv: nn.Conv2d, x: Tensor, activation: str = "none", residual: Tensor | None = None
+) -> Tensor:
+    """`conv(x)`, then `activation` ("none", "relu" or "swish") or `+ residual`, channels-last.
+
+    oneDNN (torch's `mkldnn` operators, those `torch.compile` emits for the same graph) applies
+    the activation or the sum to each output tile while it is in cache: one pass over the
+    output instead of two or three, and its 1x1 kernels beat the matrix products `_pointwise`
+    uses (1.15-1.3x less CPU for the whole network, measured on 4 windows a call). Without
+    oneDNN, the same in plain torch.
+    """
+    if not FUSED:
+        pointwise = conv.kernel_size == (1, 1) and conv.stride == (1, 1)
+        y = _pointwise(conv, x) if pointwise else conv(x)
+        if residual is not None:
+            return y.add_(residual)
+        if activation == "relu":
+            return torch.relu_(y)
+        return _swish(y) if activation == "swish" else y
+    arguments = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
+    out: Tensor
+    if residual is not None:
+        out = torch.ops.mkldnn._convolution_pointwise.binary(
+            x, residual, conv.weight, conv.bias, *arguments, "add", None, None, [], None
+        )
+    else:
+        out = torch.ops.mkldnn._convolution_pointwise(
+            x, conv.weight, conv.bias, *arguments, activation, [], None
+        )
+    return out
+
+
 class Block(nn.Module):
     """Expand 1x1, swish, depthwise 3x3, swish, squeeze-and-excite, project 1x1, residual."""
 
@@ -147,13 +183,12 @@ class Block(nn.Module):
         self.project = nn.Conv2d(expanded, width, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = _swish(_pointwise(self.expand, x))
-        y = _swish(self.depthwise(y))
+        y = _conv(self.expand, x, "swish")
+        y = _conv(self.depthwise, y, "swish")
         if self.reduce is not None and self.restore is not None:  # squeeze and excite
             squeezed = _swish(_pointwise(self.reduce, y.mean((2, 3), keepdim=True)))
             y = y.mul_(torch.sigmoid(_pointwise(self.restore, squeezed)))
-        y = _pointwise(self.project, y)
-        return y if self.first else y.add_(x)
+        return _conv(self.project, y, residual=None if self.first else x)
 
 
 class Birdnet(nn.Module):
@@ -189,15 +224,16 @@ class Birdnet(nn.Module):
     def embeddings(self, windows: Tensor) -> Tensor:
         """The 1,024 features before the dense layer."""
         x = self.spectrogram(windows)
-        x = torch.relu(self.stem(_same(x, (4, 8), (2, 2))))
-        x = x.contiguous(memory_format=torch.channels_last)
-        n, channels, height, width = x.shape
-        pairs = x.reshape(n, channels, height, width // 2, 2)  # pools of 1 x 2, stride 2, VALID
-        x = _pointwise(self.pool_mix, torch.cat([pairs.amax(4), pairs.mean(4)], dim=1))
+        x = _conv(self.stem, _same(x, (4, 8), (2, 2)), "relu")
+        pixels = x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1)
+        n, height, width, channels = pixels.shape
+        pairs = pixels.reshape(n, height, width // 2, 2, channels)  # pools of 1 x 2, stride 2
+        pooled = torch.cat([pairs.amax(3), pairs.mean(3)], dim=3).permute(0, 3, 1, 2)
+        x = _conv(self.pool_mix, pooled)
         for block in self.blocks:
             x = block(x)
         x = torch.relu(x * self.post_scale[:, None, None] + self.post_shift[:, None, None])
-        features: Tensor = torch.relu(self.head(x)).mean((2, 3))
+        features: Tensor = _conv(self.head, x, "relu").mean((2, 3))
         return features
 
     def forward(self, windows: Tensor) -> Tensor:

@@ -20,6 +20,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from arengine.audio.segments import Segmenter
 from arengine.errors import InvalidInput
+from arengine.models import birds
 from arengine.models.birds import (
     CONVERSION,
     WINDOW,
@@ -121,6 +122,19 @@ def test_the_network_equals_birdnets_tflite_on_a_real_recording(
     assert difference.max() < 2e-3
     assert np.mean(difference > 1e-4) < 5e-3
     assert np.median(difference) < 1e-5
+
+
+def test_without_onednn_the_plain_torch_path_equals_birdnets_tflite(
+    model: Birdnet, audio: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The convolutions with fused activations need oneDNN; a torch without it takes the
+    plain path, held to the same reference."""
+    windows = _windows(audio)
+    logits, _ = _reference(windows)
+    monkeypatch.setattr(birds, "FUSED", False)
+    with torch.inference_mode():
+        ours = model(torch.from_numpy(windows)).numpy()
+    np.testing.assert_allclose(ours, logits, rtol=0, atol=1e-3)
 
 
 def test_the_detections_equal_birdnets(model: Birdnet, audio: np.ndarray, cache: Path) -> None:

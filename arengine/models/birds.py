@@ -82,31 +82,42 @@ class BirdnetSpectrogram(nn.Module):
         self.register_buffer("power", torch.zeros(2))
         self.register_buffer("scale", torch.zeros(2))
         self.register_buffer("shift", torch.zeros(2))
-        self.bins = tuple((0, frame // 2 + 1) for frame, _ in STFTS)
+        self.filters: tuple[Tensor, ...] = ()
 
     def forward(self, windows: Tensor) -> Tensor:
         low, high = torch.aminmax(windows, dim=1, keepdim=True)
         x = ((windows - low) / (high - low + 1e-6) - 0.5) * 2.0
         branches = []
-        for i, ((frame, hop), (first, last)) in enumerate(zip(STFTS, self.bins, strict=True)):
-            frames = x.unfold(1, frame, hop)[:, :FRAMES] * getattr(self, f"window{i}")
-            # The graph's complex-to-float cast keeps the real part; only the bins the mel
-            # matrix weighs are kept (the others it multiplies by 0).
-            real = torch.fft.rfft(frames)[..., first:last].real
-            mel = torch.matmul(real, getattr(self, f"mel{i}")[:, first:last].T)
-            branches.append((mel * mel).pow(self.power[i]).flip(-1).transpose(1, 2))
+        for i, (_, hop) in enumerate(STFTS):
+            # (n, 96, 511), the mel axis already reversed: see `fold`.
+            mel = nn.functional.conv1d(x[:, None], self.filters[i], stride=hop)[:, :, :FRAMES]
+            branches.append((mel * mel).pow(self.power[i]))
         # Stacked last and permuted: channels-last, the layout the body's convolutions read.
         spectrogram = torch.stack(branches, dim=-1).permute(0, 3, 1, 2)
         return spectrogram * self.scale[:, None, None] + self.shift[:, None, None]
 
-    def crop(self) -> None:
-        """Set `bins` from the loaded mel matrices: each branch's first and last-plus-one rFFT
-        bin with a nonzero weight (BirdNET's: 1-127 of 1,025 and 11-319 of 513)."""
-        spans = []
-        for i in range(len(STFTS)):
-            used = torch.nonzero(getattr(self, f"mel{i}").any(0)).flatten()
-            spans.append((int(used[0]), int(used[-1]) + 1) if len(used) else (0, 0))
-        self.bins = tuple(spans)
+    def fold(self) -> None:
+        """Fold each branch's window, real rFFT and mel matrix into one filter bank.
+
+        The graph's frames times the window, the rFFT's real part (its complex-to-float cast
+        keeps that) and the mel matrix are all linear: one `(96, frame)` matrix, the cosines
+        of the bins the mel matrix weighs (1-127 of 1,025 and 11-319 of 513) computed in
+        float64, the mel axis reversed as the graph reverses it. Applied as a strided
+        convolution over the window it makes no frames and no FFT: 1.1x faster than rFFT and
+        mel product here, and nearer the float64 result than that (largest error 4e-4
+        against 9e-4 after the power, measured on the test recording).
+        """
+        filters = []
+        for i, (frame, _) in enumerate(STFTS):
+            mel = getattr(self, f"mel{i}").double()
+            used = torch.nonzero(mel.any(0)).flatten()
+            bins = torch.arange(int(used[0]), int(used[-1]) + 1, dtype=torch.float64)
+            samples = torch.arange(frame, dtype=torch.float64)
+            cosines = torch.cos(2 * math.pi * (samples[:, None] * bins % frame) / frame)
+            window = getattr(self, f"window{i}").double()
+            bank = (window[:, None] * cosines) @ mel[:, bins.long()].T
+            filters.append(bank.T.flip(0).float().contiguous()[:, None, :])
+        self.filters = tuple(filters)
 
 
 def _same(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int]) -> Tensor:
@@ -257,7 +268,7 @@ class Birdnet(nn.Module):
             partial.replace(cached)
         model.load_state_dict(state)
         _frozen(model)
-        model.spectrogram.crop()
+        model.spectrogram.fold()
         for module in model.modules():  # as the activations are: no conversion per call
             if isinstance(module, nn.Conv2d):
                 module.weight.data = module.weight.contiguous(memory_format=torch.channels_last)

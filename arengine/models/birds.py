@@ -238,8 +238,12 @@ class Birdnet(nn.Module):
         x = _conv(self.stem, _same(x, (4, 8), (2, 2)), "relu")
         pixels = x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1)
         n, height, width, channels = pixels.shape
-        pairs = pixels.reshape(n, height, width // 2, 2, channels)  # pools of 1 x 2, stride 2
-        pooled = torch.cat([pairs.amax(3), pairs.mean(3)], dim=3).permute(0, 3, 1, 2)
+        # Pools of 1 x 2, stride 2, as elementwise ops on the two halves of each pair (a
+        # reduction over an axis of 2 took 3.6x as long): the same numbers, `mean` is `sum / 2`.
+        pairs = pixels.reshape(n, height, width // 2, 2, channels)
+        left, right = pairs[:, :, :, 0], pairs[:, :, :, 1]
+        pooled = torch.cat([torch.maximum(left, right), (left + right) * 0.5], dim=3)
+        pooled = pooled.permute(0, 3, 1, 2)
         x = _conv(self.pool_mix, pooled)
         for block in self.blocks:
             x = block(x)

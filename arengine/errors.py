@@ -127,6 +127,11 @@ class ErrorCode(StrEnum):
         409,
         "the job's result is asked for while it is queued, running or failed (the message says which)",
     )
+    SCORES_NOT_KEPT = (
+        "scores_not_kept",
+        409,
+        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+    )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
         431,
@@ -232,6 +237,11 @@ class ErrorCode(StrEnum):
         "deadline_exceeded",
         504,
         "the request's deadline (`request_timeout_s`, or less with `?timeout_s=`) passed; its remaining segments were dropped",
+    )
+    RENDER_TIMEOUT = (
+        "render_timeout",
+        504,
+        "`POST /v1/render` worked longer than `render_timeout_s` (from its body's end); the render was stopped",
     )
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",

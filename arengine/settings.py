@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     )
     models_dir: Path | None = Field(
         None,
-        description="Folder of model sub-folders, each with a manifest.toml; default: the repository's models/.",
+        description="Folder of model sub-folders, each with a manifest.toml; default: the built-in models (installed with the package; the repository's models/).",
     )
     models: str | None = Field(
         None,
@@ -111,6 +111,12 @@ class Settings(BaseSettings):
         le=86_400,
         description="Deadline of a recognition request in seconds, from its first byte: headers, upload and processing (408 while uploading, 504 after); clients may ask for less with timeout_s.",
     )
+    render_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Longest a POST /v1/render may work, in seconds, from its body's end (waiting for a turn included); past it the render stops and answers 504 render_timeout.",
+    )
     body_timeout_s: float = Field(
         30.0,
         gt=0,
@@ -174,6 +180,18 @@ class Settings(BaseSettings):
         ge=1,
         le=100_000,
         description="Jobs queued or running at once; beyond it POST /v1/jobs answers 503 with Retry-After.",
+    )
+    job_retention_s: float = Field(
+        7 * 86_400.0,
+        ge=60,
+        le=10 * 365 * 86_400,
+        description="Seconds an ended job (done or failed) is kept, with its result and scores, after it ended; then it is removed from the database and the disk.",
+    )
+    job_storage_bytes: int = Field(
+        50 << 30,
+        ge=1 << 20,
+        le=1 << 50,
+        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs are removed, oldest first. Jobs queued or running are never removed.",
     )
     api_keys: str | None = Field(
         None,

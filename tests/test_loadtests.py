@@ -85,6 +85,16 @@ def test_the_events_recording_holds_its_sounds_at_the_times_it_says() -> None:
     assert np.abs(audio[start : start + RATE]).max() > 10 * np.abs(quiet).max()
 
 
+def test_a_dropped_requests_line_says_how_much_of_the_rise_was_kept() -> None:
+    from loadtests.dropped_memory import Drop
+
+    line = Drop(before=300.0, peak=400.0, after=310.0, idle_after_s=0.25).line(2)
+    assert line == (
+        "drop 2: RSS before 300 MiB, peak 400 (+100), after 310 (+10 MiB, 10% of the rise kept);"
+        " engine idle 0.2 s after the hang-up"
+    )
+
+
 def test_the_events_benchmark_says_skipped_without_the_tflite_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -10,6 +10,7 @@ even if it were recognised.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import av
 import av.container
+import av.filter
 import numpy as np
 
 from arengine.audio import containers
@@ -133,6 +135,72 @@ def to_float32(frame: av.AudioFrame) -> np.ndarray:
     if kind in _SCALE:
         return (array / np.float32(_SCALE[kind])).astype(np.float32)
     return array.astype(np.float32)
+
+
+class Mixdown:
+    """Decoded frames to mono float32 blocks of `block` samples, in FFmpeg's C code.
+
+    A filter graph (`abuffer -> aformat=fltp -> pan -> aformat=flt -> asetnsamples ->
+    abuffersink`) does the per-frame work: integer samples scaled to [-1, 1] as `to_float32`
+    does, the channels averaged with equal weights (`decode.to_mono`'s mean, to the bit), and
+    frames of a thousand samples gathered into blocks. Python pushes each frame and takes a
+    block now and then; FFmpeg releases the GIL while it filters (see BENCHMARKS.md, "Decoding
+    in C"). The graph is built from the first frame's rate, format and channels; a frame that
+    differs is the caller's to refuse before `push`.
+    """
+
+    def __init__(self, block: int) -> None:
+        self._block = block
+        self._graph: av.filter.Graph | None = None
+        self._source: Any = None
+        self._sink: Any = None
+        self._pending = 0
+
+    def push(self, frame: av.AudioFrame) -> Iterator[np.ndarray]:
+        """Give FFmpeg `frame`; the blocks that are complete, as `(samples, 1)` views."""
+        if self._graph is None:
+            self._build(frame)
+        self._source.push(frame)
+        self._pending += frame.samples
+        if self._pending >= self._block:
+            self._pending = 0
+            yield from self._ready()
+
+    def flush(self) -> Iterator[np.ndarray]:
+        """The rest, the last block shorter; the graph is spent afterwards."""
+        if self._graph is not None:
+            self._source.push(None)
+            yield from self._ready()
+
+    def _ready(self) -> Iterator[np.ndarray]:
+        while True:
+            try:
+                frame = self._sink.pull()
+            except (av.error.BlockingIOError, av.error.EOFError):
+                return
+            plane = memoryview(frame.planes[0])  # keeps the frame's buffer alive
+            yield np.frombuffer(plane, np.float32, frame.samples)[:, None]
+
+    def _build(self, frame: av.AudioFrame) -> None:
+        channels = frame.layout.nb_channels
+        graph = av.filter.Graph()
+        source = graph.add_abuffer(
+            sample_rate=frame.sample_rate,
+            format=frame.format.name,
+            layout=frame.layout.name,
+            channels=channels,
+        )
+        steps = [source, graph.add("aformat", "sample_fmts=fltp")]
+        if channels > 1:
+            weights = "+".join(f"{1 / channels!r}*c{index}" for index in range(channels))
+            steps.append(graph.add("pan", f"mono|c0={weights}"))
+        steps.append(graph.add("aformat", "sample_fmts=flt:channel_layouts=mono"))
+        steps.append(graph.add("asetnsamples", f"n={self._block}:p=0"))
+        steps.append(graph.add("abuffersink"))
+        for upstream, downstream in itertools.pairwise(steps):
+            upstream.link_to(downstream)
+        graph.configure()
+        self._graph, self._source, self._sink = graph, source, steps[-1]
 
 
 def packets(

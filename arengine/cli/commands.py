@@ -5,6 +5,7 @@ references` (a fingerprint model's reference library)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -30,6 +31,9 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
+JOB_OVER_S = 600.0
+"""`recognize --server` sends a recording longer than this as a job: the server's default
+`request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
 ENV_ONLY = frozenset({"api_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
@@ -38,12 +42,12 @@ ENGINE_SETTINGS = (
     "intra_op_threads",
     "inter_op_threads",
     "models_dir",
-    "models",
     "segment_s",
     "segments_ahead",
     "max_duration_s",
 )
-"""The settings `recognize` and `models` take: those of the engine, not of the HTTP server."""
+"""The settings `recognize` takes: those of the engine, not of the HTTP server. Not `models`:
+`--model` names the models to run, and only those load."""
 
 RECOGNIZE_EXAMPLES = (
     """examples:
@@ -108,8 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         default="speech",
         help="model name, or several separated by commas (speech,notes: decoded once, "
-        "one output with every model's tags in timestamp order); default: speech",
+        "one output with every model's tags in timestamp order); only these load; "
+        "default: speech",
     )
+    recognize.add_argument("--models", action=_Removed, help=argparse.SUPPRESS)
     recognize.add_argument(
         "--format",
         default="json",
@@ -128,6 +134,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="send the files to this arengine server (or load balancer) instead of an in-process "
         "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+    )
+    recognize.add_argument(
+        "--job-over-s",
+        type=float,
+        default=JOB_OVER_S,
+        metavar="SECONDS",
+        help="with --server: a recording longer than this is sent as a job (POST /v1/jobs), "
+        "which survives a dropped connection and a server restart; its result is fetched once "
+        f"done (default: {JOB_OVER_S:g})",
     )
     recognize.add_argument(
         "--resume",
@@ -177,6 +192,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(references, ("models_dir", "max_duration_s"))
     return parser
+
+
+class _Removed(argparse.Action):
+    """`recognize --models`, which chose the models to load beside `--model`'s models to run: a
+    usage error that says what to use (argparse would otherwise take it as `--models-dir`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            f"{option_string} is gone: --model names the models to run (only those load), "
+            "--models-dir the folder they are in"
+        )
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
@@ -333,6 +368,7 @@ def recognize(
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
     combined: Path | None = None,
+    job_over_s: float = JOB_OVER_S,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
     `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`);
@@ -363,11 +399,10 @@ def recognize(
     if todo and server is not None:
         from arengine.cli.remote import Remote, recognize_remote
 
-        failures = recognize_remote(
-            Remote.from_env(server), todo, model, fmt, jobs, overrides=overrides
-        )
+        remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
+        failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
     elif todo:
-        engine = _engine(settings)
+        engine = _engine(settings.model_copy(update={"models": model}))
         try:
             refused = _refusal(engine, model, format, overrides)
             if refused is not None:

@@ -17,7 +17,7 @@ from arengine.audio.validation import AudioLimits, probe
 from arengine.errors import ArengineError
 from arengine.models.fingerprint import SAMPLE_RATE, add_recording
 from arengine.models.fingerprint_store import Library
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models.registry import DEFAULT_MODELS_DIR, PACKAGED_MODELS_DIR
 from arengine.settings import Settings
 
 LIBRARY_FILE = "library.sqlite"
@@ -83,6 +83,18 @@ def references(
     """Run one action; 0 when every item was done, 1 when any was refused (said on stderr)."""
     if title is not None and (action != "add" or len(items) != 1):
         print("arengine: --title names one file being added", file=sys.stderr)
+        return 2
+    if (
+        action == "add"
+        and settings.models_dir is None
+        and DEFAULT_MODELS_DIR == PACKAGED_MODELS_DIR
+    ):
+        print(
+            "arengine: the built-in models are inside the installed package, which is no place "
+            "for a library: name a folder with --models-dir (and serve that folder with "
+            f"--models-dir; copy models from {DEFAULT_MODELS_DIR} into it to serve them too)",
+            file=sys.stderr,
+        )
         return 2
     try:
         library = library_of(settings, name, create=action == "add")

@@ -24,7 +24,7 @@ from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
 from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopback
 from arengine.http.upload_dir import UploadDir
-from arengine.jobs.runner import JobRunner
+from arengine.jobs.runner import JobRunner, Retention
 from arengine.jobs.store import JobStore
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
@@ -55,6 +55,8 @@ def create_app(settings: Settings) -> FastAPI:
         _watch(metrics, engine)
         runner = _jobs(settings, engine)
         app.state.jobs = runner
+        if runner is not None:
+            metrics.watch_jobs(runner.store)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
@@ -107,7 +109,9 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
     """The job runner over the store in `data_dir` (None: jobs off), started."""
     if settings.data_dir is None:
         return None
-    runner = JobRunner(JobStore.open(settings.data_dir), engine, settings.max_running_jobs)
+    retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
+    store = JobStore.open(settings.data_dir)
+    runner = JobRunner(store, engine, settings.max_running_jobs, retention)
     runner.start()
     return runner
 

@@ -136,6 +136,11 @@ class JobStore:
     def result_path(self, job_id: str) -> Path:
         return self.results / f"{job_id}.json"
 
+    def scores_path(self, job_id: str) -> Path:
+        """The job's kept scores (`arengine/jobs/scores.py`): its checkpoint, then what new
+        post-processing parameters are applied to."""
+        return self.results / f"{job_id}.scores"
+
     def add(self, record: JobRecord, limit: int) -> bool:
         """Commit a queued job unless `limit` jobs are queued or running already (False)."""
         with self._lock, self._db:
@@ -246,8 +251,59 @@ class JobStore:
             )
         self._delete(job_id)
 
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each state (by its name), every state included."""
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        found = {str(state): int(count) for state, count in rows}
+        return {state.value: found.get(state.value, 0) for state in JobState}
+
+    def oldest_active(self) -> float | None:
+        """When the oldest job queued or running was accepted (Unix time); None if none is."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT MIN(created) FROM jobs WHERE state IN (?, ?)",
+                (JobState.QUEUED.value, JobState.RUNNING.value),
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def expire(self, ended_before: float, max_bytes: int) -> list[str]:
+        """Remove the ended jobs (done, failed) that ended before `ended_before` (Unix time),
+        then, while the store's files hold more than `max_bytes`, the ended ones that ended
+        first. Returns the ids removed."""
+        with self._lock:
+            ended = self._db.execute(
+                "SELECT id, finished FROM jobs WHERE state IN (?, ?) ORDER BY finished, rowid",
+                (JobState.DONE.value, JobState.FAILED.value),
+            ).fetchall()
+        total = self.size()
+        removed: list[str] = []
+        for job_id, finished in ended:
+            if float(finished or 0) >= ended_before and total <= max_bytes:
+                break
+            total -= self._files_size(str(job_id))
+            self.remove(str(job_id))
+            removed.append(str(job_id))
+        return removed
+
+    def size(self) -> int:
+        """Bytes of every file in the store's folders (not the database)."""
+        total = 0
+        for folder in (self.uploads, self.results):
+            for path in folder.iterdir():
+                try:
+                    total += path.stat().st_size
+                except OSError:  # removed meanwhile
+                    continue
+        return total
+
+    def _files_size(self, job_id: str) -> int:
+        paths = (self.upload_path(job_id), self.result_path(job_id), self.scores_path(job_id))
+        return sum(path.stat().st_size for path in paths if path.exists())
+
     def recover(self) -> list[str]:
-        """At start-up: jobs a stopped process left running are queued again (from the start),
+        """At start-up: jobs a stopped process left running are queued again (they go on from
+        their kept scores),
         removals it left half done are finished, and files no row names are deleted. Returns
         the ids queued again."""
         with self._lock, self._db:
@@ -270,8 +326,17 @@ class JobStore:
             ]
         for job_id in cancelled:
             self._delete(job_id)
+        for job in self.in_state(JobState.DONE):
+            # A done job no longer needs its upload; a crash may have come before it was removed.
+            self.upload_path(job).unlink(missing_ok=True)
         self._sweep()
         return running
+
+    def in_state(self, state: JobState) -> list[str]:
+        """The ids of every job in `state`, whoever owns it."""
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM jobs WHERE state = ?", (state.value,))
+            return [str(row[0]) for row in rows]
 
     def close(self) -> None:
         with self._lock:
@@ -287,6 +352,7 @@ class JobStore:
     def _delete(self, job_id: str) -> None:
         self.upload_path(job_id).unlink(missing_ok=True)
         self.result_path(job_id).unlink(missing_ok=True)
+        self.scores_path(job_id).unlink(missing_ok=True)
         with self._lock, self._db:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
@@ -300,6 +366,7 @@ class JobStore:
                 if path.name.split(".", 1)[0] not in known or path.suffix not in (
                     ".upload",
                     ".json",
+                    ".scores",
                 ):
                     path.unlink(missing_ok=True)
 

@@ -139,9 +139,9 @@ def test_recognize_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "a.wav").write_bytes(b"")
     bad_model = _arengine("recognize", "a.wav", "--model", "nope", cwd=tmp_path)
     assert bad_model.returncode == 2
-    assert "unknown model 'nope'" in bad_model.stderr
+    assert "unknown model nope: the models in " in bad_model.stderr
     no_notes = _arengine(
-        "recognize", "a.wav", "--format", "midi", "--models", "speech", cwd=tmp_path
+        "recognize", "a.wav", "--format", "midi", "--model", "speech", cwd=tmp_path
     )
     assert no_notes.returncode == 2
     assert "format midi holds only notes; model 'speech' tags none" in no_notes.stderr

@@ -98,6 +98,10 @@ class InsufficientStorage(ServerError):
     """507: the server could not spool the upload."""
 
 
+class JobFailed(ServerError):
+    """A job ended in an error: `code` and `message` are the job's (`GET /v1/jobs/{id}`)."""
+
+
 _BY_STATUS: dict[int, type[ServerError]] = {
     400: BadRequest,
     401: Unauthorized,
@@ -271,6 +275,52 @@ class Client:
         """
         params = _params(model, format, timeout_s, overrides)
         return self._send("POST", "/v1/recognize", audio, params).content
+
+    def submit(self, audio: Audio, *, model: str = "speech", **overrides: float | str) -> str:
+        """Send a recording as a job (`POST /v1/jobs`): its id, once the server has it on disk.
+        The job runs whether or not this client stays, and across the server's restarts."""
+        params = _params(model, None, None, overrides)
+        return str(self._json("POST", "/v1/jobs", audio, params)["id"])
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """A job's state and progress (`GET /v1/jobs/{id}`)."""
+        return dict(self._json("GET", f"/v1/jobs/{job_id}"))
+
+    def job_result(self, job_id: str, **overrides: float | str) -> Recognition:
+        """A done job's result; with post-processing parameters (`threshold=0.7`), its tags
+        derived again from the scores it kept, without running the model."""
+        return result_of(self._json("GET", f"/v1/jobs/{job_id}/result", params=overrides))
+
+    def wait(self, job_id: str, *, poll_s: float = 2.0, patience_s: float = 900.0) -> Recognition:
+        """A job's result once it is done, polling its state every `poll_s`. A dropped
+        connection or a server that is away (restarting: refused, 502, 503) is waited out for
+        up to `patience_s` in a row; a failed job raises `JobFailed`."""
+        away_since: float | None = None
+        while True:
+            try:
+                job = self.job(job_id)
+            except (httpx.TransportError, Unavailable) as error:
+                now = time.monotonic()
+                away_since = away_since or now
+                if now - away_since > patience_s:
+                    raise
+                log.info("job %s: the server is away (%s); waiting", job_id, error)
+                time.sleep(poll_s)
+                continue
+            away_since = None
+            if job["state"] == "done":
+                return self.job_result(job_id)
+            if job["state"] in ("failed", "cancelled"):
+                why = job.get("error") or {"code": "job_cancelled", "message": "cancelled"}
+                raise JobFailed(409, str(why["code"]), str(why["message"]))
+            time.sleep(poll_s)
+
+    def recognize_job(
+        self, audio: Audio, *, model: str = "speech", poll_s: float = 2.0, **overrides: float | str
+    ) -> Recognition:
+        """`recognize` through a job, for long recordings: no request is held open for the
+        whole run, and a dropped connection or a server restart does not lose the work."""
+        return self.wait(self.submit(audio, model=model, **overrides), poll_s=poll_s)
 
     def stream(
         self,

@@ -1,9 +1,12 @@
 """The events model (YAMNet in torch) against the TFLite runtime: agreement, speed, timing.
 
-    python -m loadtests.events yamnet.tflite [--minutes 30] [--processes 2]
+    python -m loadtests.events [yamnet.tflite] [--minutes 30] [--processes 2]
 
-`yamnet.tflite` is the source model (models/events/README.md says where it comes from); the
-TFLite runtime is `ai-edge-litert` (the test extra). Three figures, side by side in one run:
+`yamnet.tflite` is the source model, which the repository does not hold (models/events/README.md
+says where it comes from); without the argument it is `$YAMNET_TFLITE`, else
+`loadtests/out/yamnet.tflite`, and where there is no such file the run says it is skipped and
+exits 0 (`make bench` runs it either way). The TFLite runtime is `ai-edge-litert` (the test
+extra). Three figures, side by side in one run:
 
 1. agreement on every window of Debian's freedesktop and alsa-utils sounds: the port against the
    runtime (XNNPACK, what `reference.npz` holds), and the runtime's builtin kernels against its
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import multiprocessing
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -183,17 +187,27 @@ def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -
     print(sorted({t.label for t in stray}))
 
 
-def main() -> None:
+DEFAULT_TFLITE = Path(__file__).parent / "out" / "yamnet.tflite"
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("tflite", type=Path)
+    parser.add_argument("tflite", type=Path, nargs="?")
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--processes", type=int, default=2)
-    args = parser.parse_args()
-    agreement(args.tflite)
+    args = parser.parse_args(argv)
+    tflite = args.tflite or Path(os.environ.get("YAMNET_TFLITE") or DEFAULT_TFLITE)
+    if not tflite.is_file():
+        print(
+            f"skipped: no YAMNet TFLite file at {tflite} (give its path or set YAMNET_TFLITE; "
+            "models/events/README.md says where it comes from)"
+        )
+        return
+    agreement(tflite)
     audio, inserted = recording(args.minutes)
     for hop_s in (0.48, 0.24):
         timing(audio, inserted, hop_s)
-    throughput(audio, args.tflite, args.processes)
+    throughput(audio, tflite, args.processes)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ library)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -16,15 +17,25 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arengine import __version__
-from arengine.outputs.formats import FORMAT_NAMES, FORMATS, get_format, known_formats
+from arengine.outputs.combined import TABLES
+from arengine.outputs.formats import (
+    FORMAT_NAMES,
+    FORMATS,
+    Format,
+    get_format,
+    known_formats,
+)
 from arengine.settings import Settings
 
 if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
-    from arengine.cli.runner import Failure
+    from arengine.cli.runner import Failure, Planned
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
-ENV_ONLY = frozenset({"api_keys"})
+JOB_OVER_S = 600.0
+"""`recognize --server` sends a recording longer than this as a job: the server's default
+`request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
+ENV_ONLY = frozenset({"api_keys", "admin_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (
@@ -32,12 +43,12 @@ ENGINE_SETTINGS = (
     "intra_op_threads",
     "inter_op_threads",
     "models_dir",
-    "models",
     "segment_s",
     "segments_ahead",
     "max_duration_s",
 )
-"""The settings `recognize` and `models` take: those of the engine, not of the HTTP server."""
+"""The settings `recognize` takes: those of the engine, not of the HTTP server. Not `models`:
+`--model` names the models to run, and only those load."""
 
 RECOGNIZE_EXAMPLES = (
     """examples:
@@ -45,6 +56,7 @@ RECOGNIZE_EXAMPLES = (
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
   arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
+  arengine recognize archive/ --model birds --format birdnet --resume --combined all.csv
   ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
 
 formats (other names in brackets):
@@ -93,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the HTTP server",
         description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
         epilog="example: arengine serve --port 8080 --engine-threads 4\n"
-        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
+        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 ARENGINE_ADMIN_KEYS=key3 "
+        "arengine serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_setting_flags(serve, Settings.model_fields)
@@ -101,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
         "recognize",
         help="tag audio files in-process, one output file per input",
         description="Tag audio files (and the audio files under folders) with an in-process "
-        "engine, a few files at a time, writing <out>/<stem>.<ext> for each.",
+        "engine, a few files at a time, writing <out>/<stem>.<ext> for each (a file under a "
+        "folder keeps its path under it: <out>/sub/<stem>.<ext>).",
         epilog=RECOGNIZE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -110,8 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         default="speech",
         help="model name, or several separated by commas (speech,notes: decoded once, "
-        "one output with every model's tags in timestamp order); default: speech",
+        "one output with every model's tags in timestamp order); only these load; "
+        "default: speech",
     )
+    recognize.add_argument("--models", action=_Removed, help=argparse.SUPPRESS)
     recognize.add_argument(
         "--format",
         default="json",
@@ -132,9 +148,27 @@ def build_parser() -> argparse.ArgumentParser:
         "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
     )
     recognize.add_argument(
+        "--job-over-s",
+        type=float,
+        default=JOB_OVER_S,
+        metavar="SECONDS",
+        help="with --server: a recording longer than this is sent as a job (POST /v1/jobs), "
+        "which survives a dropped connection and a server restart; its result is fetched once "
+        f"done (default: {JOB_OVER_S:g})",
+    )
+    recognize.add_argument(
         "--resume",
         action="store_true",
-        help="skip inputs whose output file already exists (an interrupted run started again)",
+        help="skip inputs whose output file already exists (an interrupted run started again; "
+        "names come from every input, done or not, so none takes another's)",
+    )
+    recognize.add_argument(
+        "--combined",
+        type=Path,
+        metavar="FILE",
+        help="also write one table of every file's rows with the recording's path (formats "
+        f"{', '.join(TABLES)}), as BirdNET-Analyzer's combined results; with --resume it "
+        "includes the outputs already there",
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
@@ -208,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(references, ("models_dir", "max_duration_s"))
     return parser
+
+
+class _Removed(argparse.Action):
+    """`recognize --models`, which chose the models to load beside `--model`'s models to run: a
+    usage error that says what to use (argparse would otherwise take it as `--models-dir`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            f"{option_string} is gone: --model names the models to run (only those load), "
+            "--models-dir the folder they are in"
+        )
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
@@ -349,6 +403,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
         "api_keys": len(settings.api_key_list()),  # how many, never which
+        "admin_keys": len(settings.admin_key_list()),
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
@@ -384,11 +439,14 @@ def recognize(
     server: str | None = None,
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
+    combined: Path | None = None,
+    job_over_s: float = JOB_OVER_S,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
-    `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`)."""
+    `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`);
+    `combined`: where to write one table of all files' rows too."""
     overrides = dict(parameters or {})
-    from arengine.cli.runner import expand, output_names, recognize_files
+    from arengine.cli.runner import expand, plan, recognize_files, remaining, write_combined
 
     files, skipped = expand(inputs)
     if not files:
@@ -398,35 +456,50 @@ def recognize(
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
         return 2
-    if server is not None:
+    fmt = get_format(format)
+    # Names over every input, before `--resume` leaves some out: a file's name never depends on
+    # which of the others are done.
+    work = plan(files, fmt, out, [path for path in inputs if path.is_dir()])
+    unfit = _combined_refusal(combined, fmt, work)
+    if unfit is not None:
+        print(f"arengine: {unfit}", file=sys.stderr)
+        return 2
+    todo = remaining(work) if resume else work
+    if len(todo) < len(work) and todo:
+        print(f"resume: {len(work) - len(todo)} outputs already there, skipped", file=sys.stderr)
+    failures: list[Failure] = []
+    if todo and server is not None:
         from arengine.cli.remote import Remote, recognize_remote
 
-        remote = Remote.from_env(server)
+        remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
+        failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
+    elif todo:
+        engine = _engine(settings.model_copy(update={"models": model}))
+        try:
+            refused = _refusal(engine, model, format, overrides)
+            if refused is not None:
+                print(f"arengine: {refused}", file=sys.stderr)
+                return 2
+            failures = recognize_files(engine, todo, model, fmt, jobs, overrides=overrides)
+        finally:
+            engine.close()
+    if combined is not None:
+        count = write_combined(work, fmt, combined, failures)
+        print(f"combined: {count} files' rows in {combined}", file=sys.stderr)
+    if todo:
         _print_skipped(skipped)
-        return _report(
-            recognize_remote(
-                remote, files, model, get_format(format), out, jobs, resume, overrides=overrides
-            ),
-            files,
-        )
-    if resume:
-        names = dict(zip(files, output_names(files, get_format(format)), strict=True))
-        files = [path for path in files if not (out / names[path]).exists()]
-        if not files:
-            return 0
-    engine = _engine(settings)
-    try:
-        refused = _refusal(engine, model, format, overrides)
-        if refused is not None:
-            print(f"arengine: {refused}", file=sys.stderr)
-            return 2
-        failures = recognize_files(
-            engine, files, model, get_format(format), out, jobs, overrides=overrides
-        )
-    finally:
-        engine.close()
-    _print_skipped(skipped)
-    return _report(failures, files)
+    return _report(failures, todo)
+
+
+def _combined_refusal(combined: Path | None, fmt: Format, work: Sequence[Planned]) -> str | None:
+    """Why `--combined` cannot be written in `fmt` to `combined`, or None."""
+    if combined is None:
+        return None
+    if fmt.name not in TABLES:
+        return f"--combined takes a table format: {', '.join(TABLES)}; not {fmt.name}"
+    if any(item.target.resolve() == combined.resolve() for item in work):
+        return f"--combined {combined} is the output file of one of the inputs"
+    return None
 
 
 def _refusal(
@@ -446,10 +519,10 @@ def _refusal(
     return None
 
 
-def _report(failures: list[Any], files: list[Path]) -> int:
+def _report(failures: list[Any], work: Sequence[Any]) -> int:
     """The failure report of both modes; the exit status."""
     if failures:
-        print(f"arengine: {len(failures)} of {len(files)} files failed:", file=sys.stderr)
+        print(f"arengine: {len(failures)} of {len(work)} files failed:", file=sys.stderr)
         for failure in failures:
             print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
         return 1

@@ -1,13 +1,15 @@
 """`arengine recognize --server URL`: the files of `cli.runner`, sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
-recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client), and
-`resume` skips inputs whose output file is already there (an interrupted run started again).
+recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client; a
+recording over `job_over_s` goes as a job, whose result is fetched once done, across dropped
+connections and server restarts).
 
 Example (with a server at that address)::
 
     remote = Remote("http://lb:8080", api_key=None)
-    failures = recognize_remote(remote, files, "speech", FORMATS["csv"], out)
+    work = plan([Path("talk.flac")], FORMATS["csv"], Path("out"))
+    failures = recognize_remote(remote, work, "speech", FORMATS["csv"])
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import functools
 import itertools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,7 @@ import httpx
 import soundfile
 
 from arengine.cli.progress import make_progress
-from arengine.cli.runner import Failure, output_names, settle
+from arengine.cli.runner import Failure, Planned, settle
 from arengine.client import Client, Recognition, RetryPolicy, ServerError
 from arengine.outputs.formats import Format
 from arengine.types import Result
@@ -41,6 +43,8 @@ class Remote:
     api_key: str | None
     retries: int = 30
     """Per file: a batch outlasts a busy cluster (503 with `Retry-After`) rather than fail."""
+    job_over_s: float | None = None
+    """A recording longer than this goes as a job (`Client.recognize_job`); None: never."""
 
     @classmethod
     def from_env(cls, url: str) -> Remote:
@@ -49,32 +53,22 @@ class Remote:
 
 def recognize_remote(
     remote: Remote,
-    files: list[Path],
+    work: Sequence[Planned],
     model: str,
     fmt: Format,
-    out: Path,
     jobs: int = 4,
-    resume: bool = False,
     stream: TextIO | None = None,
     overrides: Mapping[str, float | str] | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` uploads at a time; returns the failed ones;
-    `overrides`: post-processing parameters for every file."""
-    out.mkdir(parents=True, exist_ok=True)
-    todo = [
-        (path, out / name)
-        for path, name in zip(files, output_names(files, fmt), strict=True)
-        if not (resume and (out / name).exists())
-    ]
+    """Write each file's output (`runner.plan`), `jobs` uploads at a time; returns the failed
+    ones; `overrides`: post-processing parameters for every file."""
     stream = stream or sys.stderr
-    if len(todo) < len(files):
-        stream.write(f"resume: {len(files) - len(todo)} outputs already there, skipped\n")
-    durations = {path: _duration(path) for path, _ in todo}
-    progress = make_progress(len(todo), sum(durations.values()), stream)
+    durations = {item.path: _duration(item.path) for item in work}
+    progress = make_progress(len(work), sum(durations.values()), stream)
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
     stream.write(
-        f"sending {len(todo)} files to {remote.url}, {jobs} at a time; each is retried up to "
+        f"sending {len(work)} files to {remote.url}, {jobs} at a time; each is retried up to "
         f"{retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
         "times\n"
     )
@@ -83,32 +77,38 @@ def recognize_remote(
             Client(remote.url, remote.api_key, retry=retry) as client,
             ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
         ):
-            pending = iter(todo)
-            running: dict[Future[Recognition], tuple[Path, Path]] = {}
+            pending = iter(work)
+            running: dict[Future[Recognition], Planned] = {}
             while True:
                 # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
-                for path, target in itertools.islice(pending, max(jobs, 1) - len(running)):
-                    upload = pool.submit(_recognize_one, client, path, model, overrides or {})
-                    running[upload] = (path, target)
-                    progress.started(path, durations[path])
+                for item in itertools.islice(pending, max(jobs, 1) - len(running)):
+                    over = remote.job_over_s
+                    long = over is not None and durations[item.path] > over
+                    upload = pool.submit(
+                        _recognize_one, client, item.path, model, overrides or {}, long
+                    )
+                    running[upload] = item
+                    progress.started(item.path, durations[item.path])
                 if not running:
                     break
                 done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in done:
-                    path, target = running.pop(future)
+                    item = running.pop(future)
                     outcome = functools.partial(_answer, future)
-                    settle(outcome, path, target, fmt, progress, failures, _reason)
+                    settle(outcome, item, fmt, progress, failures, _reason)
     finally:
         progress.close()
     return failures
 
 
 def _recognize_one(
-    client: Client, path: Path, model: str, overrides: Mapping[str, float | str]
+    client: Client, path: Path, model: str, overrides: Mapping[str, float | str], as_job: bool
 ) -> Recognition:
     if not path.is_file():  # the in-process mode's wording, so both reports read the same
         raise FileNotFoundError(f"no such file: {path}")
     params: dict[str, Any] = dict(overrides)  # post-processing only: no `timeout_s` among them
+    if as_job:
+        return client.recognize_job(path, model=model, **params)
     return client.recognize(path, model=model, **params)
 
 

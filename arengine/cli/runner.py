@@ -2,17 +2,21 @@
 
 Example::
 
-    failures = recognize_files(engine, [Path("calls/")], "speech", FORMATS["csv"], Path("out"))
+    files, skipped = expand([Path("calls/")])
+    work = plan(files, FORMATS["csv"], Path("out"), folders=[Path("calls/")])
+    failures = recognize_files(engine, work, "speech", FORMATS["csv"])
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TextIO
 
 from arengine.audio.validation import AudioLimits, probe
@@ -21,6 +25,7 @@ from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
 from arengine.models.recognizer import Overrides
+from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
 from arengine.types import Result
 
@@ -70,55 +75,95 @@ def not_audio(path: Path) -> str | None:
     return None
 
 
-def output_names(files: list[Path], fmt: Format) -> list[str]:
-    """`<stem>.<ext>` per input; a repeated stem gets `-2`, `-3`... so no output overwrites one."""
-    seen: dict[str, int] = {}
-    names = []
-    for path in files:
-        stem = path.stem or "recording"
-        seen[stem] = seen.get(stem, 0) + 1
-        suffix = "" if seen[stem] == 1 else f"-{seen[stem]}"
-        names.append(f"{stem}{suffix}.{fmt.extension}")
-    return names
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One input file and the output file it gets."""
+
+    path: Path
+    target: Path
+
+
+def plan(
+    files: Sequence[Path], fmt: Format, out: Path, folders: Sequence[Path] = ()
+) -> list[Planned]:
+    """Each file with its output under `out`, a name that depends only on the file and the inputs
+    named (so `--resume` finds it again): a file under one of `folders` keeps its path under
+    that folder (`x/a.wav` -> `<out>/x/a.<ext>`), one named directly goes in `out`; files that
+    would share a name keep their extension (`a.wav.<ext>`, `a.mp3.<ext>`), and what still
+    collides (one name in two folders named) gets `-2`, `-3`... in the order of the inputs.
+    """
+    places = [_place(path, folders) for path in files]
+    stems = Counter(_key(place.with_suffix("")) for place in places)
+    whole = Counter(_key(place) for place in places)
+    names = [
+        place
+        if stems[_key(place.with_suffix(""))] > 1 and whole[_key(place)] == 1
+        else place.with_suffix("")
+        for place in places
+    ]
+    seen: Counter[str] = Counter()
+    planned = []
+    for path, name in zip(files, names, strict=True):
+        seen[_key(name)] += 1
+        count = seen[_key(name)]
+        unique = name if count == 1 else name.with_name(f"{name.name}-{count}")
+        planned.append(Planned(path, out / f"{unique}.{fmt.extension}"))
+    return planned
+
+
+def _place(path: Path, folders: Sequence[Path]) -> PurePath:
+    """Where under the output folder a file's output goes, before its format's extension."""
+    for folder in folders:
+        if path.is_relative_to(folder):
+            return path.relative_to(folder)
+    return PurePath(path.name or "recording")
+
+
+def _key(name: PurePath) -> str:
+    """Names that are one file on a case-insensitive file system (macOS, Windows) are one."""
+    return str(name).casefold()
+
+
+def remaining(work: Sequence[Planned]) -> list[Planned]:
+    """The files whose output is not there yet (`--resume`)."""
+    return [item for item in work if not item.target.exists()]
 
 
 def recognize_files(
     engine: Engine,
-    files: list[Path],
+    work: Sequence[Planned],
     model: str,
     fmt: Format,
-    out: Path,
     jobs: int = 4,
     stream: TextIO | None = None,
     every_s: float = 10.0,
     overrides: Overrides | None = None,
 ) -> list[Failure]:
-    """Write `<out>/<stem>.<ext>` per file, `jobs` files at a time; returns the failed ones;
+    """Write each file's output (`plan`), `jobs` files at a time; returns the failed ones;
     `overrides`: post-processing parameters for every file.
 
     Progress goes to `stream` (stderr): bars on a terminal, lines otherwise (see `progress`).
     """
-    out.mkdir(parents=True, exist_ok=True)
-    durations = [_duration(engine, path) for path in files]
-    progress = make_progress(len(files), sum(durations), stream or sys.stderr, every_s)
+    durations = [_duration(engine, item.path) for item in work]
+    progress = make_progress(len(work), sum(durations), stream or sys.stderr, every_s)
     failures: list[Failure] = []
-    pending = iter(enumerate(zip(files, output_names(files, fmt), strict=True)))
-    running: dict[Future[Result], tuple[Path, Path, Job | None]] = {}
+    pending = iter(enumerate(work))
+    running: dict[Future[Result], tuple[Planned, Job | None]] = {}
     try:
         while True:
-            for index, (path, name) in _take(pending, jobs - len(running)):
-                future, job = _submit(engine, path, model, index, overrides or {})
-                running[future] = (path, out / name, job)
-                progress.started(path, durations[index])
+            for index, item in itertools.islice(pending, max(jobs - len(running), 0)):
+                future, job = _submit(engine, item.path, model, index, overrides or {})
+                running[future] = (item, job)
+                progress.started(item.path, durations[index])
             if not running:
                 break
             done, _ = wait(running, timeout=0.25, return_when=FIRST_COMPLETED)
             for future in done:
-                path, target, _ = running.pop(future)
-                settle(future.result, path, target, fmt, progress, failures)
-            for path, _, job in running.values():
+                item, _ = running.pop(future)
+                settle(future.result, item, fmt, progress, failures)
+            for item, job in running.values():
                 if job is not None:
-                    progress.advanced(path, job.progress[0])
+                    progress.advanced(item.path, job.progress[0])
     finally:
         progress.close()
     return failures
@@ -126,8 +171,7 @@ def recognize_files(
 
 def settle(
     outcome: Callable[[], Result],
-    path: Path,
-    target: Path,
+    item: Planned,
     fmt: Format,
     progress: Progress,
     failures: list[Failure],
@@ -137,27 +181,21 @@ def settle(
     the caller's transport (None for an error it does not expect, which is raised)."""
     try:
         result = outcome()
-        _write(target, fmt.encode(result, path.stem))
+        _write(item.target, fmt.encode(result, item.path.stem))
     except Exception as error:
         reason = _reason(error) or reason_of(error)
         if reason is None:
             raise
-        failures.append(Failure(path, reason))
-        progress.failed(path, reason)
+        failures.append(Failure(item.path, reason))
+        progress.failed(item.path, reason)
     else:
-        progress.finished(path, result, target)
+        progress.finished(item.path, result, item.target)
 
 
 def _reason(error: Exception) -> str | None:
     if isinstance(error, ArengineError):
         return error.message
     return str(error) if isinstance(error, OSError) else None
-
-
-def _take(
-    items: Iterator[tuple[int, tuple[Path, str]]], count: int
-) -> list[tuple[int, tuple[Path, str]]]:
-    return [item for _, item in zip(range(max(count, 0)), items, strict=False)]
 
 
 def _submit(
@@ -185,6 +223,30 @@ def _duration(engine: Engine, path: Path) -> float:
 
 def _write(target: Path, data: bytes) -> None:
     """Write through a temporary name so a half-written file never has the final name."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.partial")
     partial.write_bytes(data)
     os.replace(partial, target)
+
+
+def write_combined(
+    work: Sequence[Planned], fmt: Format, target: Path, failures: Sequence[Failure]
+) -> int:
+    """Write the combined table (`outputs.combined`) of every file of `work` whose output is
+    there and did not fail in this run; the number of files in it."""
+    failed = {failure.path for failure in failures}
+    raven = TABLES[fmt.name].file_list  # Raven's timeline needs each file's length
+    parts = [
+        Part(item.path, item.target, _length(item.path) if raven else 0.0)
+        for item in work
+        if item.path not in failed and item.target.is_file()
+    ]
+    _write(target, combine(fmt, parts).encode("utf-8"))
+    return len(parts)
+
+
+def _length(path: Path) -> float:
+    try:
+        return probe(path, _ANY_SHAPE).duration_s
+    except (ArengineError, OSError):
+        return 0.0

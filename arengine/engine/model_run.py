@@ -6,6 +6,7 @@ A job runs one `ModelRun` per model it was asked for; the job's lock guards ever
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -34,6 +35,8 @@ class ModelRun:
         self.decoded: deque[tuple[Segment, float]] = deque()
         """Decoded segments waiting for inference, with the perf_counter time each was queued."""
         self.results: dict[int, np.ndarray] = {}
+        self.kept: Mapping[int, np.ndarray] = {}
+        """Scores of segments kept by an earlier run of the job, by index: not inferred again."""
         self.next_post = 0
         self.undelivered = 0
         """Segments decoded and not yet post-processed: what bounds this model's memory."""

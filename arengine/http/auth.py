@@ -32,9 +32,7 @@ class ApiKeyMiddleware:
             return
         error = Unauthorized("send Authorization: Bearer <API key>")
         scope["app"].state.metrics.reject(error.code)
-        response = error_response(error.code, error.message)
-        response.headers["WWW-Authenticate"] = 'Bearer realm="arengine"'
-        await response(scope, receive, send)
+        await error_response(error.code, error.message)(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
         header = dict(scope["headers"]).get(b"authorization", b"")

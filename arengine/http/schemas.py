@@ -139,6 +139,34 @@ else:
     )
 
 
+class _JobResultBase(BaseModel):
+    """Query parameters of `GET /v1/jobs/{id}/result` other than post-processing overrides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str | None = Field(
+        None,
+        max_length=16,
+        description=f"One of: {known_formats()} but {STREAM}. Default: from the Accept header, "
+        "else json.",
+    )
+
+    def overrides(self) -> dict[str, float | str]:
+        """New post-processing parameters: the job's tags derived again from its kept scores."""
+        return self.model_dump(exclude_none=True, exclude=set(_JobResultBase.model_fields))
+
+
+if TYPE_CHECKING:
+    JobResultQuery = _JobResultBase
+else:
+    JobResultQuery = create_model(
+        "JobResultQuery",
+        __base__=_JobResultBase,
+        __doc__="Query parameters of `GET /v1/jobs/{id}/result`, overrides of every kind included.",
+        **_override_fields(),
+    )
+
+
 class AudioOut(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 

@@ -109,9 +109,13 @@ class Library:
                 (title, float(duration_s), json.dumps(metadata), *(span_s or (0.0, duration_s))),
             )
             reference = int(cursor.lastrowid or 0)
+            # In hash order: the index's pages are visited once each, in order, not at random
+            # (about 10% less time into a 1,000-reference library; the commit's fsync of the
+            # pages touched is most of an add there, BENCHMARKS.md).
+            rows = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))].tolist()
             connection.executemany(
                 "INSERT INTO hashes (hash, reference, offset) VALUES (?, ?, ?)",
-                ((int(h), reference, int(t)) for h, t in hashes),
+                ((h, reference, t) for h, t in rows),
             )
         return reference
 

@@ -6,7 +6,8 @@ engine and the process are read when Prometheus scrapes, so they cost nothing be
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
@@ -57,6 +58,22 @@ class AdmissionState(Protocol):
     def upload_bytes_total(self) -> int: ...
     @property
     def listening(self) -> int: ...
+
+
+class JobsState(Protocol):
+    """What the job gauges read (`JobStore` provides it)."""
+
+    def counts(self) -> Mapping[str, int]:
+        """Jobs by state (every state, zero included)."""
+        ...
+
+    def oldest_active(self) -> float | None:
+        """When the oldest job queued or running was accepted (Unix time)."""
+        ...
+
+    def size(self) -> int:
+        """Bytes of the store's files."""
+        ...
 
 
 class Metrics:
@@ -169,6 +186,10 @@ class Metrics:
             raise ValueError(f"{code} is answered with {code.status}, not counted as a refusal")
         self.rejected.labels(code.value).inc()
 
+    def watch_jobs(self, jobs: JobsState) -> None:
+        """Report the job store's gauges."""
+        self.registry.register(JobsCollector(jobs))
+
     def watch(
         self,
         engine: EngineState,
@@ -247,6 +268,34 @@ class AdmissionCollector(Collector):
             "Recognition requests uploaded and not yet answered (queued or processing).",
             admission.pending,
         )
+
+
+class JobsCollector(Collector):
+    """Jobs by state, the queue's length, the oldest waiting job's age and the store's size,
+    read from the job store at scrape time."""
+
+    def __init__(self, jobs: JobsState, clock: Callable[[], float] = time.time) -> None:
+        self._jobs = jobs
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self._jobs.counts()
+        by_state = GaugeMetricFamily(
+            "arengine_jobs", "Jobs in the store by state.", labels=["state"]
+        )
+        for state, count in counts.items():
+            by_state.add_metric([str(state)], count)
+        yield by_state
+        yield _gauge("arengine_jobs_queued", "Jobs waiting for a runner.", counts.get("queued", 0))
+        oldest = self._jobs.oldest_active()
+        age = 0.0 if oldest is None else max(self._clock() - oldest, 0.0)
+        yield _gauge(
+            "arengine_jobs_oldest_age_seconds",
+            "Age of the oldest job queued or running (0 when none is).",
+            age,
+        )
+        size = self._jobs.size()
+        yield _gauge("arengine_jobs_storage_bytes", "Bytes of the job store's files.", size)
 
 
 class ProcessMemoryCollector(Collector):

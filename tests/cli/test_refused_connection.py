@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from arengine.cli.remote import Remote, recognize_remote
+from arengine.cli.runner import plan
 from arengine.client import Client, RetryPolicy
 from arengine.outputs.formats import get_format
 from tests.conftest import RecordingFactory
@@ -44,9 +45,8 @@ def test_a_batch_says_at_once_what_it_retries(recording: RecordingFactory, tmp_p
     clip = recording("one.flac")
     stream = io.StringIO()
     remote = Remote(f"http://127.0.0.1:{_closed_port()}", None)
-    failures = recognize_remote(
-        remote, [clip.path], "speech", get_format("json"), tmp_path, stream=stream
-    )
+    work = plan([clip.path], get_format("json"), tmp_path)
+    failures = recognize_remote(remote, work, "speech", get_format("json"), stream=stream)
     first = stream.getvalue().splitlines()[0]
     assert "retried up to 30 times on 503 or 502, a refused connection 2 times" in first
     assert len(failures) == 1

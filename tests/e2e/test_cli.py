@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +36,9 @@ def test_every_setting_is_a_flag() -> None:
     assert isinstance(commands, dict)
     help_text = commands["serve"].format_help()
     for name in Settings.model_fields:
-        if name == "api_keys":  # a secret: environment only
-            assert "--api-keys" not in help_text and "ARENGINE_API_KEYS" in help_text
+        if name in ("api_keys", "admin_keys"):  # secrets: environment only
+            flag, variable = f"--{name.replace('_', '-')}", f"ARENGINE_{name.upper()}"
+            assert flag not in help_text and variable in help_text
             continue
         assert f"--{name.replace('_', '-')}" in help_text
         assert f"ARENGINE_{name.upper()}" in help_text
@@ -72,7 +75,9 @@ def test_module_entry_point_help() -> None:
 @pytest.mark.skipif(find_jemalloc() is None, reason="the system jemalloc is not installed")
 def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
     for flag, expected in (("--jemalloc", "jemalloc"), ("--no-jemalloc", "glibc")):
-        server = start_server(tmp_path, flag, "--engine-threads", "3", "--intra-op-threads", "1")
+        server = start_server(
+            tmp_path, flag, "--models", "speech", "--engine-threads", "3", "--intra-op-threads", "1"
+        )
         try:
             info = httpx.get(server.url + "/v1/info").json()
         finally:
@@ -102,9 +107,10 @@ def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(
         "--out", str(out), "--jobs", "2", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["talk0.vtt", "talk1.vtt", "talk2.vtt"]
-    for clip in clips:
-        tags = FORMATS["vtt"].parse((out / f"{clip.path.stem}.vtt").read_text())
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["nested/talk2.vtt", "talk0.vtt", "talk1.vtt"]  # the folder's layout
+    for clip, name in zip(clips, ["talk0.vtt", "talk1.vtt", "nested/talk2.vtt"], strict=True):
+        tags = FORMATS["vtt"].parse((out / name).read_text())
         assert len(tags) == len(clip.speech) == 2
         for tag, (start, end) in zip(tags, clip.speech, strict=True):
             assert tag.start == pytest.approx(start, abs=0.3)
@@ -136,9 +142,9 @@ def test_recognize_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "a.wav").write_bytes(b"")
     bad_model = _arengine("recognize", "a.wav", "--model", "nope", cwd=tmp_path)
     assert bad_model.returncode == 2
-    assert "unknown model 'nope'" in bad_model.stderr
+    assert "unknown model nope: the models in " in bad_model.stderr
     no_notes = _arengine(
-        "recognize", "a.wav", "--format", "midi", "--models", "speech", cwd=tmp_path
+        "recognize", "a.wav", "--format", "midi", "--model", "speech", cwd=tmp_path
     )
     assert no_notes.returncode == 2
     assert "format midi holds only notes; model 'speech' tags none" in no_notes.stderr
@@ -238,3 +244,61 @@ def test_a_refused_codec_is_a_failure_not_a_skipped_file(tmp_path: Path) -> None
     assert [(failure.path.name, failure.reason.split(";")[0]) for failure in skipped] == [
         ("archive.zip", "found a ZIP archive, not audio")
     ]
+
+
+def test_resume_over_files_of_one_stem_loses_no_output(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    """`--resume` in-process named only the files left to do: with `a.wav` done, `a.mp3` took
+    its output's name and overwrote it; two folders' `a.wav` shared one output too."""
+    inputs = tmp_path / "in"
+    for folder in ("x", "y"):
+        (inputs / folder).mkdir(parents=True)
+    talk = recording("talk.wav")
+    quiet = recording("quiet.wav", pieces=[("silence", 2.0)])
+    ffmpeg("-i", str(quiet.path), str(inputs / "a.mp3"))
+    talk.path.rename(inputs / "a.wav")
+    (inputs / "x" / "a.wav").write_bytes((inputs / "a.wav").read_bytes())
+    quiet.path.rename(inputs / "y" / "a.wav")
+    out = tmp_path / "out"
+    (out / "x").mkdir(parents=True)
+    (out / "x" / "a.csv").write_text("kept\n")
+    (out / "a.wav.csv").write_text("kept\n")
+    done = _arengine(
+        "recognize", str(inputs), "--format", "csv", "--out", str(out), "--resume", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "resume: 2 outputs already there, skipped" in done.stderr
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["a.mp3.csv", "a.wav.csv", "x/a.csv", "y/a.csv"]
+    assert (out / "a.wav.csv").read_text() == (out / "x" / "a.csv").read_text() == "kept\n"
+    for silent in ("a.mp3.csv", "y/a.csv"):
+        assert (out / silent).read_text() == "start,end,label,score\n"
+
+
+def test_combined_table_of_a_folder_run_and_of_its_resumption(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    inputs = tmp_path / "in"
+    (inputs / "site1").mkdir(parents=True)
+    recording("talk.wav").path.rename(inputs / "site1" / "PA01_20250501_053000.wav")
+    recording("other.flac").path.rename(inputs / "other.flac")
+    out, combined = tmp_path / "out", tmp_path / "all.csv"
+    args = ["recognize", str(inputs), "--format", "csv", "--out", str(out)]
+    done = _arengine(*args, "--combined", str(combined), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"combined: 2 files' rows in {combined}" in done.stderr
+    rows = list(csv.DictReader(io.StringIO(combined.read_text())))
+    dated = str(inputs.resolve() / "site1" / "PA01_20250501_053000.wav")
+    assert [row["file"] for row in rows] == [str(inputs.resolve() / "other.flac")] * 2 + [dated] * 2
+    assert [row["start_at"][:16] for row in rows[2:]] == ["2025-05-01T05:30"] * 2  # its name's
+    assert rows[0]["start_at"] == ""  # the other file says nothing of its time
+    first = combined.read_text()
+    (out / "other.csv").unlink()
+    again = _arengine(*args, "--resume", "--combined", str(combined), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "resume: 1 outputs already there, skipped" in again.stderr
+    assert combined.read_text() == first  # the file done earlier is in it too
+    refused = _arengine(*args[:-4], "--format", "vtt", "--combined", "x.vtt", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "--combined takes a table format: csv, birdnet, kaleidoscope, raven" in refused.stderr

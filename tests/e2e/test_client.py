@@ -20,6 +20,7 @@ import pytest
 import soundfile as sf
 
 from arengine.cli.remote import Remote, recognize_remote
+from arengine.cli.runner import plan
 from arengine.client import (
     AsyncClient,
     BadRequest,
@@ -49,6 +50,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("keyed")
     running = start_server(
         tmp,
+        "--models", "speech",
         "--max-pending-requests", "1", "--max-uploading-requests", "1", "--segment-s", "2",
         "--body-timeout-s", "30",
         env={"ARENGINE_API_KEYS": "client-test-key"},
@@ -122,9 +124,8 @@ def test_cli_server_mode_keeps_every_audio_field(
     """`remote.result_of` dropped `decoder`, `stream`, `truncated` and `warnings`."""
     m4a = tmp_path / "talk.m4a"
     ffmpeg("-i", str(recording("talk.wav").path), "-c:a", "aac", str(m4a))
-    failures = recognize_remote(
-        Remote(server.url, None), [m4a], "speech", FORMATS["json"], tmp_path / "out"
-    )
+    work = plan([m4a], FORMATS["json"], tmp_path / "out")
+    failures = recognize_remote(Remote(server.url, None), work, "speech", FORMATS["json"])
     with server.client() as raw, m4a.open("rb") as handle:
         plain = raw.post("/v1/recognize", files={"file": ("talk.m4a", handle)}).json()
     written = json.loads((tmp_path / "out" / "talk.json").read_text())

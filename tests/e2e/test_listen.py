@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -382,3 +383,38 @@ def _series(server: Server, series: str) -> float:
     text = httpx.get(server.url + "/metrics").text
     found = re.search(rf"^{re.escape(series)} (\S+)$", text, flags=re.MULTILINE)
     return float(found.group(1)) if found else 0.0
+
+
+def _handshake(server: Server, host: str, headers: str = "") -> bytes:
+    """A WebSocket handshake for `WS /v1/listen` with `Host: host` (and `headers`), raw; the
+    server's answer until it closes."""
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(
+            (
+                f"GET /v1/listen?model=speech HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                f"Sec-WebSocket-Version: 13\r\n{headers}\r\n"
+            ).encode()
+        )
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_handshake_naming_another_host_is_refused(server: Server) -> None:
+    answer = _handshake(server, "rebound.example")
+    assert answer.startswith(b"HTTP/1.1 400") and b"forbidden_host" in answer
+
+
+def test_a_handshake_needs_an_api_key_when_the_server_has_keys(serve: ServerFactory) -> None:
+    keyed = serve("--models", "speech", env={"ARENGINE_API_KEYS": "listen-key"})
+    refused = _handshake(keyed, "127.0.0.1")
+    assert refused.startswith(b"HTTP/1.1 401") and b"unauthorized" in refused
+    with _ws(keyed, additional_headers={"Authorization": "Bearer listen-key"}) as ws:
+        ws.send(json.dumps(OPENING))
+        ws.send(b"\0" * 3200)
+        ws.send(json.dumps({"end": True}))
+        lines = _lines(ws)
+    assert "summary" in lines[-1] and ws.close_code == 1000

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from arengine.cli.runner import recognize_files
+from arengine.cli.runner import plan, recognize_files
 from arengine.engine.engine import Engine
 from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
@@ -44,9 +44,8 @@ def test_plain_lines_report_a_long_file_while_it_runs(
     engine.load_models()
     stream = io.StringIO()
     try:
-        failures = recognize_files(
-            engine, [long_file, short], "speech", FORMATS["csv"], tmp_path / "out", 2, stream, 0.0
-        )
+        work = plan([long_file, short], FORMATS["csv"], tmp_path / "out")
+        failures = recognize_files(engine, work, "speech", FORMATS["csv"], 2, stream, 0.0)
     finally:
         engine.close()
     assert failures == []

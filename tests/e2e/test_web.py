@@ -423,7 +423,7 @@ def test_microphone_recording_is_sent_as_webm(server: Server, browser: Any) -> N
 def test_api_key_is_kept_for_the_session_only(
     serve: ServerFactory, browser: Any, recording: RecordingFactory
 ) -> None:
-    guarded = serve(env={"ARENGINE_API_KEYS": "k-one,k-two"})
+    guarded = serve("--models", "speech", env={"ARENGINE_API_KEYS": "k-one,k-two"})
     page = browser.new_page()
     page.goto(guarded.url + "/")
     page.wait_for_selector("#status.error")
@@ -472,4 +472,65 @@ def test_an_events_profile_is_chosen_on_the_page(
     speech = page.evaluate("window.arengine.state.tagsByModel.get('speech')")
     assert speech and "Telephone bell ringing" in {t["label"] for t in events}
     assert "Speech" not in {t["label"] for t in events}
+    page.close()
+
+
+# Whether the pixel at each (x, y), in canvas pixels, is drawn.
+INKED_AT = """([selector, points]) => {
+  const canvas = document.querySelector(selector);
+  const draw = canvas.getContext('2d');
+  return points.map(([x, y]) => draw.getImageData(x, y, 1, 1).data[3] > 0);
+}"""
+
+
+@needs_chromium
+def test_an_events_track_has_a_lane_per_label(server: Server, browser: Any, tmp_path: Path) -> None:
+    """Events of several classes at once were drawn over each other in one strip."""
+    from tests.recordings import DEBIAN_SOUNDS, mono_16k, write
+
+    voice = mono_16k(DEBIAN_SOUNDS / "alsa/Front_Center.wav")
+    ring = mono_16k(DEBIAN_SOUNDS / "freedesktop/stereo/phone-incoming-call.oga")
+    audio = np.concatenate([ring, np.zeros(8000, np.float32), voice, np.zeros(8000, np.float32)])
+    path = write(audio, 16000, tmp_path / "ring-and-voice.wav")
+    page = _open(browser, server)
+    _run(page, path, ["speech", "events"])
+    tags = page.evaluate("window.arengine.state.tagsByModel.get('events')")
+    labels = list(dict.fromkeys(tag["label"] for tag in tags))  # in the order they came
+    assert {"Telephone bell ringing", "Speech"} <= set(labels)
+    lanes = page.eval_on_selector_all(
+        '.track[data-model="events"] .lanes li', "items => items.map(i => i.textContent)"
+    )
+    order = page.evaluate(
+        "window.arengine.state.models.find(m => m.name === 'events').labels"
+    )  # AudioSet's class map, which follows the ontology: related classes side by side
+    assert lanes == sorted(labels[:12], key=order.index) + (["other labels"] * (len(labels) > 12))
+    assert lanes.index("Ringtone") == lanes.index("Telephone bell ringing") + 1
+    assert page.eval_on_selector_all('.track[data-model="speech"] .lanes li', "i => i.length") == 0
+    selector = '.track[data-model="events"] canvas'
+    track = _track(page, "events")
+    rows = len(lanes) + 1
+    assert track["height"] == rows * 18  # an overview lane, then one per label
+    lane_px = track["height"] // rows
+    duration = page.evaluate("window.arengine.timeline.duration")
+    ring_tag = next(tag for tag in tags if tag["label"] == "Telephone bell ringing")
+    middle = (ring_tag["start"] + ring_tag["end"]) / 2
+    x = min(int(middle / duration * track["width"]), track["width"] - 1)
+    others = {
+        lanes.index(tag["label"])
+        for tag in tags
+        if tag["label"] in lanes and tag["start"] <= middle <= tag["end"]
+    }
+    points = [[x, lane_px * (1 + lane) + lane_px // 2] for lane in range(len(lanes))]
+    inked = page.evaluate(INKED_AT, [selector, [[x, lane_px // 2], *points]])
+    assert inked[0], "the overview lane"
+    assert [lane for lane, drawn in enumerate(inked[1:]) if drawn] == sorted(others)
+    assert lanes.index("Telephone bell ringing") in others
+    box = page.query_selector(selector).bounding_box()
+    lane_y = box["y"] + (1 + lanes.index("Telephone bell ringing") + 0.5) * 18
+    page.mouse.click(box["x"] + middle / duration * box["width"], lane_y)
+    page.wait_for_function(  # JS writes the numbers as the page does
+        "([start, end]) => document.body.dataset.playing === `${start}-${end}`",
+        arg=[ring_tag["start"], ring_tag["end"]],
+    )
+    _shot(page, tmp_path, "events-lanes.png")
     page.close()

@@ -106,7 +106,7 @@ async function recognize() {
   setStatus(`Recognizing ${file.name} with ${models.join(", ")}…`);
   const drawing = decodeForDrawing(file).then((audio) => {
     timeline.reset(audio ? audio.duration : timeline.duration, audio);
-    models.forEach((model) => timeline.addTrack(model));
+    addTracks(models);
     state.tagsByModel.forEach((tags, model) => timeline.addTags(model, tags));
     timeline.draw();
   });
@@ -125,9 +125,27 @@ function startView(file, models) {
   state.progress = new Map(models.map((model) => [model, 0]));
   state.summary = null;
   timeline.reset(0, null);
-  models.forEach((model) => timeline.addTrack(model));
+  addTracks(models);
   showDownloads(file, models);
   setState("running");
+}
+
+// A track per model; a model of many labels (events, birds, music) gets a lane per label, so the
+// labels it reports at once (or the groups its profile reports) read apart, related labels side
+// by side. Notes stay one lane.
+function addTracks(models) {
+  for (const model of models) {
+    timeline.addTrack(model, { byLabel: !isNoteModel(model), labels: labelsOf(model) });
+  }
+}
+
+function labelsOf(model) {
+  return (state.models.find((m) => m.name === model) || { labels: [] }).labels;
+}
+
+function isNoteModel(model) {
+  const labels = labelsOf(model);
+  return labels.length > 0 && labels.every((label) => NOTE.test(label));
 }
 
 // One request for every chosen model (`model=a,b`): the server decodes the file once and tags
@@ -257,8 +275,7 @@ function showDownloads(file, models) {
   const box = $("#downloads");
   box.replaceChildren("Download:");
   for (const model of models) {
-    const labels = (state.models.find((m) => m.name === model) || { labels: [] }).labels;
-    const notes = labels.length > 0 && labels.every((label) => NOTE.test(label));
+    const notes = isNoteModel(model);
     const select = document.createElement("select");
     select.dataset.model = model;
     for (const format of state.formats.filter((f) => notes || !f.notes_only)) {

@@ -12,6 +12,14 @@ export const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 const FFT = 512;
 const BLOCK = 256; // samples per entry of the waveform summary
 const MIN_SPAN_S = 0.5;
+// A track split by label (events, birds, music: many independent classes at once) has an
+// overview lane with every tag, then one lane per label in the model's own label order, which
+// keeps related labels together (AudioSet's class map follows its ontology: Alarm, Telephone,
+// Telephone bell ringing, Ringtone; BirdNET's is by scientific name, so by genus); a group a
+// profile reports (glass, alarm) comes first. The first MAX_LANES labels to arrive get a lane,
+// the rest share a last one, so 521 classes never make a 521-lane track.
+const LANE_PX = 18;
+const MAX_LANES = 12;
 
 export class Timeline {
   constructor(root, onSeek, onTag) {
@@ -36,6 +44,8 @@ export class Timeline {
     this.labels = new Map();
     this.tracks.replaceChildren();
     this.trackTags = new Map();
+    this.lanes = new Map(); // model -> its lanes' labels, for a track split by label
+    this.laneOrder = new Map(); // model -> label -> its place in the model's labels
     this.stale = new Set();
     this.position = 0;
   }
@@ -52,23 +62,37 @@ export class Timeline {
     return this.labels.get(label);
   }
 
-  addTrack(model) {
+  // `byLabel`: a lane per label once the track holds two labels (not for notes: a pitch track's
+  // notes are one melody), in the order of `labels` (the model's).
+  addTrack(model, { byLabel = false, labels = [] } = {}) {
     const row = document.createElement("div");
     row.className = "track";
     row.dataset.model = model;
+    const names = document.createElement("div");
     const name = document.createElement("span");
     name.className = "track-name";
     name.textContent = model;
+    const lanes = document.createElement("ol");
+    lanes.className = "lanes";
+    names.append(name, lanes);
     const canvas = document.createElement("canvas");
     canvas.className = "track-canvas";
-    row.append(name, canvas);
+    row.append(names, canvas);
     this.tracks.append(row);
     this.trackTags.set(model, []);
+    if (byLabel) this.lanes.set(model, []);
+    this.laneOrder.set(model, new Map(labels.map((label, index) => [label, index])));
   }
 
   addTags(model, tags) {
     this.trackTags.get(model).push(...tags);
     tags.forEach((tag) => this.colorOf(tag.label));
+    const lanes = this.lanes.get(model);
+    if (lanes) {
+      for (const tag of tags) {
+        if (lanes.length <= MAX_LANES && !lanes.includes(tag.label)) lanes.push(tag.label);
+      }
+    }
     // One redraw per frame however many batches arrive: a long pitch track has thousands of tags.
     this.stale.add(model);
     this.frame = this.frame || requestAnimationFrame(() => this.flush());
@@ -122,15 +146,60 @@ export class Timeline {
   click(event) {
     const time = this.timeAt(event.clientX);
     const row = event.target.closest(".track");
-    const tag = row && this.tagAt(row.dataset.model, time, event.clientX);
+    const tag = row && this.tagAt(row.dataset.model, time, event.clientY);
     if (tag) this.onTag(row.dataset.model, tag);
     else if (event.target.tagName === "CANVAS") this.onSeek(time);
   }
 
-  tagAt(model, time, clientX) {
+  // The tag under a point of a track: on a label's lane, that label's; else any.
+  tagAt(model, time, clientY) {
     const slack = (2 * this.span) / this.wave.getBoundingClientRect().width; // 2 px
-    const tags = this.trackTags.get(model) || [];
+    const canvas = this.tracks.querySelector(`.track[data-model="${CSS.escape(model)}"] canvas`);
+    const lane = canvas ? Math.floor((clientY - canvas.getBoundingClientRect().top) / LANE_PX) - 1 : -1;
+    const labels = this.shownLanes(model);
+    const tags = (this.trackTags.get(model) || []).filter(
+      (tag) => lane < 0 || lane >= labels.length || this.laneOf(labels, tag.label) === lane
+    );
     return tags.find((tag) => tag.start - slack <= time && time <= tag.end + slack) || null;
+  }
+
+  // The labels of a track's lanes (the last one "other" past MAX_LANES); [] while it is not
+  // split (fewer than two labels, or a track not split by label).
+  shownLanes(model) {
+    const labels = this.lanes.get(model) || [];
+    if (labels.length < 2) return [];
+    const order = this.laneOrder.get(model);
+    const place = (label) => (order.has(label) ? order.get(label) : -1);
+    const shown = labels.slice(0, MAX_LANES).sort((a, b) => place(a) - place(b));
+    return labels.length > MAX_LANES ? [...shown, null] : shown;
+  }
+
+  laneOf(labels, label) {
+    const index = labels.indexOf(label);
+    return index >= 0 ? index : labels.length - 1; // past MAX_LANES: the shared last lane
+  }
+
+  // The lanes' names beside the track and its height: one overview lane, then one per label.
+  layoutLanes(model) {
+    const row = this.tracks.querySelector(`.track[data-model="${CSS.escape(model)}"]`);
+    const labels = this.shownLanes(model);
+    const list = row.querySelector(".lanes");
+    const names = labels.map((label) => (label === null ? "other labels" : label));
+    if ([...list.children].map((item) => item.textContent).join("\n") === names.join("\n")) return;
+    row.classList.toggle("split", labels.length > 0);
+    list.replaceChildren(
+      ...labels.map((label) => {
+        const item = document.createElement("li");
+        const swatch = document.createElement("span");
+        swatch.className = "swatch";
+        if (label !== null) swatch.style.background = this.colorOf(label);
+        item.append(swatch, label === null ? "other labels" : label);
+        item.dataset.label = label === null ? "" : label;
+        item.title = label === null ? "labels past the first " + MAX_LANES : label;
+        return item;
+      }),
+    );
+    row.querySelector("canvas").style.height = labels.length ? `${(labels.length + 1) * LANE_PX}px` : "";
   }
 
   // Drawing -------------------------------------------------------------------------------------
@@ -206,13 +275,18 @@ export class Timeline {
   }
 
   drawTrack(model) {
+    this.layoutLanes(model);
     const canvas = this.tracks.querySelector(`.track[data-model="${CSS.escape(model)}"] canvas`);
     const { draw, width, height } = fit(canvas);
+    const labels = this.shownLanes(model);
+    const lane = height / (labels.length + 1); // the whole height while not split
     for (const tag of this.trackTags.get(model)) {
       if (tag.end < this.view.start || tag.start > this.view.end) continue;
       const left = this.x(tag.start, width);
+      const size = Math.max(1, this.x(tag.end, width) - left);
       draw.fillStyle = this.colorOf(tag.label);
-      draw.fillRect(left, 0, Math.max(1, this.x(tag.end, width) - left), height);
+      draw.fillRect(left, 0, size, lane);
+      if (labels.length) draw.fillRect(left, lane * (1 + this.laneOf(labels, tag.label)), size, lane);
     }
   }
 

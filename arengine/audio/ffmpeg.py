@@ -109,41 +109,14 @@ def _claimed_frames(container: av.container.InputContainer, index: int, rate: in
     return 0
 
 
-_SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
-
-
-def to_float32(frame: av.AudioFrame) -> np.ndarray:
-    """A decoded frame as `(samples, channels)` float32 in [-1, 1] (integer formats scaled).
-
-    Planar float frames come back as a transposed view: the caller concatenates them anyway.
-    """
-    fmt = frame.format
-    kind = fmt.name.rstrip("p")
-    if kind == "flt" and fmt.is_planar:
-        # The codecs' usual output (MP3, AAC, Vorbis, Opus): each plane read in place, which
-        # costs a third of `to_ndarray` per frame (80,000 frames in 35 minutes of MP3).
-        count = frame.samples
-        planes = [np.frombuffer(memoryview(plane), np.float32, count) for plane in frame.planes]
-        return planes[0][:, None] if len(planes) == 1 else np.stack(planes, axis=1)
-    array = frame.to_ndarray()
-    channels = frame.layout.nb_channels
-    array = array.T if fmt.is_planar else array.reshape(-1, channels)
-    if kind == "flt":
-        return array
-    if kind == "u8":
-        return ((array.astype(np.float32) - 128.0) / 128.0).astype(np.float32)
-    if kind in _SCALE:
-        return (array / np.float32(_SCALE[kind])).astype(np.float32)
-    return array.astype(np.float32)
-
-
 class Mixdown:
     """Decoded frames to mono float32 blocks of `block` samples, in FFmpeg's C code.
 
     A filter graph (`abuffer -> aformat=fltp -> pan -> aformat=flt -> asetnsamples ->
-    abuffersink`) does the per-frame work: integer samples scaled to [-1, 1] as `to_float32`
-    does, the channels averaged with equal weights (`decode.to_mono`'s mean, to the bit), and
-    frames of a thousand samples gathered into blocks. Python pushes each frame and takes a
+    abuffersink`) does the per-frame work: integer samples scaled to [-1, 1] (s16 by 1/32768,
+    as libsndfile does), the channels averaged with equal weights (the mean `decode.to_mono`
+    takes, to the bit for one or two channels), and frames of a thousand samples gathered into
+    blocks. Python pushes each frame and takes a
     block now and then; FFmpeg releases the GIL while it filters (see BENCHMARKS.md, "Decoding
     in C"). The graph is built from the first frame's rate, format and channels; a frame that
     differs is the caller's to refuse before `push`.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
 from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopback
 from arengine.http.upload_dir import UploadDir
-from arengine.jobs.runner import JobRunner, Retention
+from arengine.jobs.runner import JobRunner, Replica, Retention
 from arengine.jobs.store import JobStore
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
@@ -114,8 +115,10 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
     if settings.data_dir is None:
         return None
     retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
+    name = settings.replica_name or f"{socket.gethostname()}:{settings.port}"
+    replica = Replica(name, settings.job_lease_s)
     store = JobStore.open(settings.data_dir)
-    runner = JobRunner(store, engine, settings.max_running_jobs, retention)
+    runner = JobRunner(store, engine, settings.max_running_jobs, retention, replica)
     runner.start()
     return runner
 

@@ -47,21 +47,39 @@ class Retention:
     max_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """This server among those sharing the store: its name, and how long a running job's
+    server may be silent before the job is queued again for another."""
+
+    name: str
+    lease_s: float
+
+
 class JobRunner:
     """`threads` runners over `store`, on `engine`.
 
     Example::
 
-        runner = JobRunner(JobStore.open(Path("data")), engine, 1, Retention(86400, 1 << 30))
+        retention, replica = Retention(86400, 1 << 30), Replica("host:8000", 30)
+        runner = JobRunner(JobStore.open(Path("data")), engine, 1, retention, replica)
         runner.start()   # queues again what a previous process left running
         runner.notify()  # after committing a queued job
         runner.close()
     """
 
-    def __init__(self, store: JobStore, engine: Engine, threads: int, retention: Retention) -> None:
+    def __init__(
+        self,
+        store: JobStore,
+        engine: Engine,
+        threads: int,
+        retention: Retention,
+        replica: Replica,
+    ) -> None:
         self.store = store
         self._engine = engine
         self._retention = retention
+        self._replica = replica
         self._condition = threading.Condition()
         self._running: dict[str, Job] = {}
         self._tags: dict[str, list[Tag]] = {}
@@ -72,12 +90,12 @@ class JobRunner:
             for i in range(threads)
         ]
         self._threads.append(
-            threading.Thread(target=self._expire_often, name="arengine-jobs-expiry", daemon=True)
+            threading.Thread(target=self._look_after, name="arengine-jobs-upkeep", daemon=True)
         )
 
     def start(self) -> None:
         """Recover what a previous process left, then start the runner threads."""
-        again = self.store.recover()
+        again = self.store.recover(self._replica.name)
         if again:
             log.info("%d job(s) left running by a previous process queued again", len(again))
         for thread in self._threads:
@@ -122,16 +140,29 @@ class JobRunner:
         for job_id in removed:
             log.info("job %s: removed (past its retention time or the disk budget)", job_id)
 
-    def _expire_often(self) -> None:
+    def take_over(self) -> None:
+        """Queue again the running jobs of replicas that fell silent (stopped or stuck)."""
+        silent_since = time.time() - self._replica.lease_s
+        again = self.store.take_over(silent_since)
+        for job_id in again:
+            log.info("job %s: its server stopped reporting; queued again", job_id)
+        if again:
+            self.notify()
+
+    def _look_after(self) -> None:
+        """Every few seconds, take over silent replicas' jobs; every minute, expire."""
+        tick = min(self._replica.lease_s / 3, RETENTION_EVERY_S)
+        expired = 0.0
         while True:
             try:
-                self.expire()
+                self.take_over()
+                if time.monotonic() - expired >= RETENTION_EVERY_S:
+                    expired = time.monotonic()
+                    self.expire()
             except Exception:
-                log.exception("removing expired jobs failed; retrying")
+                log.exception("looking after the job store failed; retrying")
             with self._condition:
-                if self._closing or self._condition.wait_for(
-                    lambda: self._closing, RETENTION_EVERY_S
-                ):
+                if self._closing or self._condition.wait_for(lambda: self._closing, tick):
                     return
 
     def _stopping(self) -> bool:
@@ -158,7 +189,7 @@ class JobRunner:
         if not self._engine.ready:
             return None
         try:
-            return self.store.claim_next()
+            return self.store.claim_next(self._replica.name)
         except Exception:
             log.exception("the job store failed; retrying")
             return None
@@ -183,12 +214,13 @@ class JobRunner:
             self._failed(record, JobError(ErrorCode.INTERNAL_ERROR.value, message))
             return
         duration = result.audio.duration_s
-        if self.store.finish(record.id, result=path.name, duration_s=duration):
+        name = self._replica.name
+        if self.store.finish(record.id, result=path.name, duration_s=duration, runner=name):
             log.info("job %s: done, %d tags", record.id, len(result.tags))
             # Its result and scores are all a done job needs: the recording is not kept.
             self.store.upload_path(record.id).unlink(missing_ok=True)
             self.expire()  # its files may have passed the disk budget
-        else:  # removed while it ran
+        elif self.store.get(record.id) is None:  # removed while it ran
             path.unlink(missing_ok=True)
 
     def _recognize(self, record: JobRecord) -> Result:
@@ -225,7 +257,9 @@ class JobRunner:
                     try:
                         return job.future.result(timeout=PROGRESS_EVERY_S)
                     except FutureTimeout:
-                        self.store.progress(record.id, *job.progress)
+                        if not self.store.progress(record.id, *job.progress, self._replica.name):
+                            # Removed (perhaps through another replica), or taken over.
+                            job.cancel()
             finally:
                 with self._condition:
                     self._running.pop(record.id, None)
@@ -240,8 +274,8 @@ class JobRunner:
             # runs the job again.
             log.info("job %s: stopped by the shutdown; it runs again at the next start", record.id)
             return
-        self.store.scores_path(record.id).unlink(missing_ok=True)
-        if self.store.finish(record.id, error=error):
+        if self.store.finish(record.id, error=error, runner=self._replica.name):
+            self.store.scores_path(record.id).unlink(missing_ok=True)
             log.info("job %s: failed, %s: %s", record.id, error.code, error.message)
 
 

@@ -40,9 +40,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     error_message TEXT,
     created REAL NOT NULL,
     finished REAL,
-    result TEXT
+    result TEXT,
+    runner TEXT,
+    heartbeat REAL
 )
 """
+_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL"}
+"""Columns a store made by an earlier version lacks: added when it is opened."""
 _COLUMNS = (
     "id, owner, model, overrides, stream, filename, state, done_s, duration_s, "
     "error_code, error_message, created, finished, result"
@@ -128,6 +132,10 @@ class JobStore:
         # FULL: a committed job survives a power cut too, not only a killed process.
         connection.execute("PRAGMA synchronous=FULL")
         connection.execute(_SCHEMA)
+        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
         return cls(folder, connection)
 
     def upload_path(self, job_id: str) -> Path:
@@ -188,8 +196,9 @@ class JobStore:
             ).fetchall()
         return [_record(row) for row in rows]
 
-    def claim_next(self) -> JobRecord | None:
-        """The oldest queued job, now marked running; None when none is queued."""
+    def claim_next(self, runner: str = "") -> JobRecord | None:
+        """The oldest queued job, now marked running by `runner` (a replica's name); None when
+        none is queued."""
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             row = self._db.execute(
@@ -199,16 +208,41 @@ class JobStore:
             if row is None:
                 return None
             self._db.execute(
-                "UPDATE jobs SET state = ? WHERE id = ?", (JobState.RUNNING.value, row[0])
+                "UPDATE jobs SET state = ?, runner = ?, heartbeat = ? WHERE id = ?",
+                (JobState.RUNNING.value, runner, time.time(), row[0]),
             )
         return replace(_record(row), state=JobState.RUNNING)
 
-    def progress(self, job_id: str, done_s: float, duration_s: float | None) -> None:
+    def progress(
+        self, job_id: str, done_s: float, duration_s: float | None, runner: str = ""
+    ) -> bool:
+        """Record a running job's progress (and that `runner` is alive); False when the job is
+        no longer `runner`'s to run (removed, or taken over after `runner` fell silent)."""
         with self._lock, self._db:
-            self._db.execute(
-                "UPDATE jobs SET done_s = ?, duration_s = ? WHERE id = ? AND state = ?",
-                (done_s, duration_s, job_id, JobState.RUNNING.value),
+            cursor = self._db.execute(
+                "UPDATE jobs SET done_s = ?, duration_s = ?, heartbeat = ? "
+                "WHERE id = ? AND state = ? AND runner IS ?",
+                (done_s, duration_s, time.time(), job_id, JobState.RUNNING.value, runner),
             )
+            return cursor.rowcount == 1
+
+    def take_over(self, silent_since: float) -> list[str]:
+        """Queue again the running jobs whose runner has not reported since `silent_since`
+        (Unix time): another replica sharing this store stopped. Returns their ids."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            stale = [
+                str(row[0])
+                for row in self._db.execute(
+                    "SELECT id FROM jobs WHERE state = ? AND heartbeat < ?",
+                    (JobState.RUNNING.value, silent_since),
+                )
+            ]
+            self._db.executemany(
+                "UPDATE jobs SET state = ?, runner = NULL WHERE id = ? AND state = ?",
+                [(JobState.QUEUED.value, job_id, JobState.RUNNING.value) for job_id in stale],
+            )
+        return stale
 
     def finish(
         self,
@@ -217,6 +251,7 @@ class JobStore:
         error: JobError | None = None,
         result: str | None = None,
         duration_s: float | None = None,
+        runner: str = "",
     ) -> bool:
         """Mark a running job done (with its result file's name and the recording's duration)
         or failed (with `error`); False if it is no longer running (removed meanwhile)."""
@@ -227,7 +262,7 @@ class JobStore:
             cursor = self._db.execute(
                 "UPDATE jobs SET state = ?, error_code = ?, error_message = ?, finished = ?, "
                 "result = ?, duration_s = COALESCE(?, duration_s), done_s = COALESCE(?, done_s) "
-                "WHERE id = ? AND state = ?",
+                "WHERE id = ? AND state = ? AND runner IS ?",
                 (
                     state.value,
                     None if error is None else error.code,
@@ -238,6 +273,7 @@ class JobStore:
                     duration_s,
                     job_id,
                     JobState.RUNNING.value,
+                    runner,
                 ),
             )
             return cursor.rowcount == 1
@@ -301,22 +337,24 @@ class JobStore:
         paths = (self.upload_path(job_id), self.result_path(job_id), self.scores_path(job_id))
         return sum(path.stat().st_size for path in paths if path.exists())
 
-    def recover(self) -> list[str]:
-        """At start-up: jobs a stopped process left running are queued again (they go on from
-        their kept scores),
-        removals it left half done are finished, and files no row names are deleted. Returns
-        the ids queued again."""
+    def recover(self, runner: str = "") -> list[str]:
+        """At start-up of replica `runner`: the jobs it left running when it stopped are queued
+        again (they go on from their kept scores), removals left half done are finished, and
+        files no row names are deleted. Returns the ids queued again."""
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
+            # Those this replica ran before it stopped, and those no replica claims (a store of
+            # an earlier version); another replica's are taken over once it falls silent.
+            mine = "state = ? AND (runner IS ? OR runner IS NULL)"
             running = [
                 row[0]
                 for row in self._db.execute(
-                    "SELECT id FROM jobs WHERE state = ?", (JobState.RUNNING.value,)
+                    f"SELECT id FROM jobs WHERE {mine}", (JobState.RUNNING.value, runner)
                 )
             ]
             self._db.execute(
-                "UPDATE jobs SET state = ?, done_s = 0 WHERE state = ?",
-                (JobState.QUEUED.value, JobState.RUNNING.value),
+                f"UPDATE jobs SET state = ?, done_s = 0, runner = NULL WHERE {mine}",
+                (JobState.QUEUED.value, JobState.RUNNING.value, runner),
             )
             cancelled = [
                 row[0]

@@ -75,7 +75,9 @@ def test_module_entry_point_help() -> None:
 @pytest.mark.skipif(find_jemalloc() is None, reason="the system jemalloc is not installed")
 def test_serve_runs_under_jemalloc_unless_told_not_to(tmp_path: Path) -> None:
     for flag, expected in (("--jemalloc", "jemalloc"), ("--no-jemalloc", "glibc")):
-        server = start_server(tmp_path, flag, "--engine-threads", "3", "--intra-op-threads", "1")
+        server = start_server(
+            tmp_path, flag, "--models", "speech", "--engine-threads", "3", "--intra-op-threads", "1"
+        )
         try:
             info = httpx.get(server.url + "/v1/info").json()
         finally:

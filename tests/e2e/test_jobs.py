@@ -15,19 +15,21 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import RecordingFactory, start_server, stop_server, wait_until
+from tests.conftest import Phrases, start_server, stop_server, wait_until
+from tests.recordings import compose, write
 
 # Small segments and one engine thread: the job takes many seconds, long enough to be killed.
 SLOW = ("--segment-s", "2", "--engine-threads", "1", "--models", "speech")
 
 
-@pytest.fixture
-def long_file(recording: RecordingFactory) -> Path:
-    """About 40 minutes at 8 kHz: a phrase every 25 s."""
+@pytest.fixture(scope="module")
+def long_file(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -> Path:
+    """About 40 minutes at 8 kHz: a phrase every 25 s; written once for both stops."""
     pieces = [p for _ in range(90) for p in [("silence", 24.0), ("speech", 0)]]
-    clip = recording("long.flac", rate=8000, pieces=pieces)
-    assert clip.duration_s > 2300
-    return clip.path
+    folder = tmp_path_factory.mktemp("long")
+    audio, _ = compose(pieces, 8000, folder, *phrases)
+    assert len(audio) / 8000 > 2300
+    return write(audio, 8000, folder / "long.flac")
 
 
 @pytest.mark.slow
@@ -60,7 +62,9 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
             stop_server(first)
     assert seen["progress"]["audio_s"] < seen["progress"]["duration_s"], "killed mid-job"
 
-    second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data))
+    # Started again where it was: the same replica, which takes its jobs up again at once.
+    port = int(first.url.rsplit(":", 1)[1])
+    second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data), port=port)
     try:
         with second.client() as client:
             # Its events, followed while the job goes on: every tag from the first.
@@ -149,6 +153,58 @@ def test_the_cli_sends_a_long_recording_as_a_job_and_outlasts_a_server_restart(
         if cli.poll() is None:
             cli.kill()
             cli.wait()
+        for server in (first, second):
+            if server is not None and server.process.poll() is None:
+                stop_server(server)
+
+
+@pytest.mark.slow
+def test_replicas_sharing_a_data_dir_answer_for_each_other_and_take_over_a_dead_one_s_job(
+    long_file: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    shared = (*SLOW, "--data-dir", str(data), "--job-lease-s", "3")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first = start_server(tmp_path / "a", *shared)
+    second = None
+    try:
+        with first.client() as client:
+            posted = client.post(
+                "/v1/jobs", files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")}
+            )
+            job_id = posted.json()["id"]
+            assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
+        # Started once the first replica runs the job, so that the job is the first's.
+        second = start_server(tmp_path / "b", *shared)
+        with second.client() as client:
+
+            def progressing() -> bool:
+                job = client.get(f"/v1/jobs/{job_id}").json()
+                return bool(job["state"] == "running" and job["progress"]["audio_s"] > 0)
+
+            assert wait_until(progressing, 120), "the other replica's job, seen from this one"
+            first.process.kill()
+            first.process.wait(timeout=60)
+            job: dict[str, Any] = {}
+
+            def ended() -> bool:
+                job.update(client.get(f"/v1/jobs/{job_id}").json())
+                return job["state"] in ("done", "failed")
+
+            assert wait_until(ended, 300), job
+            assert job["state"] == "done", job
+            result = client.get(f"/v1/jobs/{job_id}/result").json()
+            direct = client.post(
+                "/v1/recognize",
+                files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
+                timeout=httpx.Timeout(600),
+            ).json()
+        assert result["tags"] == direct["tags"] and len(direct["tags"]) >= 80
+        log = second.log.read_text()
+        assert f"job {job_id}: its server stopped reporting; queued again" in log
+        assert f"job {job_id}: resumed from its checkpoint" in log
+    finally:
         for server in (first, second):
             if server is not None and server.process.poll() is None:
                 stop_server(server)

@@ -22,14 +22,22 @@ ENV ARENGINE_VENV=/opt/venv \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 COPY deploy/setup.sh deploy/setup.sh
-COPY arengine arengine
-COPY models models
 # The same command as `make serve`'s set-up. The install is editable (as in the README), so the
 # package stays at /app, which is where it resolves its models/ folder; /app is copied as is.
-RUN deploy/setup.sh \
-    && /opt/venv/bin/python -m compileall -q /app/arengine
+# It runs before the sources are copied, on an empty package (and README) in their place: the
+# editable install maps `arengine` to /app/arengine, which the COPY below fills. So the
+# dependencies (torch and the rest, minutes to install) are a layer of their own, and a change to
+# arengine/, models/ or the README rebuilds in seconds from the layer cache.
+RUN mkdir arengine && touch arengine/__init__.py README.md \
+    && deploy/setup.sh \
+    && rm -r arengine README.md
+COPY README.md ./
+COPY arengine arengine
+COPY models models
+RUN /opt/venv/bin/python -m compileall -q /app/arengine \
+    && /opt/venv/bin/arengine --version
 
 FROM ${PYTHON_IMAGE} AS runtime
 # System packages through the same script and package list (libjemalloc2), nothing else.

@@ -99,7 +99,18 @@ else
   served=$(mktemp -d /tmp/arengine-wheels.XXXXXX)
   cleanup+=("$served")
   ln -s "$wheel" "$served/"
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # The URL is a build argument, so part of the layer cache's key: the same port each time (the
+  # first free one from 38231) lets a rebuild reuse the dependency layer.
+  port=$(python3 -c '
+import socket
+for port in [*range(38231, 38241), 0]:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        print(s.getsockname()[1])
+        break')
   python3 -m http.server --bind 127.0.0.1 --directory "$served" "$port" >/dev/null 2>&1 &
   server_pid=$!
   say "torch from the local wheel $(basename "$wheel"), served on 127.0.0.1:$port"

@@ -176,7 +176,8 @@ def test_image_is_set_up_by_the_readme_setup_script(dockerfile: Dockerfile) -> N
     every_run = " ".join(i.value for s in dockerfile.stages for i in s.all("RUN"))
     assert "pip install" not in every_run, "packages are installed only by deploy/setup.sh"
     assert "apt-get install" not in every_run, "system packages only through deploy/setup.sh"
-    # Everything setup.sh reads (pyproject, README, package, models) is copied before it runs.
+    # Everything the set-up installs (pyproject, README, package, models) is copied into the
+    # build stage: the dependencies before the sources (a layer of their own), the rest after.
     copied = " ".join(i.value for i in build.all("COPY"))
     for needed in ("pyproject.toml", "README.md", "deploy/setup.sh", "arengine", "models"):
         assert needed in copied

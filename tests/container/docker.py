@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,34 @@ def build_image() -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"make image failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+
+
+class ImageBuild:
+    """The engine found (or started) and the image built on a thread of its own, begun when the
+    session has collected a container test: the build (minutes on a fresh machine, mostly
+    downloads and disk) runs while the other tests do, and the container tests wait for it."""
+
+    def __init__(self) -> None:
+        self._skip: str | None = None
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="image-build", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._skip = engine_unavailable()
+            if self._skip is None:
+                build_image()
+        except BaseException as failure:  # handed to the test that waits for the image
+            self._failure = failure
+
+    def wait(self) -> str | None:
+        """None once the image is built; the reason to skip when no engine is reachable;
+        raises what the build raised."""
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+        return self._skip
 
 
 @dataclass

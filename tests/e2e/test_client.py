@@ -50,6 +50,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("keyed")
     running = start_server(
         tmp,
+        "--models", "speech",
         "--max-pending-requests", "1", "--max-uploading-requests", "1", "--segment-s", "2",
         "--body-timeout-s", "30",
         env={"ARENGINE_API_KEYS": "client-test-key"},

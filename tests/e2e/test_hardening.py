@@ -59,6 +59,8 @@ def long_silence(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(serve: ServerFactory) -> Server:
     return serve(
+        "--models",
+        "speech",
         "--max-pending-requests",
         "2",
         "--max-uploading-requests",
@@ -163,7 +165,11 @@ def test_error_bodies_do_not_leak_server_paths(server: Server, content: bytes, c
 def test_api_keys(tmp_path: Path) -> None:
     # Written as people write lists: a space after the comma.
     running = start_server(
-        tmp_path, "--no-metrics-public", env={"ARENGINE_API_KEYS": "key-one, key-two "}
+        tmp_path,
+        "--no-metrics-public",
+        "--models",
+        "speech",
+        env={"ARENGINE_API_KEYS": "key-one, key-two "},
     )
     try:
         with httpx.Client(base_url=running.url) as client:
@@ -189,7 +195,9 @@ def test_api_keys(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: Path) -> None:
-    running = start_server(tmp_path, "--shutdown-delay-s", "1.5", "--engine-threads", "1")
+    running = start_server(
+        tmp_path, "--shutdown-delay-s", "1.5", "--engine-threads", "1", "--models", "speech"
+    )
     outcome: dict[str, httpx.Response] = {}
 
     def post() -> None:
@@ -219,7 +227,7 @@ def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: P
 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
-    running = start_server(tmp_path, "--shutdown-delay-s", "30")
+    running = start_server(tmp_path, "--shutdown-delay-s", "30", "--models", "speech")
     running.process.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     running.process.send_signal(signal.SIGTERM)
@@ -232,7 +240,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
     path = tmp_path / "clip.wav"
     sf.write(path, np.zeros(16000 * 3, np.float32), 16000)
     data = path.read_bytes()
-    running = start_server(tmp_path, "--shutdown-delay-s", "1.0")
+    running = start_server(tmp_path, "--shutdown-delay-s", "1.0", "--models", "speech")
     port = int(running.url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.sendall(

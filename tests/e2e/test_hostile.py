@@ -15,7 +15,14 @@ from tests.conftest import RecordingFactory, Server, ServerFactory
 
 @pytest.fixture(scope="module")
 def server(serve: ServerFactory) -> Server:
-    return serve("--max-pending-requests", "3", "--max-upload-bytes", str(16 * 1024 * 1024))
+    return serve(
+        "--models",
+        "speech",
+        "--max-pending-requests",
+        "3",
+        "--max-upload-bytes",
+        str(16 * 1024 * 1024),
+    )
 
 
 def _raw(server: Server, body: bytes, content_type: str) -> httpx.Response:

@@ -173,7 +173,7 @@ def test_stream_errors_before_the_first_line_are_plain_errors(
 
 @pytest.fixture(scope="module")
 def slow_server(serve: ServerFactory) -> Server:
-    return serve("--segment-s", "2", "--engine-threads", "1")
+    return serve("--models", "speech", "--segment-s", "2", "--engine-threads", "1")
 
 
 @pytest.fixture

@@ -15,19 +15,21 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import RecordingFactory, start_server, stop_server, wait_until
+from tests.conftest import Phrases, start_server, stop_server, wait_until
+from tests.recordings import compose, write
 
 # Small segments and one engine thread: the job takes many seconds, long enough to be killed.
 SLOW = ("--segment-s", "2", "--engine-threads", "1", "--models", "speech")
 
 
-@pytest.fixture
-def long_file(recording: RecordingFactory) -> Path:
-    """About 40 minutes at 8 kHz: a phrase every 25 s."""
+@pytest.fixture(scope="module")
+def long_file(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -> Path:
+    """About 40 minutes at 8 kHz: a phrase every 25 s; written once for both stops."""
     pieces = [p for _ in range(90) for p in [("silence", 24.0), ("speech", 0)]]
-    clip = recording("long.flac", rate=8000, pieces=pieces)
-    assert clip.duration_s > 2300
-    return clip.path
+    folder = tmp_path_factory.mktemp("long")
+    audio, _ = compose(pieces, 8000, folder, *phrases)
+    assert len(audio) / 8000 > 2300
+    return write(audio, 8000, folder / "long.flac")
 
 
 @pytest.mark.slow

@@ -423,7 +423,7 @@ def test_microphone_recording_is_sent_as_webm(server: Server, browser: Any) -> N
 def test_api_key_is_kept_for_the_session_only(
     serve: ServerFactory, browser: Any, recording: RecordingFactory
 ) -> None:
-    guarded = serve(env={"ARENGINE_API_KEYS": "k-one,k-two"})
+    guarded = serve("--models", "speech", env={"ARENGINE_API_KEYS": "k-one,k-two"})
     page = browser.new_page()
     page.goto(guarded.url + "/")
     page.wait_for_selector("#status.error")

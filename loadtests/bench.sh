@@ -28,6 +28,7 @@ step "GIL holders (needs py-spy)";  $py -m loadtests.gil_profile "$out/long.wav"
 step "Memory against length";       $py -m loadtests.memory_vs_length "$out/short.wav" "$out/huge.wav" "$out/huge.flac"
 step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"
 step "Short clips under load";      $py -m loadtests.short_under_load "$out/huge.wav" --clips 40
+step "Jobs";                        $py -m loadtests.jobs --minutes 3 --kill-every-s 30 --segment-s 10 --store-minutes 1
 step "Pitch throughput";            $py -m loadtests.pitch_throughput --seconds 60
 step "Models and weight formats";   $py -m loadtests.model_speed --processes
 # Against Google's TFLite file, which the repository does not hold: YAMNET_TFLITE or

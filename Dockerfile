@@ -47,7 +47,7 @@ RUN /app/deploy/setup.sh --system-only \
     && groupadd --system --gid 10001 arengine \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin arengine \
-    && install -d -o 10001 -g 10001 -m 0700 /tmp/arengine
+    && install -d -o 10001 -g 10001 -m 0700 /tmp/arengine /var/lib/arengine
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /app /app
 
@@ -69,6 +69,9 @@ ENV PATH=/opt/venv/bin:$PATH \
     ARENGINE_MODELS_DIR=/app/models \
     ARENGINE_UPLOAD_DIR=/tmp/arengine
 
+# The job store's place (jobs are on with ARENGINE_DATA_DIR=/var/lib/arengine): a volume, so that
+# jobs outlive the container.
+VOLUME /var/lib/arengine
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 WORKDIR /app

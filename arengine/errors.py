@@ -56,12 +56,27 @@ class ErrorCode(StrEnum):
     FORBIDDEN_ORIGIN = (
         "forbidden_origin",
         403,
-        "a `POST` from a web page of another origin than the server's or `cors_origins`",
+        "a `POST` or a WebSocket handshake from a web page of another origin than the server's or `cors_origins`",
     )
     UNAUTHORIZED = (
         "unauthorized",
         401,
         "API keys are configured and the request has none of them (`WWW-Authenticate: Bearer`)",
+    )
+    ADMIN_REQUIRED = (
+        "admin_required",
+        401,
+        "changing a model's references needs an administrator key (`admin_keys`) and the request sent none (`WWW-Authenticate: Bearer`)",
+    )
+    NOT_ADMIN = (
+        "not_admin",
+        403,
+        "the request's key is not one of `admin_keys`: users' keys cannot change references",
+    )
+    ADMIN_DISABLED = (
+        "admin_disabled",
+        403,
+        "no `admin_keys` are set: references are changed with `arengine references` only",
     )
     UNKNOWN_MODEL = (
         "unknown_model",
@@ -69,6 +84,16 @@ class ErrorCode(StrEnum):
         "the model is not loaded; the message lists the loaded ones",
     )
     NOT_FOUND = "not_found", 404, "no such endpoint"
+    NOT_A_LIBRARY = (
+        "not_a_library",
+        404,
+        "the model is loaded but is not a `fingerprint` model: it has no references",
+    )
+    REFERENCE_NOT_FOUND = (
+        "reference_not_found",
+        404,
+        "the fingerprint model has no reference with this id (or it was removed)",
+    )
     JOB_NOT_FOUND = (
         "job_not_found",
         404,
@@ -91,6 +116,11 @@ class ErrorCode(StrEnum):
         408,
         "the request line and headers did not arrive within `header_timeout_s`; the connection is closed",
     )
+    LISTEN_IDLE = (
+        "listen_idle",
+        408,
+        "a live stream (`WS /v1/listen`) sent nothing for `listen_idle_timeout_s`",
+    )
     UPLOAD_TOO_LARGE = (
         "upload_too_large",
         413,
@@ -106,6 +136,11 @@ class ErrorCode(StrEnum):
         "audio_too_long",
         413,
         "the recording passed `max_duration_s` (checked on the header and while decoding)",
+    )
+    LISTEN_TOO_LONG = (
+        "listen_too_long",
+        413,
+        "a live stream reached `listen_max_duration_s` of audio; its tags are all sent: reconnect to go on",
     )
     DECODE_BOMB = (
         "decode_bomb",
@@ -127,6 +162,11 @@ class ErrorCode(StrEnum):
         409,
         "the job's result is asked for while it is queued, running or failed (the message says which)",
     )
+    SCORES_NOT_KEPT = (
+        "scores_not_kept",
+        409,
+        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+    )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
         431,
@@ -147,6 +187,11 @@ class ErrorCode(StrEnum):
         415,
         "the body is neither multipart nor an audio content type (`POST /v1/render`: not JSON)",
     )
+    INVALID_STREAM_MESSAGE = (
+        "invalid_stream_message",
+        422,
+        "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
+    )
     INVALID_PARAMETER = (
         "invalid_parameter",
         422,
@@ -165,6 +210,11 @@ class ErrorCode(StrEnum):
     )
     EMPTY_FILE = "empty_file", 422, "the uploaded file has no bytes"
     EMPTY_AUDIO = "empty_audio", 422, "the recording has no audio frames"
+    NO_LANDMARKS = (
+        "no_landmarks",
+        422,
+        "a reference upload has nothing to find: silence, or too short for a landmark pair",
+    )
     UNSUPPORTED_CHANNELS = (
         "unsupported_channels",
         422,
@@ -223,6 +273,11 @@ class ErrorCode(StrEnum):
         503,
         "`max_queued_jobs` jobs are queued or running (with `Retry-After`)",
     )
+    TOO_MANY_LISTENERS = (
+        "too_many_listeners",
+        503,
+        "`max_listen_streams` live streams are open",
+    )
     TOO_MANY_CONNECTIONS = (
         "too_many_connections",
         503,
@@ -232,6 +287,11 @@ class ErrorCode(StrEnum):
         "deadline_exceeded",
         504,
         "the request's deadline (`request_timeout_s`, or less with `?timeout_s=`) passed; its remaining segments were dropped",
+    )
+    RENDER_TIMEOUT = (
+        "render_timeout",
+        504,
+        "`POST /v1/render` worked longer than `render_timeout_s` (from its body's end); the render was stopped",
     )
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",
@@ -298,13 +358,14 @@ class NotReady(ArengineError):
 
 
 class Forbidden(ArengineError):
-    """A request a browser was made to send: a foreign Host or Origin."""
+    """A request this client may not make: one a browser was made to send (a foreign Host or
+    Origin), or a change that needs an administrator key."""
 
     default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
 class Unauthorized(ArengineError):
-    """No API key, or not one of the configured keys."""
+    """No API key (or administrator key, where one is needed), or not a configured one."""
 
     default_code = ErrorCode.UNAUTHORIZED
 

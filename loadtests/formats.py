@@ -8,7 +8,11 @@ Encodes the recording with Debian's ffmpeg (16 kHz mono WAV, 44.1 kHz stereo MP3
 WebM/Opus, MP4 with a video track, WMA), starts one server, posts each file (the timed ones
 `--runs` times, alternating, best kept) and prints a Markdown table: end-to-end seconds, the ratio
 to the 16 kHz WAV, and frame F1 (10 ms frames) of the speech tags against the recording's known
-speech intervals (`<file>.speech.json`, written by `loadtests.recordings`).
+speech intervals (`<file>.speech.json`, written by `loadtests.recordings`). Beside each timed
+compressed file, in the same alternation: FFmpeg decoding it alone to what the speech model reads,
+`ffmpeg -threads 1 -i FILE -ac 1 -ar 16000 -f f32le -y /dev/null` (the issue's floor), and the
+ratio of the two (below 1.0: the whole request took less than decoding alone).
+`--server-flag=--parallel-decoding` passes a flag to `arengine serve`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,16 @@ ENCODINGS = {
     "video.mp4": [*VIDEO, "-c:a", "aac", "-b:a", "96k"],
     "call.wma": ["-c:a", "wmav2", "-b:a", "64k"],
 }
-TIMED = ("16k.wav", "44k.mp3", "44k.m4a")
+TIMED = ("16k.wav", "44k.mp3", "44k.m4a", "browser.webm")
+
+
+def ffmpeg_alone(path: Path) -> float:
+    """Wall seconds for FFmpeg's command line to decode `path` to 16 kHz mono float32 alone."""
+    started = time.perf_counter()
+    command = ["ffmpeg", "-v", "error", "-threads", "1", "-i", str(path), "-ac", "1", "-ar",
+               "16000", "-f", "f32le", "-y", "/dev/null"]  # fmt: skip
+    subprocess.run(command, check=True)
+    return time.perf_counter() - started
 
 
 def encode(source: Path, out: Path) -> dict[str, Path]:
@@ -74,23 +87,32 @@ def main() -> None:
     parser.add_argument("source", type=Path, help="a WAV written by loadtests.recordings")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--port", type=int, default=8795)
+    parser.add_argument(
+        "--server-flag", action="append", default=[], help="passed to `arengine serve`"
+    )
     options = parser.parse_args()
     truth = json.loads(options.source.with_name(options.source.name + ".speech.json").read_text())
     paths = encode(options.source, options.source.parent)
     best: dict[str, float] = {}
+    alone: dict[str, float] = {}
     answers: dict[str, dict[str, Any]] = {}
-    with running_server(options.port) as (_, url):
+    with running_server(options.port, *options.server_flag) as (_, url):
         post(url, paths["16k.wav"])  # warm the server's caches and the page cache
         for _ in range(options.runs):
             for name in TIMED:
                 seconds, answers[name] = post(url, paths[name])
                 best[name] = min(best.get(name, float("inf")), seconds)
+                if name != "16k.wav":
+                    alone[name] = min(alone.get(name, float("inf")), ffmpeg_alone(paths[name]))
         for name in ENCODINGS:
             if name not in answers:
                 best[name], answers[name] = post(url, paths[name])
     wav = best["16k.wav"]
-    print("| file | audio | decoder | end to end s | x WAV | speech F1 | F1 - WAV's |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| file | audio | decoder | end to end s | x WAV | ffmpeg alone s | / ffmpeg alone "
+        "| speech F1 | F1 - WAV's |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     reference = None
     for name in ENCODINGS:
         audio = answers[name]["audio"]
@@ -102,6 +124,8 @@ def main() -> None:
             audio["decoder"],
             f"{best[name]:.2f}",
             f"{best[name] / wav:.2f}",
+            f"{alone[name]:.2f}" if name in alone else "",
+            f"{best[name] / alone[name]:.2f}" if name in alone else "",
             f"{f1:.4f}",
             f"{f1 - reference:+.4f}",
         ]

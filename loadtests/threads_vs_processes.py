@@ -1,6 +1,8 @@
 """Threads versus processes: one server with N engine threads against N single-thread servers.
 
     python -m loadtests.threads_vs_processes loadtests/out/35min.wav [--n 2] [--rounds 2]
+    python -m loadtests.threads_vs_processes loadtests/out/35min-44k.mp3 \
+        --server-flag=--parallel-decoding
 
 Both set-ups get the same load (N clients, each posting the recording `--rounds` times; in the
 process set-up each client has its own server) and intra-op 1. Reported: wall time, throughput
@@ -17,8 +19,8 @@ import time
 from pathlib import Path
 
 import httpx
-import soundfile as sf
 
+from arengine.audio.validation import AudioLimits, probe
 from arengine.system.threads import available_cpus
 from loadtests.server import memory_mib, running_server
 from loadtests.thread_sweep import cpu_seconds
@@ -42,13 +44,15 @@ def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
     return time.perf_counter() - started
 
 
-def measure(path: Path, n: int, rounds: int, processes: bool) -> tuple[float, float, float]:
+def measure(
+    path: Path, n: int, rounds: int, processes: bool, flags: list[str]
+) -> tuple[float, float, float]:
     ports = [8850 + i for i in range(n if processes else 1)]
     threads = "1" if processes else str(n)
     with contextlib.ExitStack() as stack:
         servers = [
             stack.enter_context(
-                running_server(port, "--models", "speech", "--engine-threads", threads)
+                running_server(port, "--models", "speech", "--engine-threads", threads, *flags)
             )[0]
             for port in ports
         ]
@@ -65,8 +69,14 @@ def main() -> None:
     parser.add_argument("path", type=Path)
     parser.add_argument("--n", type=int, default=available_cpus())
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--server-flag", action="append", default=[], help="passed to every `arengine serve`"
+    )
     args = parser.parse_args()
-    audio = sf.info(str(args.path)).duration * args.n * args.rounds
+    limits = AudioLimits(
+        max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+    )
+    audio = probe(args.path, limits).duration_s * args.n * args.rounds
     print(
         "| set-up | wall s | throughput (x real time) | server CPU s | audio s per CPU s "
         "| total peak RSS MiB |"
@@ -74,7 +84,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     results = {}
     for processes in (False, True):
-        wall, cpu, rss = measure(args.path, args.n, args.rounds, processes)
+        wall, cpu, rss = measure(args.path, args.n, args.rounds, processes, args.server_flag)
         name = (
             f"{args.n} processes x 1 engine thread"
             if processes

@@ -130,10 +130,12 @@ def start_server(
     env: dict[str, str] | None = None,
     wait_ready: bool = True,
     open_files: int | None = None,
+    port: int | None = None,
 ) -> Server:
     """Start `arengine serve` with `args` (uploads go to `tmp_path/uploads` unless `args` say);
-    `open_files` sets its RLIMIT_NOFILE (soft and hard)."""
-    port = free_port()
+    `open_files` sets its RLIMIT_NOFILE (soft and hard); `port`: a given one (a server started
+    again where its clients know it), else a free one."""
+    port = port or free_port()
     log = tmp_path / f"server-{port}.log"
     upload_dir = tmp_path / "uploads"
     upload_dir.mkdir(exist_ok=True)

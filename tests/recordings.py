@@ -108,6 +108,25 @@ def sine(path: Path, seconds: float, rate: int, freq: float = 440.0, *args: str)
     return path
 
 
+def tones(
+    path: Path,
+    freqs: list[float],
+    rate: int,
+    amplitude: float = 0.3,
+    seconds: float = 1.0,
+    gap_s: float = 0.5,
+) -> tuple[Path, list[float]]:
+    """Plain sine tones, `gap_s` of silence before each and after the last, written to `path`;
+    returns it and where each tone starts (s)."""
+    t = np.arange(int(seconds * rate)) / rate
+    gap = np.zeros(int(gap_s * rate))
+    parts, starts = [gap], []
+    for freq in freqs:
+        starts.append(sum(len(part) for part in parts) / rate)
+        parts += [amplitude * np.sin(2 * np.pi * freq * t), gap]
+    return write(np.concatenate(parts).astype(np.float32), rate, path), starts
+
+
 DEBIAN_SOUNDS = Path("/usr/share/sounds")
 """Debian's sound-theme-freedesktop (telephone, alarm clock, camera shutter, bell...) and
 alsa-utils (voices naming speaker positions, pink noise): real recordings, installed by

@@ -405,8 +405,28 @@ def test_compose_uploads_fit_where_they_are_spooled(
         else:
             assert upload_dir in volumes, "the upload dir is writable under read_only"
             assert volumes[upload_dir] in compose["volumes"], "a named volume per replica"
-    sources = [v.split(":")[0] for s in _replicas(compose).values() for v in s["volumes"]]
+    sources = [
+        v.split(":")[0]
+        for s in _replicas(compose).values()
+        for v in s["volumes"]
+        if v.split(":")[1] == str(_settings(s["environment"], monkeypatch).upload_dir)
+    ]
     assert len(set(sources)) == len(sources), "replicas never share an upload dir"
+
+
+def test_compose_replicas_share_one_job_store_on_a_volume_under_their_own_names(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job is reached whichever replica the balancer picks, and survives the containers."""
+    stores = set()
+    for service in _replicas(compose).values():
+        data_dir = str(_settings(service["environment"], monkeypatch).data_dir)
+        volumes = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
+        assert volumes[data_dir] in compose["volumes"], "the data dir is a named volume"
+        stores.add(volumes[data_dir])
+    assert len(stores) == 1
+    names = [service["hostname"] for service in _replicas(compose).values()]
+    assert len(set(names)) == len(names), "each replica takes up its own jobs at restart"
 
 
 def test_balancer_agrees_with_the_server_settings(

@@ -85,6 +85,35 @@ def test_the_events_recording_holds_its_sounds_at_the_times_it_says() -> None:
     assert np.abs(audio[start : start + RATE]).max() > 10 * np.abs(quiet).max()
 
 
+def test_the_fingerprint_benchmark_finds_its_own_excerpts(tmp_path: Path) -> None:
+    from arengine.models.fingerprint import FingerprintRecognizer, add_recording
+    from arengine.models.fingerprint_store import Library
+    from loadtests.fingerprint import found, recognize, resampled, synthetic
+    from tests.fingerprints import Placed, mix
+
+    references = [synthetic(seed, 12.0) for seed in range(3)]
+    assert not np.array_equal(references[0], references[1])
+    library = Library.create(tmp_path / "library.sqlite")
+    for i, samples in enumerate(references):
+        add_recording(library, f"ref {i}", samples, {})
+    placed = [Placed(2, 4.0, 2.0, 10.0), Placed(0, 20.0, 0.0, 8.0)]
+    recording = mix(32.0, references, placed, snr_db=10.0)
+    tags = recognize(FingerprintRecognizer(library.path, segment_s=10.0), recording)
+    assert found(tags, placed, [8.0, 8.0]) == 2
+    assert found(tags, [Placed(1, 4.0, 2.0, 10.0)], [8.0]) == 0
+    assert len(resampled(references[0], 1.05)) == pytest.approx(len(references[0]) / 1.05, abs=2)
+
+
+def test_a_dropped_requests_line_says_how_much_of_the_rise_was_kept() -> None:
+    from loadtests.dropped_memory import Drop
+
+    line = Drop(before=300.0, peak=400.0, after=310.0, idle_after_s=0.25).line(2)
+    assert line == (
+        "drop 2: RSS before 300 MiB, peak 400 (+100), after 310 (+10 MiB, 10% of the rise kept);"
+        " engine idle 0.2 s after the hang-up"
+    )
+
+
 def test_the_events_benchmark_says_skipped_without_the_tflite_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

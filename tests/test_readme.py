@@ -6,6 +6,7 @@ On a mismatch the failure shows the table to paste; `python -m tests.test_readme
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from arengine.cli.commands import ENV_ONLY
@@ -59,6 +60,11 @@ def parameters_table() -> str:
             default = "see meaning" if value is None else f"`{value}`"
             doc = params.docs()[name]
             rows.append(f"| {kind} | `{name}` | {bounds.text()} | {default} | {doc} |")
+        for name, doc in params.texts().items():  # per-label values a kind sets by default
+            value = getattr(defaults, name)
+            if isinstance(value, Mapping) and value:
+                shown = ";".join(f"{label}:{number}" for label, number in value.items())
+                rows.append(f"| {kind} | `{name}` | per label | `{shown}` | {doc} |")
     return "\n".join(rows)
 
 

@@ -78,7 +78,8 @@ def read_blocks(
     block_frames: int = BLOCK_FRAMES,
     arrival: Arrival | None = None,
 ) -> Iterator[np.ndarray]:
-    """Yield `(frames, channels)` float32 blocks; stop with `TooLarge` past `max_frames`.
+    """Yield `(frames, channels)` float32 blocks (FFmpeg's already mono: `(frames, 1)`); stop
+    with `TooLarge` past `max_frames`.
 
     The cap is counted on decoded frames, not taken from the header, so a small compressed file
     that decodes to hours is stopped after `max_frames`. With `arrival`, the WAV at `path` is
@@ -125,28 +126,12 @@ def _sndfile_blocks(
 def _ffmpeg_blocks(
     path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
 ) -> Iterator[np.ndarray]:
-    """FFmpeg's frames gathered into blocks of about `block_frames`."""
-    return gathered(_ffmpeg_frames(path, info, report), block_frames)
-
-
-def gathered(frames: Iterator[np.ndarray], block_frames: int) -> Iterator[np.ndarray]:
-    """Decoder frames (a thousand samples or so) gathered into blocks of about `block_frames`."""
-    pending: list[np.ndarray] = []
-    held = 0
-    for frame in frames:
-        pending.append(frame)
-        held += len(frame)
-        if held >= block_frames:
-            yield np.concatenate(pending)
-            pending, held = [], 0
-    if pending:
-        yield np.concatenate(pending)
-
-
-def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterator[np.ndarray]:
+    """FFmpeg's frames as mono `(frames, 1)` blocks of `block_frames`, mixed down in C
+    (`ffmpeg.Mixdown`): Python handles each packet, never each sample."""
     bad = total = 0
     decoded = 0
     demuxer = containers.demuxer_for(info.format)
+    mixdown = ffmpeg.Mixdown(block_frames)
     with ffmpeg.open_upload(path, demuxer) as container:
         context: Any = container.streams[info.stream].codec_context
         # Bound late on purpose: the message names where the change was met.
@@ -164,15 +149,17 @@ def _ffmpeg_frames(path: Path, info: AudioInfo, report: DecodeReport) -> Iterato
                         f"the audio stream is damaged: {bad} of {total} packets cannot be decoded"
                     ) from None
                 continue
-            out = [frame_samples(frame, info, decoded) for frame in frames]
-            if sum(block.nbytes for block in out) > MAX_PACKET_BYTES:
+            # Counted as float32 samples, as the blocks Python would have made of them.
+            if sum(frame.samples for frame in frames) * info.channels * 4 > MAX_PACKET_BYTES:
                 raise TooLarge(
                     f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
                     code=ErrorCode.DECODE_BOMB,
                 )
-            for block in out:
-                decoded += len(block)
-                yield block
+            for frame in frames:
+                check_parameters(frame, info, decoded)
+                decoded += frame.samples
+                yield from mixdown.push(frame)
+        yield from mixdown.flush()
     if bad:
         report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
 
@@ -201,9 +188,8 @@ def stream_packets(
         ) from None
 
 
-def frame_samples(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.ndarray:
-    """A decoded frame as float32 samples; a change of rate or channels at `decoded` frames is
-    refused (422)."""
+def check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> None:
+    """A change of rate or channels at `decoded` frames is refused (422)."""
     channels = frame.layout.nb_channels
     if frame.sample_rate != info.sample_rate or channels != info.channels:
         raise InvalidInput(
@@ -212,7 +198,6 @@ def frame_samples(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> np.nda
             "accepted: one sample rate and channel count per recording",
             code=ErrorCode.AUDIO_FORMAT_CHANGED,
         )
-    return ffmpeg.to_float32(frame)
 
 
 def stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
@@ -271,10 +256,11 @@ class Decoding:
         rates: int | Sequence[int],
         max_frames: int,
         arrival: Arrival | None = None,
+        block_frames: int = BLOCK_FRAMES,
     ) -> None:
         self._probed = info
         self.report = DecodeReport()
-        blocks = read_blocks(path, info, max_frames, self.report, arrival=arrival)
+        blocks = read_blocks(path, info, max_frames, self.report, block_frames, arrival)
         mono = to_mono(blocks, bounded=is_integer_pcm(info))
         self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
         self._first = self._tee.reader(0)

@@ -10,6 +10,7 @@ even if it were recognised.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import av
 import av.container
+import av.filter
 import numpy as np
 
 from arengine.audio import containers
@@ -107,32 +109,71 @@ def _claimed_frames(container: av.container.InputContainer, index: int, rate: in
     return 0
 
 
-_SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
+class Mixdown:
+    """Decoded frames to mono float32 blocks of `block` samples, in FFmpeg's C code.
 
-
-def to_float32(frame: av.AudioFrame) -> np.ndarray:
-    """A decoded frame as `(samples, channels)` float32 in [-1, 1] (integer formats scaled).
-
-    Planar float frames come back as a transposed view: the caller concatenates them anyway.
+    A filter graph (`abuffer -> aformat=fltp -> pan -> aformat=flt -> asetnsamples ->
+    abuffersink`) does the per-frame work: integer samples scaled to [-1, 1] (s16 by 1/32768,
+    as libsndfile does), the channels averaged with equal weights (the mean `decode.to_mono`
+    takes, to the bit for one or two channels), and frames of a thousand samples gathered into
+    blocks. Python pushes each frame and takes a
+    block now and then; FFmpeg releases the GIL while it filters (see BENCHMARKS.md, "Decoding
+    in C"). The graph is built from the first frame's rate, format and channels; a frame that
+    differs is the caller's to refuse before `push`.
     """
-    fmt = frame.format
-    kind = fmt.name.rstrip("p")
-    if kind == "flt" and fmt.is_planar:
-        # The codecs' usual output (MP3, AAC, Vorbis, Opus): each plane read in place, which
-        # costs a third of `to_ndarray` per frame (80,000 frames in 35 minutes of MP3).
-        count = frame.samples
-        planes = [np.frombuffer(memoryview(plane), np.float32, count) for plane in frame.planes]
-        return planes[0][:, None] if len(planes) == 1 else np.stack(planes, axis=1)
-    array = frame.to_ndarray()
-    channels = frame.layout.nb_channels
-    array = array.T if fmt.is_planar else array.reshape(-1, channels)
-    if kind == "flt":
-        return array
-    if kind == "u8":
-        return ((array.astype(np.float32) - 128.0) / 128.0).astype(np.float32)
-    if kind in _SCALE:
-        return (array / np.float32(_SCALE[kind])).astype(np.float32)
-    return array.astype(np.float32)
+
+    def __init__(self, block: int) -> None:
+        self._block = block
+        self._graph: av.filter.Graph | None = None
+        self._source: Any = None
+        self._sink: Any = None
+        self._pending = 0
+
+    def push(self, frame: av.AudioFrame) -> Iterator[np.ndarray]:
+        """Give FFmpeg `frame`; the blocks that are complete, as `(samples, 1)` views."""
+        if self._graph is None:
+            self._build(frame)
+        self._source.push(frame)
+        self._pending += frame.samples
+        if self._pending >= self._block:
+            self._pending = 0
+            yield from self._ready()
+
+    def flush(self) -> Iterator[np.ndarray]:
+        """The rest, the last block shorter; the graph is spent afterwards."""
+        if self._graph is not None:
+            self._source.push(None)
+            yield from self._ready()
+
+    def _ready(self) -> Iterator[np.ndarray]:
+        while True:
+            try:
+                frame = self._sink.pull()
+            except (av.error.BlockingIOError, av.error.EOFError):
+                return
+            plane = memoryview(frame.planes[0])  # keeps the frame's buffer alive
+            yield np.frombuffer(plane, np.float32, frame.samples)[:, None]
+
+    def _build(self, frame: av.AudioFrame) -> None:
+        channels = frame.layout.nb_channels
+        graph = av.filter.Graph()
+        source = graph.add_abuffer(
+            sample_rate=frame.sample_rate,
+            format=frame.format.name,
+            layout=frame.layout.name,
+            channels=channels,
+        )
+        steps = [source, graph.add("aformat", "sample_fmts=fltp")]
+        if channels > 1:
+            weights = "+".join(f"{1 / channels!r}*c{index}" for index in range(channels))
+            steps.append(graph.add("pan", f"mono|c0={weights}"))
+        steps.append(graph.add("aformat", "sample_fmts=flt:channel_layouts=mono"))
+        steps.append(graph.add("asetnsamples", f"n={self._block}:p=0"))
+        steps.append(graph.add("abuffersink"))
+        for upstream, downstream in itertools.pairwise(steps):
+            upstream.link_to(downstream)
+        graph.configure()
+        self._graph, self._source, self._sink = graph, source, steps[-1]
 
 
 def packets(

@@ -24,7 +24,7 @@ import numpy as np
 import soxr
 
 from arengine.audio import containers, decode, ffmpeg, sniff
-from arengine.audio.decode import BLOCK_FRAMES, DecodeReport, gathered, to_mono
+from arengine.audio.decode import BLOCK_FRAMES, DecodeReport, to_mono
 from arengine.audio.segments import Segment, Segmenter, SegmentPlan
 from arengine.errors import CorruptAudio
 from arengine.types import AudioInfo
@@ -214,8 +214,7 @@ def chunk_blocks(
     feed_from = grid * step_in  # a source frame that falls on the output grid
     out_at = grid * step_out
     stream = soxr.ResampleStream(info.sample_rate, rate_out, 1, dtype="float32", quality="HQ")
-    frames = _frames_from(container, info, feed_from, max_frames, report, read_to)
-    source = gathered(frames, BLOCK_FRAMES)
+    source = _frames_from(container, info, feed_from, max_frames, report, read_to)
     for mono in to_mono(source):
         out = stream.resample_chunk(mono) if info.sample_rate != rate_out else mono
         yield from _trimmed(out, out_at, first)
@@ -239,7 +238,7 @@ def _frames_from(
     report: DecodeReport,
     read_to: list[int],
 ) -> Iterator[np.ndarray]:
-    """Source frames from frame `start` on, as `(frames, channels)` float32."""
+    """Mono `(frames, 1)` float32 blocks from source frame `start` on, mixed down in C."""
     stream = container.streams[info.stream]
     context = stream.codec_context
     # Integer arithmetic in time-base units: Fractions per packet cost more than decoding.
@@ -253,13 +252,15 @@ def _frames_from(
         # demuxer has indexed what it read, so this seek does not rescan the file.
         container.seek(skip_to, stream=stream, backward=True)
     context.flush_buffers()
-    checked = False
+    mixdown = ffmpeg.Mixdown(BLOCK_FRAMES)
+    drop: int | None = None
+    """Samples before `start` in the first frame given to the mixdown (None: none given yet)."""
     at = start
     # Bound late on purpose: the message names where a parameter change was met.
     for packet, error in decode.stream_packets(container, info, lambda: at):  # noqa: B023
         if error is not None:
             decode.stopped_early(report, at / info.sample_rate, error)
-            return
+            break
         if packet.pts is not None:
             read_to[0] = packet.pts + (packet.duration or 0)
             if read_to[0] < skip_to:
@@ -272,12 +273,19 @@ def _frames_from(
             if frame.pts is None:
                 continue
             at = (frame.pts * num + den // 2) // den - base
-            if not checked and start > 0 and at > start:
+            if drop is None and start > 0 and at > start:
                 raise CorruptAudio(f"seeking landed after {start} frames; the file is damaged")
-            checked = True
             if at + frame.samples > max_frames:
                 raise decode.too_long(max_frames, info.sample_rate)
-            block = decode.frame_samples(frame, info, at)
-            report.frames = max(report.frames, at + len(block))
-            if at + len(block) > start:
-                yield block[max(0, start - at) :]
+            decode.check_parameters(frame, info, at)
+            report.frames = max(report.frames, at + frame.samples)
+            if at + frame.samples <= start:
+                continue
+            if drop is None:
+                drop = max(0, start - at)
+            for block in mixdown.push(frame):
+                yield block[drop:]
+                drop = 0
+    for block in mixdown.flush():
+        yield block[drop or 0 :]
+        drop = 0

@@ -1,10 +1,12 @@
 """The command line: `arengine serve` (one flag per setting, generated from `Settings`),
-`arengine recognize` (files through an in-process engine), `arengine models` and `arengine
-references` (a fingerprint model's reference library)."""
+`arengine recognize` (files through an in-process engine), `arengine listen` (a live stream sent
+to a server), `arengine models` and `arengine references` (a fingerprint model's reference
+library)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -30,7 +32,10 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
-ENV_ONLY = frozenset({"api_keys"})
+JOB_OVER_S = 600.0
+"""`recognize --server` sends a recording longer than this as a job: the server's default
+`request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
+ENV_ONLY = frozenset({"api_keys", "admin_keys"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (
@@ -38,12 +43,12 @@ ENGINE_SETTINGS = (
     "intra_op_threads",
     "inter_op_threads",
     "models_dir",
-    "models",
     "segment_s",
     "segments_ahead",
     "max_duration_s",
 )
-"""The settings `recognize` and `models` take: those of the engine, not of the HTTP server."""
+"""The settings `recognize` takes: those of the engine, not of the HTTP server. Not `models`:
+`--model` names the models to run, and only those load."""
 
 RECOGNIZE_EXAMPLES = (
     """examples:
@@ -64,6 +69,16 @@ formats (other names in brackets):
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
+
+
+LISTEN_EXAMPLES = """examples:
+  ffmpeg -i rtsp://camera/stream -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -
+  arecord -f S16_LE -r 16000 -c 1 -t raw | arengine listen --server URL --model speech,events -
+  arengine listen --server URL --realtime --model events hall.flac > tags.ndjson
+
+Tags are printed as JSON lines as each becomes final, the summary last.
+exit status: 0 when the stream ended with its summary, 1 when the server ended it with an error,
+2 when it could not start"""
 
 
 REFERENCES_EXAMPLES = """examples:
@@ -90,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the HTTP server",
         description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
         epilog="example: arengine serve --port 8080 --engine-threads 4\n"
-        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 arengine serve",
+        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 ARENGINE_ADMIN_KEYS=key3 "
+        "arengine serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_setting_flags(serve, Settings.model_fields)
@@ -108,8 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         default="speech",
         help="model name, or several separated by commas (speech,notes: decoded once, "
-        "one output with every model's tags in timestamp order); default: speech",
+        "one output with every model's tags in timestamp order); only these load; "
+        "default: speech",
     )
+    recognize.add_argument("--models", action=_Removed, help=argparse.SUPPRESS)
     recognize.add_argument(
         "--format",
         default="json",
@@ -130,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
         "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
     )
     recognize.add_argument(
+        "--job-over-s",
+        type=float,
+        default=JOB_OVER_S,
+        metavar="SECONDS",
+        help="with --server: a recording longer than this is sent as a job (POST /v1/jobs), "
+        "which survives a dropped connection and a server restart; its result is fetched once "
+        f"done (default: {JOB_OVER_S:g})",
+    )
+    recognize.add_argument(
         "--resume",
         action="store_true",
         help="skip inputs whose output file already exists (an interrupted run started again; "
@@ -145,6 +172,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
+    listen = commands.add_parser(
+        "listen",
+        help="send a live stream to a server and print its tags as they come",
+        description="Send raw PCM from standard input (-), or an audio file, to a server's "
+        "WS /v1/listen; print each tag as a JSON line as soon as it is final. The API key comes "
+        "from ARENGINE_API_KEY.",
+        epilog=LISTEN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    listen.add_argument(
+        "source", metavar="INPUT", help="- for raw PCM on standard input, or a file"
+    )
+    listen.add_argument("--server", metavar="URL", required=True, help="the arengine server")
+    listen.add_argument(
+        "--model", default="speech", help="model name, or several separated by commas"
+    )
+    listen.add_argument(
+        "--pcm-format",
+        choices=("s16le", "f32le"),
+        default="s16le",
+        help="standard input's samples (default: s16le)",
+    )
+    listen.add_argument(
+        "--sample-rate", type=int, default=16000, help="standard input's rate (default: 16000)"
+    )
+    listen.add_argument(
+        "--channels", type=int, default=1, help="standard input's channels (default: 1)"
+    )
+    listen.add_argument(
+        "--realtime",
+        action="store_true",
+        help="send a file at real speed, as a live source would (default: as fast as the "
+        "server reads)",
+    )
+    listen.add_argument(
+        "--progress", action="store_true", help="print the progress lines to standard error"
+    )
+    _add_parameter_flags(listen)
     models = commands.add_parser(
         "models",
         help="list the models that load",
@@ -177,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(references, ("models_dir", "max_duration_s"))
     return parser
+
+
+class _Removed(argparse.Action):
+    """`recognize --models`, which chose the models to load beside `--model`'s models to run: a
+    usage error that says what to use (argparse would otherwise take it as `--models-dir`)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(
+            f"{option_string} is gone: --model names the models to run (only those load), "
+            "--models-dir the folder they are in"
+        )
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
@@ -255,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if name.startswith(PARAMETER_PREFIX)
     }
     options = {name: args.pop(name) for name in list(args) if name not in Settings.model_fields}
-    if command == "recognize":
+    if command in ("recognize", "listen"):
         options["parameters"] = parameters
     try:
         settings = Settings(**args)
@@ -265,12 +350,33 @@ def main(argv: Sequence[str] | None = None) -> None:
         serve(settings, list(sys.argv[1:] if argv is None else argv))
     elif command == "recognize":
         sys.exit(recognize(settings, **options))
+    elif command == "listen":
+        sys.exit(listen_command(**options))
     elif command == "models":
         sys.exit(list_models(settings, **options))
     elif command == "references":
         from arengine.cli.references import references
 
         sys.exit(references(settings, **options))
+
+
+def listen_command(
+    source: str,
+    server: str,
+    model: str,
+    pcm_format: str,
+    sample_rate: int,
+    channels: int,
+    realtime: bool,
+    progress: bool,
+    parameters: Mapping[str, float | str],
+) -> int:
+    """`arengine listen`: 0 when the stream ended with its summary (`arengine/cli/listen.py`)."""
+    from arengine.cli.listen import listen
+    from arengine.cli.remote import Remote
+
+    opening = {"format": pcm_format, "sample_rate": sample_rate, "channels": channels}
+    return listen(Remote.from_env(server), source, model, opening, realtime, progress, parameters)
 
 
 def serve(settings: Settings, argv: list[str]) -> None:
@@ -297,6 +403,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
         "engine_threads": settings.engine_threads or available_cpus(),
         "cpus": available_cpus(),
         "api_keys": len(settings.api_key_list()),  # how many, never which
+        "admin_keys": len(settings.admin_key_list()),
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
@@ -333,6 +440,7 @@ def recognize(
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
     combined: Path | None = None,
+    job_over_s: float = JOB_OVER_S,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
     `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`);
@@ -363,11 +471,10 @@ def recognize(
     if todo and server is not None:
         from arengine.cli.remote import Remote, recognize_remote
 
-        failures = recognize_remote(
-            Remote.from_env(server), todo, model, fmt, jobs, overrides=overrides
-        )
+        remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
+        failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
     elif todo:
-        engine = _engine(settings)
+        engine = _engine(settings.model_copy(update={"models": model}))
         try:
             refused = _refusal(engine, model, format, overrides)
             if refused is not None:

@@ -1,7 +1,9 @@
 """`arengine recognize --server URL`: the files of `cli.runner`, sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
-recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client).
+recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client; a
+recording over `job_over_s` goes as a job, whose result is fetched once done, across dropped
+connections and server restarts).
 
 Example (with a server at that address)::
 
@@ -41,6 +43,8 @@ class Remote:
     api_key: str | None
     retries: int = 30
     """Per file: a batch outlasts a busy cluster (503 with `Retry-After`) rather than fail."""
+    job_over_s: float | None = None
+    """A recording longer than this goes as a job (`Client.recognize_job`); None: never."""
 
     @classmethod
     def from_env(cls, url: str) -> Remote:
@@ -78,7 +82,11 @@ def recognize_remote(
             while True:
                 # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
                 for item in itertools.islice(pending, max(jobs, 1) - len(running)):
-                    upload = pool.submit(_recognize_one, client, item.path, model, overrides or {})
+                    over = remote.job_over_s
+                    long = over is not None and durations[item.path] > over
+                    upload = pool.submit(
+                        _recognize_one, client, item.path, model, overrides or {}, long
+                    )
                     running[upload] = item
                     progress.started(item.path, durations[item.path])
                 if not running:
@@ -94,11 +102,13 @@ def recognize_remote(
 
 
 def _recognize_one(
-    client: Client, path: Path, model: str, overrides: Mapping[str, float | str]
+    client: Client, path: Path, model: str, overrides: Mapping[str, float | str], as_job: bool
 ) -> Recognition:
     if not path.is_file():  # the in-process mode's wording, so both reports read the same
         raise FileNotFoundError(f"no such file: {path}")
     params: dict[str, Any] = dict(overrides)  # post-processing only: no `timeout_s` among them
+    if as_job:
+        return client.recognize_job(path, model=model, **params)
     return client.recognize(path, model=model, **params)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -11,12 +12,14 @@ from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
 from arengine.engine.job import Job, JobSpec, TagListener
-from arengine.engine.observer import StageObserver
+from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
+from arengine.live.plans import live_plan
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
+    NO_SUCH_MODEL,
     LoadedModel,
     LoadFailure,
     load_models,
@@ -53,7 +56,11 @@ class Engine:
         self.failures: list[LoadFailure] = []
         self._loaded = threading.Event()
         self._stopping = False
-        self.admission = Admission(settings.max_uploading_requests, settings.max_pending_requests)
+        self.admission = Admission(
+            settings.max_uploading_requests,
+            settings.max_pending_requests,
+            settings.max_listen_streams,
+        )
 
     not_ready_reason = "the models are still loading; retry shortly"
     """What a request gets before the models are ready: once loading has found none, why."""
@@ -91,7 +98,7 @@ class Engine:
         if self.models:
             self._loaded.set()
         else:
-            self.not_ready_reason = _nothing_loaded(folder, self.failures)
+            self.not_ready_reason = _nothing_loaded(folder, names, self.failures)
             log.error("%s: the server stays not ready", self.not_ready_reason)
 
     def check(self, model: str, overrides: Overrides) -> tuple[Recognizer, ...]:
@@ -131,13 +138,15 @@ class Engine:
         stream: int | None = None,
         arrival: Arrival | None = None,
         name: str | None = None,
+        keeper: ScoreKeeper | None = None,
     ) -> Job:
         """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
         `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
         an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
-        `name`: the file's name as the user gave it (for its recording time).
+        `name`: the file's name as the user gave it (for its recording time); `keeper`: a
+        job's checkpoint (`engine/observer.py`).
         """
         spec = JobSpec(
             request_id=request_id,
@@ -151,6 +160,33 @@ class Engine:
             stream=stream,
             arrival=arrival,
             name=name,
+            keeper=keeper,
+        )
+        return self.pool.submit(spec)
+
+    def listen(
+        self,
+        arrival: Arrival,
+        recognizers: tuple[Recognizer, ...],
+        overrides: Overrides,
+        request_id: str,
+        on_tags: TagListener,
+    ) -> Job:
+        """Run a live stream admitted by `check`, spooled where `arrival` says
+        (`arengine/live/spool.py`): each model cut into `listen_segment_s` segments, each read
+        as soon as its audio has arrived; `on_tags` hears each tag once it is final."""
+        assert arrival.path is not None  # the spool opened it
+        settings = self.settings
+        spec = JobSpec(
+            request_id=request_id,
+            path=arrival.path,
+            recognizers=recognizers,
+            overrides=overrides,
+            limits=dataclasses.replace(self.limits, max_duration_s=settings.listen_max_duration_s),
+            segments_ahead=settings.segments_ahead,
+            on_tags=on_tags,
+            arrival=arrival,
+            plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
         )
         return self.pool.submit(spec)
 
@@ -159,14 +195,20 @@ class Engine:
         self.pool.close()
 
 
-def _nothing_loaded(folder: Path, failures: Sequence[object]) -> str:
-    """Why no model loaded, and the fix: a `pip install` has no models folder of its own."""
+def _nothing_loaded(
+    folder: Path, names: Sequence[str] | None, failures: Sequence[LoadFailure]
+) -> str:
+    """Why no model loaded (from `folder`, only `names` if given), and the fix."""
     if not folder.is_dir():
         return (
-            f"no models: the models folder {folder} does not exist (an installed package has "
-            "no models/ folder of its own: pass --models-dir, or ARENGINE_MODELS_DIR, naming "
-            "the models/ folder of an arengine checkout)"
+            f"no models: the models folder {folder} does not exist (pass --models-dir, or "
+            "ARENGINE_MODELS_DIR, naming a folder of model folders; without either, the "
+            "package's built-in models are served)"
         )
+    unknown = [failure.path.name for failure in failures if failure.reason == NO_SUCH_MODEL]
+    if names and unknown and len(unknown) == len(failures):
+        found = ", ".join(sorted(path.parent.name for path in folder.glob("*/manifest.toml")))
+        return f"unknown model {', '.join(unknown)}: the models in {folder} are {found or 'none'}"
     if not failures:
         return f"no models: {folder} has no model folder with a manifest.toml"
     return f"no model could be loaded from {folder}: each one's reason is in GET /v1/models"

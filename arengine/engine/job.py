@@ -30,14 +30,14 @@ import numpy as np
 from arengine.audio.arrival import Arrival, abandoned
 from arengine.audio.lanes import Lane, LaneDecoding
 from arengine.audio.recorded import recorded_at
-from arengine.audio.segments import Segment
+from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
-from arengine.engine.observer import NullObserver, StageObserver
+from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.models.kinds import KINDS
+from arengine.models.kinds import implied_by_recording_time
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
@@ -71,6 +71,12 @@ class JobSpec:
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
     name: str | None = None
     """The file's name as the user gave it (an upload's), read for a recording time."""
+    plans: tuple[SegmentPlan, ...] | None = None
+    """How each model's audio is cut, replacing the models' own plans: a live stream's shorter
+    segments (`arengine/live/plans.py`)."""
+    keeper: ScoreKeeper | None = None
+    """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
+    earlier run kept are post-processed from its scores, not inferred again."""
 
     @property
     def model(self) -> str:
@@ -102,10 +108,16 @@ class Job:
         self._sources: SegmentSources | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
         self._shares = shares
+        plans = spec.plans or tuple(recognizer.plan for recognizer in spec.recognizers)
         self._runs = [
-            ModelRun(index, recognizer, recognizer.tagger(own))
-            for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
+            ModelRun(index, recognizer, recognizer.tagger(own), plan)
+            for index, (recognizer, own, plan) in enumerate(
+                zip(spec.recognizers, shares, plans, strict=True)
+            )
         ]
+        if spec.keeper is not None:
+            for run in self._runs:
+                run.kept = spec.keeper.kept(run.index)
         self._several = len(self._runs) > 1
         self._window_s = max(run.segment_s for run in self._runs)
         """How far (in audio) one model's decoding may run ahead of the slowest model's."""
@@ -123,14 +135,25 @@ class Job:
         return sum(len(run.decoded) for run in self._runs)
 
     @property
+    def validated(self) -> bool:
+        """The upload has passed validation: its decoding has begun."""
+        return self._info is not None
+
+    @property
+    def processed_s(self) -> float:
+        """Audio seconds post-processed by every model (read from any thread, no lock)."""
+        return min(run.next_post * run.segment_s for run in self._runs)
+
+    @property
     def progress(self) -> tuple[float, float | None]:
         """(audio seconds post-processed by every model, the recording's duration once
-        validated): what a progress bar shows; read from any thread without the lock."""
+        validated and known): what a progress bar shows; read from any thread without the lock."""
         info = self._info
         if info is None:
             return 0.0, None
-        seconds = min(run.next_post * run.segment_s for run in self._runs)
-        return min(seconds, info.duration_s), info.duration_s
+        if not info.length_trusted and info.frames == 0:  # a live stream, or no length stated
+            return self.processed_s, None
+        return min(self.processed_s, info.duration_s), info.duration_s
 
     def take(self, batching: bool = True) -> Task | None:
         """The next runnable task, or None; `batching=False`: one segment per inference task."""
@@ -228,7 +251,7 @@ class Job:
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
         self._recording_time_defaults(recorded_at(spec.path, spec.name))
-        models = [ModelInput(run.recognizer.plan, run.recognizer.sample_rate) for run in self._runs]
+        models = [ModelInput(run.plan, run.recognizer.sample_rate) for run in self._runs]
         reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
         sources = segment_sources(spec.path, info, models, reading)
         with self._lock:
@@ -269,19 +292,29 @@ class Job:
     def _decoded(
         self, run: ModelRun, segment: Segment | None, started: float, count: int | None
     ) -> None:
-        """Queue a decoded segment for inference; or, at the end (`count` segments in all),
-        let post-processing finish the model."""
+        """Queue a decoded segment for inference (or, when an earlier run kept its scores, for
+        post-processing); at the end (`count` segments in all), let post-processing finish the
+        model."""
+        # Inferred by an earlier run of this job: its scores go to post-processing (read here,
+        # outside the lock).
+        kept = None
+        if segment is not None and segment.index in run.kept:
+            kept = run.kept[segment.index]
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)
         with self._lock:
             run.seconds[Stage.FEATURES] += decoded - started
             if run.lanes is None:
                 self._decoding = False
-            if segment is not None:
+            if segment is None:
+                run.segment_count = count
+            elif kept is not None:
+                run.results[segment.index] = kept
+                run.undelivered += 1
+            else:
                 run.decoded.append((segment, decoded))
                 run.undelivered += 1
                 return
-            run.segment_count = count
             start = not self._postprocessing
             self._postprocessing = True
         if start:
@@ -302,6 +335,11 @@ class Job:
         else:
             scores = recognizer.infer_batch(features, segments)
         inferred = time.perf_counter()
+        if self.spec.keeper is not None and not self.finished:
+            # Checkpointed as soon as inferred, in any order: a crash loses only what is in
+            # flight.
+            for segment, result in zip(segments, scores, strict=True):
+                self.spec.keeper.keep(run.index, segment.index, result)
         self._observe(run, Stage.FEATURES, extracted - started)
         self._observe(run, Stage.INFERENCE, inferred - extracted)
         with self._lock:
@@ -329,7 +367,10 @@ class Job:
             if scores is not None:
                 tags = run.tagger.push(scores)
             else:
-                tags = run.tagger.finish(run.source.total_samples or 0)
+                total_samples = run.source.total_samples or 0
+                if self.spec.keeper is not None:
+                    self.spec.keeper.end(run.index, total_samples)
+                tags = run.tagger.finish(total_samples)
             seconds = time.perf_counter() - started
             self._observe(run, Stage.POSTPROCESS, seconds)
             if self._several:
@@ -364,8 +405,7 @@ class Job:
         if when is None:
             return
         for run, own in zip(self._runs, self._shares, strict=True):
-            implied = KINDS[run.recognizer.kind].from_recording_time(when)
-            fresh = {name: value for name, value in implied.items() if name not in own}
+            fresh = implied_by_recording_time(run.recognizer.kind, own, when)
             if fresh:
                 run.tagger = run.recognizer.tagger({**own, **fresh})
 

@@ -5,7 +5,10 @@ The engine never imports prometheus_client: the HTTP layer passes an observer do
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
+
+import numpy as np
 
 from arengine.types import Stage
 
@@ -31,3 +34,24 @@ class NullObserver:
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         pass
+
+
+class ScoreKeeper(Protocol):
+    """Keeps a job's per-segment scores (its checkpoint), and gives back those an earlier run of
+    the same job kept, so that their segments are not inferred again.
+
+    `keep` is called from engine threads as each inference ends (segments in any order, several
+    threads at once); `end` by post-processing. `arengine/jobs/scores.py` keeps them on disk.
+    """
+
+    def kept(self, model: int) -> Mapping[int, np.ndarray]:
+        """The scores model `model` (its index in the job) gave for the segments kept, by index."""
+        ...
+
+    def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
+        """Model `model` gave `scores` for segment `segment`."""
+        ...
+
+    def end(self, model: int, total_samples: int) -> None:
+        """Model `model`'s segments are all kept: the recording has `total_samples` at its rate."""
+        ...

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -18,13 +19,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.engine.engine import Engine
-from arengine.http import jobs, render, routes, web
+from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
 from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopback
 from arengine.http.upload_dir import UploadDir
-from arengine.jobs.runner import JobRunner
+from arengine.jobs.runner import JobRunner, Replica, Retention
 from arengine.jobs.store import JobStore
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
@@ -55,6 +56,8 @@ def create_app(settings: Settings) -> FastAPI:
         _watch(metrics, engine)
         runner = _jobs(settings, engine)
         app.state.jobs = runner
+        if runner is not None:
+            metrics.watch_jobs(runner.store)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
@@ -78,11 +81,16 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(render.router)
     app.include_router(jobs.router)
+    app.include_router(listen.router)
+    app.include_router(references.router)
     app.include_router(web.router)
     install_error_handlers(app)
     if keys := settings.api_key_list():
         public = ["/healthz", "/readyz", *web.PUBLIC_PATHS]
         public += ["/metrics"] if settings.metrics_public else []
+        # An administrator may do what a user may: the references endpoints check for the
+        # administrator keys themselves.
+        keys = (*keys, *settings.admin_key_list())
         app.add_middleware(ApiKeyMiddleware, keys=keys, public_paths=public)
     if settings.cors_origins:
         app.add_middleware(
@@ -107,7 +115,11 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
     """The job runner over the store in `data_dir` (None: jobs off), started."""
     if settings.data_dir is None:
         return None
-    runner = JobRunner(JobStore.open(settings.data_dir), engine, settings.max_running_jobs)
+    retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
+    name = settings.replica_name or f"{socket.gethostname()}:{settings.port}"
+    replica = Replica(name, settings.job_lease_s)
+    store = JobStore.open(settings.data_dir)
+    runner = JobRunner(store, engine, settings.max_running_jobs, retention, replica)
     runner.start()
     return runner
 
@@ -149,7 +161,7 @@ class RequestIdMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
@@ -157,7 +169,7 @@ class RequestIdMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in ("http.response.start", "websocket.accept"):
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),

@@ -32,6 +32,8 @@ def error_response(code: ErrorCode, message: str, status: int | None = None) -> 
     """The one error body: `{"error": {"code": ..., "message": ...}}`, with `code`'s status."""
     status = status or code.status
     headers = {"Retry-After": "1"} if status == 503 else {}
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="arengine"'
     if status == 408:  # the body was not read to its end: the connection cannot be reused
         headers["Connection"] = "close"
     return JSONResponse({"error": {"code": code, "message": message}}, status, headers=headers)

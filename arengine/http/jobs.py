@@ -7,16 +7,18 @@ did not exist. Jobs are off (404 `jobs_disabled`) unless the server has a `data_
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from arengine.audio.validation import probe
@@ -25,7 +27,8 @@ from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
-from arengine.http.schemas import RecognizeQuery, RecognizeResponse
+from arengine.http.schemas import JobResultQuery, RecognizeQuery, RecognizeResponse
+from arengine.http.streaming import ending, error_line, ndjson, tag_lines
 from arengine.http.uploads import (
     AUDIO_BODY,
     Upload,
@@ -34,11 +37,20 @@ from arengine.http.uploads import (
     check_declared_length,
     spool,
 )
+from arengine.jobs.retag import retag
 from arengine.jobs.runner import JobRunner
-from arengine.jobs.store import JobRecord, JobState, JobStore, commit_file, new_job_id
-from arengine.outputs.formats import STREAM, Format, get_format, known_formats, negotiate
+from arengine.jobs.scores import ScoreLog
+from arengine.jobs.store import (
+    JobError,
+    JobRecord,
+    JobState,
+    JobStore,
+    commit_file,
+    new_job_id,
+)
+from arengine.outputs.formats import STREAM, Format, get_format, negotiate
 from arengine.settings import Settings
-from arengine.types import result_of
+from arengine.types import Result, result_of
 
 router = APIRouter()
 
@@ -163,15 +175,14 @@ async def get_job(request: Request, job_id: str) -> JobOut:
     responses=error_responses(401, 404, 409, 422),
 )
 async def job_result(
-    request: Request,
-    job_id: str,
-    format: Annotated[
-        str | None, Query(max_length=16, description=f"One of: {known_formats()} but ndjson.")
-    ] = None,
+    request: Request, job_id: str, query: Annotated[JobResultQuery, Query()]
 ) -> RecognizeResponse | Response:
     """A done job's result, exactly as `POST /v1/recognize` answers it, in `format` (or the
-    `Accept` header's) if given; 409 `job_not_done` before."""
+    `Accept` header's) if given; 409 `job_not_done` before. With post-processing parameters
+    (`?threshold=0.7`: any of its models'), its tags are derived again from the scores the job
+    kept, in milliseconds, as a recognition with those parameters would give them."""
     record = await _record(request, job_id)
+    format = query.format
     output = format or negotiate(request.headers.get("accept")) or "json"
     fmt = _format(output)
     if record.state is not JobState.DONE or record.result is None:
@@ -179,6 +190,10 @@ async def job_result(
     store = _runner(request).store
     text = await to_thread.run_sync((store.results / record.result).read_bytes)
     result = result_of(json.loads(text))
+    overrides = query.overrides()
+    if overrides:
+        engine: Engine = request.app.state.engine
+        result = await to_thread.run_sync(_retagged, engine, store, record, result, overrides)
     if not fmt.accepts([tag.label for tag in result.tags]):
         raise InvalidInput(
             f"format {fmt.name} holds only notes and this job's result has other tags",
@@ -189,12 +204,77 @@ async def job_result(
     return download(fmt, result, record.filename)
 
 
+EVENTS_EVERY_S = 1.0
+"""How often `GET /v1/jobs/{id}/events` looks for new tags and sends a progress line."""
+
+
+@router.get(
+    "/v1/jobs/{job_id}/events",
+    responses={
+        **error_responses(401, 404),
+        200: {"content": {"application/x-ndjson": {}}, "description": "NDJSON lines."},
+    },
+)
+async def job_events(request: Request, job_id: str) -> StreamingResponse:
+    """NDJSON while the job runs: its tags as they are final, a `{"progress": ...}` line about
+    once a second (with the job's `state`), then `{"summary": ...}` when it is done, or
+    `{"error": ...}` when it fails or is removed. A client that comes back later gets every
+    tag again from the first."""
+    record = await _record(request, job_id)
+    runner = _runner(request)
+    return StreamingResponse(_events(runner, record), media_type="application/x-ndjson")
+
+
+async def _events(runner: JobRunner, record: JobRecord) -> AsyncIterator[bytes]:
+    sent = 0
+    current: JobRecord | None = record
+    while current is not None and current.state in (JobState.QUEUED, JobState.RUNNING):
+        tags = runner.tags(record.id, sent)
+        sent += len(tags)
+        yield tag_lines(tags) + ndjson([_progress(current)])
+        await asyncio.sleep(EVENTS_EVERY_S)
+        current = await to_thread.run_sync(runner.store.get, record.id)
+    if current is None or current.state is JobState.CANCELLED:
+        yield error_line(ErrorCode.JOB_NOT_FOUND.value, f"job {record.id} was removed")
+    elif current.state is JobState.FAILED or current.result is None:
+        error = current.error or JobError(ErrorCode.INTERNAL_ERROR.value, "the job failed")
+        yield error_line(error.code, error.message)
+    else:
+        text = await to_thread.run_sync((runner.store.results / current.result).read_bytes)
+        yield ending(result_of(json.loads(text)), sent)
+
+
+def _progress(record: JobRecord) -> dict[str, Any]:
+    progress = {"audio_s": round(record.done_s, 3), "duration_s": record.duration_s}
+    return {"progress": progress, "state": record.state.value}
+
+
 @router.delete("/v1/jobs/{job_id}", status_code=204, responses=error_responses(401, 404))
 async def delete_job(request: Request, job_id: str) -> Response:
     """Cancel a job if it has not ended, and remove it with its upload and result."""
     record = await _record(request, job_id)
     await to_thread.run_sync(_runner(request).cancel, record.id)
     return Response(status_code=204)
+
+
+def _retagged(
+    engine: Engine,
+    store: JobStore,
+    record: JobRecord,
+    result: Result,
+    overrides: dict[str, float | str],
+) -> Result:
+    """The job's tags under its own overrides and `overrides` (which win), from its scores."""
+    combined = {**record.overrides, **overrides}
+    recognizers = engine.check(record.model, combined)
+    path = store.scores_path(record.id)
+    if not path.is_file():
+        raise ArengineError(
+            f"job {record.id} kept no scores: ask for its result without new parameters",
+            code=ErrorCode.SCORES_NOT_KEPT,
+        )
+    with ScoreLog.reading(path) as (plan, kept):
+        return retag(result, recognizers, combined, plan, kept)
 
 
 def _runner(request: Request) -> JobRunner:

@@ -6,14 +6,20 @@ summary) and gets the file, named as a download of the recognition would be.
 
 A render is work like a recognition's, bounded the same way: its body takes an upload slot and
 its work an engine slot (`Admission`: 503 beyond them); it runs off the event loop, at most
-`RENDERS_AT_ONCE` at a time; and its size bounds its time (32 MiB, `MAX_RESULT_TAGS` tags, every
-writer linear in the tags).
+`RENDERS_AT_ONCE` at a time; its size bounds its time (32 MiB, `MAX_RESULT_TAGS` tags, every
+writer linear in the tags); and `render_timeout_s` bounds it again on a slow or busy machine: the
+render stops at its next check and answers 504 `render_timeout`. A thread cannot be stopped from
+outside, so the render checks the clock itself: between parsing, checking and writing, and every
+`_CHECK_EVERY` tags that a writer reads (`_Timed`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -24,12 +30,18 @@ from pydantic import ValidationError
 
 from arengine.engine.admission import UploadProgress
 from arengine.engine.engine import Engine
-from arengine.errors import ErrorCode, InvalidInput, TooLarge, UnsupportedFormat
+from arengine.errors import (
+    DeadlineExceeded,
+    ErrorCode,
+    InvalidInput,
+    TooLarge,
+    UnsupportedFormat,
+)
 from arengine.http.errors import error_responses, problem_text
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import Format, get_format, known_formats
 from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, size_text
-from arengine.types import Result
+from arengine.types import Result, Tag
 
 router = APIRouter()
 
@@ -73,9 +85,10 @@ async def render(
     engine.admission.check_room()
     with engine.admission.uploading_slot() as progress:
         body = await _body(request, progress)
+    deadline = _Deadline(engine.settings.render_timeout_s)
     with engine.admission.pending_slot():
         limiter = _limiter(request.app)
-        return await to_thread.run_sync(_write, fmt, body, name, limiter=limiter)
+        return await to_thread.run_sync(_write, fmt, body, name, deadline, limiter=limiter)
 
 
 def _limiter(app: FastAPI) -> CapacityLimiter:
@@ -85,20 +98,63 @@ def _limiter(app: FastAPI) -> CapacityLimiter:
     return limiter
 
 
-def _write(fmt: Format, body: bytes, name: str | None) -> Response:
+class _Deadline:
+    """When a render must have stopped; `check` raises `render_timeout` past it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def check(self) -> None:
+        if time.monotonic() > self.at:
+            raise DeadlineExceeded(
+                f"the render took longer than render_timeout_s ({self.seconds:g} s) and was "
+                "stopped; render fewer tags, or a lighter format (csv, json)",
+                code=ErrorCode.RENDER_TIMEOUT,
+            )
+
+
+_CHECK_EVERY = 256
+"""Tags a writer reads between two looks at the clock."""
+
+
+class _Timed(tuple[Tag, ...]):
+    """A result's tags that look at the render's deadline as a writer goes through them: every
+    writer reads `result.tags` in its own loops, so they all stop without a check of their own."""
+
+    deadline: _Deadline
+
+    def __new__(cls, tags: tuple[Tag, ...], deadline: _Deadline) -> _Timed:
+        timed = super().__new__(cls, tags)
+        timed.deadline = deadline
+        return timed
+
+    def __iter__(self) -> Iterator[Tag]:
+        for index, tag in enumerate(super().__iter__()):
+            if index % _CHECK_EVERY == 0:
+                self.deadline.check()
+            yield tag
+
+
+def _write(fmt: Format, body: bytes, name: str | None, deadline: _Deadline) -> Response:
     """Parse, check and write, on a worker thread: none of it runs on the event loop."""
+    deadline.check()  # the turn may have come late
     result = _result(body)
+    deadline.check()
+    result = dataclasses.replace(result, tags=_Timed(result.tags, deadline))
     if not fmt.accepts([tag.label for tag in result.tags]):
         raise InvalidInput(
             f"format {fmt.name} holds only notes and this result has other tags",
             code=ErrorCode.INVALID_PARAMETER,
         )
     try:
-        return download(fmt, result, name)
+        written = download(fmt, result, name)
     except (ValueError, OverflowError, struct.error) as error:
         raise InvalidInput(
             f"the result cannot be written as {fmt.name}: {error}", code=ErrorCode.INVALID_RESULT
         ) from None
+    deadline.check()  # a writer's last step (its library's output) reads no tags
+    return written
 
 
 def _result(body: bytes) -> Result:

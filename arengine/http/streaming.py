@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -111,29 +111,44 @@ async def lines(
     reported = time.monotonic()
     try:
         if progress:
-            yield _ndjson([feed.progress()])
+            yield ndjson([feed.progress()])
         while not isinstance(event, Result):
             if event:
-                yield _ndjson([tag_dict(tag) for tag in event])
+                yield tag_lines(event)
                 sent += len(event)
             if progress and time.monotonic() - reported >= PROGRESS_EVERY_S:
                 reported = time.monotonic()
-                yield _ndjson([feed.progress()])
+                yield ndjson([feed.progress()])
             event = await feed.next(deadline, tick=tick)
         result = event
-        yield _ndjson([tag_dict(tag) for tag in result.tags[sent:]])
-        body = {key: value for key, value in result_dict(result).items() if key != "tags"}
-        yield _ndjson([{"summary": {**body, "tag_count": len(result.tags)}}])
+        yield ending(result, sent)
         status = 200
     except ArengineError as error:
         status = error.status
         log.info("request stream ended by %s: %s", error.code, error.message)
-        yield _ndjson([{"error": {"code": error.code, "message": error.message}}])
+        yield error_line(error.code, error.message)
     finally:
         finish(status, result)
 
 
-def _ndjson(items: list[dict[str, Any]]) -> bytes:
+def tag_lines(tags: Sequence[Tag]) -> bytes:
+    """Tags as NDJSON lines, one a line."""
+    return ndjson([tag_dict(tag) for tag in tags])
+
+
+def ending(result: Result, sent: int) -> bytes:
+    """A stream's last lines: the tags after the `sent` first, then `{"summary": ...}`."""
+    body = {key: value for key, value in result_dict(result).items() if key != "tags"}
+    summary = {"summary": {**body, "tag_count": len(result.tags)}}
+    return tag_lines(result.tags[sent:]) + ndjson([summary])
+
+
+def error_line(code: str, message: str) -> bytes:
+    """A stream's last line when it ends in an error."""
+    return ndjson([{"error": {"code": code, "message": message}}])
+
+
+def ndjson(items: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(item).encode() + b"\n" for item in items)
 
 

@@ -40,9 +40,13 @@ CREATE TABLE IF NOT EXISTS jobs (
     error_message TEXT,
     created REAL NOT NULL,
     finished REAL,
-    result TEXT
+    result TEXT,
+    runner TEXT,
+    heartbeat REAL
 )
 """
+_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL"}
+"""Columns a store made by an earlier version lacks: added when it is opened."""
 _COLUMNS = (
     "id, owner, model, overrides, stream, filename, state, done_s, duration_s, "
     "error_code, error_message, created, finished, result"
@@ -128,6 +132,10 @@ class JobStore:
         # FULL: a committed job survives a power cut too, not only a killed process.
         connection.execute("PRAGMA synchronous=FULL")
         connection.execute(_SCHEMA)
+        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
         return cls(folder, connection)
 
     def upload_path(self, job_id: str) -> Path:
@@ -135,6 +143,11 @@ class JobStore:
 
     def result_path(self, job_id: str) -> Path:
         return self.results / f"{job_id}.json"
+
+    def scores_path(self, job_id: str) -> Path:
+        """The job's kept scores (`arengine/jobs/scores.py`): its checkpoint, then what new
+        post-processing parameters are applied to."""
+        return self.results / f"{job_id}.scores"
 
     def add(self, record: JobRecord, limit: int) -> bool:
         """Commit a queued job unless `limit` jobs are queued or running already (False)."""
@@ -183,8 +196,9 @@ class JobStore:
             ).fetchall()
         return [_record(row) for row in rows]
 
-    def claim_next(self) -> JobRecord | None:
-        """The oldest queued job, now marked running; None when none is queued."""
+    def claim_next(self, runner: str = "") -> JobRecord | None:
+        """The oldest queued job, now marked running by `runner` (a replica's name); None when
+        none is queued."""
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             row = self._db.execute(
@@ -194,16 +208,41 @@ class JobStore:
             if row is None:
                 return None
             self._db.execute(
-                "UPDATE jobs SET state = ? WHERE id = ?", (JobState.RUNNING.value, row[0])
+                "UPDATE jobs SET state = ?, runner = ?, heartbeat = ? WHERE id = ?",
+                (JobState.RUNNING.value, runner, time.time(), row[0]),
             )
         return replace(_record(row), state=JobState.RUNNING)
 
-    def progress(self, job_id: str, done_s: float, duration_s: float | None) -> None:
+    def progress(
+        self, job_id: str, done_s: float, duration_s: float | None, runner: str = ""
+    ) -> bool:
+        """Record a running job's progress (and that `runner` is alive); False when the job is
+        no longer `runner`'s to run (removed, or taken over after `runner` fell silent)."""
         with self._lock, self._db:
-            self._db.execute(
-                "UPDATE jobs SET done_s = ?, duration_s = ? WHERE id = ? AND state = ?",
-                (done_s, duration_s, job_id, JobState.RUNNING.value),
+            cursor = self._db.execute(
+                "UPDATE jobs SET done_s = ?, duration_s = ?, heartbeat = ? "
+                "WHERE id = ? AND state = ? AND runner IS ?",
+                (done_s, duration_s, time.time(), job_id, JobState.RUNNING.value, runner),
             )
+            return cursor.rowcount == 1
+
+    def take_over(self, silent_since: float) -> list[str]:
+        """Queue again the running jobs whose runner has not reported since `silent_since`
+        (Unix time): another replica sharing this store stopped. Returns their ids."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN IMMEDIATE")
+            stale = [
+                str(row[0])
+                for row in self._db.execute(
+                    "SELECT id FROM jobs WHERE state = ? AND heartbeat < ?",
+                    (JobState.RUNNING.value, silent_since),
+                )
+            ]
+            self._db.executemany(
+                "UPDATE jobs SET state = ?, runner = NULL WHERE id = ? AND state = ?",
+                [(JobState.QUEUED.value, job_id, JobState.RUNNING.value) for job_id in stale],
+            )
+        return stale
 
     def finish(
         self,
@@ -212,6 +251,7 @@ class JobStore:
         error: JobError | None = None,
         result: str | None = None,
         duration_s: float | None = None,
+        runner: str = "",
     ) -> bool:
         """Mark a running job done (with its result file's name and the recording's duration)
         or failed (with `error`); False if it is no longer running (removed meanwhile)."""
@@ -222,7 +262,7 @@ class JobStore:
             cursor = self._db.execute(
                 "UPDATE jobs SET state = ?, error_code = ?, error_message = ?, finished = ?, "
                 "result = ?, duration_s = COALESCE(?, duration_s), done_s = COALESCE(?, done_s) "
-                "WHERE id = ? AND state = ?",
+                "WHERE id = ? AND state = ? AND runner IS ?",
                 (
                     state.value,
                     None if error is None else error.code,
@@ -233,6 +273,7 @@ class JobStore:
                     duration_s,
                     job_id,
                     JobState.RUNNING.value,
+                    runner,
                 ),
             )
             return cursor.rowcount == 1
@@ -246,21 +287,74 @@ class JobStore:
             )
         self._delete(job_id)
 
-    def recover(self) -> list[str]:
-        """At start-up: jobs a stopped process left running are queued again (from the start),
-        removals it left half done are finished, and files no row names are deleted. Returns
-        the ids queued again."""
+    def counts(self) -> dict[str, int]:
+        """How many jobs are in each state (by its name), every state included."""
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        found = {str(state): int(count) for state, count in rows}
+        return {state.value: found.get(state.value, 0) for state in JobState}
+
+    def oldest_active(self) -> float | None:
+        """When the oldest job queued or running was accepted (Unix time); None if none is."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT MIN(created) FROM jobs WHERE state IN (?, ?)",
+                (JobState.QUEUED.value, JobState.RUNNING.value),
+            ).fetchone()
+        return None if row[0] is None else float(row[0])
+
+    def expire(self, ended_before: float, max_bytes: int) -> list[str]:
+        """Remove the ended jobs (done, failed) that ended before `ended_before` (Unix time),
+        then, while the store's files hold more than `max_bytes`, the ended ones that ended
+        first. Returns the ids removed."""
+        with self._lock:
+            ended = self._db.execute(
+                "SELECT id, finished FROM jobs WHERE state IN (?, ?) ORDER BY finished, rowid",
+                (JobState.DONE.value, JobState.FAILED.value),
+            ).fetchall()
+        total = self.size()
+        removed: list[str] = []
+        for job_id, finished in ended:
+            if float(finished or 0) >= ended_before and total <= max_bytes:
+                break
+            total -= self._files_size(str(job_id))
+            self.remove(str(job_id))
+            removed.append(str(job_id))
+        return removed
+
+    def size(self) -> int:
+        """Bytes of every file in the store's folders (not the database)."""
+        total = 0
+        for folder in (self.uploads, self.results):
+            for path in folder.iterdir():
+                try:
+                    total += path.stat().st_size
+                except OSError:  # removed meanwhile
+                    continue
+        return total
+
+    def _files_size(self, job_id: str) -> int:
+        paths = (self.upload_path(job_id), self.result_path(job_id), self.scores_path(job_id))
+        return sum(path.stat().st_size for path in paths if path.exists())
+
+    def recover(self, runner: str = "") -> list[str]:
+        """At start-up of replica `runner`: the jobs it left running when it stopped are queued
+        again (they go on from their kept scores), removals left half done are finished, and
+        files no row names are deleted. Returns the ids queued again."""
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
+            # Those this replica ran before it stopped, and those no replica claims (a store of
+            # an earlier version); another replica's are taken over once it falls silent.
+            mine = "state = ? AND (runner IS ? OR runner IS NULL)"
             running = [
                 row[0]
                 for row in self._db.execute(
-                    "SELECT id FROM jobs WHERE state = ?", (JobState.RUNNING.value,)
+                    f"SELECT id FROM jobs WHERE {mine}", (JobState.RUNNING.value, runner)
                 )
             ]
             self._db.execute(
-                "UPDATE jobs SET state = ?, done_s = 0 WHERE state = ?",
-                (JobState.QUEUED.value, JobState.RUNNING.value),
+                f"UPDATE jobs SET state = ?, done_s = 0, runner = NULL WHERE {mine}",
+                (JobState.QUEUED.value, JobState.RUNNING.value, runner),
             )
             cancelled = [
                 row[0]
@@ -270,8 +364,17 @@ class JobStore:
             ]
         for job_id in cancelled:
             self._delete(job_id)
+        for job in self.in_state(JobState.DONE):
+            # A done job no longer needs its upload; a crash may have come before it was removed.
+            self.upload_path(job).unlink(missing_ok=True)
         self._sweep()
         return running
+
+    def in_state(self, state: JobState) -> list[str]:
+        """The ids of every job in `state`, whoever owns it."""
+        with self._lock:
+            rows = self._db.execute("SELECT id FROM jobs WHERE state = ?", (state.value,))
+            return [str(row[0]) for row in rows]
 
     def close(self) -> None:
         with self._lock:
@@ -287,6 +390,7 @@ class JobStore:
     def _delete(self, job_id: str) -> None:
         self.upload_path(job_id).unlink(missing_ok=True)
         self.result_path(job_id).unlink(missing_ok=True)
+        self.scores_path(job_id).unlink(missing_ok=True)
         with self._lock, self._db:
             self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
@@ -300,6 +404,7 @@ class JobStore:
                 if path.name.split(".", 1)[0] not in known or path.suffix not in (
                     ".upload",
                     ".json",
+                    ".scores",
                 ):
                     path.unlink(missing_ok=True)
 

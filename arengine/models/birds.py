@@ -82,18 +82,42 @@ class BirdnetSpectrogram(nn.Module):
         self.register_buffer("power", torch.zeros(2))
         self.register_buffer("scale", torch.zeros(2))
         self.register_buffer("shift", torch.zeros(2))
+        self.filters: tuple[Tensor, ...] = ()
 
     def forward(self, windows: Tensor) -> Tensor:
-        x = windows - windows.amin(1, keepdim=True)
-        x = (x / (x.amax(1, keepdim=True) + 1e-6) - 0.5) * 2.0
+        low, high = torch.aminmax(windows, dim=1, keepdim=True)
+        x = ((windows - low) / (high - low + 1e-6) - 0.5) * 2.0
         branches = []
-        for i, (frame, hop) in enumerate(STFTS):
-            frames = x.unfold(1, frame, hop)[:, :FRAMES] * getattr(self, f"window{i}")
-            real = torch.fft.rfft(frames).real  # the graph's complex-to-float cast
-            mel = torch.matmul(real, getattr(self, f"mel{i}").T)
-            branches.append((mel * mel).pow(self.power[i]).flip(-1).transpose(1, 2))
-        spectrogram = torch.stack(branches, dim=1)
+        for i, (_, hop) in enumerate(STFTS):
+            # (n, 96, 511), the mel axis already reversed: see `fold`.
+            mel = nn.functional.conv1d(x[:, None], self.filters[i], stride=hop)[:, :, :FRAMES]
+            branches.append((mel * mel).pow(self.power[i]))
+        # Stacked last and permuted: channels-last, the layout the body's convolutions read.
+        spectrogram = torch.stack(branches, dim=-1).permute(0, 3, 1, 2)
         return spectrogram * self.scale[:, None, None] + self.shift[:, None, None]
+
+    def fold(self) -> None:
+        """Fold each branch's window, real rFFT and mel matrix into one filter bank.
+
+        The graph's frames times the window, the rFFT's real part (its complex-to-float cast
+        keeps that) and the mel matrix are all linear: one `(96, frame)` matrix, the cosines
+        of the bins the mel matrix weighs (1-127 of 1,025 and 11-319 of 513) computed in
+        float64, the mel axis reversed as the graph reverses it. Applied as a strided
+        convolution over the window it makes no frames and no FFT: 1.1x faster than rFFT and
+        mel product here, and nearer the float64 result than that (largest error 4e-4
+        against 9e-4 after the power, measured on the test recording).
+        """
+        filters = []
+        for i, (frame, _) in enumerate(STFTS):
+            mel = getattr(self, f"mel{i}").double()
+            used = torch.nonzero(mel.any(0)).flatten()
+            bins = torch.arange(int(used[0]), int(used[-1]) + 1, dtype=torch.float64)
+            samples = torch.arange(frame, dtype=torch.float64)
+            cosines = torch.cos(2 * math.pi * (samples[:, None] * bins % frame) / frame)
+            window = getattr(self, f"window{i}").double()
+            bank = (window[:, None] * cosines) @ mel[:, bins.long()].T
+            filters.append(bank.T.flip(0).float().contiguous()[:, None, :])
+        self.filters = tuple(filters)
 
 
 def _same(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int]) -> Tensor:
@@ -106,7 +130,8 @@ def _same(x: Tensor, kernel: tuple[int, int], stride: tuple[int, int]) -> Tensor
 
 
 def _swish(x: Tensor) -> Tensor:
-    return x * torch.sigmoid(x)
+    """`x * sigmoid(x)` in one pass, in place: `x` is always a layer's fresh output."""
+    return nn.functional.silu(x, inplace=True)
 
 
 def _pointwise(conv: nn.Conv2d, x: Tensor) -> Tensor:
@@ -114,6 +139,42 @@ def _pointwise(conv: nn.Conv2d, x: Tensor) -> Tensor:
     convolution takes its slow im2col path for these shapes (a third of the time, measured)."""
     pixels = x.permute(0, 2, 3, 1)  # free for a channels-last tensor
     return nn.functional.linear(pixels, conv.weight[:, :, 0, 0], conv.bias).permute(0, 3, 1, 2)
+
+
+FUSED: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+"""Whether `_conv` runs oneDNN's convolutions with the activation or the residual fused."""
+
+
+def _conv(
+    conv: nn.Conv2d, x: Tensor, activation: str = "none", residual: Tensor | None = None
+) -> Tensor:
+    """`conv(x)`, then `activation` ("none", "relu" or "swish") or `+ residual`, channels-last.
+
+    oneDNN (torch's `mkldnn` operators, those `torch.compile` emits for the same graph) applies
+    the activation or the sum to each output tile while it is in cache: one pass over the
+    output instead of two or three, and its 1x1 kernels beat the matrix products `_pointwise`
+    uses (1.15-1.3x less CPU for the whole network, measured on 4 windows a call). Without
+    oneDNN, the same in plain torch.
+    """
+    if not FUSED:
+        pointwise = conv.kernel_size == (1, 1) and conv.stride == (1, 1)
+        y = _pointwise(conv, x) if pointwise else conv(x)
+        if residual is not None:
+            return y.add_(residual)
+        if activation == "relu":
+            return torch.relu_(y)
+        return _swish(y) if activation == "swish" else y
+    arguments = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
+    out: Tensor
+    if residual is not None:
+        out = torch.ops.mkldnn._convolution_pointwise.binary(
+            x, residual, conv.weight, conv.bias, *arguments, "add", None, None, [], None
+        )
+    else:
+        out = torch.ops.mkldnn._convolution_pointwise(
+            x, conv.weight, conv.bias, *arguments, activation, [], None
+        )
+    return out
 
 
 class Block(nn.Module):
@@ -133,14 +194,12 @@ class Block(nn.Module):
         self.project = nn.Conv2d(expanded, width, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = _swish(_pointwise(self.expand, x))
-        y = _swish(self.depthwise(y))
+        y = _conv(self.expand, x, "swish")
+        y = _conv(self.depthwise, y, "swish")
         if self.reduce is not None and self.restore is not None:  # squeeze and excite
             squeezed = _swish(_pointwise(self.reduce, y.mean((2, 3), keepdim=True)))
-            y = y * torch.sigmoid(_pointwise(self.restore, squeezed))
-        y = _pointwise(self.project, y)
-        out: Tensor = y if self.first else y + x
-        return out
+            y = y.mul_(torch.sigmoid(_pointwise(self.restore, squeezed)))
+        return _conv(self.project, y, residual=None if self.first else x)
 
 
 class Birdnet(nn.Module):
@@ -176,15 +235,20 @@ class Birdnet(nn.Module):
     def embeddings(self, windows: Tensor) -> Tensor:
         """The 1,024 features before the dense layer."""
         x = self.spectrogram(windows)
-        x = torch.relu(self.stem(_same(x, (4, 8), (2, 2))))
-        x = x.contiguous(memory_format=torch.channels_last)
-        n, channels, height, width = x.shape
-        pairs = x.reshape(n, channels, height, width // 2, 2)  # pools of 1 x 2, stride 2, VALID
-        x = _pointwise(self.pool_mix, torch.cat([pairs.amax(4), pairs.mean(4)], dim=1))
+        x = _conv(self.stem, _same(x, (4, 8), (2, 2)), "relu")
+        pixels = x.contiguous(memory_format=torch.channels_last).permute(0, 2, 3, 1)
+        n, height, width, channels = pixels.shape
+        # Pools of 1 x 2, stride 2, as elementwise ops on the two halves of each pair (a
+        # reduction over an axis of 2 took 3.6x as long): the same numbers, `mean` is `sum / 2`.
+        pairs = pixels.reshape(n, height, width // 2, 2, channels)
+        left, right = pairs[:, :, :, 0], pairs[:, :, :, 1]
+        pooled = torch.cat([torch.maximum(left, right), (left + right) * 0.5], dim=3)
+        pooled = pooled.permute(0, 3, 1, 2)
+        x = _conv(self.pool_mix, pooled)
         for block in self.blocks:
             x = block(x)
         x = torch.relu(x * self.post_scale[:, None, None] + self.post_shift[:, None, None])
-        features: Tensor = torch.relu(self.head(x)).mean((2, 3))
+        features: Tensor = _conv(self.head, x, "relu").mean((2, 3))
         return features
 
     def forward(self, windows: Tensor) -> Tensor:
@@ -208,6 +272,10 @@ class Birdnet(nn.Module):
             partial.replace(cached)
         model.load_state_dict(state)
         _frozen(model)
+        model.spectrogram.fold()
+        for module in model.modules():  # as the activations are: no conversion per call
+            if isinstance(module, nn.Conv2d):
+                module.weight.data = module.weight.contiguous(memory_format=torch.channels_last)
         return model
 
 

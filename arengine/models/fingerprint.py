@@ -16,12 +16,14 @@ recording and a closing (-2, 0, last frame, last frame); `postprocess/fingerprin
 into occurrences.
 
 Out of scope: speed-changed (or pitch-shifted) broadcasts. A recording played a few percent fast
-moves every peak's bin and every pair's time difference, so its hashes do not match.
+moves every peak's bin and every pair's time difference, so its hashes do not match: measured,
+found up to 0.5% off speed, lost from 1% with the pitch moved and 2% with it kept
+(`loadtests/fingerprint.py`, BENCHMARKS.md "Known recordings").
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,35 +74,57 @@ def spectrogram_db(samples: np.ndarray) -> Tensor:
 
 def peaks(db: Tensor) -> np.ndarray:
     """`(n, 2)` rows of (frame, bin) of the local maxima above the floor, by frame then bin."""
-    pooled = torch.nn.functional.max_pool2d(
-        db[None, None],
-        (2 * PEAK_BINS + 1, 2 * PEAK_FRAMES + 1),
-        stride=1,
-        padding=(PEAK_BINS, PEAK_FRAMES),
-    )[0, 0]
-    found = (db == pooled) & (db > FLOOR_DB)
+    level = db.numpy()
+    pooled = running_max(running_max(level, PEAK_FRAMES, axis=1), PEAK_BINS, axis=0)
+    found = (level == pooled) & (level > FLOOR_DB)
     found[:LOWEST_BIN] = False
-    bins, frames = torch.nonzero(found, as_tuple=True)
-    order = np.lexsort((bins.numpy(), frames.numpy()))
-    return np.stack([frames.numpy()[order], bins.numpy()[order]], axis=1).astype(np.int64)
+    frames, bins = np.nonzero(found.T)  # by frame, then bin
+    return np.stack([frames, bins], axis=1).astype(np.int64)
+
+
+def running_max(values: np.ndarray, half: int, axis: int) -> np.ndarray:
+    """Each cell's maximum over the `half` cells either side of it along `axis` (fewer at the
+    edges): the maxima of spans doubling in length, about log2(2 * half + 1) array passes, where
+    a max-pooling kernel compares every cell of the window (40x slower here).
+
+    >>> running_max(np.array([[1.0, 5.0, 2.0, 0.0, 3.0]]), 1, axis=1)
+    array([[5., 5., 5., 3., 3.]])
+    """
+    moved = np.moveaxis(values, axis, 0)
+    edge = np.full((half, *moved.shape[1:]), -np.inf, dtype=moved.dtype)
+    spans = np.concatenate([edge, moved, edge])
+    width, span = 2 * half + 1, 1
+    while span * 2 <= width:  # spans[i]: the maximum of the `span` cells from i on
+        spans = np.maximum(spans[:-span], spans[span:])
+        span *= 2
+    count = len(moved)
+    result = np.maximum(spans[:count], spans[width - span : width - span + count])
+    return np.moveaxis(result, 0, axis)
 
 
 def pair_hashes(found: np.ndarray, first: int, last: int) -> np.ndarray:
-    """`(n, 2)` rows of (hash, anchor frame) for anchors in frames `[first, last)` of `found`."""
-    out: list[tuple[int, int]] = []
-    frames = found[:, 0]
-    for i in np.flatnonzero((frames >= first) & (frames < last)):
-        t1, f1 = found[i]
-        stop = np.searchsorted(frames, t1 + MAX_DT, side="right")
-        partners = 0
-        for t2, f2 in found[i + 1 : stop]:
-            if t2 > t1 and abs(f2 - f1) <= MAX_DF:
-                dt = int(t2 - t1)
-                out.append(((int(f1) << 12) | (int(f2 - f1 + 32) << 6) | dt, int(t1)))
-                partners += 1
-                if partners == FAN_OUT:
-                    break
-    return np.array(out, dtype=np.int64).reshape(-1, 2)
+    """`(n, 2)` rows of (hash, anchor frame) for anchors in frames `[first, last)` of `found`,
+    by anchor, each anchor's partners nearest first (at most `FAN_OUT`).
+
+    Vectorised: every anchor against its k-th following peak at once, for every k up to the
+    most peaks any anchor has within `MAX_DT` frames."""
+    frames, bins = found[:, 0], found[:, 1]
+    anchors = np.flatnonzero((frames >= first) & (frames < last))
+    if not len(anchors):
+        return np.zeros((0, 2), dtype=np.int64)
+    stop = np.searchsorted(frames, frames[anchors] + MAX_DT, side="right")
+    width = max(1, int((stop - anchors - 1).max()))
+    partner = anchors[:, None] + np.arange(1, width + 1)[None, :]
+    valid = partner < stop[:, None]
+    partner = np.minimum(partner, len(frames) - 1)
+    dt = frames[partner] - frames[anchors][:, None]
+    df = bins[partner] - bins[anchors][:, None]
+    valid &= (dt > 0) & (np.abs(df) <= MAX_DF)
+    valid &= np.cumsum(valid, axis=1) <= FAN_OUT
+    row, column = np.nonzero(valid)  # by anchor, then nearest partner first
+    f1 = bins[anchors][row]
+    hashes = (f1 << 12) | ((df[row, column] + 32) << 6) | dt[row, column]
+    return np.stack([hashes, frames[anchors][row]], axis=1).astype(np.int64)
 
 
 def fingerprint(samples: np.ndarray) -> np.ndarray:
@@ -109,17 +133,42 @@ def fingerprint(samples: np.ndarray) -> np.ndarray:
     >>> fingerprint(np.zeros(SAMPLE_RATE, dtype=np.float32)).shape
     (0, 2)
     """
-    total = max(0, (len(samples) - N_FFT) // HOP + 1)
+    return fingerprint_blocks([samples])[0]
+
+
+def fingerprint_blocks(blocks: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
+    """`fingerprint` of the recording the blocks make up, and its length in samples, holding
+    only `CHUNK_FRAMES` of it (with pre-roll and lookahead) at a time: a 4-hour reference
+    decodes and fingerprints in bounded memory."""
+    pending: list[np.ndarray] = []
+    held = 0  # samples in `pending`, which starts at frame `start`
+    start = first = total = 0
     parts = [np.zeros((0, 2), dtype=np.int64)]
-    for first in range(0, total, CHUNK_FRAMES):
-        start = max(0, first - PREROLL_FRAMES)
-        piece = samples[start * HOP : (first + CHUNK_FRAMES) * HOP + LOOKAHEAD]
-        hashes = pair_hashes(
-            peaks(spectrogram_db(piece)), first - start, first - start + CHUNK_FRAMES
-        )
-        hashes[:, 1] += start
-        parts.append(hashes)
-    return np.concatenate(parts)
+    for block in blocks:
+        pending.append(block)
+        held += len(block)
+        total += len(block)
+        while held >= (first - start + CHUNK_FRAMES) * HOP + LOOKAHEAD:
+            piece = np.concatenate(pending)
+            parts.append(_chunk(piece, start, first))
+            first += CHUNK_FRAMES
+            drop = first - PREROLL_FRAMES - start
+            pending, held, start = [piece[drop * HOP :]], len(piece) - drop * HOP, start + drop
+    piece = np.concatenate([np.zeros(0, np.float32), *pending])
+    for at in range(first, max(0, (total - N_FFT) // HOP + 1), CHUNK_FRAMES):
+        parts.append(_chunk(piece, start, at))
+    return np.concatenate(parts), total
+
+
+def _chunk(piece: np.ndarray, start: int, first: int) -> np.ndarray:
+    """The hashes of anchors in frames `[first, first + CHUNK_FRAMES)` from `piece`, which
+    starts at frame `start`: each chunk sees its own pre-roll and lookahead, as a whole
+    recording would."""
+    base = max(start, first - PREROLL_FRAMES)
+    window = piece[(base - start) * HOP : (first - start + CHUNK_FRAMES) * HOP + LOOKAHEAD]
+    hashes = pair_hashes(peaks(spectrogram_db(window)), first - base, first - base + CHUNK_FRAMES)
+    hashes[:, 1] += base
+    return hashes
 
 
 def add_recording(
@@ -127,14 +176,16 @@ def add_recording(
 ) -> int:
     """Fingerprint a recording at `SAMPLE_RATE` and store it in `library`; its id."""
     hashes = fingerprint(samples)
+    return library.add(title, len(samples) / SAMPLE_RATE, metadata, hashes, landmark_span(hashes))
+
+
+def landmark_span(hashes: np.ndarray) -> tuple[float, float]:
+    """Seconds from a recording's start to its first landmark and to its last one's end."""
+    if not len(hashes):
+        return 0.0, 0.0
     frame_s = HOP / SAMPLE_RATE
-    span_s = (0.0, 0.0)
-    if len(hashes):
-        span_s = (
-            hashes[0, 1] * frame_s,
-            int((hashes[:, 1] + (hashes[:, 0] & DT_MASK)).max()) * frame_s,
-        )
-    return library.add(title, len(samples) / SAMPLE_RATE, metadata, hashes, span_s)
+    last = int((hashes[:, 1] + (hashes[:, 0] & DT_MASK)).max())
+    return float(hashes[0, 1]) * frame_s, last * frame_s
 
 
 def matches(hashes: np.ndarray, library: np.ndarray) -> np.ndarray:

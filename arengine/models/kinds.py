@@ -34,7 +34,7 @@ Adding a kind `birds`:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -104,6 +104,19 @@ class Kind:
     from_recording_time: Callable[[datetime], dict[str, float | str]] = _nothing
     """Parameter defaults that follow from when the recording was made (`audio.recorded_at`;
     birds: BirdNET's `week`); a request's own value wins."""
+
+
+def implied_by_recording_time(
+    kind: str, own: Mapping[str, float | str], when: datetime
+) -> dict[str, float | str]:
+    """The parameter defaults that follow from the recording's time (birds: its week) and that
+    a request's own values (`own`) do not set.
+
+    >>> implied_by_recording_time("speech", {}, datetime(2026, 5, 1))
+    {}
+    """
+    implied = KINDS[kind].from_recording_time(when)
+    return {name: value for name, value in implied.items() if name not in own}
 
 
 def kind_of(manifest: Manifest) -> Kind:

@@ -31,8 +31,17 @@ SPEED_CLIP_S = 4.0
 """Audio timed at warm-up for the real-time factor: long enough for one 3-s music patch, short
 enough that loading CREPE (about 4x real time per core) stays about a second."""
 
-DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
-"""The repository's `models/` folder (the package is installed from the repository)."""
+
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "builtin"
+"""Where an installed package holds its built-in models (pyproject.toml installs the
+repository's `models/` folder there); absent in a checkout and an editable install."""
+
+DEFAULT_MODELS_DIR = (
+    PACKAGED_MODELS_DIR
+    if PACKAGED_MODELS_DIR.is_dir()
+    else Path(__file__).resolve().parents[2] / "models"
+)
+"""The built-in models: the installed package's own, or the repository's `models/` folder."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,10 @@ class LoadedModel:
     real_time_factor: float
     """Compute seconds per second of audio, features and inference on one thread, measured at
     warm-up on `SPEED_CLIP_S` of silence (below 1 is faster than real time)."""
+
+
+NO_SUCH_MODEL = "no manifest with this name"
+"""The reason of a model named to load (`--models`) that the folder does not have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +92,7 @@ def load_models(
             log.error("model %s not loaded: %s", path, reason)
             failures.append(LoadFailure(path, reason))
     missing = sorted(set(names or ()) - set(loaded))
-    failures += [LoadFailure(folder / name, "no manifest with this name") for name in missing]
+    failures += [LoadFailure(folder / name, NO_SUCH_MODEL) for name in missing]
     return loaded, failures
 
 

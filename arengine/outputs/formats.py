@@ -97,10 +97,6 @@ def _parse_json(text: str) -> list[Tag]:
     return list(result_of(json.loads(text)).tags)
 
 
-def _has_pitch(result: Result) -> bool:
-    return any(tag.frequency_hz is not None for tag in result.tags)
-
-
 def _has_species(result: Result) -> bool:
     return any(tag.scientific_name is not None for tag in result.tags)
 
@@ -129,6 +125,21 @@ class _Rows:
         self._out.write(self._line.getvalue()[:-2] + "\n")
 
 
+CSV_OPTIONAL = (
+    "frequency_hz",
+    "label_id",
+    "scientific_name",
+    "reference",
+    "reference_start",
+    "reference_end",
+    "model",
+)
+"""The `Tag` fields the CSV has a column for after `start,end,label,score`, each only when a
+tag of the result has it set, in this order."""
+_CSV_TEXT = frozenset({"label_id", "scientific_name", "reference", "model"})
+"""The optional columns that hold text: written inert, as labels are."""
+
+
 def csv_text(rows: Iterable[Sequence[object]]) -> str:
     """`rows` as the CSV formats write them (lines end in `\n`, a cell holding `\r` quoted)."""
     out = io.StringIO()
@@ -141,25 +152,18 @@ def csv_text(rows: Iterable[Sequence[object]]) -> str:
 def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
     writer = _Rows(out)
-    pitch = _has_pitch(result)
-    species = _has_species(result)
-    several = any(tag.model is not None for tag in result.tags)
+    columns = [
+        name for name in CSV_OPTIONAL if any(getattr(tag, name) is not None for tag in result.tags)
+    ]
     clock = _wall_clock(result)
     writer.writerow(
-        ["start", "end", "label", "score"]
-        + (["frequency_hz"] if pitch else [])
-        + (["scientific_name"] if species else [])
-        + (["model"] if several else [])
-        + (["start_at", "end_at"] if clock else [])
+        ["start", "end", "label", "score", *columns] + (["start_at", "end_at"] if clock else [])
     )
     for tag in result.tags:
         row: list[object] = [tag.start, tag.end, _inert(tag.label), tag.score]
-        if pitch:
-            row.append("" if tag.frequency_hz is None else tag.frequency_hz)
-        if species:
-            row.append(tag.scientific_name or "")
-        if several:
-            row.append(_inert(tag.model or ""))
+        for name in columns:
+            value = getattr(tag, name)
+            row.append("" if value is None else _inert(value) if name in _CSV_TEXT else value)
         if clock:
             row += [clock(tag.start), clock(tag.end)]
         writer.writerow(row)
@@ -189,9 +193,9 @@ def _read_inert(cell: str) -> str:
 def _parse_csv(text: str) -> list[Tag]:
     tags = []
     for row in csv.DictReader(io.StringIO(text)):
-        row["label"] = _read_inert(row["label"])
-        if row.get("model"):
-            row["model"] = _read_inert(row["model"])
+        for name in ("label", *_CSV_TEXT):
+            if row.get(name):
+                row[name] = _read_inert(row[name])
         tags.append(tag_of(row))
     return tags
 
@@ -239,12 +243,14 @@ _QUARTER_TONE = 2 ** (1 / 24)
 def _render_raven(result: Result, source: str) -> str:
     nyquist = result.audio.sample_rate / 2
     species = _has_species(result)  # birds: also the scientific name, as BirdNET's tables do
+    known = any(tag.reference is not None for tag in result.tags)  # fingerprints
     clock = _wall_clock(result)
     lines = [
         "\t".join(
             _RAVEN_COLUMNS
             + (["Scientific Name"] if species else [])
             + (["Begin Date Time", "End Date Time"] if clock else [])
+            + (_RAVEN_REFERENCE if known else [])
         )
     ]
     for index, tag in enumerate(result.tags, 1):
@@ -257,6 +263,8 @@ def _render_raven(result: Result, source: str) -> str:
         cells += [f"{low:.3f}", f"{high:.3f}", label, f"{tag.score:.6f}"]
         cells += [tag.scientific_name or ""] if species else []
         cells += [clock(tag.start), clock(tag.end)] if clock else []
+        if known:
+            cells += [tag.reference or "", *(_seconds_cell(t) for t in _reference_span(tag))]
         lines.append("\t".join(str(cell) for cell in cells))
     return "\n".join(lines) + "\n"
 
@@ -270,9 +278,28 @@ def _parse_raven(text: str) -> list[Tag]:
             row.get("Annotation") or "",
             float(row.get("Score") or 0.0),
             scientific_name=row.get("Scientific Name") or None,
+            reference=row.get(_RAVEN_REFERENCE[0]) or None,
+            reference_start=_optional(row.get(_RAVEN_REFERENCE[1])),
+            reference_end=_optional(row.get(_RAVEN_REFERENCE[2])),
         )
         for row in rows
     ]
+
+
+_RAVEN_REFERENCE = ["Reference", "Reference Begin (s)", "Reference End (s)"]
+"""Raven's columns for a fingerprint tag: the reference's id and the matched stretch in it."""
+
+
+def _reference_span(tag: Tag) -> tuple[float | None, float | None]:
+    return tag.reference_start, tag.reference_end
+
+
+def _seconds_cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.6f}"
+
+
+def _optional(cell: str | None) -> float | None:
+    return float(cell) if cell else None
 
 
 _BIRDNET_COLUMNS = ["Start (s)", "End (s)", "Scientific name", "Common name", "Confidence", "File"]
@@ -418,16 +445,18 @@ _DECLARED = (
     Format("json", "application/json", "json", _render_json, _text(_parse_json), 1e-9,
            "the JSON body of the API"),
     Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
-           "`start,end,label,score`, plus `frequency_hz` for pitch tags, `scientific_name` for "
-           "bird tags, `model` for several models and `start_at,end_at` (wall clock, ISO 8601) "
-           "when the recording's time is known"),
+           "`start,end,label,score`, plus `frequency_hz` for pitch tags, `label_id` for event "
+           "tags, `scientific_name` for bird tags, `reference,reference_start,reference_end` "
+           "for fingerprint tags, `model` for several models and `start_at,end_at` (wall "
+           "clock, ISO 8601) when the recording's time is known"),
     Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
            "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),
     Format("raven", "text/tab-separated-values", "selections.txt", _render_raven,
            _text(_parse_raven), 1e-6,
            "Raven selection table (a note's band is a quarter-tone around its pitch; other tags "
            "span 0 to Nyquist; bird tags add `Scientific Name`; a known recording time adds "
-           "`Begin Date Time`, `End Date Time`)", aliases=("selections",)),
+           "`Begin Date Time`, `End Date Time`; fingerprint tags `Reference`, `Reference Begin "
+           "(s)` and `Reference End (s)`)", aliases=("selections",)),
     Format("birdnet", "text/csv", "BirdNET.results.csv", _render_birdnet,
            _text(_parse_birdnet), 1e-9,
            "BirdNET-Analyzer's CSV: `Start (s),End (s),Scientific name,Common name,Confidence,"

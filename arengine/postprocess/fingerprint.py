@@ -82,6 +82,8 @@ class FingerprintTagger:
         self.frame_s = hop / sample_rate
         self.gap = round(params.max_gap_s / self.frame_s)
         self.open: list[_Run] = []
+        self._open_by_reference: dict[int, list[_Run]] = {}
+        """`open` by reference, in the same order."""
         self.closed: list[_Run] = []
         self.hash_frames: list[int] = []
         """The frames of the recording's hashes from the oldest open run on (for scores)."""
@@ -105,22 +107,26 @@ class FingerprintTagger:
         return self._release()
 
     def _add(self, reference: int, difference: int, frame: int, reach: int) -> None:
-        for run in self.open:
-            if (
-                run.reference == reference
-                and abs(run.difference - difference) <= DIFF_TOLERANCE
-                and frame - run.last <= self.gap
-            ):
+        # Only this reference's runs are looked at: a large library leaves thousands of open
+        # runs of chance matches, and scanning them all for every match was the hot spot.
+        runs = self._open_by_reference.setdefault(reference, [])
+        for run in runs:
+            if abs(run.difference - difference) <= DIFF_TOLERANCE and frame - run.last <= self.gap:
                 run.last = max(run.last, frame)
                 run.reach = max(run.reach, reach)
                 run.hits += 1
                 return
-        self.open.append(_Run(reference, difference, frame, frame, reach))
+        run = _Run(reference, difference, frame, frame, reach)
+        runs.append(run)
+        self.open.append(run)
 
     def _close(self, done: Callable[[_Run], bool]) -> None:
         ending = [run for run in self.open if done(run)]
         self.open = [run for run in self.open if not done(run)]
         self.closed += [run for run in ending if run.hits >= self.params.min_hits]
+        self._open_by_reference = {}
+        for run in self.open:
+            self._open_by_reference.setdefault(run.reference, []).append(run)
 
     def _release(self) -> list[Tag]:
         """Closed runs that start before every open one, as tags in order of start; a run that

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
 from arengine.errors import ErrorCode, InvalidInput
@@ -53,6 +54,16 @@ def _number(value: float) -> str:
 def param(default: Any, doc: str, bounds: Bounds) -> Any:
     """A dataclass field of a `Params` class: its default, documentation and bounds."""
     return dataclasses.field(default=default, metadata={"doc": doc, "bounds": bounds})
+
+
+def retuned(base: type, name: str, default: Any) -> Any:
+    """`base`'s parameter `name` with another default, its documentation and bounds kept: a kind
+    that shares a parameter but was tuned apart declares only the new value."""
+    inherited = {f.name: f for f in dataclasses.fields(base)}[name]
+    if isinstance(default, Mapping):
+        frozen = MappingProxyType(dict(default))
+        return dataclasses.field(default_factory=lambda: frozen, metadata=inherited.metadata)
+    return dataclasses.field(default=default, metadata=inherited.metadata)
 
 
 def _invalid(message: str) -> InvalidInput:

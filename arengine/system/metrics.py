@@ -6,7 +6,8 @@ engine and the process are read when Prometheus scrapes, so they cost nothing be
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
@@ -25,6 +26,7 @@ REJECTION_CODES = frozenset(
 _STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_LAG_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 _AUDIO_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400)
 
 
@@ -54,6 +56,24 @@ class AdmissionState(Protocol):
     def uploading_bytes(self) -> int: ...
     @property
     def upload_bytes_total(self) -> int: ...
+    @property
+    def listening(self) -> int: ...
+
+
+class JobsState(Protocol):
+    """What the job gauges read (`JobStore` provides it)."""
+
+    def counts(self) -> Mapping[str, int]:
+        """Jobs by state (every state, zero included)."""
+        ...
+
+    def oldest_active(self) -> float | None:
+        """When the oldest job queued or running was accepted (Unix time)."""
+        ...
+
+    def size(self) -> int:
+        """Bytes of the store's files."""
+        ...
 
 
 class Metrics:
@@ -116,6 +136,20 @@ class Metrics:
         )
         for code in sorted(REJECTION_CODES):  # every series exists from the start, at 0
             self.rejected.labels(code.value)
+        self.live_tags = Counter(
+            "arengine_live_tags",
+            "Tags sent to live streams (WS /v1/listen), by model and label: what alerts watch.",
+            ["model", "label"],
+            registry=registry,
+        )
+        self.live_lag = Histogram(
+            "arengine_live_lag_seconds",
+            "Audio a live stream had sent past a tag's end when the tag was sent: how late tags "
+            "come.",
+            ["model"],
+            buckets=_LAG_BUCKETS,
+            registry=registry,
+        )
         self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
         registry.register(ProcessMemoryCollector())
 
@@ -139,11 +173,22 @@ class Metrics:
                 self.audio_seconds.labels(name).inc(audio_s)
                 self.audio_duration.labels(name).observe(audio_s)
 
+    def observe_live_tag(self, model: str, label: str, lag_s: float) -> None:
+        """A tag sent to a live stream `lag_s` audio seconds after its end had arrived.
+
+        The label values are bounded by the loaded models' vocabularies."""
+        self.live_tags.labels(model, label).inc()
+        self.live_lag.labels(model).observe(max(lag_s, 0.0))
+
     def reject(self, code: ErrorCode) -> None:
         """A request refused with error `code` (a 4xx or 503)."""
         if code not in REJECTION_CODES:
             raise ValueError(f"{code} is answered with {code.status}, not counted as a refusal")
         self.rejected.labels(code.value).inc()
+
+    def watch_jobs(self, jobs: JobsState) -> None:
+        """Report the job store's gauges."""
+        self.registry.register(JobsCollector(jobs))
 
     def watch(
         self,
@@ -214,10 +259,43 @@ class AdmissionCollector(Collector):
             value=admission.upload_bytes_total,
         )
         yield _gauge(
+            "arengine_live_streams",
+            "Live streams open (WS /v1/listen).",
+            admission.listening,
+        )
+        yield _gauge(
             "arengine_pending_requests",
             "Recognition requests uploaded and not yet answered (queued or processing).",
             admission.pending,
         )
+
+
+class JobsCollector(Collector):
+    """Jobs by state, the queue's length, the oldest waiting job's age and the store's size,
+    read from the job store at scrape time."""
+
+    def __init__(self, jobs: JobsState, clock: Callable[[], float] = time.time) -> None:
+        self._jobs = jobs
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        counts = self._jobs.counts()
+        by_state = GaugeMetricFamily(
+            "arengine_jobs", "Jobs in the store by state.", labels=["state"]
+        )
+        for state, count in counts.items():
+            by_state.add_metric([str(state)], count)
+        yield by_state
+        yield _gauge("arengine_jobs_queued", "Jobs waiting for a runner.", counts.get("queued", 0))
+        oldest = self._jobs.oldest_active()
+        age = 0.0 if oldest is None else max(self._clock() - oldest, 0.0)
+        yield _gauge(
+            "arengine_jobs_oldest_age_seconds",
+            "Age of the oldest job queued or running (0 when none is).",
+            age,
+        )
+        size = self._jobs.size()
+        yield _gauge("arengine_jobs_storage_bytes", "Bytes of the job store's files.", size)
 
 
 class ProcessMemoryCollector(Collector):

@@ -129,3 +129,18 @@ def test_a_float_wav_is_still_checked_and_clipped(tmp_path: Path) -> None:
     sf.write(path, np.array([0.5, np.nan, 0.1], np.float32), 16000, subtype="FLOAT")
     with pytest.raises(InvalidInput, match="NaN or infinite"):
         list(decode(path, probe(path, LIMITS), 16000, 10**9))
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_24"])
+def test_ffmpeg_mixes_down_in_c_to_the_mean_of_the_channels(tmp_path: Path, subtype: str) -> None:
+    # FLAC goes to FFmpeg, whose filter graph (`ffmpeg.Mixdown`) scales, averages and gathers
+    # what libsndfile gives as integers scaled to [-1, 1): the same samples, in full blocks.
+    path = tmp_path / "three.flac"
+    rng = np.random.default_rng(5)
+    sf.write(path, rng.uniform(-1, 1, (100_000, 3)), 16000, subtype=subtype)
+    info = probe(path, LIMITS)
+    assert info.decoder == "ffmpeg"
+    blocks = list(read_blocks(path, info, 10**9, block_frames=30_000))
+    assert [block.shape for block in blocks] == [(30_000, 1)] * 3 + [(10_000, 1)]
+    expected = sf.read(path, dtype="float32")[0].mean(axis=1)
+    np.testing.assert_allclose(np.concatenate(blocks)[:, 0], expected, atol=1e-7)

@@ -36,8 +36,9 @@ def test_every_setting_is_a_flag() -> None:
     assert isinstance(commands, dict)
     help_text = commands["serve"].format_help()
     for name in Settings.model_fields:
-        if name == "api_keys":  # a secret: environment only
-            assert "--api-keys" not in help_text and "ARENGINE_API_KEYS" in help_text
+        if name in ("api_keys", "admin_keys"):  # secrets: environment only
+            flag, variable = f"--{name.replace('_', '-')}", f"ARENGINE_{name.upper()}"
+            assert flag not in help_text and variable in help_text
             continue
         assert f"--{name.replace('_', '-')}" in help_text
         assert f"ARENGINE_{name.upper()}" in help_text
@@ -141,9 +142,9 @@ def test_recognize_usage_errors(tmp_path: Path) -> None:
     (tmp_path / "a.wav").write_bytes(b"")
     bad_model = _arengine("recognize", "a.wav", "--model", "nope", cwd=tmp_path)
     assert bad_model.returncode == 2
-    assert "unknown model 'nope'" in bad_model.stderr
+    assert "unknown model nope: the models in " in bad_model.stderr
     no_notes = _arengine(
-        "recognize", "a.wav", "--format", "midi", "--models", "speech", cwd=tmp_path
+        "recognize", "a.wav", "--format", "midi", "--model", "speech", cwd=tmp_path
     )
     assert no_notes.returncode == 2
     assert "format midi holds only notes; model 'speech' tags none" in no_notes.stderr

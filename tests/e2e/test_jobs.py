@@ -1,10 +1,14 @@
 """Jobs through a real server: one killed with SIGKILL (or stopped with SIGTERM) while its job
-runs, then a new server on the same data directory finishes the job with the tags a direct
-recognition gives."""
+runs, then a new server on the same data directory finishes the job from its checkpoint (the
+segments kept are not inferred again) with the tags a direct recognition gives."""
 
 from __future__ import annotations
 
+import json
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +62,130 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
             stop_server(first)
     assert seen["progress"]["audio_s"] < seen["progress"]["duration_s"], "killed mid-job"
 
-    second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data))
+    # Started again where it was: the same replica, which takes its jobs up again at once.
+    port = int(first.url.rsplit(":", 1)[1])
+    second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data), port=port)
     try:
         with second.client() as client:
+            # Its events, followed while the job goes on: every tag from the first.
+            events = f"/v1/jobs/{job_id}/events"
+            with client.stream("GET", events, timeout=httpx.Timeout(300)) as response:
+                lines = [json.loads(line) for line in response.iter_lines()]
+            job: dict[str, Any] = {}
+
+            def ended() -> bool:
+                job.update(client.get(f"/v1/jobs/{job_id}").json())
+                return job["state"] in ("done", "failed")
+
+            assert wait_until(ended, 300), job
+            assert job["state"] == "done", job
+            result = client.get(f"/v1/jobs/{job_id}/result").json()
+            resumed = _inferred(client)
+            direct = client.post(
+                "/v1/recognize",
+                files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
+                timeout=httpx.Timeout(600),
+            ).json()
+            segments = _inferred(client) - resumed
+        assert len(result["tags"]) >= 80
+        assert result["tags"] == direct["tags"]
+        assert [line for line in lines if "label" in line] == result["tags"]
+        assert lines[-1]["summary"]["tag_count"] == len(result["tags"])
+        if stop == signal.SIGKILL:
+            log = second.log.read_text()
+            assert "queued again" in log
+            found = re.search(rf"job {job_id}: resumed from its checkpoint: (\d+) segments", log)
+            assert found, log
+            kept = int(found[1])
+            # Every segment post-processed before the kill was kept, and only the others were
+            # inferred again.
+            assert kept >= seen["progress"]["audio_s"] // 2 > 0
+            assert resumed == segments - kept
+        # After SIGTERM the job may have ended during the drain, or been cut off and queued
+        # again: either way it is done once, with the same tags.
+    finally:
+        stop_server(second)
+
+
+def _inferred(client: httpx.Client) -> int:
+    """Segments the server has inferred: each waited once for an engine thread."""
+    metrics = client.get("/metrics").text
+    found = re.search(r'^arengine_queue_wait_seconds_count\{model="speech"\} (\S+)$', metrics, re.M)
+    return 0 if found is None else int(float(found[1]))
+
+
+@pytest.mark.slow
+def test_the_cli_sends_a_long_recording_as_a_job_and_outlasts_a_server_restart(
+    long_file: Path, tmp_path: Path
+) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    first = start_server(tmp_path / "first", *SLOW, "--data-dir", str(data))
+    port = int(first.url.rsplit(":", 1)[1])
+    command = [sys.executable, "-m", "arengine", "recognize", str(long_file), "--server"]
+    command += [first.url, "--job-over-s", "600", "--out", str(out)]
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = None
+    try:
+        with first.client() as client:
+
+            def under_way() -> bool:
+                jobs = client.get("/v1/jobs").json()["jobs"]
+                return bool(jobs and jobs[0]["progress"]["audio_s"] > 0)
+
+            assert wait_until(under_way, 120)
+        first.process.kill()
+        first.process.wait(timeout=60)
+        second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data), port=port)
+        output, _ = cli.communicate(timeout=600)
+        assert cli.returncode == 0, output
+        with second.client() as client:
+            direct = client.post(
+                "/v1/recognize",
+                files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
+                timeout=httpx.Timeout(600),
+            ).json()
+        written = json.loads((out / "long.json").read_text())
+        assert written["tags"] == direct["tags"] and len(direct["tags"]) >= 80
+        assert "queued again" in second.log.read_text()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        for server in (first, second):
+            if server is not None and server.process.poll() is None:
+                stop_server(server)
+
+
+@pytest.mark.slow
+def test_replicas_sharing_a_data_dir_answer_for_each_other_and_take_over_a_dead_one_s_job(
+    long_file: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    shared = (*SLOW, "--data-dir", str(data), "--job-lease-s", "3")
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    first = start_server(tmp_path / "a", *shared)
+    second = None
+    try:
+        with first.client() as client:
+            posted = client.post(
+                "/v1/jobs", files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")}
+            )
+            job_id = posted.json()["id"]
+            assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
+        # Started once the first replica runs the job, so that the job is the first's.
+        second = start_server(tmp_path / "b", *shared)
+        with second.client() as client:
+
+            def progressing() -> bool:
+                job = client.get(f"/v1/jobs/{job_id}").json()
+                return bool(job["state"] == "running" and job["progress"]["audio_s"] > 0)
+
+            assert wait_until(progressing, 120), "the other replica's job, seen from this one"
+            first.process.kill()
+            first.process.wait(timeout=60)
             job: dict[str, Any] = {}
 
             def ended() -> bool:
@@ -75,11 +200,11 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
                 files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
                 timeout=httpx.Timeout(600),
             ).json()
-        assert len(result["tags"]) >= 80
-        assert result["tags"] == direct["tags"]
-        if stop == signal.SIGKILL:
-            assert "queued again" in second.log.read_text()
-        # After SIGTERM the job may have ended during the drain, or been cut off and queued
-        # again: either way it is done once, with the same tags.
+        assert result["tags"] == direct["tags"] and len(direct["tags"]) >= 80
+        log = second.log.read_text()
+        assert f"job {job_id}: its server stopped reporting; queued again" in log
+        assert f"job {job_id}: resumed from its checkpoint" in log
     finally:
-        stop_server(second)
+        for server in (first, second):
+            if server is not None and server.process.poll() is None:
+                stop_server(server)

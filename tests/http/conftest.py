@@ -92,7 +92,7 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(DEFAULT_MODELS_DIR / "speech", folder / "strict")
     manifest = folder / "strict" / "manifest.toml"
     text = manifest.read_text().replace('name = "speech"', 'name = "strict"')
-    manifest.write_text(text.replace("threshold = 0.5", "threshold = 7"))
+    manifest.write_text(text.replace("[postprocess]\n", "[postprocess]\nthreshold = 7\n"))
     return folder
 
 

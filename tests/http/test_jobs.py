@@ -4,6 +4,8 @@ files a crash leaves behind."""
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -113,8 +115,10 @@ def test_a_failed_job_says_why_and_has_no_result(jobs: InProcessClient) -> None:
 def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_dir: Path) -> None:
     job_id = _submit(jobs, _wav(seconds=2.0))
     assert _ended(jobs, job_id)["state"] == "done"
-    assert (data_dir / "uploads" / f"{job_id}.upload").exists()
+    # A done job keeps its result and scores, not the recording.
+    assert not (data_dir / "uploads" / f"{job_id}.upload").exists()
     assert (data_dir / "results" / f"{job_id}.json").exists()
+    assert (data_dir / "results" / f"{job_id}.scores").exists()
     assert jobs.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
     _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
     _error(jobs.request("DELETE", f"/v1/jobs/{job_id}"), 404, "job_not_found")
@@ -141,6 +145,53 @@ def test_deleting_a_running_job_stops_its_engine_work(
     _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
     assert not list((data_dir / "uploads").glob(f"{job_id}*"))
     assert not list((data_dir / "results").glob(f"{job_id}*"))
+
+
+def test_a_job_s_events_give_its_tags_and_progress_then_its_summary(
+    jobs: InProcessClient, recording: RecordingFactory
+) -> None:
+    pieces = [p for _ in range(8) for p in [("silence", 6.0), ("speech", 0)]]
+    body = recording("talk.flac", rate=8000, pieces=pieces).path.read_bytes()
+    job_id = _submit(jobs, body)
+    lines = [json.loads(line) for line in jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()]
+    result = jobs.get(f"/v1/jobs/{job_id}/result").json()
+    assert [line for line in lines if "label" in line] == result["tags"]
+    assert len(result["tags"]) >= 8
+    progress = [line for line in lines if "progress" in line]
+    assert progress and {line["state"] for line in progress} <= {"queued", "running"}
+    assert lines[-1]["summary"]["tag_count"] == len(result["tags"])
+    assert lines[-1]["summary"]["audio"] == result["audio"]
+    # Once the job is done, its events are its tags and its summary at once.
+    again = [json.loads(line) for line in jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()]
+    assert again == [*result["tags"], lines[-1]]
+
+
+def test_a_failed_job_s_events_end_with_its_error(jobs: InProcessClient) -> None:
+    job_id = _submit(jobs, _wav(amplitude=0.5), "?model=faulty")
+    last = json.loads(jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()[-1])
+    assert last["error"]["code"] == "stage_failed"
+
+
+def test_the_metrics_count_jobs_by_state_and_the_oldest_waiting_one_s_age(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    with _serving(models_dir, data) as client:
+        job_id = _submit(client, _wav())
+        assert _ended(client, job_id)["state"] == "done"
+        with sqlite3.connect(data / DATABASE) as db:  # a job another process is running
+            db.execute(
+                "INSERT INTO jobs (id, model, overrides, state, created) VALUES (?,?,?,?,?)",
+                ("r" * 22, "speech", "{}", "running", time.time() - 3600),
+            )
+        metrics = client.get("/metrics").text
+    assert 'arengine_jobs{state="done"} 1.0' in metrics
+    assert 'arengine_jobs{state="running"} 1.0' in metrics
+    assert "arengine_jobs_queued 0.0" in metrics
+    age = re.search(r"^arengine_jobs_oldest_age_seconds (\S+)$", metrics, re.M)
+    assert age is not None and 3600 <= float(age[1]) < 7200
+    size = re.search(r"^arengine_jobs_storage_bytes (\S+)$", metrics, re.M)
+    assert size is not None and float(size[1]) > 0
 
 
 def test_what_is_refused_is_refused_before_a_job_is_stored(
@@ -219,10 +270,9 @@ def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
             assert _ended(client, job_id)["state"] == "done"
             assert client.get(f"/v1/jobs/{job_id}/result").json()["tags"] == direct["tags"]
         _error(client.get(f"/v1/jobs/{left[2]}"), 404, "job_not_found")
-        names = {path.name for path in (data / "uploads").iterdir()}
-        assert names == {f"{job_id}.upload" for job_id in left[:2]}
+        assert list((data / "uploads").iterdir()) == []
         assert {path.name for path in (data / "results").iterdir()} == {
-            f"{job_id}.json" for job_id in left[:2]
+            f"{job_id}.{suffix}" for job_id in left[:2] for suffix in ("json", "scores")
         }
 
 

@@ -77,6 +77,18 @@ def test_api_keys_are_stripped_and_deduplicated() -> None:
     assert Settings().api_key_list() == ()
 
 
+@pytest.mark.parametrize("raw", ["", "a,,b", "key one"])
+def test_an_administrator_key_list_is_checked_as_users_keys_are(raw: str) -> None:
+    with pytest.raises(ValidationError, match="ARENGINE_ADMIN_KEYS"):
+        Settings(admin_keys=raw)
+
+
+def test_a_key_cannot_be_both_a_users_and_an_administrators() -> None:
+    assert Settings(api_keys="u-1", admin_keys=" a-1,a-2").admin_key_list() == ("a-1", "a-2")
+    with pytest.raises(ValidationError, match="kept apart"):
+        Settings(api_keys="u-1,shared-9", admin_keys="shared-9")
+
+
 def test_the_server_refuses_to_start_on_an_empty_key_list(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

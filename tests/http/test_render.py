@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from arengine.errors import DeadlineExceeded, ErrorCode
+from arengine.http.render import _Deadline, _Timed
+from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import FORMATS
-from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS
+from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, Settings
+from arengine.types import Tag
 from tests.conftest import RecordingFactory
-from tests.http.conftest import InProcessClient
+from tests.http.conftest import InProcessClient, serving
 
 JSON = {"Content-Type": "application/json"}
 
@@ -189,3 +195,36 @@ def test_renders_count_as_engine_requests(client: InProcessClient) -> None:
         client.post("/v1/render", params={"format": "csv"}, content=body, headers=JSON).status_code
         == 200
     )
+
+
+def test_a_render_past_render_timeout_s_is_stopped_with_504(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    """Its size bounded a render's time, but not on a slow or busy machine: 40,000 tags as EAF
+    cannot be parsed, let alone written, in a millisecond."""
+    tags = [{"start": i * 0.01, "end": i * 0.01 + 5.0, "label": "A4", "score": 0.5}
+            for i in range(40_000)]  # fmt: skip
+    body = json.dumps(_notes_result(tags))
+    settings = Settings(models_dir=models_dir, upload_dir=tmp_path, render_timeout_s=0.001)
+    with serving(settings) as client:
+        status, code, message = _refusal(client, body, format="eaf")
+        assert (status, code) == (504, "render_timeout")
+        assert "render_timeout_s (0.001 s)" in message and "stopped" in message
+        limiter = client.app.state.render_limiter
+        assert limiter.borrowed_tokens == 0  # the render's thread has ended
+        assert client.app.state.engine.admission.pending == 0
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_every_writer_stops_at_the_deadline(name: str) -> None:
+    """A thread cannot be stopped from outside: each writer stops itself, as it reads the tags,
+    once the deadline has passed."""
+    notes = tuple(Tag(i * 0.5, i * 0.5 + 0.4, "A4", 0.5, midi=69) for i in range(1000))
+    result = RecognizeResponse.model_validate(_notes_result([])).to_result()
+    deadline = _Deadline(3600)
+    timed = dataclasses.replace(result, tags=_Timed(notes, deadline))
+    assert len(FORMATS[name].parse(FORMATS[name].encode(timed, "x"))) == 1000
+    deadline.at = 0.0  # passed
+    with pytest.raises(DeadlineExceeded) as stopped:
+        FORMATS[name].encode(timed, "x")
+    assert stopped.value.code == ErrorCode.RENDER_TIMEOUT

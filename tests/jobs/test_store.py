@@ -77,3 +77,38 @@ def test_a_finish_needs_a_result_or_an_error(tmp_path: Path) -> None:
 def test_a_durable_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     write_durably(tmp_path / "r.json", b"{}")
     assert [path.name for path in tmp_path.iterdir()] == ["r.json"]
+
+
+def _ended_job(store: JobStore, created: float, size: int) -> str:
+    """A done job with `size` bytes of result and scores, ended now."""
+    record = _record(created)
+    assert store.add(record, limit=100)
+    claimed = store.claim_next()
+    assert claimed is not None and claimed.id == record.id
+    store.result_path(record.id).write_bytes(b"{}")
+    store.scores_path(record.id).write_bytes(b"x" * (size - 2))
+    assert store.finish(record.id, result=f"{record.id}.json", duration_s=1.0)
+    return record.id
+
+
+def test_ended_jobs_past_the_retention_time_or_the_budget_go_oldest_first(tmp_path: Path) -> None:
+    store = JobStore.open(tmp_path)
+    now = time.time()
+    first, second, third = (_ended_job(store, now + i, 1000) for i in range(3))
+    waiting = _record(now + 3)
+    assert store.add(waiting, limit=100)
+    store.upload_path(waiting.id).write_bytes(b"y" * 5000)
+    assert store.counts() == {"queued": 1, "running": 0, "done": 3, "failed": 0, "cancelled": 0}
+    assert store.size() == 8000
+    # Within the time and the budget: nothing goes.
+    assert store.expire(ended_before=now - 60, max_bytes=8000) == []
+    # Over the budget: the job that ended first goes, files and row alike; a queued one stays.
+    assert store.expire(ended_before=now - 60, max_bytes=7500) == [first]
+    assert store.get(first) is None and store.size() == 7000
+    assert not list(tmp_path.glob(f"*/{first}*"))
+    assert store.expire(ended_before=now - 60, max_bytes=100) == [second, third]
+    assert store.get(waiting.id) is not None and store.size() == 5000
+    # Past the retention time.
+    fourth = _ended_job(store, now - 10, 10)
+    assert store.expire(ended_before=time.time() + 1, max_bytes=1 << 30) == [fourth]
+    assert store.oldest_active() == waiting.created

@@ -20,6 +20,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from arengine.audio.segments import Segmenter
 from arengine.errors import InvalidInput
+from arengine.models import birds
 from arengine.models.birds import (
     CONVERSION,
     WINDOW,
@@ -114,13 +115,27 @@ def test_the_network_equals_birdnets_tflite_on_a_real_recording(
         ours = model(torch.from_numpy(windows)).numpy()
         our_spectrogram = model.spectrogram(torch.from_numpy(windows)).numpy()
     np.testing.assert_allclose(ours, logits, rtol=0, atol=1e-3)
-    # The two float32 FFTs differ by ~5e-7 of the largest bin, and the graph's power 0.23 of
-    # the squared mel (|mel|^0.46) magnifies that near zero: measured at most 7e-4 apart
-    # (values to about 4), 99.9% within 1e-4. The logits above are what that costs: nothing.
+    # The graph's float32 FFT and the port's filter bank (window, cosines and mel matrix folded
+    # in float64) differ by ~5e-7 of the largest bin, and the graph's power 0.23 of the squared
+    # mel (|mel|^0.46) magnifies that near zero: measured at most 5e-4 apart (values to about
+    # 4), 99.99% within 1e-4. The logits above are what that costs: nothing.
     difference = np.abs(our_spectrogram - spectrogram)
     assert difference.max() < 2e-3
     assert np.mean(difference > 1e-4) < 5e-3
     assert np.median(difference) < 1e-5
+
+
+def test_without_onednn_the_plain_torch_path_equals_birdnets_tflite(
+    model: Birdnet, audio: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The convolutions with fused activations need oneDNN; a torch without it takes the
+    plain path, held to the same reference."""
+    windows = _windows(audio)
+    logits, _ = _reference(windows)
+    monkeypatch.setattr(birds, "FUSED", False)
+    with torch.inference_mode():
+        ours = model(torch.from_numpy(windows)).numpy()
+    np.testing.assert_allclose(ours, logits, rtol=0, atol=1e-3)
 
 
 def test_the_detections_equal_birdnets(model: Birdnet, audio: np.ndarray, cache: Path) -> None:

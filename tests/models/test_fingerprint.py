@@ -13,13 +13,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from arengine.audio.segments import Segment, Segmenter
 from arengine.models.fingerprint import (
+    CHUNK_FRAMES,
     HOP,
+    PEAK_BINS,
+    PEAK_FRAMES,
     SAMPLE_RATE,
     FingerprintRecognizer,
     add_recording,
+    fingerprint,
+    fingerprint_blocks,
+    running_max,
 )
 from arengine.models.fingerprint_store import Library
 from arengine.types import Tag
@@ -204,3 +211,41 @@ def test_the_library_keeps_offsets_whole(tmp_path: Path) -> None:
     np.testing.assert_array_equal(library.lookup(np.array([5, 6])), [[5, ref, 5_000_000_000]])
     [found] = library.references()
     assert (found.title, found.duration_s, found.metadata) == ("long", 1e6, {"a": [1, 2]})
+
+
+def test_running_max_is_the_maximum_of_the_whole_window() -> None:
+    """The doubling spans equal a 25x17 max pool (the definition of a peak's neighbourhood)."""
+    level = torch.from_numpy(
+        np.random.default_rng(4).standard_normal((257, 300)).astype(np.float32)
+    )
+    pooled = torch.nn.functional.max_pool2d(
+        level[None, None], (2 * PEAK_BINS + 1, 2 * PEAK_FRAMES + 1), stride=1,
+        padding=(PEAK_BINS, PEAK_FRAMES),
+    )[0, 0]  # fmt: skip
+    ours = running_max(running_max(level.numpy(), PEAK_FRAMES, axis=1), PEAK_BINS, axis=0)
+    np.testing.assert_array_equal(ours, pooled.numpy())
+
+
+def test_a_reference_streamed_in_blocks_has_the_hashes_of_the_whole(
+    pieces: list[np.ndarray],
+) -> None:
+    """Fingerprinting as decoded blocks arrive (bounded memory) changes no hash, whatever the
+    blocks' sizes, across chunk boundaries too."""
+    recording = np.concatenate(pieces * 4)  # 200 s: three chunks of CHUNK_FRAMES
+    whole = fingerprint(recording)
+    assert whole[-1, 1] > 2 * CHUNK_FRAMES
+    for size in (4096, 100_003, len(recording)):
+        blocks = [recording[i : i + size] for i in range(0, len(recording), size)]
+        hashes, samples = fingerprint_blocks(blocks)
+        np.testing.assert_array_equal(hashes, whole)
+        assert samples == len(recording)
+
+
+def test_a_lookup_reads_only_the_hash_index(tmp_path: Path) -> None:
+    """The index holds every column a lookup returns: SQLite never visits the table's rows
+    (twice as fast against a large library, BENCHMARKS.md)."""
+    library = Library.create(tmp_path / "library.sqlite")
+    plan = library.connection().execute(
+        "EXPLAIN QUERY PLAN SELECT hash, reference, offset FROM hashes WHERE hash IN (1, 2)"
+    )
+    assert "COVERING INDEX hashes_by_hash" in " ".join(str(row) for row in plan)

@@ -135,3 +135,15 @@ def test_an_unknown_kind_is_reported_before_the_fields_it_would_give_meaning(
     assert [failure.reason for failure in failures] == [
         f"kind 'teleport' is not one of {', '.join(KINDS)}"
     ]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[path.parent.name for path in SHIPPED])
+def test_a_built_in_model_takes_its_kinds_defaults(path: Path) -> None:
+    """A parameter's default is declared once, by the kind, and the README's table shows it.
+    The built-in manifests restated them: speech, pitch and notes the same values, music and
+    events others (0.3, 3000 ms, per-label thresholds), so GET /v1/models and the README's
+    table disagreed."""
+    manifest = read_manifest(path, KINDS)
+    params = KINDS[manifest.kind].parameters
+    restated = sorted(set(manifest.postprocess) & (set(params.bounds()) | set(params.texts())))
+    assert restated == [], f"{path} restates its kind's defaults: {restated}"

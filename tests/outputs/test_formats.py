@@ -29,6 +29,12 @@ BIRDS = (
     Tag(0.0, 3.0, "American Robin", 0.8123, scientific_name="Turdus migratorius"),
     Tag(3.0, 9.0, "Northern Cardinal", 0.41, scientific_name="Cardinalis cardinalis"),
 )
+KNOWN = (
+    Tag(2.0, 12.0, "Station ident", 0.41, reference="3", reference_start=0.0, reference_end=10.0),
+    Tag(14.5, 20.25, "=Promo, spring", 0.2, reference="12", reference_start=1.5,
+        reference_end=7.25),
+)  # fmt: skip
+EVENTS = (Tag(0.0, 0.96, "Speech", 0.8, label_id="/m/09x0r"), Tag(1.0, 2.0, "Dog", 0.5))
 POLYPHONIC = (
     Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
     Tag(0.5, 1.2, "E4", 0.6, midi=64),
@@ -49,12 +55,12 @@ def _midi_of(tag: Tag) -> int | None:
 @pytest.mark.parametrize("name", sorted(FORMATS))
 @pytest.mark.parametrize(
     "tags",
-    [SPEECH, NOTES, POLYPHONIC, BIRDS, ()],
-    ids=["speech", "pitch", "notes", "birds", "empty"],
+    [SPEECH, NOTES, POLYPHONIC, BIRDS, KNOWN, EVENTS, ()],
+    ids=["speech", "pitch", "notes", "birds", "fingerprint", "events", "empty"],
 )
 def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
     fmt = FORMATS[name]
-    if fmt.notes_only and tags in (SPEECH, BIRDS):
+    if fmt.notes_only and tags in (SPEECH, BIRDS, KNOWN, EVENTS):
         assert fmt.parse(fmt.encode(_result(tags), "talk")) == []  # nothing it can hold
         return
     parsed = fmt.parse(fmt.encode(_result(tags), "my talk.flac"))
@@ -68,6 +74,14 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
             assert got.score == pytest.approx(want.score, abs=1e-6)
         if name in ("json", "csv", "raven", "birdnet", "kaleidoscope"):
             assert got.scientific_name == want.scientific_name
+        if name in ("json", "csv", "raven"):
+            assert (got.reference, got.reference_start, got.reference_end) == (
+                want.reference,
+                want.reference_start,
+                want.reference_end,
+            )
+        if name in ("json", "csv"):
+            assert got.label_id == want.label_id
         if name in ("vtt", "srt"):
             assert got.score == pytest.approx(want.score, abs=0.005)
         if name in ("json", "csv", "jams", "midi") and want.frequency_hz is not None:
@@ -94,6 +108,21 @@ def test_birdnet_analyzers_own_columns() -> None:
     raven = FORMATS["raven"].text(result, "x").splitlines()
     assert raven[0].split("\t")[-1] == "Scientific Name"
     assert raven[1].split("\t")[-3:] == ["American Robin", "0.812300", "Turdus migratorius"]
+
+
+def test_fingerprint_tags_name_their_reference_in_tables() -> None:
+    result = _result(KNOWN, model="jingles")
+    assert FORMATS["csv"].text(result, "x").splitlines() == [
+        "start,end,label,score,reference,reference_start,reference_end",
+        "2.0,12.0,Station ident,0.41,3,0.0,10.0",
+        '14.5,20.25,"\'=Promo, spring",0.2,12,1.5,7.25',
+    ]
+    raven = FORMATS["raven"].text(result, "x").splitlines()
+    assert raven[0].split("\t")[-3:] == ["Reference", "Reference Begin (s)", "Reference End (s)"]
+    assert raven[1].split("\t")[-3:] == ["3", "0.000000", "10.000000"]
+    events = FORMATS["csv"].text(_result(EVENTS, model="events"), "x").splitlines()
+    assert events == ["start,end,label,score,label_id", "0.0,0.96,Speech,0.8,/m/09x0r",
+                      "1.0,2.0,Dog,0.5,"]  # fmt: skip
 
 
 def test_json_is_the_http_body() -> None:

@@ -29,6 +29,11 @@ AUDIOSET = Vocabulary(
 )
 
 
+PLAIN = EventParams(threshold=0.5, hysteresis=0.0, merge_gap_ms=0, thresholds={})
+"""The controls alone: one threshold, no hysteresis, gap or per-label value (not the events
+kind's tuned defaults)."""
+
+
 def _scores(frames: int, **runs: tuple[int, int, float]) -> np.ndarray:
     """Scores of zero but for runs `Name=(first, last, value)` (`Whimper_dog`: "Whimper (dog)")."""
     scores = np.zeros((frames, len(NAMES)))
@@ -40,7 +45,7 @@ def _scores(frames: int, **runs: tuple[int, int, float]) -> np.ndarray:
 def _tags(
     scores: np.ndarray, overrides: dict[str, float | str], chunks: list[int] | None = None
 ) -> list[Tag]:
-    params = EventParams(threshold=0.5).for_request(overrides, AUDIOSET)
+    params = PLAIN.for_request(overrides, AUDIOSET)
     tagger = LabelTagger(NAMES, params, 100, 10, 20, ids=IDS, peak=True, vocabulary=AUDIOSET)
     tags, at = [], 0
     for size in chunks or [len(scores)]:
@@ -155,7 +160,7 @@ def test_any_chunking_gives_the_same_events(seed: int) -> None:
 
 def test_centred_windows_time_an_event_by_their_middles() -> None:
     scores = _scores(10, Glass=(3, 6, 0.9), Bark=(0, 2, 0.9))
-    params = EventParams(threshold=0.5)
+    params = PLAIN
     tagger = LabelTagger(NAMES, params, 100, 10, 30, ids=IDS, vocabulary=AUDIOSET, centred=True)
     tags = tagger.push(scores) + tagger.finish(100)
     # Windows of 0.3 s every 0.1 s stand for their middle 0.1 s; the first keeps its start.

@@ -1,0 +1,280 @@
+"""A job's kept scores: each model's per-segment inference output, appended to one file beside
+the job as each inference ends (segments in any order).
+
+The file is the job's checkpoint (a restarted job post-processes the segments it holds instead of
+inferring them again) and, once the job is done, what new post-processing parameters are applied
+to (`arengine/jobs/retag.py`) without the model. Scores are kept exactly (float32): tags derived
+from them equal a fresh recognition's. Each array's bytes are shuffled into byte planes (all the
+first bytes, then the second...) before zlib, which finds the repetition of the high bytes.
+
+Records: a 4-byte length and a 4-byte CRC-32, then a JSON header line and the compressed array.
+The first record is the plan (each model's name, kind and segment cut); a run whose plan differs
+(the server's segment length or models changed) starts over. A record cut short by a crash ends
+what is read; the next append overwrites it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from arengine.models.recognizer import Recognizer
+
+_FRAME = struct.Struct("<II")
+"""A record's payload length and CRC-32."""
+_MAX_RECORD = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPlan:
+    """What must not change between runs of a job for its kept scores to apply."""
+
+    name: str
+    kind: str
+    sample_rate: int
+    cut: dict[str, int]
+    """The segment plan's fields (`SegmentPlan`)."""
+
+    @classmethod
+    def of(cls, recognizer: Recognizer) -> ModelPlan:
+        return cls(
+            recognizer.name,
+            recognizer.kind,
+            recognizer.sample_rate,
+            dataclasses.asdict(recognizer.plan),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KeptModel:
+    """One finished model's kept scores: its segments' arrays in order, and the recording's
+    length at its rate."""
+
+    scores: Sequence[np.ndarray]
+    total_samples: int
+
+
+class _Arrays(Mapping[int, np.ndarray]):
+    """Arrays by segment index, read from the file when asked for (a long job's scores stay on
+    disk)."""
+
+    def __init__(self, log: ScoreLog, model: int) -> None:
+        self._log = log
+        self._model = model
+
+    def __len__(self) -> int:
+        return len(self._log.offsets[self._model])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._log.offsets[self._model]))
+
+    def __contains__(self, segment: object) -> bool:
+        return segment in self._log.offsets[self._model]
+
+    def __getitem__(self, segment: int) -> np.ndarray:
+        if segment not in self:
+            raise KeyError(segment)
+        return self._log.read(self._model, segment)
+
+
+class _InOrder(Sequence[np.ndarray]):
+    """A finished model's arrays as a sequence, segment 0 first."""
+
+    def __init__(self, arrays: _Arrays) -> None:
+        self._arrays = arrays
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[np.ndarray]: ...
+    def __getitem__(self, index: int | slice) -> np.ndarray | Sequence[np.ndarray]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self._arrays[index]
+
+
+class ScoreLog:
+    """The kept scores of one job; a `ScoreKeeper` (`arengine/engine/observer.py`).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "job.scores"
+    >>> plan = (ModelPlan("speech", "speech", 16000, {"hop": 512}),)
+    >>> log = ScoreLog.open(path, plan)
+    >>> log.keep(0, 0, np.array([0.25, 0.5], np.float32))
+    >>> log.close()
+    >>> again = ScoreLog.open(path, plan)
+    >>> again.kept(0)[0].tolist()
+    [0.25, 0.5]
+    >>> list(again.kept(0))
+    [0]
+    >>> again.close()
+    """
+
+    def __init__(self, path: Path, plan: tuple[ModelPlan, ...], file: Any) -> None:
+        self.path = path
+        self.plan = plan
+        self._file = file
+        self._lock = threading.Lock()
+        self.offsets: list[dict[int, int]] = [{} for _ in plan]
+        """Where each model's segment records start in the file, by segment index."""
+        self.total_samples: list[int | None] = [None] * len(plan)
+
+    @classmethod
+    def open(cls, path: Path, plan: tuple[ModelPlan, ...]) -> ScoreLog:
+        """The log at `path` for a job of `plan`: what an earlier run kept, when its plan was the
+        same; a fresh log otherwise."""
+        file = path.open("r+b" if path.exists() else "w+b")
+        log = cls(path, plan, file)
+        try:
+            end = log._scan()
+            if end is None:  # no plan, or another: start over
+                file.seek(0)
+                file.truncate()
+                log.offsets = [{} for _ in plan]
+                log.total_samples = [None] * len(plan)
+                log._append({"plan": [dataclasses.asdict(model) for model in plan]}, b"")
+            else:
+                file.seek(end)
+                file.truncate()
+        except BaseException:
+            file.close()
+            raise
+        return log
+
+    @classmethod
+    @contextmanager
+    def reading(cls, path: Path) -> Iterator[tuple[tuple[ModelPlan, ...], list[KeptModel] | None]]:
+        """A finished job's plan and kept scores (for new post-processing parameters), read
+        from the file while the context lasts; None for the scores when a model's are not all
+        there."""
+        with path.open("rb") as file:
+            log = cls(path, (), file)
+            plan = log._read_plan()
+            if plan is None:
+                raise ValueError(f"{path.name} holds no plan")
+            log.plan = plan
+            log.offsets = [{} for _ in plan]
+            log.total_samples = [None] * len(plan)
+            log._scan()
+            yield plan, log._finished()
+
+    def kept(self, model: int) -> Mapping[int, np.ndarray]:
+        return _Arrays(self, model)
+
+    def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
+        array = np.ascontiguousarray(scores)
+        header = {"m": model, "s": segment, "dtype": array.dtype.str, "shape": array.shape}
+        offset = self._append(header, _pack(array))
+        with self._lock:
+            self.offsets[model][segment] = offset
+
+    def end(self, model: int, total_samples: int) -> None:
+        self._append({"m": model, "end": total_samples}, b"")
+        self.total_samples[model] = total_samples
+
+    def read(self, model: int, segment: int) -> np.ndarray:
+        offset = self.offsets[model][segment]
+        record = self._record_at(offset)
+        if record is None:
+            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
+        header, body, _ = record
+        return _unpack(body, np.dtype(str(header["dtype"])), tuple(header["shape"]))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def _append(self, header: dict[str, Any], body: bytes) -> int:
+        payload = json.dumps(header).encode() + b"\n" + body
+        with self._lock:
+            offset = self._file.seek(0, os.SEEK_END)
+            self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+            self._file.flush()
+            # The checkpoint survives a machine's crash, not only the process's.
+            os.fsync(self._file.fileno())
+        return int(offset)
+
+    def _record_at(self, offset: int) -> tuple[dict[str, Any], bytes, int] | None:
+        """The record at `offset` (header, body, the next record's offset); None if cut short
+        or corrupt."""
+        fd = self._file.fileno()
+        frame = os.pread(fd, _FRAME.size, offset)
+        if len(frame) < _FRAME.size:
+            return None
+        length, crc = _FRAME.unpack(frame)
+        if length > _MAX_RECORD:
+            return None
+        payload = os.pread(fd, length, offset + _FRAME.size)
+        if len(payload) < length or zlib.crc32(payload) != crc:
+            return None
+        line, _, body = payload.partition(b"\n")
+        header: dict[str, Any] = json.loads(line)
+        return header, body, offset + _FRAME.size + length
+
+    def _read_plan(self) -> tuple[ModelPlan, ...] | None:
+        record = self._record_at(0)
+        if record is None or "plan" not in record[0]:
+            return None
+        return tuple(ModelPlan(**model) for model in record[0]["plan"])
+
+    def _finished(self) -> list[KeptModel] | None:
+        """Every model's scores in order, if each model ended with all its segments kept."""
+        models = []
+        ended = zip(self.offsets, self.total_samples, strict=True)
+        for model, (offsets, total) in enumerate(ended):
+            if total is None or set(offsets) != set(range(len(offsets))):
+                return None
+            models.append(KeptModel(_InOrder(_Arrays(self, model)), total))
+        return models
+
+    def _scan(self) -> int | None:
+        """Read the records after the plan into `offsets`; returns where the valid ones end, or
+        None when the file holds no plan or another plan."""
+        first = self._record_at(0)
+        if first is None or self._read_plan() != self.plan:
+            return None
+        offset = first[2]
+        while (record := self._record_at(offset)) is not None:
+            header, _, following = record
+            model = int(header.get("m", -1))
+            if not 0 <= model < len(self.plan) or self.total_samples[model] is not None:
+                break
+            if "end" in header:
+                self.total_samples[model] = int(header["end"])
+            elif isinstance(header.get("s"), int) and header["s"] >= 0:
+                self.offsets[model][header["s"]] = offset
+            else:
+                break
+            offset = following
+        return offset
+
+
+def _pack(array: np.ndarray) -> bytes:
+    """Byte planes, then zlib: lossless, and float scores shrink by about half."""
+    width = array.dtype.itemsize
+    planes = array.reshape(-1).view(np.uint8).reshape(-1, width).T
+    return zlib.compress(np.ascontiguousarray(planes).tobytes(), 6)
+
+
+def _unpack(body: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    planes = np.frombuffer(zlib.decompress(body), np.uint8).reshape(dtype.itemsize, -1)
+    # One plane at a time into its column: 4x faster than copying the transpose at once.
+    out = np.empty((planes.shape[1], dtype.itemsize), np.uint8)
+    for byte, plane in enumerate(planes):
+        out[:, byte] = plane
+    return out.view(dtype).reshape(shape)

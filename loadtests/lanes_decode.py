@@ -1,0 +1,100 @@
+"""Decoding alone, one file: sequentially on one thread against `lanes` on as many threads.
+
+    python -m loadtests.lanes_decode loadtests/out/35min-44k.mp3 [--lanes 2] [--runs 3]
+
+The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread, then
+from `lanes.LaneDecoding` with `--lanes` threads each taking a free lane and decoding its next
+segment, as the engine's threads do (no model runs: what is timed is decoding only). Alternating,
+best of `--runs`; wall and CPU seconds of the process. Lanes pay where their wall time is below
+the sequential one: the decoders run at once only while they do not hold the GIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from arengine.audio.decode import decode
+from arengine.audio.lanes import LaneDecoding
+from arengine.audio.segments import Segmenter, SegmentPlan
+from arengine.audio.validation import AudioLimits, probe
+from arengine.models.speech import CONTEXT, WINDOW
+from arengine.types import AudioInfo
+
+LIMITS = AudioLimits(
+    max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
+)
+RATE = 16000
+CAP = 2**40
+SEGMENT_PLAN = SegmentPlan(hop=WINDOW, context=CONTEXT, segment_frames=938, preroll_frames=62)
+"""The speech model's default: 30 s segments, 2 s pre-roll (`models/speech/manifest.toml`)."""
+
+
+def sequential(path: Path, info: AudioInfo, plan: SegmentPlan) -> int:
+    return sum(1 for _ in Segmenter(decode(path, info, RATE, CAP), plan))
+
+
+def in_lanes(path: Path, info: AudioInfo, plan: SegmentPlan, lanes: int) -> int:
+    decoding = LaneDecoding(path, info, plan, RATE, CAP, lanes=lanes, ahead=2 * lanes)
+    lock = threading.Lock()
+    made = [0]
+
+    def worker() -> None:
+        while True:
+            with lock:
+                lane = decoding.take(window_end=2**62)
+            if lane is None:
+                return
+            segment = decoding.produce(lane)
+            with lock:
+                decoding.release(lane, ended=segment is None)
+                made[0] += segment is not None
+
+    threads = [threading.Thread(target=worker) for _ in range(lanes)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    decoding.close()
+    return made[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    options = parser.parse_args()
+    path: Path = options.path
+    info = probe(path, LIMITS)
+    best: dict[str, tuple[float, float]] = {}
+    steps: dict[str, Callable[[], int]] = {
+        "sequential, 1 thread": lambda: sequential(path, info, SEGMENT_PLAN),
+        f"{options.lanes} lanes, {options.lanes} threads": lambda: in_lanes(
+            path, info, SEGMENT_PLAN, options.lanes
+        ),
+    }
+    counts = set()
+    for _ in range(options.runs):
+        for name, step in steps.items():
+            cpu, wall = time.process_time(), time.perf_counter()
+            counts.add(step())
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if wall < best.get(name, (float("inf"), 0.0))[0]:
+                best[name] = (wall, cpu)
+    assert len(counts) == 1, f"the two ways gave different segment counts: {counts}"
+    audio = f"{info.format} {info.sample_rate} Hz x{info.channels}"
+    print(f"{path.name}: {audio}, {counts.pop()} segments")
+    print("| decoding | wall s | CPU s |")
+    print("|---|---|---|")
+    for name, (wall, cpu) in best.items():
+        print(f"| {name} | {wall:.2f} | {cpu:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

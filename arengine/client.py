@@ -6,14 +6,16 @@ Example (it needs a running server, so it is prose, not a doctest)::
         result = client.recognize("talk.flac", model="speech", threshold=0.6)
         print([(tag.start, tag.end, tag.label) for tag in result.tags])
 
-`AsyncClient` has the same methods as coroutines (`stream` is an async iterator). Requests the
+`AsyncClient` has the same methods as coroutines (`stream` is an async iterator), and `listen`:
+a live stream of raw PCM sent over `WS /v1/listen`, its tags as they become final. Requests the
 server refuses for now (503: overloaded, loading, stopping; 502 from a balancer whose replica
 went away; a refused or reset connection) are retried a bounded number of times, waiting what
 `Retry-After` says (capped); a recognition is a pure function of its upload, so a retry is safe.
 Every other error answer raises the `ServerError` subclass of its HTTP status, carrying the
 server's stable `code` (the README's error table) and message.
 
-This module imports httpx and `arengine.types` only (no torch): all a client program needs.
+This module imports httpx, websockets and `arengine.types` only (no torch): all a client program
+needs.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from arengine.types import AudioInfo as AudioInfo  # what `Recognition.audio` is
 from arengine.types import Result, Tag, result_of, tag_of
@@ -387,8 +391,48 @@ def _stream_line(line: str) -> Iterator[Tag]:
         yield tag_of(item)
 
 
+LISTEN_CLOSE_BASE = 4000
+"""A live stream ended by an error closes with this plus the error's HTTP status."""
+
+
+def _listen_url(base: httpx.URL, params: dict[str, Any]) -> str:
+    """The `ws://` (or `wss://`) address of `WS /v1/listen` on the server at `base`."""
+    scheme = "wss" if base.scheme == "https" else "ws"
+    url = base.copy_with(scheme=scheme).join("/v1/listen").copy_merge_params(params)
+    return str(url)
+
+
+def _listen_error(item: dict[str, Any], close_code: int | None) -> ServerError:
+    """A live stream's `{"error": ...}` line (or a close without one) as its exception."""
+    detail = item.get("error") or {}
+    code = close_code or 1006
+    status = code - LISTEN_CLOSE_BASE if 4100 <= code < 4600 else 502
+    message = str(detail.get("message") or f"the stream closed with {code} before its end")
+    return _BY_STATUS.get(status, ServerError)(status, str(detail.get("code", "closed")), message)
+
+
+async def _send_audio(
+    connection: ClientConnection,
+    opening: dict[str, Any],
+    audio: AsyncIterable[bytes] | Iterable[bytes],
+) -> None:
+    """Send the opening, every chunk of `audio`, then the end; stops quietly if the server
+    closed first (it refused the query, or ended the stream with an error)."""
+    try:
+        await connection.send(json.dumps(opening))
+        if isinstance(audio, AsyncIterable):
+            async for chunk in audio:
+                await connection.send(chunk)
+        else:
+            for chunk in audio:
+                await connection.send(chunk)
+        await connection.send(json.dumps({"end": True}))
+    except ConnectionClosed:
+        pass
+
+
 class AsyncClient:
-    """The same client for asyncio; `stream` is an async iterator."""
+    """The same client for asyncio; `stream` is an async iterator, and so is `listen`."""
 
     def __init__(
         self,
@@ -463,6 +507,66 @@ class AsyncClient:
                     yield tag
         finally:
             await response.aclose()
+
+    async def listen(
+        self,
+        audio: AsyncIterable[bytes] | Iterable[bytes],
+        *,
+        format: str = "s16le",
+        sample_rate: int = 16000,
+        channels: int = 1,
+        model: str = "speech",
+        **overrides: float | str,
+    ) -> AsyncIterator[Tag]:
+        """The tags of a live stream as each becomes final (`WS /v1/listen`).
+
+        `audio`: chunks of raw PCM (`s16le` or `f32le`, interleaved channels), for example read
+        from a sound card or `ffmpeg -f s16le -`; the stream ends when they do. Example::
+
+            async for tag in client.listen(chunks, sample_rate=16000, model="events"):
+                print(tag.start, tag.end, tag.label)
+        """
+        opening = {"format": format, "sample_rate": sample_rate, "channels": channels}
+        async for item in self.listen_lines(audio, opening, model=model, **overrides):
+            if "label" in item:
+                yield tag_of(item)
+
+    async def listen_lines(
+        self,
+        audio: AsyncIterable[bytes] | Iterable[bytes],
+        opening: dict[str, Any],
+        *,
+        model: str = "speech",
+        **overrides: float | str,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every line a live stream sends (tags, `progress`, the `summary`) as a dict; its
+        `{"error": ...}` line is raised as the `ServerError` of its status. `opening`: the
+        stream's description, `{"format": "s16le", "sample_rate": 16000, "channels": 1}`."""
+        url = _listen_url(self._http.base_url, {"model": model, **overrides})
+        key = self._http.headers.get("authorization")
+        headers = {"Authorization": key} if key else None
+        try:
+            # No keep-alive pings: the server reads no frame while it holds a fast sender back.
+            connection = await connect(
+                url, additional_headers=headers, max_size=None, ping_interval=None
+            )
+        except InvalidStatus as refused:
+            body = bytes(refused.response.body or b"")
+            raise error_of(refused.response.status_code, body) from None
+        async with connection:
+            sender = asyncio.ensure_future(_send_audio(connection, opening, audio))
+            last: dict[str, Any] = {}
+            try:
+                async for message in connection:  # until the server closes
+                    last = json.loads(message)
+                    if "error" not in last:
+                        yield last
+            except ConnectionClosed:
+                pass  # closed with an error's code (its line came first), or dropped
+            finally:
+                sender.cancel()
+        if "summary" not in last:
+            raise _listen_error(last, connection.close_code)
 
     async def _send(
         self,

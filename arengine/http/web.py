@@ -20,6 +20,7 @@ ASSETS = {
     "api.js": "text/javascript; charset=utf-8",
     "timeline.js": "text/javascript; charset=utf-8",
     "recorder.js": "text/javascript; charset=utf-8",
+    "pcm-worklet.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 SWAGGER = Path(str(swagger_ui_path))

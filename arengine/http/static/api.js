@@ -96,3 +96,61 @@ export async function download(file, model, format, result) {
   const match = /filename="([^"]+)"/.exec(response.headers.get("Content-Disposition") || "");
   return { blob: await response.blob(), name: match ? match[1] : `recording.${format}` };
 }
+
+// A live stream to `WS /v1/listen`: `send(Float32Array)` mono samples at `sampleRate`, then
+// `end()`; each message back is one line of the NDJSON stream, handled as streamTags does.
+// `summary` resolves with the summary, or rejects with the error line or the close's reason.
+// A WebSocket cannot send an Authorization header, so a server with API keys refuses it (401).
+export class LiveStream {
+  constructor(model, sampleRate, { onTags, onProgress }, extra = {}) {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    const query = new URLSearchParams({ model, ...extra });
+    this.socket = new WebSocket(`${scheme}//${location.host}/v1/listen?${query}`);
+    this.socket.binaryType = "arraybuffer";
+    this.opened = new Promise((resolve, reject) => {
+      this.socket.addEventListener("open", resolve, { once: true });
+      this.socket.addEventListener("error", () => reject(new ApiError(0, "listen_refused",
+        "the server refused the stream (an API key cannot be sent on a WebSocket from a page)")),
+        { once: true });
+    });
+    this.pending = []; // audio captured while the handshake runs
+    this.ended = false;
+    this.socket.addEventListener("open", () => {
+      this.socket.send(JSON.stringify({ format: "f32le", sample_rate: sampleRate, channels: 1 }));
+      this.pending.forEach((samples) => this.socket.send(samples.buffer));
+      this.pending = null;
+      if (this.ended) this.end();
+    }, { once: true });
+    this.summary = new Promise((resolve, reject) => {
+      this.socket.addEventListener("message", ({ data }) => {
+        const item = JSON.parse(data);
+        if (item.start !== undefined) onTags([item]);
+        else if (item.summary) resolve(item.summary);
+        else if (item.error) reject(new ApiError(200, item.error.code, item.error.message));
+        else if (item.progress) onProgress(item.progress);
+      });
+      this.socket.addEventListener("close", (event) => {
+        reject(new ApiError(0, event.reason || "stream_ended",
+          `the server closed the stream (${event.code}) before its summary`));
+      });
+    });
+    this.summary.catch(() => {}); // the caller awaits it; an early failure is not unhandled
+  }
+
+  send(samples) {
+    // Little-endian on every platform a browser runs on, as f32le asks.
+    if (this.pending) this.pending.push(samples);
+    else if (this.socket.readyState === WebSocket.OPEN) this.socket.send(samples.buffer);
+  }
+
+  end() {
+    this.ended = true;
+    if (!this.pending && this.socket.readyState === WebSocket.OPEN) {
+      this.socket.send(JSON.stringify({ end: true }));
+    }
+  }
+
+  close() {
+    this.socket.close();
+  }
+}

@@ -1,10 +1,10 @@
 // The arengine page: pick or record a recording, run one or more models on it (one streamed
 // request for all of them, decoded once on the server; one track each), see and hear the tags,
-// download them in any format.
+// download them in any format; or listen to the microphone, the tracks filling as tags arrive.
 "use strict";
 
-import { ApiError, apiKey, download, getJson, setApiKey, streamTags } from "./api.js";
-import { MicRecorder } from "./recorder.js";
+import { ApiError, LiveStream, apiKey, download, getJson, setApiKey, streamTags } from "./api.js";
+import { MicRecorder, MicStream } from "./recorder.js";
 import { Timeline, clock } from "./timeline.js";
 
 const $ = (selector) => document.querySelector(selector);
@@ -116,8 +116,10 @@ async function recognize() {
   finish(models, models.map(() => outcome), signal.aborted);
 }
 
+// `file`: the recording; null while listening (nothing to play or download until the summary).
 function startView(file, models) {
-  player.src = URL.createObjectURL(file);
+  if (file) player.src = URL.createObjectURL(file);
+  else player.removeAttribute("src");
   $("#view").hidden = false;
   $("#tags tbody").replaceChildren();
   $("#legend").replaceChildren();
@@ -126,8 +128,9 @@ function startView(file, models) {
   state.summary = null;
   timeline.reset(0, null);
   addTracks(models);
-  showDownloads(file, models);
-  setState("running");
+  if (file) showDownloads(file, models);
+  else $("#downloads").replaceChildren();
+  setState(file ? "running" : "listening");
 }
 
 // A track per model; a model of many labels (events, birds, music) gets a lane per label, so the
@@ -153,15 +156,9 @@ function isNoteModel(model) {
 async function runModels(file, models, signal) {
   const summary = await streamTags(file, models.join(","), signal, {
     onTags: (tags) => {
-      for (const model of models) {
-        const own = tags.filter((tag) => (tag.model || models[0]) === model);
-        if (!own.length) continue;
-        state.tagsByModel.get(model).push(...own);
-        timeline.addTags(model, own);
-        addRows(model, own);
+      takeTags(models, tags).forEach(([model, own]) => {
         bumpProgress(model, own[own.length - 1].end, timeline.duration);
-      }
-      showLegend();
+      });
     },
     onProgress: (done, duration) => {
       timeline.setDuration(duration);
@@ -173,6 +170,21 @@ async function runModels(file, models, signal) {
   timeline.setDuration(duration);
   models.forEach((model) => bumpProgress(model, duration, duration));
   return summary;
+}
+
+// Tags of one stream for all `models`, each to its model's track and rows: [model, its tags].
+function takeTags(models, tags) {
+  const taken = [];
+  for (const model of models) {
+    const own = tags.filter((tag) => (tag.model || models[0]) === model);
+    if (!own.length) continue;
+    state.tagsByModel.get(model).push(...own);
+    timeline.addTags(model, own);
+    addRows(model, own);
+    taken.push([model, own]);
+  }
+  showLegend();
+  return taken;
 }
 
 function bumpProgress(model, done, duration) {
@@ -213,6 +225,8 @@ function finish(models, outcomes, cancelled) {
 
 function setRunning(running) {
   $("#run").disabled = running;
+  $("#record").disabled = running;
+  $("#listen").disabled = running;
   $("#cancel").disabled = !running;
   $("#progress-row").hidden = !running && $("#progress").value >= 1;
   if (running) $("#progress").value = 0;
@@ -381,6 +395,73 @@ async function stopRecording() {
   recognize(); // sent as recorded: WebM with Opus
 }
 
+// Listening: the microphone streamed to WS /v1/listen ------------------------------------------
+// The samples go out as f32le mono at the AudioContext's rate (the server resamples for each
+// model); each tag is drawn as it arrives and the timeline grows with the audio received.
+async function startListening() {
+  const models = chosenModels();
+  if (!models.length) return setStatus("Choose at least one model.", true);
+  const held = []; // samples captured before the socket exists
+  let stream = null;
+  const live = new MicStream((block) => (stream ? stream.send(block) : held.push(block)));
+  try {
+    await live.start();
+  } catch (error) {
+    return setStatus(`Microphone: ${error.message || error}`, true);
+  }
+  startView(null, models);
+  stream = new LiveStream(models.join(","), live.sampleRate, {
+    onTags: (tags) => {
+      takeTags(models, tags);
+      timeline.grow(Math.max(...tags.map((tag) => tag.end)));
+    },
+    onProgress: (progress) => showLiveProgress(progress),
+  }, chosenProfile(models));
+  held.forEach((block) => stream.send(block));
+  let cancelled = false;
+  state.live = { mic: live, stream };
+  state.controller = { abort: () => { cancelled = true; stream.close(); } };
+  setRunning(true);
+  $("#progress-text").textContent = "";
+  $("#listen").hidden = true;
+  $("#stop-listening").hidden = false;
+  setStatus(`Listening with ${models.join(", ")}…`);
+  const timer = setInterval(() => {
+    $("#mic-time").textContent = `heard ${clock(live.seconds(), 0.1)}`;
+  }, 100);
+  const [outcome] = await Promise.allSettled([stream.summary]);
+  clearInterval(timer);
+  if (live.context) await live.stop(); // the stream failed or was cancelled while listening
+  state.live = null;
+  $("#listen").hidden = false;
+  $("#stop-listening").hidden = true;
+  if (outcome.status === "fulfilled") {
+    state.summary = outcome.value;
+    timeline.grow(outcome.value.audio.duration_s);
+    const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+    showDownloads({ name: `microphone-${stamp}.wav` }, models); // written from the tags held
+  }
+  setRunning(false);
+  finish(models, models.map(() => outcome), cancelled);
+}
+
+// Stop: the samples still in the worklet go out, then {"end": true}; the summary ends it.
+async function stopListening() {
+  const live = state.live;
+  if (!live) return;
+  $("#stop-listening").disabled = true;
+  setStatus("Finishing the last tags…");
+  await live.mic.stop();
+  live.stream.end();
+  $("#stop-listening").disabled = false;
+}
+
+function showLiveProgress({ audio_s: done, received_s: received }) {
+  timeline.grow(received);
+  $("#progress").value = received ? Math.min(done / received, 1) : 0;
+  $("#progress-text").textContent = `${clock(done)} tagged of ${clock(received)} heard`;
+}
+
 // Wiring ---------------------------------------------------------------------------------------
 $("#file").required = false; // a microphone recording stands in for a file
 $("#form").addEventListener("submit", (event) => {
@@ -394,6 +475,8 @@ $("#file").addEventListener("change", () => {
 $("#cancel").addEventListener("click", cancel);
 $("#record").addEventListener("click", startRecording);
 $("#stop-recording").addEventListener("click", stopRecording);
+$("#listen").addEventListener("click", startListening);
+$("#stop-listening").addEventListener("click", stopListening);
 $("#key").value = apiKey();
 $("#key").addEventListener("change", () => {
   setApiKey($("#key").value.trim());

@@ -45,3 +45,57 @@ export class MicRecorder {
     return this.recording ? (performance.now() - this.started) / 1000 : 0;
   }
 }
+
+// Listening from the microphone: raw float samples (an AudioWorklet) at the AudioContext's rate,
+// mono, handed to `onBlock(Float32Array)` about every 100 ms as they are captured.
+export class MicStream {
+  constructor(onBlock) {
+    this.onBlock = onBlock;
+    this.context = null;
+    this.started = 0;
+  }
+
+  get sampleRate() {
+    return this.context ? this.context.sampleRate : 0;
+  }
+
+  async start() {
+    const stream = await navigator.mediaDevices.getUserMedia({
+      audio: { echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+    });
+    this.context = new AudioContext();
+    try {
+      await this.context.audioWorklet.addModule("/static/pcm-worklet.js");
+    } catch (error) {
+      stream.getTracks().forEach((track) => track.stop());
+      await this.context.close();
+      throw error;
+    }
+    this.source = this.context.createMediaStreamSource(stream);
+    this.tap = new AudioWorkletNode(this.context, "pcm-tap", { numberOfOutputs: 0 });
+    this.tap.port.onmessage = ({ data }) => {
+      if (data.block.length) this.onBlock(data.block);
+      if (data.last) this.finished();
+    };
+    this.source.connect(this.tap);
+    await this.context.resume();
+    this.started = performance.now();
+  }
+
+  // Stops capturing, hands over the samples still in the worklet, releases the microphone.
+  stop() {
+    return new Promise((resolve) => {
+      this.finished = resolve;
+      this.source.disconnect();
+      this.source.mediaStream.getTracks().forEach((track) => track.stop());
+      this.tap.port.postMessage("flush");
+    }).then(() => {
+      this.context.close();
+      this.context = null;
+    });
+  }
+
+  seconds() {
+    return this.context ? (performance.now() - this.started) / 1000 : 0;
+  }
+}

@@ -57,6 +57,13 @@ export class Timeline {
     }
   }
 
+  // A live stream: the timeline grows with the audio received, all of it in view.
+  grow(duration) {
+    if (!(duration > this.duration)) return;
+    this.duration = duration;
+    this.show(0, duration);
+  }
+
   colorOf(label) {
     if (!this.labels.has(label)) this.labels.set(label, COLORS[this.labels.size % COLORS.length]);
     return this.labels.get(label);

@@ -1,0 +1,109 @@
+"""The page's Listen mode in Debian's headless chromium: a fake microphone that plays speech
+(`--use-file-for-fake-audio-capture`), streamed over `WS /v1/listen` to a real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.conftest import Phrases, Server
+from tests.e2e.test_web import CHROMIUM, CHROMIUM_ARGS, _assert_regions, _open, _shot, _track
+from tests.e2e.test_web import needs_chromium
+from tests.recordings import compose, write
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def speaking_mic(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -> Path:
+    """What the fake microphone plays, looped: two phrases between pauses (16-bit WAV, which
+    is what chromium's fake capture reads)."""
+    folder = tmp_path_factory.mktemp("mic")
+    pieces = [("silence", 1.0), ("speech", 0), ("silence", 1.5), ("speech", 0), ("silence", 1.5)]
+    audio, _ = compose(pieces, 16000, folder, *phrases)
+    return write(audio, 16000, folder / "mic.wav")
+
+
+@pytest.fixture(scope="module")
+def browser(speaking_mic: Path) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    args = [*CHROMIUM_ARGS, f"--use-file-for-fake-audio-capture={speaking_mic}"]
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        yield chromium
+        chromium.close()
+
+
+def _choose(page: Any, models: list[str]) -> None:
+    for box in page.query_selector_all("#models input"):
+        box.set_checked(box.get_attribute("value") in models)
+
+
+@needs_chromium
+def test_listening_fills_the_track_live(server: Server, browser: Any, tmp_path: Path) -> None:
+    page = _open(browser, server)
+    sockets: list[Any] = []
+    page.on("websocket", lambda socket: sockets.append(socket))
+    _choose(page, ["speech"])
+    page.click("#listen")
+    page.wait_for_selector("body[data-state=listening]")
+    # Speech tags arrive while the microphone is still open, and are drawn on the track.
+    page.wait_for_function(
+        "() => window.arengine.state.tagsByModel.get('speech').length >= 2", timeout=60_000
+    )
+    assert page.evaluate("document.body.dataset.state") == "listening"
+    assert page.is_visible("#stop-listening") and not page.is_visible("#listen")
+    page.wait_for_function("() => +document.querySelector('#progress').value > 0")
+    assert "heard" in page.inner_text("#progress-text")
+    tags = page.evaluate("window.arengine.state.tagsByModel.get('speech')")
+    assert {tag["label"] for tag in tags} == {"speech"}
+    duration = page.evaluate("window.arengine.timeline.duration")
+    assert duration >= tags[-1]["end"]
+    _assert_regions(_track(page, "speech"), tags, 0, duration)
+    assert page.locator("#tags tbody tr").count() == len(tags)
+    (socket,) = sockets
+    assert "/v1/listen?model=speech" in socket.url
+
+    page.click("#stop-listening")
+    page.wait_for_function("() => document.body.dataset.state === 'done'", timeout=60_000)
+    summary = page.evaluate("window.arengine.state.summary")
+    heard = summary["audio"]["duration_s"]
+    assert heard >= tags[-1]["end"]
+    final = page.evaluate("window.arengine.state.tagsByModel.get('speech')")
+    assert final[: len(tags)] == tags  # tags once sent are final
+    assert page.evaluate("window.arengine.timeline.duration") == pytest.approx(heard, abs=0.01)
+    assert page.is_visible("#listen") and not page.is_visible("#stop-listening")
+    assert page.is_enabled("#run")
+    assert page.inner_text("#status").startswith(f"{len(final)} tags")
+    # The microphone is released and the socket closed.
+    page.wait_for_function("() => !window.arengine.state.live")
+    assert socket.is_closed()
+    # The tags the page holds download as a file (POST /v1/render, nothing recorded is sent).
+    with page.expect_download() as started:
+        page.select_option('#downloads select[data-model="speech"]', "json")
+        page.click('#downloads button[data-model="speech"]')
+    assert started.value.suggested_filename.startswith("microphone-")
+    _shot(page, tmp_path, "listening.png")
+    page.close()
+
+
+@needs_chromium
+def test_listening_gaps_between_phrases_stay_empty(server: Server, browser: Any) -> None:
+    """The looped microphone file has pauses: each speech tag is shorter than the loop."""
+    page = _open(browser, server)
+    _choose(page, ["speech"])
+    page.click("#listen")
+    page.wait_for_function(
+        "() => window.arengine.state.tagsByModel.get('speech').length >= 3", timeout=90_000
+    )
+    page.click("#stop-listening")
+    page.wait_for_function("() => document.body.dataset.state === 'done'", timeout=60_000)
+    tags = page.evaluate("window.arengine.state.tagsByModel.get('speech')")
+    starts = np.array([tag["start"] for tag in tags])
+    assert (np.diff(starts) > 1.0).all(), tags
+    page.close()

@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 from tests.conftest import Phrases, Server
-from tests.e2e.test_web import CHROMIUM, CHROMIUM_ARGS, _assert_regions, _open, _shot, _track
-from tests.e2e.test_web import needs_chromium
+from tests.e2e.test_web import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    _assert_regions,
+    _open,
+    _shot,
+    _track,
+    needs_chromium,
+)
 from tests.recordings import compose, write
 
 pytestmark = pytest.mark.slow

@@ -436,13 +436,33 @@ async function startListening() {
   $("#listen").hidden = false;
   $("#stop-listening").hidden = true;
   if (outcome.status === "fulfilled") {
+    const heard = outcome.value.audio.duration_s;
     state.summary = outcome.value;
-    timeline.grow(outcome.value.audio.duration_s);
+    $("#progress").value = 1;
+    $("#progress-text").textContent = `${clock(heard)} tagged of ${clock(heard)} heard`;
+    $("#mic-time").textContent = `heard ${clock(heard, 0.1)}`;
+    timeline.grow(heard);
     const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
-    showDownloads({ name: `microphone-${stamp}.wav` }, models); // written from the tags held
+    const name = `microphone-${stamp}.wav`;
+    const file = live.recording(name);
+    showDownloads(file || { name }, models); // the downloads are written from the tags held
+    if (file) await showHeard(file, models);
   }
   setRunning(false);
   finish(models, models.map(() => outcome), cancelled);
+}
+
+// What was heard, drawn and playable as a chosen file's recording is; the tags drawn again.
+async function showHeard(file, models) {
+  state.file = file;
+  $("#file").value = "";
+  player.src = URL.createObjectURL(file);
+  const audio = await decodeForDrawing(file);
+  if (!audio) return;
+  timeline.reset(audio.duration, audio);
+  addTracks(models);
+  state.tagsByModel.forEach((tags, model) => timeline.addTags(model, tags));
+  timeline.draw();
 }
 
 // Stop: the samples still in the worklet go out, then {"end": true}; the summary ends it.

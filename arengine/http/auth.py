@@ -1,7 +1,15 @@
-"""Optional API keys: `Authorization: Bearer <key>`, compared in constant time, as plain ASGI."""
+"""Optional API keys: `Authorization: Bearer <key>`, compared in constant time, as plain ASGI.
+
+A page's WebSocket cannot send headers, so a handshake may carry its key as the subprotocol
+`KEY_SUBPROTOCOL` + the key in unpadded base64url (a subprotocol is a token: a key's other
+characters could not go in it), beside the subprotocol the endpoint answers with
+(`arengine.http.listen.SUBPROTOCOL`), which the server names back instead of the key.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 from collections.abc import Iterable
 
@@ -9,6 +17,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from arengine.errors import Unauthorized
 from arengine.http.errors import error_response
+
+KEY_SUBPROTOCOL = "arengine.key."
+"""A WebSocket subprotocol of this prefix carries the API key (base64url, no padding)."""
 
 
 class ApiKeyMiddleware:
@@ -35,11 +46,28 @@ class ApiKeyMiddleware:
         await error_response(error.code, error.message)(scope, receive, send)
 
     def _allowed(self, scope: Scope) -> bool:
-        header = dict(scope["headers"]).get(b"authorization", b"")
-        scheme, _, token = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not token:
+        token = _token(scope)
+        if not token:
             return False
         matched = False
         for key in self.keys:  # every key is compared, so timing does not tell which one matched
-            matched |= hmac.compare_digest(token.strip(), key)
+            matched |= hmac.compare_digest(token, key)
         return matched
+
+
+def _token(scope: Scope) -> bytes:
+    """The key a request or handshake sends: `Authorization: Bearer`, else a WebSocket's
+    `KEY_SUBPROTOCOL`; empty when none."""
+    header = dict(scope["headers"]).get(b"authorization", b"")
+    scheme, _, token = header.partition(b" ")
+    if scheme.lower() == b"bearer":
+        return token.strip()
+    protocols: Iterable[str] = scope.get("subprotocols", ())
+    for protocol in protocols:
+        if protocol.startswith(KEY_SUBPROTOCOL):
+            encoded = protocol[len(KEY_SUBPROTOCOL) :]
+            try:
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            except (binascii.Error, ValueError):
+                return b""
+    return b""

@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 
 router = APIRouter()
 
+SUBPROTOCOL = "arengine"
+"""The subprotocol the server names back to a client that offers it: a page must offer one to
+send its API key as another (`arengine.http.auth.KEY_SUBPROTOCOL`), and a browser drops a
+handshake whose answer names none of those it offered."""
+
 CLOSE_BASE = 4000
 """A stream ended by an error closes with `CLOSE_BASE` plus the error's HTTP status."""
 
@@ -68,7 +73,8 @@ def close_code(code: ErrorCode) -> int:
 @router.websocket("/v1/listen")
 async def listen(websocket: WebSocket) -> None:
     """Tag a live stream (see the module docstring for the protocol)."""
-    await websocket.accept()
+    offered = websocket.scope.get("subprotocols", ())
+    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     started = time.monotonic()
     engine: Engine = websocket.app.state.engine
     code, reason, audio_s = 1000, "", 0.0

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
-from tests.conftest import Phrases, Server
+from tests.conftest import Phrases, Server, ServerFactory
 from tests.e2e.test_web import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -104,4 +108,56 @@ def test_listening_fills_the_track_live(server: Server, browser: Any, tmp_path: 
         page.click('#downloads button[data-model="speech"]')
     assert started.value.suggested_filename.startswith("microphone-")
     _shot(page, tmp_path, "listening.png")
+    page.close()
+
+
+def _listen_with(server: Server, protocols: list[str]) -> tuple[str | None, list[dict[str, Any]]]:
+    """A short stream of silence offering `protocols`: the subprotocol named back, the lines."""
+    url = server.url.replace("http://", "ws://") + "/v1/listen?model=speech"
+    opening = {"format": "s16le", "sample_rate": 16000, "channels": 1}
+    with connect(url, subprotocols=protocols, open_timeout=30) as ws:  # type: ignore[arg-type]
+        ws.send(json.dumps(opening))
+        ws.send(b"\0" * 32000)
+        ws.send(json.dumps({"end": True}))
+        lines = [json.loads(message) for message in ws]
+        return ws.subprotocol, lines
+
+
+def test_a_handshake_sends_its_key_as_a_subprotocol(serve: ServerFactory) -> None:
+    """A page's WebSocket cannot send Authorization: it was always refused with keys on."""
+    keyed = serve("--models", "speech", env={"ARENGINE_API_KEYS": "k-one,k/two+="})
+    encoded = base64.urlsafe_b64encode(b"k/two+=").decode().rstrip("=")
+    named, lines = _listen_with(keyed, ["arengine", f"arengine.key.{encoded}"])
+    assert named == "arengine"  # never the key
+    assert "summary" in lines[-1]
+    wrong = base64.urlsafe_b64encode(b"k-three").decode().rstrip("=")
+    for protocols in (["arengine", f"arengine.key.{wrong}"], ["arengine", "arengine.key.%%"]):
+        with pytest.raises(InvalidStatus) as refused:
+            _listen_with(keyed, protocols)
+        assert refused.value.response.status_code == 401
+
+
+@needs_chromium
+def test_a_page_listens_with_its_api_key(serve: ServerFactory, browser: Any) -> None:
+    keyed = serve("--models", "speech", env={"ARENGINE_API_KEYS": "k-one,k-two"})
+    page = browser.new_page()
+    page.goto(keyed.url + "/")
+    page.fill("#key", "k-two")
+    page.press("#key", "Tab")  # the field's change event: the page keeps the key, loads models
+    page.wait_for_function("() => +document.body.dataset.models > 0")
+    _choose(page, ["speech"])
+    # A key the server does not know: the handshake is refused and the page says so.
+    page.evaluate("sessionStorage.setItem('arengine.apiKey', 'k-wrong')")
+    page.click("#listen")
+    page.wait_for_function("() => document.body.dataset.state === 'failed'", timeout=60_000)
+    assert "refused" in page.inner_text("#status")
+    page.wait_for_function("() => !window.arengine.state.live")
+    page.evaluate("sessionStorage.setItem('arengine.apiKey', 'k-two')")
+    page.click("#listen")
+    page.wait_for_function(
+        "() => window.arengine.state.tagsByModel.get('speech').length >= 1", timeout=60_000
+    )
+    page.click("#stop-listening")
+    page.wait_for_function("() => document.body.dataset.state === 'done'", timeout=60_000)
+    assert page.evaluate("window.arengine.state.summary.audio.duration_s") > 1
     page.close()

@@ -100,19 +100,16 @@ export async function download(file, model, format, result) {
 // A live stream to `WS /v1/listen`: `send(Float32Array)` mono samples at `sampleRate`, then
 // `end()`; each message back is one line of the NDJSON stream, handled as streamTags does.
 // `summary` resolves with the summary, or rejects with the error line or the close's reason.
-// A WebSocket cannot send an Authorization header, so a server with API keys refuses it (401).
+// A WebSocket cannot send an Authorization header: the key goes as the subprotocol
+// `arengine.key.<base64url>` beside `arengine`, which the server names back (arengine/http/auth.py).
 export class LiveStream {
   constructor(model, sampleRate, { onTags, onProgress }, extra = {}) {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     const query = new URLSearchParams({ model, ...extra });
-    this.socket = new WebSocket(`${scheme}//${location.host}/v1/listen?${query}`);
+    const key = apiKey();
+    const protocols = key ? ["arengine", `arengine.key.${base64url(key)}`] : [];
+    this.socket = new WebSocket(`${scheme}//${location.host}/v1/listen?${query}`, protocols);
     this.socket.binaryType = "arraybuffer";
-    this.opened = new Promise((resolve, reject) => {
-      this.socket.addEventListener("open", resolve, { once: true });
-      this.socket.addEventListener("error", () => reject(new ApiError(0, "listen_refused",
-        "the server refused the stream (an API key cannot be sent on a WebSocket from a page)")),
-        { once: true });
-    });
     this.pending = []; // audio captured while the handshake runs
     this.ended = false;
     this.socket.addEventListener("open", () => {
@@ -130,8 +127,13 @@ export class LiveStream {
         else if (item.progress) onProgress(item.progress);
       });
       this.socket.addEventListener("close", (event) => {
-        reject(new ApiError(0, event.reason || "stream_ended",
-          `the server closed the stream (${event.code}) before its summary`));
+        if (this.pending) {
+          // Refused at the handshake: a browser does not say why (401, 403, 400).
+          reject(new ApiError(0, "listen_refused", "the server refused the stream (the API key?)"));
+        } else {
+          reject(new ApiError(0, event.reason || "stream_ended",
+            `the server closed the stream (${event.code}) before its summary`));
+        }
       });
     });
     this.summary.catch(() => {}); // the caller awaits it; an early failure is not unhandled
@@ -153,4 +155,10 @@ export class LiveStream {
   close() {
     this.socket.close();
   }
+}
+
+function base64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  const binary = Array.from(bytes, (byte) => String.fromCharCode(byte)).join("");
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }

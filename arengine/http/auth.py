@@ -58,7 +58,7 @@ class ApiKeyMiddleware:
 def _token(scope: Scope) -> bytes:
     """The key a request or handshake sends: `Authorization: Bearer`, else a WebSocket's
     `KEY_SUBPROTOCOL`; empty when none."""
-    header = dict(scope["headers"]).get(b"authorization", b"")
+    header: bytes = dict(scope["headers"]).get(b"authorization", b"")
     scheme, _, token = header.partition(b" ")
     if scheme.lower() == b"bearer":
         return token.strip()

@@ -13,7 +13,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from tests.conftest import Phrases, Server, ServerFactory
+from tests.conftest import Phrases, Server, ServerFactory, wait_until
 from tests.e2e.test_web import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -65,7 +65,7 @@ def test_listening_fills_the_track_live(server: Server, browser: Any, tmp_path: 
     page.wait_for_selector("body[data-state=listening]")
     # Speech tags arrive while the microphone is still open, and are drawn on the track.
     page.wait_for_function(
-        "() => window.arengine.state.tagsByModel.get('speech').length >= 2", timeout=60_000
+        "() => (window.arengine.state.tagsByModel?.get('speech') || []).length >= 2", timeout=60_000
     )
     assert page.evaluate("document.body.dataset.state") == "listening"
     assert page.is_visible("#stop-listening") and not page.is_visible("#listen")
@@ -155,9 +155,29 @@ def test_a_page_listens_with_its_api_key(serve: ServerFactory, browser: Any) -> 
     page.evaluate("sessionStorage.setItem('arengine.apiKey', 'k-two')")
     page.click("#listen")
     page.wait_for_function(
-        "() => window.arengine.state.tagsByModel.get('speech').length >= 1", timeout=60_000
+        "() => (window.arengine.state.tagsByModel?.get('speech') || []).length >= 1", timeout=60_000
     )
     page.click("#stop-listening")
     page.wait_for_function("() => document.body.dataset.state === 'done'", timeout=60_000)
     assert page.evaluate("window.arengine.state.summary.audio.duration_s") > 1
+    page.close()
+
+
+@needs_chromium
+def test_cancel_while_listening_drops_the_stream(server: Server, browser: Any) -> None:
+    page = _open(browser, server)
+    _choose(page, ["speech"])
+    page.click("#listen")
+    page.wait_for_function(
+        "() => (window.arengine.state.tagsByModel?.get('speech') || []).length >= 1", timeout=60_000
+    )
+    with server.client() as client:
+        assert "arengine_live_streams 1.0" in client.get("/metrics").text
+        page.click("#cancel")
+        page.wait_for_function("() => document.body.dataset.state === 'cancelled'", timeout=30_000)
+        assert wait_until(lambda: "arengine_live_streams 0.0" in client.get("/metrics").text)
+    assert page.inner_text("#status").startswith("Cancelled")
+    page.wait_for_function("() => !window.arengine.state.live")
+    assert page.evaluate("window.arengine.state.summary") is None
+    assert page.is_visible("#listen") and page.is_enabled("#listen")
     page.close()

@@ -6,14 +6,16 @@ Example (it needs a running server, so it is prose, not a doctest)::
         result = client.recognize("talk.flac", model="speech", threshold=0.6)
         print([(tag.start, tag.end, tag.label) for tag in result.tags])
 
-`AsyncClient` has the same methods as coroutines (`stream` is an async iterator). Requests the
+`AsyncClient` has the same methods as coroutines (`stream` is an async iterator), and `listen`:
+a live stream of raw PCM sent over `WS /v1/listen`, its tags as they become final. Requests the
 server refuses for now (503: overloaded, loading, stopping; 502 from a balancer whose replica
 went away; a refused or reset connection) are retried a bounded number of times, waiting what
 `Retry-After` says (capped); a recognition is a pure function of its upload, so a retry is safe.
 Every other error answer raises the `ServerError` subclass of its HTTP status, carrying the
 server's stable `code` (the README's error table) and message.
 
-This module imports httpx and `arengine.types` only (no torch): all a client program needs.
+This module imports httpx, websockets and `arengine.types` only (no torch): all a client program
+needs.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from arengine.types import AudioInfo as AudioInfo  # what `Recognition.audio` is
 from arengine.types import Result, Tag, result_of, tag_of
@@ -387,8 +391,48 @@ def _stream_line(line: str) -> Iterator[Tag]:
         yield tag_of(item)
 
 
+LISTEN_CLOSE_BASE = 4000
+"""A live stream ended by an error closes with this plus the error's HTTP status."""
+
+
+def _listen_url(base: httpx.URL, params: dict[str, Any]) -> str:
+    """The `ws://` (or `wss://`) address of `WS /v1/listen` on the server at `base`."""
+    scheme = "wss" if base.scheme == "https" else "ws"
+    url = base.copy_with(scheme=scheme).join("/v1/listen").copy_merge_params(params)
+    return str(url)
+
+
+def _listen_error(item: dict[str, Any], close_code: int | None) -> ServerError:
+    """A live stream's `{"error": ...}` line (or a close without one) as its exception."""
+    detail = item.get("error") or {}
+    code = close_code or 1006
+    status = code - LISTEN_CLOSE_BASE if 4100 <= code < 4600 else 502
+    message = str(detail.get("message") or f"the stream closed with {code} before its end")
+    return _BY_STATUS.get(status, ServerError)(status, str(detail.get("code", "closed")), message)
+
+
+async def _send_audio(
+    connection: ClientConnection,
+    opening: dict[str, Any],
+    audio: AsyncIterable[bytes] | Iterable[bytes],
+) -> None:
+    """Send the opening, every chunk of `audio`, then the end; stops quietly if the server
+    closed first (it refused the query, or ended the stream with an error)."""
+    try:
+        await connection.send(json.dumps(opening))
+        if isinstance(audio, AsyncIterable):
+            async for chunk in audio:
+                await connection.send(chunk)
+        else:
+            for chunk in audio:
+                await connection.send(chunk)
+        await connection.send(json.dumps({"end": True}))
+    except ConnectionClosed:
+        pass
+
+
 class AsyncClient:
-    """The same client for asyncio; `stream` is an async iterator."""
+    """The same client for asyncio; `stream` is an async iterator, and so is `listen`."""
 
     def __init__(
         self,
@@ -447,6 +491,50 @@ class AsyncClient:
         params = _params(model, format, timeout_s, overrides)
         return (await self._send("POST", "/v1/recognize", audio, params)).content
 
+    async def submit(self, audio: Audio, *, model: str = "speech", **overrides: float | str) -> str:
+        """As `Client.submit`: a job's id once the server has its recording on disk."""
+        params = _params(model, None, None, overrides)
+        return str((await self._send("POST", "/v1/jobs", audio, params)).json()["id"])
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return dict((await self._send("GET", f"/v1/jobs/{job_id}", None, None)).json())
+
+    async def job_result(self, job_id: str, **overrides: float | str) -> Recognition:
+        """As `Client.job_result`: new parameters derive the tags again without the model."""
+        path = f"/v1/jobs/{job_id}/result"
+        return result_of((await self._send("GET", path, None, dict(overrides))).json())
+
+    async def wait(
+        self, job_id: str, *, poll_s: float = 2.0, patience_s: float = 900.0
+    ) -> Recognition:
+        """As `Client.wait`: polls, waiting out a server that is away for up to `patience_s`."""
+        away_since: float | None = None
+        while True:
+            try:
+                job = await self.job(job_id)
+            except (httpx.TransportError, Unavailable) as error:
+                now = time.monotonic()
+                away_since = away_since or now
+                if now - away_since > patience_s:
+                    raise
+                log.info("job %s: the server is away (%s); waiting", job_id, error)
+                await asyncio.sleep(poll_s)
+                continue
+            away_since = None
+            if job["state"] == "done":
+                return await self.job_result(job_id)
+            if job["state"] in ("failed", "cancelled"):
+                why = job.get("error") or {"code": "job_cancelled", "message": "cancelled"}
+                raise JobFailed(409, str(why["code"]), str(why["message"]))
+            await asyncio.sleep(poll_s)
+
+    async def recognize_job(
+        self, audio: Audio, *, model: str = "speech", poll_s: float = 2.0, **overrides: float | str
+    ) -> Recognition:
+        """As `Client.recognize_job`."""
+        job_id = await self.submit(audio, model=model, **overrides)
+        return await self.wait(job_id, poll_s=poll_s)
+
     async def stream(
         self,
         audio: Audio,
@@ -463,6 +551,66 @@ class AsyncClient:
                     yield tag
         finally:
             await response.aclose()
+
+    async def listen(
+        self,
+        audio: AsyncIterable[bytes] | Iterable[bytes],
+        *,
+        format: str = "s16le",
+        sample_rate: int = 16000,
+        channels: int = 1,
+        model: str = "speech",
+        **overrides: float | str,
+    ) -> AsyncIterator[Tag]:
+        """The tags of a live stream as each becomes final (`WS /v1/listen`).
+
+        `audio`: chunks of raw PCM (`s16le` or `f32le`, interleaved channels), for example read
+        from a sound card or `ffmpeg -f s16le -`; the stream ends when they do. Example::
+
+            async for tag in client.listen(chunks, sample_rate=16000, model="events"):
+                print(tag.start, tag.end, tag.label)
+        """
+        opening = {"format": format, "sample_rate": sample_rate, "channels": channels}
+        async for item in self.listen_lines(audio, opening, model=model, **overrides):
+            if "label" in item:
+                yield tag_of(item)
+
+    async def listen_lines(
+        self,
+        audio: AsyncIterable[bytes] | Iterable[bytes],
+        opening: dict[str, Any],
+        *,
+        model: str = "speech",
+        **overrides: float | str,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every line a live stream sends (tags, `progress`, the `summary`) as a dict; its
+        `{"error": ...}` line is raised as the `ServerError` of its status. `opening`: the
+        stream's description, `{"format": "s16le", "sample_rate": 16000, "channels": 1}`."""
+        url = _listen_url(self._http.base_url, {"model": model, **overrides})
+        key = self._http.headers.get("authorization")
+        headers = {"Authorization": key} if key else None
+        try:
+            # No keep-alive pings: the server reads no frame while it holds a fast sender back.
+            connection = await connect(
+                url, additional_headers=headers, max_size=None, ping_interval=None
+            )
+        except InvalidStatus as refused:
+            body = bytes(refused.response.body or b"")
+            raise error_of(refused.response.status_code, body) from None
+        async with connection:
+            sender = asyncio.ensure_future(_send_audio(connection, opening, audio))
+            last: dict[str, Any] = {}
+            try:
+                async for message in connection:  # until the server closes
+                    last = json.loads(message)
+                    if "error" not in last:
+                        yield last
+            except ConnectionClosed:
+                pass  # closed with an error's code (its line came first), or dropped
+            finally:
+                sender.cancel()
+        if "summary" not in last:
+            raise _listen_error(last, connection.close_code)
 
     async def _send(
         self,

@@ -56,7 +56,7 @@ class ErrorCode(StrEnum):
     FORBIDDEN_ORIGIN = (
         "forbidden_origin",
         403,
-        "a `POST` from a web page of another origin than the server's or `cors_origins`",
+        "a `POST` or a WebSocket handshake from a web page of another origin than the server's or `cors_origins`",
     )
     UNAUTHORIZED = (
         "unauthorized",
@@ -116,6 +116,11 @@ class ErrorCode(StrEnum):
         408,
         "the request line and headers did not arrive within `header_timeout_s`; the connection is closed",
     )
+    LISTEN_IDLE = (
+        "listen_idle",
+        408,
+        "a live stream (`WS /v1/listen`) sent nothing for `listen_idle_timeout_s`",
+    )
     UPLOAD_TOO_LARGE = (
         "upload_too_large",
         413,
@@ -131,6 +136,11 @@ class ErrorCode(StrEnum):
         "audio_too_long",
         413,
         "the recording passed `max_duration_s` (checked on the header and while decoding)",
+    )
+    LISTEN_TOO_LONG = (
+        "listen_too_long",
+        413,
+        "a live stream reached `listen_max_duration_s` of audio; its tags are all sent: reconnect to go on",
     )
     DECODE_BOMB = (
         "decode_bomb",
@@ -176,6 +186,11 @@ class ErrorCode(StrEnum):
         "unsupported_media_type",
         415,
         "the body is neither multipart nor an audio content type (`POST /v1/render`: not JSON)",
+    )
+    INVALID_STREAM_MESSAGE = (
+        "invalid_stream_message",
+        422,
+        "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
@@ -257,6 +272,11 @@ class ErrorCode(StrEnum):
         "too_many_jobs",
         503,
         "`max_queued_jobs` jobs are queued or running (with `Retry-After`)",
+    )
+    TOO_MANY_LISTENERS = (
+        "too_many_listeners",
+        503,
+        "`max_listen_streams` live streams are open",
     )
     TOO_MANY_CONNECTIONS = (
         "too_many_connections",

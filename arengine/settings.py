@@ -165,6 +165,42 @@ class Settings(BaseSettings):
         le=3600,
         description="On SIGTERM, seconds in-flight requests get to finish before the process exits.",
     )
+    max_listen_streams: int = Field(
+        16,
+        ge=1,
+        le=10_000,
+        description="Live streams (WS /v1/listen) open at once; beyond it a new one is closed with 4503 too_many_listeners.",
+    )
+    listen_segment_s: float = Field(
+        0.5,
+        ge=0.1,
+        le=30.0,
+        description="Segment length of a live stream in seconds (rounded to each model's step): shorter gives tags sooner and costs more per second of audio (each segment repeats its model's pre-roll).",
+    )
+    listen_buffer_s: float = Field(
+        10.0,
+        ge=1.0,
+        le=600.0,
+        description="Audio seconds a live stream may have sent ahead of recognition; past it the server reads no more until the engine catches up (back-pressure).",
+    )
+    listen_max_duration_s: float = Field(
+        4 * 3600.0,
+        gt=0,
+        le=7 * 86_400,
+        description="Longest live stream in audio seconds; then its tags are sent and it is closed with 4413 listen_too_long (spooled to upload_dir meanwhile: 115 MB an hour at 16 kHz, 16 bits).",
+    )
+    listen_idle_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest wait for a live stream's next message in seconds; past it the stream is closed with 4408 listen_idle.",
+    )
+    listen_max_message_bytes: int = Field(
+        1024**2,
+        ge=1024,
+        le=64 * 1024**2,
+        description="Largest WebSocket message in bytes; a larger one closes the connection with 1009 (message too big).",
+    )
     data_dir: Path | None = Field(
         None,
         description="Directory of the job store (jobs.sqlite3, uploads/, results/): jobs survive restarts there. Unset turns POST /v1/jobs and the other job endpoints off.",

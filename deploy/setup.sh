@@ -21,7 +21,7 @@ for option in "$@"; do
     # ffmpeg only makes test files (the server decodes with the libraries in the av wheel).
     # fluidsynth and fluid-soundfont-gm: the notes and music tests render MIDI with FluidR3.
     # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
-    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils) ;;
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus) ;;
     --system-only) system_only=1 ;;
     --check-torch) check_only=1 ;;
     *) echo "setup: unknown option $option (expected --test, --system-only, --check-torch)" >&2; exit 2 ;;

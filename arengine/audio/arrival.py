@@ -36,7 +36,10 @@ class Arrival:
     Written by the event loop (`opened`, `add`, `finish`, `fail`), read by engine threads.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, open_ended: bool = False) -> None:
+        self.open_ended = open_ended
+        """A live stream (`arengine/live/`): its length is known only once it ends, and each
+        segment is read as soon as its bytes are there."""
         self.path: Path | None = None
         self.layout: WavLayout | None = None
         self.name: str | None = None

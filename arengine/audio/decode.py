@@ -256,10 +256,11 @@ class Decoding:
         rates: int | Sequence[int],
         max_frames: int,
         arrival: Arrival | None = None,
+        block_frames: int = BLOCK_FRAMES,
     ) -> None:
         self._probed = info
         self.report = DecodeReport()
-        blocks = read_blocks(path, info, max_frames, self.report, arrival=arrival)
+        blocks = read_blocks(path, info, max_frames, self.report, block_frames, arrival)
         mono = to_mono(blocks, bounded=is_integer_pcm(info))
         self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
         self._first = self._tee.reader(0)

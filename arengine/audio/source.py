@@ -20,6 +20,14 @@ from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits
 from arengine.types import AudioInfo
 
+LIVE_BLOCK_S = 0.064
+"""Audio read per block from a live stream: a block is read once all of it has arrived, so it
+adds to the delay before a tag (an upload's 65,536 frames would add 1.5 s at 44.1 kHz)."""
+
+LIVE_SLACK_S = 0.15
+"""What a live stream's resampler holds back (soxr's filter: under 0.1 s from 8 kHz up), plus
+rounding: awaited beyond the next segment so that its decoding never waits for the client."""
+
 SegmentSource = Segmenter | LaneDecoding
 """A model's segments: an iterator (`Segmenter`), or lanes the engine hands out under its lock."""
 
@@ -59,6 +67,12 @@ class SegmentSources:
         self._decoding = decoding
         self._probed = info
         self._arrival = arrival
+        self.live_first_s = 0.0
+        """For a live stream: the audio the first decoding task reads (a segment, its context
+        and look-ahead, and what the resampler holds back)."""
+        self.live_step_s = 0.0
+        """... and what each later one reads past where decoding is (a segment, and what the
+        resampler holds back: the look-ahead and context were read for the segment before)."""
 
     def info(self) -> AudioInfo:
         """What was decoded (once every source is spent): the decoded length, truncation and
@@ -77,9 +91,17 @@ class SegmentSources:
         """
         if self._arrival is None or self._decoding is None:
             return True
-        # One decoding task reads under a segment and its pre-roll (each at most `ahead_s`),
-        # rounded up to whole blocks; more only makes it start a little later.
-        span = int(2 * ahead_s * self._probed.sample_rate) + 2 * BLOCK_FRAMES
+        rate = self._probed.sample_rate
+        if self._arrival.open_ended:
+            # A live stream: the next segment's audio and one block, no more, so that its tags
+            # are not held back waiting for audio they do not need.
+            decoded = self._decoding.report.frames
+            reach = self.live_step_s if decoded else self.live_first_s
+            span = int(reach * rate) + live_block_frames(rate)
+        else:
+            # One decoding task reads under a segment and its pre-roll (each at most `ahead_s`),
+            # rounded up to whole blocks; more only makes it start a little later.
+            span = int(2 * ahead_s * rate) + 2 * BLOCK_FRAMES
         return self._arrival.ready(self._decoding.report.frames + span, wake)
 
     def held_samples(self, index: int) -> int:
@@ -119,8 +141,23 @@ def segment_sources(
         )
         return SegmentSources((decoder,), None, info, None)
     rates = [model.sample_rate for model in models]
-    decoding = Decoding(path, info, rates, max_frames, reading.arrival)
+    live = reading.arrival is not None and reading.arrival.open_ended
+    block = live_block_frames(info.sample_rate) if live else BLOCK_FRAMES
+    decoding = Decoding(path, info, rates, max_frames, reading.arrival, block)
     per_model = tuple(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )
-    return SegmentSources(per_model, decoding, info, reading.arrival)
+    sources = SegmentSources(per_model, decoding, info, reading.arrival)
+    sources.live_first_s = LIVE_SLACK_S + max(
+        (model.plan.segment_samples + model.plan.lookahead + model.plan.context) / model.sample_rate
+        for model in models
+    )
+    sources.live_step_s = LIVE_SLACK_S + max(
+        model.plan.segment_samples / model.sample_rate for model in models
+    )
+    return sources
+
+
+def live_block_frames(sample_rate: int) -> int:
+    """Frames per block read from a live stream at `sample_rate`."""
+    return max(1, round(LIVE_BLOCK_S * sample_rate))

@@ -83,6 +83,8 @@ def _probe_sndfile(path: Path, limits: AudioLimits, arrival: Arrival | None) -> 
     where = arrival.layout if arrival is not None else wav.layout(path, os.path.getsize(path))
     if where is not None:
         info = replace(info, frames=where.frames, warnings=where.warnings)
+    if arrival is not None and arrival.open_ended:  # a live stream: no length until it ends
+        info = replace(info, frames=0, length_trusted=False)
     _check_codec(info)
     return info
 

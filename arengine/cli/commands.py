@@ -1,6 +1,7 @@
 """The command line: `arengine serve` (one flag per setting, generated from `Settings`),
-`arengine recognize` (files through an in-process engine), `arengine models` and `arengine
-references` (a fingerprint model's reference library)."""
+`arengine recognize` (files through an in-process engine), `arengine listen` (a live stream sent
+to a server), `arengine models` and `arengine references` (a fingerprint model's reference
+library)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,16 @@ formats (other names in brackets):
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
+
+
+LISTEN_EXAMPLES = """examples:
+  ffmpeg -i rtsp://camera/stream -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -
+  arecord -f S16_LE -r 16000 -c 1 -t raw | arengine listen --server URL --model speech,events -
+  arengine listen --server URL --realtime --model events hall.flac > tags.ndjson
+
+Tags are printed as JSON lines as each becomes final, the summary last.
+exit status: 0 when the stream ended with its summary, 1 when the server ended it with an error,
+2 when it could not start"""
 
 
 REFERENCES_EXAMPLES = """examples:
@@ -161,6 +172,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
+    listen = commands.add_parser(
+        "listen",
+        help="send a live stream to a server and print its tags as they come",
+        description="Send raw PCM from standard input (-), or an audio file, to a server's "
+        "WS /v1/listen; print each tag as a JSON line as soon as it is final. The API key comes "
+        "from ARENGINE_API_KEY.",
+        epilog=LISTEN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    listen.add_argument(
+        "source", metavar="INPUT", help="- for raw PCM on standard input, or a file"
+    )
+    listen.add_argument("--server", metavar="URL", required=True, help="the arengine server")
+    listen.add_argument(
+        "--model", default="speech", help="model name, or several separated by commas"
+    )
+    listen.add_argument(
+        "--pcm-format",
+        choices=("s16le", "f32le"),
+        default="s16le",
+        help="standard input's samples (default: s16le)",
+    )
+    listen.add_argument(
+        "--sample-rate", type=int, default=16000, help="standard input's rate (default: 16000)"
+    )
+    listen.add_argument(
+        "--channels", type=int, default=1, help="standard input's channels (default: 1)"
+    )
+    listen.add_argument(
+        "--realtime",
+        action="store_true",
+        help="send a file at real speed, as a live source would (default: as fast as the "
+        "server reads)",
+    )
+    listen.add_argument(
+        "--progress", action="store_true", help="print the progress lines to standard error"
+    )
+    _add_parameter_flags(listen)
     models = commands.add_parser(
         "models",
         help="list the models that load",
@@ -291,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if name.startswith(PARAMETER_PREFIX)
     }
     options = {name: args.pop(name) for name in list(args) if name not in Settings.model_fields}
-    if command == "recognize":
+    if command in ("recognize", "listen"):
         options["parameters"] = parameters
     try:
         settings = Settings(**args)
@@ -301,12 +350,33 @@ def main(argv: Sequence[str] | None = None) -> None:
         serve(settings, list(sys.argv[1:] if argv is None else argv))
     elif command == "recognize":
         sys.exit(recognize(settings, **options))
+    elif command == "listen":
+        sys.exit(listen_command(**options))
     elif command == "models":
         sys.exit(list_models(settings, **options))
     elif command == "references":
         from arengine.cli.references import references
 
         sys.exit(references(settings, **options))
+
+
+def listen_command(
+    source: str,
+    server: str,
+    model: str,
+    pcm_format: str,
+    sample_rate: int,
+    channels: int,
+    realtime: bool,
+    progress: bool,
+    parameters: Mapping[str, float | str],
+) -> int:
+    """`arengine listen`: 0 when the stream ended with its summary (`arengine/cli/listen.py`)."""
+    from arengine.cli.listen import listen
+    from arengine.cli.remote import Remote
+
+    opening = {"format": pcm_format, "sample_rate": sample_rate, "channels": channels}
+    return listen(Remote.from_env(server), source, model, opening, realtime, progress, parameters)
 
 
 def serve(settings: Settings, argv: list[str]) -> None:

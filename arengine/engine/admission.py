@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from arengine.errors import Overloaded
+from arengine.errors import ErrorCode, Overloaded
 
 
 class UploadProgress:
@@ -38,9 +38,11 @@ class Admission:
     ...     pass
     """
 
-    def __init__(self, max_uploading: int, max_pending: int) -> None:
+    def __init__(self, max_uploading: int, max_pending: int, max_listening: int = 16) -> None:
         self.max_uploading = max_uploading
         self.max_pending = max_pending
+        self.max_listening = max_listening
+        self._listening = 0
         self._uploads: set[UploadProgress] = set()
         self._pending = 0
         self._bytes_total = 0
@@ -55,6 +57,29 @@ class Admission:
     def pending(self) -> int:
         """Requests whose body is complete, queued or processing in the engine."""
         return self._pending
+
+    @property
+    def listening(self) -> int:
+        """Live streams open (`WS /v1/listen`)."""
+        return self._listening
+
+    @contextmanager
+    def listening_slot(self) -> Iterator[None]:
+        """Hold a live stream's slot while it is open; `Overloaded` if none is free. Counted
+        apart from the requests: a stream holds its slot for hours."""
+        with self._lock:
+            if self._listening >= self.max_listening:
+                raise Overloaded(
+                    f"{self._listening} live streams are open, the limit is "
+                    f"{self.max_listening}; retry later",
+                    code=ErrorCode.TOO_MANY_LISTENERS,
+                )
+            self._listening += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._listening -= 1
 
     @property
     def uploading_bytes(self) -> int:

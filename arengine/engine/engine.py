@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
+from arengine.live.plans import live_plan
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
@@ -54,7 +56,11 @@ class Engine:
         self.failures: list[LoadFailure] = []
         self._loaded = threading.Event()
         self._stopping = False
-        self.admission = Admission(settings.max_uploading_requests, settings.max_pending_requests)
+        self.admission = Admission(
+            settings.max_uploading_requests,
+            settings.max_pending_requests,
+            settings.max_listen_streams,
+        )
 
     not_ready_reason = "the models are still loading; retry shortly"
     """What a request gets before the models are ready: once loading has found none, why."""
@@ -155,6 +161,32 @@ class Engine:
             arrival=arrival,
             name=name,
             keeper=keeper,
+        )
+        return self.pool.submit(spec)
+
+    def listen(
+        self,
+        arrival: Arrival,
+        recognizers: tuple[Recognizer, ...],
+        overrides: Overrides,
+        request_id: str,
+        on_tags: TagListener,
+    ) -> Job:
+        """Run a live stream admitted by `check`, spooled where `arrival` says
+        (`arengine/live/spool.py`): each model cut into `listen_segment_s` segments, each read
+        as soon as its audio has arrived; `on_tags` hears each tag once it is final."""
+        assert arrival.path is not None  # the spool opened it
+        settings = self.settings
+        spec = JobSpec(
+            request_id=request_id,
+            path=arrival.path,
+            recognizers=recognizers,
+            overrides=overrides,
+            limits=dataclasses.replace(self.limits, max_duration_s=settings.listen_max_duration_s),
+            segments_ahead=settings.segments_ahead,
+            on_tags=on_tags,
+            arrival=arrival,
+            plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
         )
         return self.pool.submit(spec)
 

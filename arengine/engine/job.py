@@ -30,7 +30,7 @@ import numpy as np
 from arengine.audio.arrival import Arrival, abandoned
 from arengine.audio.lanes import Lane, LaneDecoding
 from arengine.audio.recorded import recorded_at
-from arengine.audio.segments import Segment
+from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.merge import TagMerge
@@ -71,6 +71,9 @@ class JobSpec:
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
     name: str | None = None
     """The file's name as the user gave it (an upload's), read for a recording time."""
+    plans: tuple[SegmentPlan, ...] | None = None
+    """How each model's audio is cut, replacing the models' own plans: a live stream's shorter
+    segments (`arengine/live/plans.py`)."""
     keeper: ScoreKeeper | None = None
     """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
     earlier run kept are post-processed from its scores, not inferred again."""
@@ -105,9 +108,12 @@ class Job:
         self._sources: SegmentSources | None = None
         shares = overrides_by_model(spec.recognizers, spec.overrides)
         self._shares = shares
+        plans = spec.plans or tuple(recognizer.plan for recognizer in spec.recognizers)
         self._runs = [
-            ModelRun(index, recognizer, recognizer.tagger(own))
-            for index, (recognizer, own) in enumerate(zip(spec.recognizers, shares, strict=True))
+            ModelRun(index, recognizer, recognizer.tagger(own), plan)
+            for index, (recognizer, own, plan) in enumerate(
+                zip(spec.recognizers, shares, plans, strict=True)
+            )
         ]
         if spec.keeper is not None:
             for run in self._runs:
@@ -129,14 +135,25 @@ class Job:
         return sum(len(run.decoded) for run in self._runs)
 
     @property
+    def validated(self) -> bool:
+        """The upload has passed validation: its decoding has begun."""
+        return self._info is not None
+
+    @property
+    def processed_s(self) -> float:
+        """Audio seconds post-processed by every model (read from any thread, no lock)."""
+        return min(run.next_post * run.segment_s for run in self._runs)
+
+    @property
     def progress(self) -> tuple[float, float | None]:
         """(audio seconds post-processed by every model, the recording's duration once
-        validated): what a progress bar shows; read from any thread without the lock."""
+        validated and known): what a progress bar shows; read from any thread without the lock."""
         info = self._info
         if info is None:
             return 0.0, None
-        seconds = min(run.next_post * run.segment_s for run in self._runs)
-        return min(seconds, info.duration_s), info.duration_s
+        if not info.length_trusted and info.frames == 0:  # a live stream, or no length stated
+            return self.processed_s, None
+        return min(self.processed_s, info.duration_s), info.duration_s
 
     def take(self, batching: bool = True) -> Task | None:
         """The next runnable task, or None; `batching=False`: one segment per inference task."""
@@ -234,7 +251,7 @@ class Job:
         spec = self.spec
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
         self._recording_time_defaults(recorded_at(spec.path, spec.name))
-        models = [ModelInput(run.recognizer.plan, run.recognizer.sample_rate) for run in self._runs]
+        models = [ModelInput(run.plan, run.recognizer.sample_rate) for run in self._runs]
         reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
         sources = segment_sources(spec.path, info, models, reading)
         with self._lock:

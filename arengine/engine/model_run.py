@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from arengine.audio.lanes import LaneDecoding
-from arengine.audio.segments import Segment, Segmenter
+from arengine.audio.segments import Segment, Segmenter, SegmentPlan
 from arengine.models.recognizer import Recognizer
 from arengine.postprocess import Tagger
 from arengine.types import Stage
@@ -20,9 +20,13 @@ from arengine.types import Stage
 class ModelRun:
     """One model's segments, inference results and tagger within a job."""
 
-    def __init__(self, index: int, recognizer: Recognizer, tagger: Tagger) -> None:
+    def __init__(
+        self, index: int, recognizer: Recognizer, tagger: Tagger, plan: SegmentPlan | None = None
+    ) -> None:
         self.index = index
         self.recognizer = recognizer
+        self.plan = plan or recognizer.plan
+        """How its audio is cut: the model's own plan, or a live stream's."""
         self.tagger = tagger
         self.segments: Segmenter | None = None
         self.lanes: LaneDecoding | None = None
@@ -40,8 +44,7 @@ class ModelRun:
         """Its tagger has finished: every tag of this model is out."""
         self.seconds = dict.fromkeys(Stage, 0.0)
         self.wall_s = 0.0
-        plan = recognizer.plan
-        self.segment_s = plan.segment_samples / recognizer.sample_rate
+        self.segment_s = self.plan.segment_samples / recognizer.sample_rate
 
     @property
     def decoded_s(self) -> float:

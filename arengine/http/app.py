@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.engine.engine import Engine
-from arengine.http import jobs, references, render, routes, web
+from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
 from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
@@ -81,6 +81,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(routes.router)
     app.include_router(render.router)
     app.include_router(jobs.router)
+    app.include_router(listen.router)
     app.include_router(references.router)
     app.include_router(web.router)
     install_error_handlers(app)
@@ -160,7 +161,7 @@ class RequestIdMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
@@ -168,7 +169,7 @@ class RequestIdMiddleware:
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in ("http.response.start", "websocket.accept"):
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),

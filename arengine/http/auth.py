@@ -12,7 +12,8 @@ from arengine.http.errors import error_response
 
 
 class ApiKeyMiddleware:
-    """Refuse every HTTP request outside `public_paths` that lacks one of `keys` (401)."""
+    """Refuse every HTTP request and WebSocket handshake outside `public_paths` that lacks one
+    of `keys` (401; a WebSocket handshake gets the same HTTP answer, before it is accepted)."""
 
     def __init__(self, app: ASGIApp, keys: Iterable[str], public_paths: Iterable[str]) -> None:
         self.app = app
@@ -22,7 +23,11 @@ class ApiKeyMiddleware:
         self.public_paths = frozenset(public_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.public_paths or self._allowed(scope):
+        if (
+            scope["type"] not in ("http", "websocket")
+            or scope["path"] in self.public_paths
+            or self._allowed(scope)
+        ):
             await self.app(scope, receive, send)
             return
         error = Unauthorized("send Authorization: Bearer <API key>")

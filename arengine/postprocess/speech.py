@@ -145,7 +145,22 @@ class SpeechTagger:
             i = self._next_event(i + 1, above, below, n)
         self.sum = float(sums[n])
         self.frame = first + n
+        self._settle(out)
         return out
+
+    def _settle(self, out: list[Tag]) -> None:
+        """Release the pending speech once its padding is fixed: when no next speech can start
+        within two pads of its end, its end is padded by one pad whatever comes next. Without
+        this a tag would wait for the next speech to start (a live stream's tag would come a
+        whole pause late); the tags are the same, only sooner."""
+        pending = self.pending
+        if pending is None or (self.triggered and self.start is None):
+            return
+        earliest = self.start if self.start is not None else self.frame * self.hop
+        if earliest - pending.end >= 2 * self.pad:
+            pending.end = int(pending.end + self.pad)
+            out.append(self._tag(pending))
+            self.pending = None
 
     def _next_event(self, i: int, above: list[int], below: list[int], n: int) -> int:
         """The first frame from `i` on that `_step` would not pass over (`n` if none).

@@ -26,6 +26,7 @@ REJECTION_CODES = frozenset(
 _STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _WAIT_BUCKETS = (0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _REQUEST_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+_LAG_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60)
 _AUDIO_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 10800, 14400)
 
 
@@ -55,6 +56,8 @@ class AdmissionState(Protocol):
     def uploading_bytes(self) -> int: ...
     @property
     def upload_bytes_total(self) -> int: ...
+    @property
+    def listening(self) -> int: ...
 
 
 class JobsState(Protocol):
@@ -133,6 +136,20 @@ class Metrics:
         )
         for code in sorted(REJECTION_CODES):  # every series exists from the start, at 0
             self.rejected.labels(code.value)
+        self.live_tags = Counter(
+            "arengine_live_tags",
+            "Tags sent to live streams (WS /v1/listen), by model and label: what alerts watch.",
+            ["model", "label"],
+            registry=registry,
+        )
+        self.live_lag = Histogram(
+            "arengine_live_lag_seconds",
+            "Audio a live stream had sent past a tag's end when the tag was sent: how late tags "
+            "come.",
+            ["model"],
+            buckets=_LAG_BUCKETS,
+            registry=registry,
+        )
         self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
         registry.register(ProcessMemoryCollector())
 
@@ -155,6 +172,13 @@ class Metrics:
             if audio_s is not None:
                 self.audio_seconds.labels(name).inc(audio_s)
                 self.audio_duration.labels(name).observe(audio_s)
+
+    def observe_live_tag(self, model: str, label: str, lag_s: float) -> None:
+        """A tag sent to a live stream `lag_s` audio seconds after its end had arrived.
+
+        The label values are bounded by the loaded models' vocabularies."""
+        self.live_tags.labels(model, label).inc()
+        self.live_lag.labels(model).observe(max(lag_s, 0.0))
 
     def reject(self, code: ErrorCode) -> None:
         """A request refused with error `code` (a 4xx or 503)."""
@@ -233,6 +257,11 @@ class AdmissionCollector(Collector):
             "arengine_upload_bytes",
             "Bytes received by uploads, finished or not.",
             value=admission.upload_bytes_total,
+        )
+        yield _gauge(
+            "arengine_live_streams",
+            "Live streams open (WS /v1/listen).",
+            admission.listening,
         )
         yield _gauge(
             "arengine_pending_requests",

@@ -94,3 +94,14 @@ def test_the_listed_defaults_are_within_their_ranges() -> None:
     assert all(bounds[name].accepts(value) for name, value in listed.items())
     assert SpeechParams(threshold=0.1).as_dict()["neg_threshold"] == 0.01
     assert SpeechParams(max_speech_duration_s=30).as_dict()["max_speech_duration_s"] == 30
+
+
+def test_a_tag_is_final_once_the_pause_after_it_fixes_its_padding() -> None:
+    """A live stream's tag must not wait for the next speech: 2 pads of pause after the speech's
+    end (with the 100 ms a pause needs to end it) fix its padding, so `push` gives it then."""
+    tagger = SpeechTagger(SpeechParams(), sample_rate=16000, hop=512)
+    assert tagger.push([0.02] * 10 + [0.9] * 30) == []
+    assert tagger.push([0.02] * 3) == []  # 96 ms: the speech has not ended yet
+    ended = tagger.push([0.02] * 5)
+    assert [(tag.start, tag.end) for tag in ended] == [(0.29, 1.31)]
+    assert tagger.push([0.02] * 100) + tagger.finish(148 * 512) == []

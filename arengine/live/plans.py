@@ -1,0 +1,30 @@
+"""A model's live segment plan: its own plan with shorter segments.
+
+A tag is final once the segment holding its end is through the model, so the segment length
+bounds the delay from a sound's end to its tag. Every model takes segments of any whole number
+of steps (a recording's last segment is shorter anyway), keeping its pre-roll, context and
+look-ahead, so the live plan changes the length and nothing else. A model whose step is longer
+than the setting (a notes window is 1.6 s) gets one step per segment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from arengine.audio.segments import SegmentPlan
+from arengine.models.recognizer import Recognizer
+
+
+def live_plan(recognizer: Recognizer, segment_s: float) -> SegmentPlan:
+    """`recognizer`'s plan cut into segments of about `segment_s` seconds (whole steps, at least
+    one, never longer than its own).
+
+    >>> from torch import nn
+    >>> from arengine.models.speech import SpeechRecognizer
+    >>> speech = SpeechRecognizer(nn.Identity(), segment_s=30, preroll_s=2)
+    >>> live_plan(speech, 0.5).segment_frames  # 16 windows of 32 ms
+    16
+    """
+    plan = recognizer.plan
+    frames = round(segment_s * recognizer.sample_rate / plan.hop)
+    return dataclasses.replace(plan, segment_frames=max(1, min(frames, plan.segment_frames)))

@@ -1,0 +1,219 @@
+"""Live streams (`WS /v1/listen`): how late tags come, how many streams a server holds, memory.
+
+    python -m loadtests.listen [--seconds 30] [--streams 1,4,8,16] [--long-minutes 120]
+
+One server (`--models speech,events`) on 127.0.0.1, streams fed at real speed in 0.1-s messages,
+each sent when its last sample would have been recorded (as a sound card delivers them):
+
+1. delay per model: one stream, `--seconds` of speech (espeak-ng phrases between silence, tones
+   and noise) for `speech`, and of quiet noise with a phone, an alarm clock, a bell and a voice
+   every 20 s for `events` (`loadtests/events.py`), also without its 500-ms merge gap. A tag's
+   delay is its arrival at the client less the moment its end (the tag's own `end`) was sent;
+2. streams held: `N` speech streams at once for each `--streams`, their delays' median and 90th
+   percentile, the server's RSS growth per stream, and the p99 of 5-s uploads posted meanwhile
+   against the same uploads alone.
+
+3. a long stream (`--long-minutes` of speech, 16 kHz) fed as fast as the server reads it, to a
+   server whose files and streams are cut alike (`--segment-s` = `--listen-segment-s` = 1.024):
+   the server's RSS over the stream, and whether its tags equal those of the file posted.
+
+Run on a machine nobody else uses for figures to compare; BENCHMARKS.md says what it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import soundfile as sf
+from websockets.asyncio.client import connect
+
+from loadtests.events import recording as events_recording
+from loadtests.recordings import write_recording
+from loadtests.server import memory_mib, running_server
+
+RATE = 16000
+CHUNK_S = 0.1
+
+
+async def stream(url: str, model: str, audio: np.ndarray) -> list[float]:
+    """Send `audio` (16 kHz mono) at real speed; each tag's delay from its end being sent.
+    `model`: the query's model and overrides (`events&merge_gap_ms=0`)."""
+    delays: list[float] = []
+    chunk = int(RATE * CHUNK_S)
+    pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
+    async with connect(f"{url}/v1/listen?model={model}", max_size=None, ping_interval=None) as ws:
+        await ws.send(json.dumps({"format": "s16le", "sample_rate": RATE, "channels": 1}))
+        started = time.monotonic()
+
+        async def send() -> None:
+            for k in range(0, len(pcm), chunk):
+                piece = pcm[k : k + chunk]
+                ready = started + (k + len(piece)) / RATE  # recorded by then
+                await asyncio.sleep(max(0.0, ready - time.monotonic()))
+                await ws.send(piece.tobytes())
+            await ws.send(json.dumps({"end": True}))
+
+        sender = asyncio.ensure_future(send())
+        async for message in ws:
+            line = json.loads(message)
+            if "label" in line:
+                delays.append(time.monotonic() - (started + line["end"]))
+            if "error" in line:
+                raise RuntimeError(line["error"])
+        await sender
+    return delays
+
+
+async def uploads(url: str, clip: Path, until: float) -> list[float]:
+    """Post `clip` again and again until `until` (monotonic); each request's wall time."""
+    times = []
+    async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+        while time.monotonic() < until:
+            begun = time.monotonic()
+            reply = await client.post("/v1/recognize", files={"file": clip.read_bytes()})
+            reply.raise_for_status()
+            times.append(time.monotonic() - begun)
+            await asyncio.sleep(0.2)
+    return times
+
+
+async def rss(pid: int, until: float) -> list[float]:
+    """The server's RSS (MiB) every half second until `until`."""
+    samples = []
+    while time.monotonic() < until:
+        samples.append(memory_mib(pid))
+        await asyncio.sleep(0.5)
+    return samples
+
+
+async def held(
+    url: str, audio: np.ndarray, n: int, clip: Path, pid: int
+) -> tuple[list[float], list[float], float]:
+    """`n` speech streams at once, and uploads of `clip` meanwhile: delays, upload times, and
+    the server's median RSS while they ran."""
+    until = time.monotonic() + len(audio) / RATE
+    streams = [stream(url, "speech", np.roll(audio, i * RATE)) for i in range(n)]
+    *results, times, memory = await asyncio.gather(
+        *streams, uploads(url, clip, until), rss(pid, until)
+    )
+    delays = [d for result in results for d in result]
+    return delays, times, float(np.median(memory))
+
+
+async def fast(url: str, path: Path, pid: int) -> tuple[list[dict[str, object]], list[float]]:
+    """Stream the WAV at `path` as fast as the server reads it: its tags, and the server's
+    RSS (MiB) every second meanwhile."""
+    tags: list[dict[str, object]] = []
+    memory: list[float] = []
+    async with connect(f"{url}/v1/listen?model=speech", max_size=None, ping_interval=None) as ws:
+        await ws.send(json.dumps({"format": "s16le", "sample_rate": RATE, "channels": 1}))
+
+        async def send() -> None:
+            with sf.SoundFile(str(path)) as audio:
+                while len(block := audio.read(RATE, dtype="int16")):
+                    await ws.send(block.tobytes())
+            await ws.send(json.dumps({"end": True}))
+
+        async def sample() -> None:
+            while True:
+                memory.append(memory_mib(pid))
+                await asyncio.sleep(1.0)
+
+        sender, sampler = asyncio.ensure_future(send()), asyncio.ensure_future(sample())
+        async for message in ws:
+            line = json.loads(message)
+            if "label" in line:
+                tags.append(line)
+        sampler.cancel()
+        await sender
+    return tags, memory
+
+
+def long_stream(port: int, minutes: float, folder: Path) -> None:
+    path = folder / "long.wav"
+    write_recording(path, minutes, RATE, 1, seed=1)
+    flags = ("--models", "speech", "--segment-s", "1.024", "--listen-segment-s", "1.024")
+    with running_server(port, *flags, "--upload-dir", str(folder)) as (process, url):
+        began = time.monotonic()
+        tags, memory = asyncio.run(fast(url.replace("http://", "ws://"), path, process.pid))
+        took = time.monotonic() - began
+        with path.open("rb") as body:
+            posted = httpx.post(url + "/v1/recognize", files={"file": body}, timeout=600)
+        same = posted.json()["tags"] == tags
+    tenth = max(1, len(memory) // 10)
+    print(
+        f"\n{minutes:g} minutes streamed in {took:.1f} s ({minutes * 60 / took:.0f}x real time): "
+        f"RSS {np.median(memory[:tenth]):.0f} MiB over its first tenth, "
+        f"{np.median(memory[-tenth:]):.0f} MiB over its last, peak {max(memory):.0f} MiB; "
+        f"{len(tags)} tags, {'equal to' if same else 'NOT equal to'} the file's"
+    )
+
+
+def summary(delays: list[float]) -> str:
+    if not delays:
+        return "no tags"
+    quantiles = np.percentile(delays, [50, 90])
+    return f"median {quantiles[0]:.2f} s, p90 {quantiles[1]:.2f} s ({len(delays)} tags)"
+
+
+def p99(times: list[float]) -> float:
+    return float(np.percentile(times, 99)) if times else float("nan")
+
+
+def delays_and_streams(port: int, seconds: float, counts: str, folder: Path) -> None:
+    """Parts 1 and 2 of the module docstring."""
+    speech_path = folder / "speech.wav"
+    write_recording(speech_path, seconds / 60, RATE, 1)
+    speech, _ = sf.read(str(speech_path), dtype="float32")
+    events, _ = events_recording(max(seconds, 40) / 60)
+    clip = folder / "clip.wav"
+    sf.write(str(clip), speech[: 5 * RATE], RATE)
+    flags = ("--models", "speech,events", "--upload-dir", str(folder))
+    with running_server(port, *flags) as (process, url):
+        ws_url = url.replace("http://", "ws://")
+        print("\n| model | delay from a sound's end to its tag at the client |\n|---|---|")
+        runs = [
+            ("speech", speech),
+            ("events", events),
+            ("events&merge_gap_ms=0", events),  # no window of grace before a run ends
+        ]
+        for model, audio in runs:
+            print(f"| {model} | {summary(asyncio.run(stream(ws_url, model, audio)))} |")
+        alone_until = time.monotonic() + 10
+        alone = asyncio.run(uploads(url, clip, alone_until))
+        print(f"\n5-s uploads alone: p99 {p99(alone):.3f} s over {len(alone)} requests\n")
+        print("| speech streams | delay | RSS per stream | 5-s uploads' p99 meanwhile |")
+        print("|---|---|---|---|")
+        for n in (int(count) for count in counts.split(",")):
+            before = memory_mib(process.pid)
+            delays, times, during = asyncio.run(held(ws_url, speech, n, clip, process.pid))
+            grown = (during - before) / n
+            print(
+                f"| {n} | {summary(delays)} | {grown:.1f} MiB | {p99(times):.3f} s "
+                f"({p99(times) / p99(alone):.1f}x alone) |"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--streams", default="1,4,8,16")
+    parser.add_argument("--long-minutes", type=float, default=120.0)
+    parser.add_argument("--port", type=int, default=8790)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="listen-bench-"))
+    if args.seconds:
+        delays_and_streams(args.port, args.seconds, args.streams, folder)
+    if args.long_minutes:
+        long_stream(args.port + 1, args.long_minutes, folder)
+
+
+if __name__ == "__main__":
+    main()

@@ -91,26 +91,35 @@ class Yamnet(nn.Module):
         self.input_quant = _Quant(state["input.quant"])
         self.convs = nn.ModuleList()
         self.quants = nn.ModuleList()
-        self._layers: list[tuple[nn.Conv2d, _Quant]] = []
+        self._layers: list[_Layer] = []
+        scale = self.input_quant.scale  # of this layer's input grid
         for i in range(LAYERS):
             prefix = f"layers.{i}"
-            weight = state[f"{prefix}.weight"].float()
-            weight *= state[f"{prefix}.weight_scale"].float().reshape(-1, 1, 1, 1)
+            weight = state[f"{prefix}.weight"].double()
+            weight *= state[f"{prefix}.weight_scale"].double().reshape(-1, 1, 1, 1)
             channels = weight.shape[0]
             depthwise = bool(state[f"{prefix}.depthwise"])
+            stride = int(state[f"{prefix}.stride"])
             conv = nn.Conv2d(
                 channels if depthwise else weight.shape[1],
                 channels,
                 weight.shape[2],
-                stride=int(state[f"{prefix}.stride"]),
+                stride=stride,
+                padding=1 if weight.shape[2] > 1 and stride == 1 else 0,
                 groups=channels if depthwise else 1,
             )
-            conv.weight = nn.Parameter(weight)
-            conv.bias = nn.Parameter(state[f"{prefix}.bias"].float())
             quant = _Quant(state[f"{prefix}.quant"])
+            # On the integer grids: the input's scale and the output's inverse folded in.
+            weight *= scale * quant.inverse
+            conv.weight = nn.Parameter(
+                weight.float().contiguous(memory_format=torch.channels_last)
+            )
+            conv.bias = nn.Parameter((state[f"{prefix}.bias"].double() * quant.inverse).float())
             self.convs.append(conv)
             self.quants.append(quant)
-            self._layers.append((conv, quant))
+            self._layers.append(_Layer(conv, quant.low, quant.high))
+            scale = quant.scale
+        self.last_scale = scale
         self.pool_quant = _Quant(state["pool.quant"])
         self.fc = nn.Linear(1024, N_CLASSES)
         self.fc.weight = nn.Parameter(state["fc.weight"].float() * state["fc.weight_scale"].float())
@@ -137,10 +146,10 @@ class Yamnet(nn.Module):
 
     def body(self, patches: Tensor) -> Tensor:
         """`(n, 1, 96, 64)` patches -> `(n, 521)` scores."""
-        x = patches
-        for conv, quant in self._layers:
-            x = quant(conv(_same_padding(x, conv) if conv.kernel_size[0] > 1 else x))
-        pooled = self.pool_quant(x.mean(dim=(2, 3)))
+        x = patches.mul(self.input_quant.inverse).round_()  # the input's int8 grid, as integers
+        for layer in self._layers:
+            x = layer(x)
+        pooled = self.pool_quant(x.mean(dim=(2, 3)).mul_(self.last_scale))
         scores: Tensor = self.score_quant(torch.sigmoid(self.fc_quant(self.fc(pooled))))
         return scores
 
@@ -154,10 +163,47 @@ class Yamnet(nn.Module):
         return model
 
 
-def _same_padding(x: Tensor, conv: nn.Conv2d) -> Tensor:
-    """TensorFlow's "same" for a 3x3 kernel: 1 each side at stride 1; at stride 2 on the even
-    sizes this network has, 0 before and 1 after. Zero is the activations' real zero."""
-    return nn.functional.pad(x, (1, 1, 1, 1) if conv.stride[0] == 1 else (0, 1, 0, 1))
+FUSED: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+"""Whether `_Layer` runs oneDNN's convolutions with the clamp fused."""
+
+
+class _Layer:
+    """One convolution on integer grids: its input is the previous activation's int8 values
+    (`q`, with the dequantised value `q * scale`), its weights carry that scale and the inverse
+    of its own output's, so `round(clamp(conv(q), low, high))` is its output's int8 values.
+
+    Clamping before rounding is the same as after, the bounds being whole numbers; that lets
+    oneDNN apply the clamp (its `hardtanh`, ReLU6 included) to each output tile in cache, one
+    pass over the output fewer, and `round_` is the only other pass. The quantiser's two
+    multiplications are folded into the weights at load. Without oneDNN, the same in plain
+    torch.
+    """
+
+    def __init__(self, conv: nn.Conv2d, low: float, high: float) -> None:
+        self.conv = conv
+        self.low, self.high = low, high
+        self.arguments = (list(conv.padding), list(conv.stride), list(conv.dilation), conv.groups)
+        # TensorFlow's "same" for a 3x3 kernel at stride 2 on the even sizes this network has:
+        # 0 before and 1 after, by hand (at stride 1 it is the convolution's own 1 each side).
+        # Zero is the activations' real zero, and 0 on every integer grid.
+        self.pad = conv.kernel_size[0] > 1 and conv.stride[0] == 2
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.pad:
+            x = nn.functional.pad(x, (0, 1, 0, 1))
+        if FUSED:
+            out: Tensor = torch.ops.mkldnn._convolution_pointwise(
+                x.contiguous(memory_format=torch.channels_last),
+                self.conv.weight,
+                self.conv.bias,
+                *self.arguments,
+                "hardtanh",
+                [self.low, self.high],
+                None,
+            )
+        else:
+            out = self.conv(x).clamp_(self.low, self.high)
+        return out.round_()
 
 
 def read_class_map(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:

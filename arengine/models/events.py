@@ -92,7 +92,9 @@ class Yamnet(nn.Module):
         self.convs = nn.ModuleList()
         self.quants = nn.ModuleList()
         self._layers: list[_Layer] = []
+        self._int8: list[_Int8Layer] = []
         scale = self.input_quant.scale  # of this layer's input grid
+        source = self.input_quant
         for i in range(LAYERS):
             prefix = f"layers.{i}"
             weight = state[f"{prefix}.weight"].double()
@@ -111,14 +113,13 @@ class Yamnet(nn.Module):
             quant = _Quant(state[f"{prefix}.quant"])
             # On the integer grids: the input's scale and the output's inverse folded in.
             weight *= scale * quant.inverse
-            conv.weight = nn.Parameter(
-                weight.float().contiguous(memory_format=torch.channels_last)
-            )
+            conv.weight = nn.Parameter(weight.float().contiguous(memory_format=torch.channels_last))
             conv.bias = nn.Parameter((state[f"{prefix}.bias"].double() * quant.inverse).float())
             self.convs.append(conv)
             self.quants.append(quant)
             self._layers.append(_Layer(conv, quant.low, quant.high))
-            scale = quant.scale
+            self._int8.append(_Int8Layer(state, prefix, conv, source, quant))
+            scale, source = quant.scale, quant
         self.last_scale = scale
         self.pool_quant = _Quant(state["pool.quant"])
         self.fc = nn.Linear(1024, N_CLASSES)
@@ -147,8 +148,15 @@ class Yamnet(nn.Module):
     def body(self, patches: Tensor) -> Tensor:
         """`(n, 1, 96, 64)` patches -> `(n, 521)` scores."""
         x = patches.mul(self.input_quant.inverse).round_()  # the input's int8 grid, as integers
-        for layer in self._layers:
-            x = layer(x)
+        if INT8:
+            u = x.sub_(self.input_quant.low).to(torch.uint8)
+            u = u.contiguous(memory_format=torch.channels_last)
+            for int8 in self._int8:
+                u = int8(u)
+            x = u.float().sub_(self._int8[-1].output_zero)
+        else:
+            for layer in self._layers:
+                x = layer(x)
         pooled = self.pool_quant(x.mean(dim=(2, 3)).mul_(self.last_scale))
         scores: Tensor = self.score_quant(torch.sigmoid(self.fc_quant(self.fc(pooled))))
         return scores
@@ -204,6 +212,76 @@ class _Layer:
         else:
             out = self.conv(x).clamp_(self.low, self.high)
         return out.round_()
+
+
+INT8: bool = FUSED
+"""Whether `Yamnet.body` runs the convolutions as oneDNN's int8 kernels (`_Int8Layer`)."""
+
+
+class _Int8Layer:
+    """One convolution as the runtime computes it: uint8 activations, int8 weights with their
+    per-channel scales, int32 sums, the result requantised to the output's uint8 grid.
+
+    The graph's int8 activations shifted by 128 are oneDNN's uint8 ones (zero point `zero +
+    128`; ReLU6 is the saturation at 0 and 255 of its output grid, whose zero point is 0). Its
+    VNNI kernels do 4 int8 products where float does one: 4.6x less CPU for the body than
+    `_Layer` in float (measured on 32 windows, one thread). The requantisation rounds as
+    oneDNN does, not as the runtime's fixed point, so an activation lands one step off now and
+    then, as the float port's did.
+    """
+
+    def __init__(
+        self,
+        state: dict[str, Tensor],
+        prefix: str,
+        conv: nn.Conv2d,
+        source: _Quant,
+        quant: _Quant,
+    ) -> None:
+        self.input_scale, self.input_zero = source.scale, round(-source.low)
+        self.output_scale, self.output_zero = quant.scale, round(-quant.low)
+        self.weight_scale = state[f"{prefix}.weight_scale"].double()
+        self.weight_zero = torch.zeros(len(self.weight_scale), dtype=torch.int64)
+        self.bias = state[f"{prefix}.bias"].float()
+        self.stride, self.padding = list(conv.stride), list(conv.padding)
+        self.groups = conv.groups
+        self.pad = conv.kernel_size[0] > 1 and conv.stride[0] == 2  # see `_Layer`
+        self.weight = torch.ops.onednn.qconv_prepack(
+            state[f"{prefix}.weight"].to(torch.int8),
+            self.weight_scale,
+            self.input_scale,
+            self.input_zero,
+            self.stride,
+            self.padding,
+            [1, 1],
+            self.groups,
+            None,
+        )
+
+    def __call__(self, u: Tensor) -> Tensor:
+        if self.pad:  # with the zero point: the real zero
+            u = nn.functional.pad(u, (0, 1, 0, 1), value=self.input_zero)
+            u = u.contiguous(memory_format=torch.channels_last)
+        out: Tensor = torch.ops.onednn.qconv2d_pointwise(
+            u,
+            self.input_scale,
+            self.input_zero,
+            self.weight,
+            self.weight_scale,
+            self.weight_zero,
+            self.bias,
+            self.stride,
+            self.padding,
+            [1, 1],
+            self.groups,
+            self.output_scale,
+            self.output_zero,
+            None,
+            "none",
+            [],
+            None,
+        )
+        return out
 
 
 def read_class_map(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -11,10 +11,11 @@ samples at 16 kHz:
   a 1024 x 521 dense layer and a sigmoid.
 
 The graph is quantised: int8 weights with per-channel scales, and every activation rounded to int8
-with its own scale and zero point. The port computes in float with the dequantised weights and
-rounds each activation to the same int8 grid (`_Quant`), so its scores follow the runtime's to a
-step of its output grid (1/256) on most windows, rather than drifting by the quantisation error
-that a plain float network would accumulate over 28 layers.
+with its own scale and zero point. The port runs the convolutions as oneDNN's int8 kernels on the
+same grids (`_Int8Layer`), as the runtime does; without oneDNN, in float on the integer grids
+(`_Layer`, each activation rounded to the same int8 grid). Either way its scores follow the
+runtime's to a step of its output grid (1/256) on most windows, rather than drifting by the
+quantisation error that a plain float network would accumulate over 28 layers.
 """
 
 from __future__ import annotations

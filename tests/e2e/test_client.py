@@ -352,3 +352,34 @@ def test_cli_resume_in_process_skips_what_is_done(
         "recognize", str(first), str(second), "--out", str(out), "--resume", cwd=tmp_path
     )
     assert again.returncode == 0 and again.stderr == ""  # nothing left: no engine started
+
+
+def test_jobs_through_both_clients_answer_as_a_recognition_and_take_new_parameters(
+    tmp_path: Path, recording: RecordingFactory
+) -> None:
+    running = start_server(tmp_path, "--data-dir", str(tmp_path / "data"), "--segment-s", "2")
+    talk = recording("talk.wav").path
+    try:
+        with Client(running.url, retry=FAST) as client:
+            direct = client.recognize(talk)
+            strict = client.recognize(talk, threshold=0.9)
+            assert strict.tags != direct.tags, "the new threshold must show"
+            job_id = client.submit(talk)
+            assert client.wait(job_id, poll_s=0.1).tags == direct.tags
+            assert client.job_result(job_id, threshold=0.9).tags == strict.tags
+            assert client.recognize_job(talk, poll_s=0.1, threshold=0.9).tags == strict.tags
+            assert client.job(job_id)["state"] == "done"
+            with pytest.raises(NotFound) as missing:
+                client.wait("x" * 22, poll_s=0.1)
+            assert missing.value.code == "job_not_found"
+
+        async def through_async() -> None:
+            async with AsyncClient(running.url, retry=FAST) as client:
+                job_id = await client.submit(talk, threshold=0.9)
+                assert (await client.wait(job_id, poll_s=0.1)).tags == strict.tags
+                assert (await client.job_result(job_id, threshold=0.5)).tags == direct.tags
+                assert (await client.recognize_job(talk, poll_s=0.1)).tags == direct.tags
+
+        asyncio.run(through_async())
+    finally:
+        stop_server(running)

@@ -418,3 +418,17 @@ def test_a_handshake_needs_an_api_key_when_the_server_has_keys(serve: ServerFact
         ws.send(json.dumps({"end": True}))
         lines = _lines(ws)
     assert "summary" in lines[-1] and ws.close_code == 1000
+
+
+def test_a_stream_that_cannot_be_spooled_is_a_4507(
+    serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    gone = tmp_path_factory.mktemp("spool") / "removed"
+    gone.mkdir()
+    unwritable = serve("--models", "speech", "--upload-dir", str(gone))
+    gone.rmdir()
+    with _ws(unwritable) as ws:
+        ws.send(json.dumps(OPENING))
+        lines = _lines(ws)
+    assert _error(lines) == "insufficient_storage"
+    assert (ws.close_code, ws.close_reason) == (4507, "insufficient_storage")

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import Server, ServerFactory, wait_until
+from tests.conftest import Server, wait_until
 from tests.e2e.test_read_while_uploading import _info, _reply, _request
 from tests.wav_headers import CASES, SECONDS, lying
 
-
-@pytest.fixture(scope="module")
-def server(serve: ServerFactory) -> Server:
-    return serve("--models", "speech", "--segment-s", "4")
+# On the common server (`server`, 4-s segments): one server start less than a server of its own.
 
 
 @pytest.mark.parametrize("multipart", [False, True], ids=["raw", "multipart"])

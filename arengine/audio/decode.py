@@ -35,6 +35,20 @@ from arengine.types import AudioInfo
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
 
+SNDFILE_BLOCK_BYTES = 1 << 20
+"""float32 bytes per libsndfile read of a whole file: 262,144 mono frames (16 s at 16 kHz), never
+fewer than `BLOCK_FRAMES`. Each read, and each step after it (mono, the tee, the segmenter), costs
+the same Python under the GIL whatever its size; libsndfile's own work runs without it, so larger
+reads take the GIL less often (BENCHMARKS.md, Threads against processes)."""
+
+
+def file_block_frames(info: AudioInfo) -> int:
+    """Frames per read of a whole (not live) file: `SNDFILE_BLOCK_BYTES` for libsndfile, else
+    `BLOCK_FRAMES` (FFmpeg's filter graph hands over blocks of that many)."""
+    if info.decoder == sniff.FFMPEG:
+        return BLOCK_FRAMES
+    return max(BLOCK_FRAMES, SNDFILE_BLOCK_BYTES // (4 * max(1, info.channels)))
+
 
 MAX_BAD_PACKETS = 8
 """Damaged packets tolerated (skipped and reported) before the stream counts as corrupt."""
@@ -259,6 +273,7 @@ class Decoding:
         block_frames: int = BLOCK_FRAMES,
     ) -> None:
         self._probed = info
+        self.block_frames = block_frames
         self.report = DecodeReport()
         blocks = read_blocks(path, info, max_frames, self.report, block_frames, arrival)
         mono = to_mono(blocks, bounded=is_integer_pcm(info))

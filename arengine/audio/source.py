@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arengine.audio.arrival import Arrival
-from arengine.audio.decode import BLOCK_FRAMES, Decoding
+from arengine.audio.decode import Decoding, file_block_frames
 from arengine.audio.lanes import LaneDecoding, parallel_lanes
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits
@@ -101,7 +101,7 @@ class SegmentSources:
         else:
             # One decoding task reads under a segment and its pre-roll (each at most `ahead_s`),
             # rounded up to whole blocks; more only makes it start a little later.
-            span = int(2 * ahead_s * rate) + 2 * BLOCK_FRAMES
+            span = int(2 * ahead_s * rate) + 2 * self._decoding.block_frames
         return self._arrival.ready(self._decoding.report.frames + span, wake)
 
     def held_samples(self, index: int) -> int:
@@ -142,7 +142,7 @@ def segment_sources(
         return SegmentSources((decoder,), None, info, None)
     rates = [model.sample_rate for model in models]
     live = reading.arrival is not None and reading.arrival.open_ended
-    block = live_block_frames(info.sample_rate) if live else BLOCK_FRAMES
+    block = live_block_frames(info.sample_rate) if live else file_block_frames(info)
     decoding = Decoding(path, info, rates, max_frames, reading.arrival, block)
     per_model = tuple(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)

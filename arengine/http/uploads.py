@@ -67,26 +67,35 @@ class UploadPace:
 
     def next_wait(self, started: float, now: float, received: int) -> tuple[float, BodyTimeout]:
         """How long to wait for the next chunk, and the error to raise if it does not come."""
-        waits = [
-            (now + self.idle_timeout_s, BodyTimeout(f"no body data for {self.idle_timeout_s:g} s")),
-            (
-                self.deadline,
-                BodyTimeout(
-                    "the body was still arriving at the request's deadline",
-                    code=ErrorCode.UPLOAD_TOO_SLOW,
-                ),
-            ),
-        ]
+        at, limit = self.due(started, now, received)
+        return max(at - now, 0.0), self.error(limit, started, at, received)
+
+    def due(self, started: float, now: float, received: int) -> tuple[float, str]:
+        """When the next chunk is due (monotonic) and the limit that says so: "idle",
+        "deadline" or "rate". Per chunk, this builds no error (`error` does, when one is due)."""
+        at, limit = now + self.idle_timeout_s, "idle"
+        if self.deadline < at:
+            at, limit = self.deadline, "deadline"
         if self.min_bytes_per_s > 0:
-            due = started + max(self.grace_s, received / self.min_bytes_per_s)
-            slow = BodyTimeout(
-                f"the body arrived at {received / max(due - started, 1e-9):.0f} bytes/s; "
-                f"the minimum is {self.min_bytes_per_s} bytes/s after {self.grace_s:g} s",
+            rate_due = started + max(self.grace_s, received / self.min_bytes_per_s)
+            if rate_due < at:
+                at, limit = rate_due, "rate"
+        return at, limit
+
+    def error(self, limit: str, started: float, due: float, received: int) -> BodyTimeout:
+        """The error for a chunk that `due` said was due at `due` and did not come."""
+        if limit == "idle":
+            return BodyTimeout(f"no body data for {self.idle_timeout_s:g} s")
+        if limit == "deadline":
+            return BodyTimeout(
+                "the body was still arriving at the request's deadline",
                 code=ErrorCode.UPLOAD_TOO_SLOW,
             )
-            waits.append((due, slow))
-        at, error = min(waits, key=lambda wait: wait[0])
-        return max(at - now, 0.0), error
+        return BodyTimeout(
+            f"the body arrived at {received / max(due - started, 1e-9):.0f} bytes/s; "
+            f"the minimum is {self.min_bytes_per_s} bytes/s after {self.grace_s:g} s",
+            code=ErrorCode.UPLOAD_TOO_SLOW,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,13 +213,17 @@ async def _paced(
     started = time.monotonic()
     received = 0
     while True:
-        wait, error = pace.next_wait(started, time.monotonic(), received)
+        # `asyncio.timeout`, not `wait_for`: in Python 3.11 `wait_for` wraps each chunk's read in
+        # a new task, and the event loop's turns for it held the GIL on every chunk; the error
+        # is built only when it is due.
+        due, limit = pace.due(started, time.monotonic(), received)
         try:
-            chunk = await asyncio.wait_for(anext(chunks), wait)
+            async with asyncio.timeout_at(due):
+                chunk = await anext(chunks)
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise error from None
+            raise pace.error(limit, started, due, received) from None
         received += len(chunk)
         if progress is not None:
             progress.add(len(chunk))
@@ -226,7 +239,7 @@ class _Sink:
         self._arrival = arrival
         self._unflushed = 0
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self._file.write(data)
         self._unflushed += len(data)
 
@@ -374,7 +387,8 @@ class _MultipartSpooler:
 
     def _on_part_data(self, data: bytes, start: int, end: int) -> None:
         if self._writing:
-            self._target.write(data[start:end])
+            # A view, not a copy: the slice of each body chunk was a memcpy under the GIL.
+            self._target.write(memoryview(data)[start:end])
             self._size += end - start
             return
         self._part_bytes += end - start

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from arengine.audio import sniff
 from arengine.audio.arrival import Arrival
+from arengine.audio.decode import BLOCK_FRAMES, file_block_frames
 from arengine.audio.lanes import LaneDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, segment_sources
 from arengine.audio.validation import AudioLimits, probe
-from tests.recordings import sine
+from tests.recordings import sine, write
 
 LIMITS = AudioLimits(
     max_duration_s=3600, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
@@ -55,3 +59,16 @@ def test_a_long_seekable_file_is_decoded_in_lanes_for_one_model_only(
     sequential = segment_sources(path, info, [ModelInput(PLAN, 16000)], Reading(LIMITS, 4))
     assert isinstance(sequential.per_model[0], Segmenter)
     sequential.close()
+
+
+@pytest.mark.parametrize(("channels", "frames"), [(1, 262144), (2, 131072), (8, 65536)])
+def test_a_whole_wav_is_read_in_blocks_of_one_mib(
+    tmp_path: Path, channels: int, frames: int
+) -> None:
+    """libsndfile reads 1 MiB of float32 a time (never under BLOCK_FRAMES): each read and each
+    step after it takes the GIL, whatever its size; FFmpeg's blocks keep the filter graph's
+    size."""
+    path = write(np.zeros(16000, dtype=np.float32), 16000, tmp_path / "a.wav", channels)
+    info = probe(path, LIMITS)
+    assert file_block_frames(info) == frames
+    assert file_block_frames(replace(info, decoder=sniff.FFMPEG)) == BLOCK_FRAMES

@@ -22,6 +22,7 @@ import torch
 
 from arengine.audio.segments import Segmenter
 from arengine.errors import InvalidInput
+from arengine.models import events
 from arengine.models.events import WINDOW, EventsRecognizer, Yamnet, read_class_map
 from arengine.models.manifest import read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models, overrides_by_model
@@ -40,6 +41,10 @@ def model() -> Yamnet:
 @pytest.fixture(scope="module")
 def compared(model: Yamnet) -> tuple[np.ndarray, np.ndarray]:
     """(reference, port) scores of every window of every Debian recording."""
+    return _compare(model)
+
+
+def _compare(model: Yamnet) -> tuple[np.ndarray, np.ndarray]:
     with np.load(FOLDER / "reference.npz") as stored:
         reference = {key: stored[key] for key in stored.files}
     ours, theirs = [], []
@@ -61,12 +66,29 @@ def _same_top5(reference: np.ndarray, ours: np.ndarray) -> bool:
 def test_the_port_gives_the_runtimes_top5_and_scores(
     compared: tuple[np.ndarray, np.ndarray],
 ) -> None:
-    reference, ours = compared
+    _assert_agrees(*compared)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_without_the_int8_kernels_the_float_path_agrees_as_well(
+    monkeypatch: pytest.MonkeyPatch, fused: bool
+) -> None:
+    """Where torch has no oneDNN, the network loads without its int8 operators and the
+    convolutions run in float on the same integer grids: with oneDNN's fused clamp, or in plain
+    torch."""
+    monkeypatch.setattr(events, "INT8", False)
+    monkeypatch.setattr(events, "FUSED", fused)
+    _assert_agrees(*_compare(Yamnet.load(FOLDER / "yamnet.pt")))
+
+
+def _assert_agrees(reference: np.ndarray, ours: np.ndarray) -> None:
     assert len(reference) >= 60
     top5 = np.mean([_same_top5(r, o) for r, o in zip(reference, ours, strict=True)])
     worst = np.abs(reference - ours).max(axis=1)
     assert top5 >= 0.95
-    assert np.mean(worst <= 0.03) >= 0.8  # 0.85 measured; the runtime's two kernels: 0.79
+    assert (
+        np.mean(worst <= 0.03) >= 0.8
+    )  # int8 0.91, float 0.90 measured; the runtime's two kernels: 0.79
     assert worst.max() <= ONE_LOGIT_STEP
 
 

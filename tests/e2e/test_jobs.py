@@ -4,9 +4,11 @@ segments kept are not inferred again) with the tags a direct recognition gives."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from arengine.jobs.store import DATABASE
 from tests.conftest import Phrases, start_server, stop_server, wait_until
 from tests.recordings import compose, write
 
@@ -162,30 +165,35 @@ def test_the_cli_sends_a_long_recording_as_a_job_and_outlasts_a_server_restart(
 def test_replicas_sharing_a_data_dir_answer_for_each_other_and_take_over_a_dead_one_s_job(
     long_file: Path, tmp_path: Path
 ) -> None:
+    """Both replicas are up before the job is posted (a replica starting while the job runs
+    could find it already done on a quiet machine); whichever claims it is killed once it has
+    made progress, and the other finishes it from its checkpoint."""
     data = tmp_path / "data"
     shared = (*SLOW, "--data-dir", str(data), "--job-lease-s", "3")
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-    first = start_server(tmp_path / "a", *shared)
-    second = None
+    servers = {}
     try:
-        with first.client() as client:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            servers[name] = start_server(tmp_path / name, *shared, "--replica-name", name)
+        with servers["a"].client() as client:
             posted = client.post(
                 "/v1/jobs", files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")}
             )
             job_id = posted.json()["id"]
-            assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
-        # Started once the first replica runs the job, so that the job is the first's.
-        second = start_server(tmp_path / "b", *shared)
-        with second.client() as client:
+        runner = ""
 
-            def progressing() -> bool:
-                job = client.get(f"/v1/jobs/{job_id}").json()
-                return bool(job["state"] == "running" and job["progress"]["audio_s"] > 0)
+        def claimed_and_progressing() -> bool:
+            nonlocal runner
+            runner = _runner(data, job_id)
+            with servers["b" if runner == "a" else "a"].client() as other:
+                job = other.get(f"/v1/jobs/{job_id}").json()
+            return bool(runner and job["state"] == "running" and job["progress"]["audio_s"] > 0)
 
-            assert wait_until(progressing, 120), "the other replica's job, seen from this one"
-            first.process.kill()
-            first.process.wait(timeout=60)
+        assert wait_until(claimed_and_progressing, 120), "a replica's job, seen from the other"
+        servers[runner].process.kill()
+        servers[runner].process.wait(timeout=60)
+        survivor = servers["b" if runner == "a" else "a"]
+        with survivor.client() as client:
             job: dict[str, Any] = {}
 
             def ended() -> bool:
@@ -201,10 +209,17 @@ def test_replicas_sharing_a_data_dir_answer_for_each_other_and_take_over_a_dead_
                 timeout=httpx.Timeout(600),
             ).json()
         assert result["tags"] == direct["tags"] and len(direct["tags"]) >= 80
-        log = second.log.read_text()
+        log = survivor.log.read_text()
         assert f"job {job_id}: its server stopped reporting; queued again" in log
         assert f"job {job_id}: resumed from its checkpoint" in log
     finally:
-        for server in (first, second):
-            if server is not None and server.process.poll() is None:
+        for server in servers.values():
+            if server.process.poll() is None:
                 stop_server(server)
+
+
+def _runner(data: Path, job_id: str) -> str:
+    """The replica running `job_id`, read from the shared jobs database ("" before a claim)."""
+    with contextlib.closing(sqlite3.connect(f"file:{data / DATABASE}?mode=ro", uri=True)) as db:
+        row = db.execute("SELECT runner FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return str(row[0] or "") if row else ""

@@ -26,7 +26,7 @@ from tests.conftest import RecordingFactory
 pytestmark = pytest.mark.slow
 
 # Small segments and one engine thread: a 20-minute file takes many polls of the runner.
-SLOW = ["--segment-s", "2", "--engine-threads", "1", "--models", "speech"]
+SLOW = ["--segment-s", "2", "--engine-threads", "1", "--model", "speech"]
 
 
 @pytest.fixture

@@ -128,14 +128,12 @@ def test_the_cli_asks_a_server_for_several_models(
 
 def test_the_cli_runs_several_models_into_one_file(tmp_path: Path, recording: Path) -> None:
     done = run_cli(
-        "recognize", str(recording), "--model", "speech,notes", "--models", MODELS,
+        "recognize", str(recording), "--model", "speech,notes",
         "--format", "json", "--out", str(tmp_path), cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     body = json.loads((tmp_path / "speech-and-music.json").read_text())
     assert body["model"] == "speech,notes"
     assert {tag["model"] for tag in body["tags"]} == {"speech", "notes"}
-    refused = run_cli(
-        "recognize", str(recording), "--model", "speech,drums", "--models", MODELS, cwd=tmp_path
-    )
+    refused = run_cli("recognize", str(recording), "--model", "speech,drums", cwd=tmp_path)
     assert refused.returncode == 2 and "unknown model 'drums'" in refused.stderr

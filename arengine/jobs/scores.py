@@ -156,6 +156,8 @@ class ScoreLog:
         self.offsets: list[dict[int, int]] = [{} for _ in plan]
         """Where each model's segment records start in the file, by segment index."""
         self.total_samples: list[int | None] = [None] * len(plan)
+        self._scanned: dict[int, tuple[dict[str, Any], int, int]] = {}
+        """The records the scan checked, by offset: header, and where the body lies."""
 
     @classmethod
     def open(cls, path: Path, plan: tuple[ModelPlan, ...]) -> ScoreLog:
@@ -170,6 +172,7 @@ class ScoreLog:
                 file.truncate()
                 log.offsets = [{} for _ in plan]
                 log.total_samples = [None] * len(plan)
+                log._scanned = {}
                 log._append({"plan": [dataclasses.asdict(model) for model in plan]}, b"")
             else:
                 file.seek(end)
@@ -224,10 +227,7 @@ class ScoreLog:
     def read(self, model: int, segment: int, decode: bool = True) -> np.ndarray | Palette:
         """One segment's scores; palette-coded ones stay coded unless `decode`."""
         offset = self.offsets[model][segment]
-        record = self._record_at(offset)
-        if record is None:
-            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
-        header, body, _ = record
+        header, body = self._body_at(offset)
         dtype, shape = np.dtype(str(header["dtype"])), tuple(header["shape"])
         codec = _CODECS.get(header.get("codec", "zlib"))
         if codec is None:
@@ -247,6 +247,17 @@ class ScoreLog:
             # The checkpoint survives a machine's crash, not only the process's.
             os.fsync(self._file.fileno())
         return int(offset)
+
+    def _body_at(self, offset: int) -> tuple[dict[str, Any], bytes]:
+        """The header and body of a record that `keep` wrote or the scan checked (which is
+        not checked again)."""
+        if offset in self._scanned:
+            header, start, length = self._scanned[offset]
+            return header, os.pread(self._file.fileno(), length, start)
+        record = self._record_at(offset)
+        if record is None:
+            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
+        return record[0], record[1]
 
     def _record_at(self, offset: int) -> tuple[dict[str, Any], bytes, int] | None:
         """The record at `offset` (header, body, the next record's offset); None if cut short
@@ -289,7 +300,7 @@ class ScoreLog:
             return None
         offset = first[2]
         while (record := self._record_at(offset)) is not None:
-            header, _, following = record
+            header, body, following = record
             model = int(header.get("m", -1))
             if not 0 <= model < len(self.plan) or self.total_samples[model] is not None:
                 break
@@ -297,6 +308,7 @@ class ScoreLog:
                 self.total_samples[model] = int(header["end"])
             elif isinstance(header.get("s"), int) and header["s"] >= 0:
                 self.offsets[model][header["s"]] = offset
+                self._scanned[offset] = (header, following - len(body), len(body))
             else:
                 break
             offset = following
@@ -365,21 +377,23 @@ def _concatenate(parts: list[np.ndarray | Palette]) -> np.ndarray | Palette:
     coded = [part for part in parts if isinstance(part, Palette)]
     if coded and len(coded) == len(parts):
         values = np.unique(np.concatenate([part.values for part in coded]))
-        recoded = [_recoded(part, values) for part in coded] if len(values) <= MAX_VALUES else []
-        codes = [code for code in recoded if code is not None]
+        mappings: dict[bytes, np.ndarray | None] = {}
+        codes = []
+        for part in coded if len(values) <= MAX_VALUES else []:
+            key = part.values.tobytes()
+            if key not in mappings:
+                mappings[key] = _mapping(part.values, values)
+            mapping = mappings[key]
+            if mapping is not None:
+                codes.append(part.codes if len(mapping) == len(values) else mapping[part.codes])
         if codes and len(codes) == len(parts):
             return Palette(np.concatenate(codes), values)
     arrays = [part.decode() if isinstance(part, Palette) else part for part in parts]
     return np.concatenate(arrays) if arrays else np.zeros(0, np.float32)
 
 
-def _recoded(part: Palette, values: np.ndarray) -> np.ndarray | None:
-    """`part`'s codes into the joint ascending `values`; None if a value would change (0.0 in
-    one part, -0.0 in another)."""
-    mapping = np.searchsorted(values, part.values).astype(np.uint8)
-    if values[mapping].tobytes() != part.values.tobytes():
-        return None
-    if len(part.values) == len(values):
-        return part.codes
-    recoded: np.ndarray = mapping[part.codes]
-    return recoded
+def _mapping(own: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+    """Codes of `own` values in the joint ascending `values`; None if a value would change (0.0
+    in one part, -0.0 in another)."""
+    mapping = np.searchsorted(values, own).astype(np.uint8)
+    return mapping if values[mapping].tobytes() == own.tobytes() else None

@@ -26,7 +26,8 @@ adds to the delay before a tag (an upload's 65,536 frames would add 1.5 s at 44.
 
 LIVE_SLACK_S = 0.15
 """What a live stream's resampler holds back (soxr's filter: under 0.1 s from 8 kHz up), plus
-rounding: awaited beyond the next segment so that its decoding never waits for the client."""
+rounding: awaited beyond the next segment so that its decoding never waits for the client; only
+when a model's rate differs from the stream's (otherwise there is no resampler)."""
 
 SegmentSource = Segmenter | LaneDecoding
 """A model's segments: an iterator (`Segmenter`), or lanes the engine hands out under its lock."""
@@ -148,11 +149,13 @@ def segment_sources(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )
     sources = SegmentSources(per_model, decoding, info, reading.arrival)
-    sources.live_first_s = LIVE_SLACK_S + max(
+    # Without a resampler (every model at the stream's rate) nothing is held back.
+    slack = LIVE_SLACK_S if any(rate != info.sample_rate for rate in rates) else 0.0
+    sources.live_first_s = slack + max(
         (model.plan.segment_samples + model.plan.lookahead + model.plan.context) / model.sample_rate
         for model in models
     )
-    sources.live_step_s = LIVE_SLACK_S + max(
+    sources.live_step_s = slack + max(
         model.plan.segment_samples / model.sample_rate for model in models
     )
     return sources

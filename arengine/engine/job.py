@@ -37,9 +37,11 @@ from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
+from arengine.live.plans import live_tagger
 from arengine.models.kinds import implied_by_recording_time
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
+from arengine.postprocess import Tagger
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ class Job:
         self._shares = shares
         plans = spec.plans or tuple(recognizer.plan for recognizer in spec.recognizers)
         self._runs = [
-            ModelRun(index, recognizer, recognizer.tagger(own), plan)
+            ModelRun(index, recognizer, self._tagger(recognizer, own), plan)
             for index, (recognizer, own, plan) in enumerate(
                 zip(spec.recognizers, shares, plans, strict=True)
             )
@@ -399,6 +401,12 @@ class Job:
                 return run, None
         return None
 
+    def _tagger(self, recognizer: Recognizer, overrides: Overrides) -> Tagger:
+        """`recognizer`'s tagger; a live stream's releases each tag once final (`live_tagger`)."""
+        tagger = recognizer.tagger(overrides)
+        live = self.spec.arrival is not None and self.spec.arrival.open_ended
+        return live_tagger(tagger) if live else tagger
+
     def _recording_time_defaults(self, when: datetime | None) -> None:
         """Taggers again with the defaults that follow from the recording's time (birds: its
         week), before any segment reaches them; a request's own values win."""
@@ -407,7 +415,7 @@ class Job:
         for run, own in zip(self._runs, self._shares, strict=True):
             fresh = implied_by_recording_time(run.recognizer.kind, own, when)
             if fresh:
-                run.tagger = run.recognizer.tagger({**own, **fresh})
+                run.tagger = self._tagger(run.recognizer, {**own, **fresh})
 
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can

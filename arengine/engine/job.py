@@ -123,7 +123,9 @@ class Job:
         self._several = len(self._runs) > 1
         self._window_s = max(run.segment_s for run in self._runs)
         """How far (in audio) one model's decoding may run ahead of the slowest model's."""
-        self._merge = TagMerge(len(self._runs))
+        self._merge: TagMerge | None = None if self._live else TagMerge(len(self._runs))
+        """Several models' tags in one start order; none on a live stream, where each model's
+        tag goes out once final rather than wait until every other model has tagged later."""
         self._tags: list[Tag] = []
 
     @property
@@ -381,7 +383,11 @@ class Job:
                 run.seconds[Stage.POSTPROCESS] += seconds
                 if scores is None:
                     run.wall_s = time.perf_counter() - self._started
-                released = self._merge.add(run.index, tags, done=scores is None)
+                released = (
+                    tags
+                    if self._merge is None
+                    else self._merge.add(run.index, tags, done=scores is None)
+                )
                 self._tags.extend(released)
             self._announce(released)
         if complete:
@@ -404,8 +410,13 @@ class Job:
     def _tagger(self, recognizer: Recognizer, overrides: Overrides) -> Tagger:
         """`recognizer`'s tagger; a live stream's releases each tag once final (`live_tagger`)."""
         tagger = recognizer.tagger(overrides)
-        live = self.spec.arrival is not None and self.spec.arrival.open_ended
-        return live_tagger(tagger) if live else tagger
+        return live_tagger(tagger) if self._live else tagger
+
+    @property
+    def _live(self) -> bool:
+        """A live stream (`arengine/live/`): its tags go out as each is final, in no set order
+        across labels and models."""
+        return self.spec.arrival is not None and self.spec.arrival.open_ended
 
     def _recording_time_defaults(self, when: datetime | None) -> None:
         """Taggers again with the defaults that follow from the recording's time (birds: its

@@ -116,12 +116,12 @@ def _torch_share(args: tuple[np.ndarray, str]) -> tuple[int, float]:
     recognizer = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"].recognizer
     windows = 0
     started = time.process_time()
-    for segment in Segmenter(_blocks(audio), recognizer.plan):
+    for segment in Segmenter(decoder_blocks(audio), recognizer.plan):
         windows += len(recognizer.infer(recognizer.features(segment), segment))
     return windows, time.process_time() - started
 
 
-def _blocks(audio: np.ndarray) -> Iterator[np.ndarray]:
+def decoder_blocks(audio: np.ndarray) -> Iterator[np.ndarray]:
     """The recording in the blocks a decoder hands over (one block would make the segmenter
     copy what remains of it at every segment: quadratic in its length)."""
     return (audio[start : start + BLOCK_FRAMES] for start in range(0, len(audio), BLOCK_FRAMES))
@@ -178,7 +178,7 @@ def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -
         recognizer = KINDS["events"].build(manifest, manifest.segment_s)
     tagger = recognizer.tagger({})
     tags = []
-    for segment in Segmenter(_blocks(audio), recognizer.plan):
+    for segment in Segmenter(decoder_blocks(audio), recognizer.plan):
         tags += tagger.push(recognizer.infer(recognizer.features(segment), segment))
     tags += tagger.finish(len(audio))
     print(

@@ -3,10 +3,11 @@
 `models/events/reference.npz` holds the runtime's scores (ai-edge-litert 2.3, XNNPACK, one thread)
 on every 0.975-s window, 0.48 s apart, of Debian's freedesktop and alsa-utils sounds (see
 `models/events/convert_yamnet.py`). The graph is int8; the port rounds every activation to the same
-grid but not with the runtime's fixed-point arithmetic, so an activation lands one step off now
-and then. Its scores sit on a grid of 1/256 and its logits on one of 0.35, so one logit step moves
-a score by up to 0.09: that is the bound, and the runtime's own two kernels (XNNPACK and the
-builtin ones) differ by as much on a quarter of these windows (BENCHMARKS.md).
+grid, but its float32 FFT moves a log-mel value one step now and then (the runtime's FFT is
+double) and oneDNN's requantisation rounds once more than XNNPACK's, so activations drift. Its
+scores sit on a grid of 1/256 and its logits on one of 0.35, so one logit step moves a score by
+up to 0.09: that is the bound, and the runtime's own two kernels (XNNPACK and the builtin ones)
+differ by as much on a quarter of these windows (BENCHMARKS.md).
 """
 
 from __future__ import annotations

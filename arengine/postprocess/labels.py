@@ -371,6 +371,11 @@ class LabelTagger:
         self.closed: list[tuple[int, int, _Run]] = []
         self.frame = 0
         self.end_sample: int | None = None
+        self.in_start_order = True
+        """Tags come in start order: a finished run waits while an earlier-starting one is
+        open. False (a live stream, `arengine/live/plans.py`): each run's tag comes as soon as
+        it is final, so one label's tags are in order but a long run of another label does not
+        hold them back."""
 
     def push(self, scores: np.ndarray) -> list[Tag]:
         matrix = np.asarray(scores, dtype=np.float64).reshape(-1, self.inputs)
@@ -389,6 +394,8 @@ class LabelTagger:
                 if self.frame - run.last > self.gap_frames[label]:
                     self._close(label)
             self.frame += 1
+        if not self.in_start_order:
+            return self._release(limit=None)
         return self._release(
             limit=min((run.first for run in self.open.values()), default=self.frame)
         )

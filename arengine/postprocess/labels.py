@@ -491,33 +491,50 @@ class LabelTagger:
         if table is not None:
             values = table[values]
         values = values.astype(np.float64)
-        labels, firsts = label[starts], first[starts]
-        runs = self._runs(labels, firsts, last[ends], values, offsets[starts])
-        tags = (self._tag(*runs[i]) for i in np.lexsort((labels, firsts)).tolist())
-        return [tag for tag in tags if tag is not None]
+        peaks = np.maximum.reduceat(values, offsets[starts])
+        order = np.lexsort((label[starts], first[starts]))  # as `push` releases them
+        starts, ends = starts[order], ends[order]
+        runs = (label[starts], first[starts], last[ends])
+        return self._tags(*runs, values, offsets, starts, ends, peaks[order], audio_samples)
 
-    def _runs(
+    def _tags(
         self,
         labels: np.ndarray,
         firsts: np.ndarray,
         lasts: np.ndarray,
         values: np.ndarray,
         offsets: np.ndarray,
-    ) -> list[tuple[int, _Run]]:
-        """One `_Run` per joined piece group: its frames' values are `values[offsets[k]:
-        offsets[k + 1]]`, added in order as `push` adds them."""
+        starts: np.ndarray,
+        ends: np.ndarray,
+        peaks: np.ndarray,
+        audio_samples: int,
+    ) -> list[Tag]:
+        """`_tag` for each run of pieces `starts[k]..ends[k]`: its frames' values are
+        `values[offsets[starts[k]]:offsets[ends[k] + 1]]`, added in order as `push` adds them,
+        the highest `peaks[k]`. Times and the minimum duration in numpy (whole samples,
+        exact), the rest per tag."""
         bounds = np.append(offsets, len(values))
-        counts = np.diff(bounds)
-        peaks = np.maximum.reduceat(values, offsets) if len(values) else values
-        runs = []
-        for k, (label, first, last) in enumerate(
-            zip(labels.tolist(), firsts.tolist(), lasts.tolist(), strict=True)
-        ):
-            run = _Run(first, last, 0.0, int(counts[k]), float(peaks[k]))
-            if not self.peak:  # the mean: a sequential sum, as `push` adds
-                run.total = float(np.cumsum(values[bounds[k] : bounds[k + 1]])[-1])
-            runs.append((label, run))
-        return runs
+        since, until = bounds[starts], bounds[ends + 1]
+        begin = firsts * self.hop + np.where(firsts > 0, self.margin, 0)
+        end = np.minimum(lasts * self.hop + self.window - self.margin, audio_samples)
+        long = (end - begin) * 1000 >= self.view.min_durations_ms[labels] * self.rate
+        tags = []
+        for k in np.flatnonzero(long).tolist():
+            if self.peak:
+                score = float(peaks[k])
+            else:  # the mean: a sequential sum, as `push` adds
+                score = float(np.cumsum(values[since[k] : until[k]])[-1]) / int(until[k] - since[k])
+            label = int(labels[k])
+            tags.append(
+                Tag(
+                    start=round(int(begin[k]) / self.rate, 3),
+                    end=round(int(end[k]) / self.rate, 3),
+                    label=self.view.names[label],
+                    score=round(score, 4),
+                    label_id=self.view.ids[label],
+                )
+            )
+        return tags
 
     def _close(self, label: int) -> None:
         run = self.open.pop(label)

@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from arengine.audio import parts
 from arengine.audio.arrival import Arrival
 from arengine.audio.decode import Decoding, file_block_frames
 from arengine.audio.lanes import LaneDecoding, parallel_lanes
+from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits
 from arengine.types import AudioInfo
@@ -60,7 +62,7 @@ class SegmentSources:
     def __init__(
         self,
         per_model: tuple[SegmentSource, ...],
-        decoding: Decoding | None,
+        decoding: Decoding | PartDecoding | None,
         info: AudioInfo,
         arrival: Arrival | None,
     ) -> None:
@@ -127,8 +129,14 @@ def segment_sources(
     """
     max_frames = int(reading.limits.max_duration_s * info.sample_rate)
     first = models[0]
+    alone = len(models) == 1 and reading.arrival is None
+    if reading.parallel and alone and parts.usable(info) and info.duration_s >= parts.MIN_PART_S:
+        # A long compressed file for one model: `ffmpeg` children decode it in parts at once.
+        count = parts.part_count(info, max(1, reading.segments_ahead // 2))
+        blocks = PartDecoding(path, info, first.sample_rate, max_frames, count)
+        return SegmentSources((Segmenter(blocks, first.plan),), blocks, info, None)
     lanes = 1
-    if reading.parallel and len(models) == 1 and reading.arrival is None:
+    if reading.parallel and alone:
         lanes = parallel_lanes(info, first.plan, first.sample_rate, reading.segments_ahead)
     if lanes > 1:  # a long compressed file: decoded from several offsets at once
         decoder = LaneDecoding(

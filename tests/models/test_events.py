@@ -216,3 +216,17 @@ def test_a_segments_patches_are_its_windows_patches(model: Yamnet) -> None:
     with torch.inference_mode():
         expected = model(windows).numpy()
     np.testing.assert_array_equal(recognizer.infer(recognizer.features(segment), segment), expected)
+
+
+def test_a_long_segments_log_mel_crosses_its_passes_unchanged(model: Yamnet) -> None:
+    """A default segment's 3,120 frames take several `MEL_FRAMES` passes: each window's patch
+    sliced from them is the one computed from that window alone."""
+    recognizer = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"].recognizer
+    sounds = [mono_16k(path) for path in debian_sounds()]
+    audio = np.concatenate(sounds * (1 + recognizer.plan.segment_samples // sum(map(len, sounds))))
+    segment = next(iter(Segmenter(iter([audio]), recognizer.plan)))
+    assert len(segment.samples) > 2 * events.MEL_FRAMES * 160
+    windows = torch.from_numpy(segment.samples).unfold(0, WINDOW, recognizer.plan.hop)
+    with torch.inference_mode():
+        expected = model.patches(windows[: segment.frames])
+    torch.testing.assert_close(recognizer.features(segment), expected, rtol=0, atol=0)

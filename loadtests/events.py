@@ -26,12 +26,13 @@ import dataclasses
 import multiprocessing
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from arengine.audio.decode import BLOCK_FRAMES
 from arengine.audio.segments import Segmenter
 from arengine.models.events import WINDOW, Yamnet
 from arengine.models.kinds import KINDS
@@ -115,9 +116,15 @@ def _torch_share(args: tuple[np.ndarray, str]) -> tuple[int, float]:
     recognizer = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"].recognizer
     windows = 0
     started = time.process_time()
-    for segment in Segmenter(iter([audio]), recognizer.plan):
+    for segment in Segmenter(decoder_blocks(audio), recognizer.plan):
         windows += len(recognizer.infer(recognizer.features(segment), segment))
     return windows, time.process_time() - started
+
+
+def decoder_blocks(audio: np.ndarray) -> Iterator[np.ndarray]:
+    """The recording in the blocks a decoder hands over (one block would make the segmenter
+    copy what remains of it at every segment: quadratic in its length)."""
+    return (audio[start : start + BLOCK_FRAMES] for start in range(0, len(audio), BLOCK_FRAMES))
 
 
 def _tflite_share(args: tuple[np.ndarray, str]) -> tuple[int, float]:
@@ -171,7 +178,7 @@ def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -
         recognizer = KINDS["events"].build(manifest, manifest.segment_s)
     tagger = recognizer.tagger({})
     tags = []
-    for segment in Segmenter(iter([audio]), recognizer.plan):
+    for segment in Segmenter(decoder_blocks(audio), recognizer.plan):
         tags += tagger.push(recognizer.infer(recognizer.features(segment), segment))
     tags += tagger.finish(len(audio))
     print(

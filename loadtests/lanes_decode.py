@@ -37,7 +37,7 @@ def sequential(path: Path, info: AudioInfo, plan: SegmentPlan) -> int:
     return sum(1 for _ in Segmenter(decode(path, info, RATE, CAP), plan))
 
 
-def in_lanes(path: Path, info: AudioInfo, plan: SegmentPlan, lanes: int) -> int:
+def in_lanes(path: Path, info: AudioInfo, plan: SegmentPlan, lanes: int, threads: int) -> int:
     decoding = LaneDecoding(path, info, plan, RATE, CAP, lanes=lanes, ahead=2 * lanes)
     lock = threading.Lock()
     made = [0]
@@ -53,10 +53,10 @@ def in_lanes(path: Path, info: AudioInfo, plan: SegmentPlan, lanes: int) -> int:
                 decoding.release(lane, ended=segment is None)
                 made[0] += segment is not None
 
-    threads = [threading.Thread(target=worker) for _ in range(lanes)]
-    for thread in threads:
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in workers:
         thread.start()
-    for thread in threads:
+    for thread in workers:
         thread.join()
     decoding.close()
     return made[0]
@@ -75,8 +75,11 @@ def main() -> None:
     best: dict[str, tuple[float, float]] = {}
     steps: dict[str, Callable[[], int]] = {
         "sequential, 1 thread": lambda: sequential(path, info, SEGMENT_PLAN),
+        f"{options.lanes} lanes, 1 thread": lambda: in_lanes(
+            path, info, SEGMENT_PLAN, options.lanes, 1
+        ),
         f"{options.lanes} lanes, {options.lanes} threads": lambda: in_lanes(
-            path, info, SEGMENT_PLAN, options.lanes
+            path, info, SEGMENT_PLAN, options.lanes, options.lanes
         ),
     }
     counts = set()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,9 @@ from arengine.types import AudioInfo
 DECODER_WARMUP_S = 1.0
 """Audio decoded and dropped before a chunk: refills MP3's bit reservoir, AAC's and Vorbis'
 overlap, Opus' pre-roll (80 ms is enough for Opus; MP3 and AAC need a frame or two)."""
+
+SKIP_LIMIT_S = 2.0
+"""Audio a lane skips packet by packet to reach its next chunk; farther, it seeks."""
 
 RESAMPLER_WARMUP_S = 0.25
 """Audio resampled and dropped before a chunk: soxr's filter is far shorter."""
@@ -244,13 +247,18 @@ def _frames_from(
     # Integer arithmetic in time-base units: Fractions per packet cost more than decoding.
     num, den = stream.time_base.numerator * info.sample_rate, stream.time_base.denominator
     base = ((stream.start_time or 0) * num + den // 2) // den
-    # No seek: a lane only moves forward, so it skips the packets in between without decoding
-    # them (demuxing costs a few percent of decoding; FFmpeg's MP3 seek rescans from the start).
     skip_to = max(0, start - round(DECODER_WARMUP_S * info.sample_rate) + base) * den // num
+    far = round(SKIP_LIMIT_S * info.sample_rate) * den // num
     if read_to[0] > skip_to:
         # The lane's last chunk read past this one's warm-up (short segments): go back. The
         # demuxer has indexed what it read, so this seek does not rescan the file.
         container.seek(skip_to, stream=stream, backward=True)
+    elif skip_to - read_to[0] > far:
+        # Forward past the other lanes' chunks in FFmpeg's C code: skipping them packet by
+        # packet here makes a Python object of each (BENCHMARKS.md, Parallel decoding). FLAC
+        # without a seek table refuses; its packets are skipped below.
+        with suppress(av.error.FFmpegError):
+            container.seek(skip_to, stream=stream, backward=True)
     context.flush_buffers()
     mixdown = ffmpeg.Mixdown(BLOCK_FRAMES)
     drop: int | None = None

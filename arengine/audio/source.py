@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from arengine.audio import parts
 from arengine.audio.arrival import Arrival
 from arengine.audio.decode import Decoding, file_block_frames
 from arengine.audio.lanes import LaneDecoding, parallel_lanes
+from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits
 from arengine.types import AudioInfo
@@ -26,7 +28,8 @@ adds to the delay before a tag (an upload's 65,536 frames would add 1.5 s at 44.
 
 LIVE_SLACK_S = 0.15
 """What a live stream's resampler holds back (soxr's filter: under 0.1 s from 8 kHz up), plus
-rounding: awaited beyond the next segment so that its decoding never waits for the client."""
+rounding: awaited beyond the next segment so that its decoding never waits for the client; only
+when a model's rate differs from the stream's (otherwise there is no resampler)."""
 
 SegmentSource = Segmenter | LaneDecoding
 """A model's segments: an iterator (`Segmenter`), or lanes the engine hands out under its lock."""
@@ -59,7 +62,7 @@ class SegmentSources:
     def __init__(
         self,
         per_model: tuple[SegmentSource, ...],
-        decoding: Decoding | None,
+        decoding: Decoding | PartDecoding | None,
         info: AudioInfo,
         arrival: Arrival | None,
     ) -> None:
@@ -126,8 +129,14 @@ def segment_sources(
     """
     max_frames = int(reading.limits.max_duration_s * info.sample_rate)
     first = models[0]
+    alone = len(models) == 1 and reading.arrival is None
+    if reading.parallel and alone and parts.usable(info) and info.duration_s >= parts.MIN_PART_S:
+        # A long compressed file for one model: `ffmpeg` children decode it in parts at once.
+        count = parts.part_count(info, max(1, reading.segments_ahead // 2))
+        blocks = PartDecoding(path, info, first.sample_rate, max_frames, count)
+        return SegmentSources((Segmenter(blocks, first.plan),), blocks, info, None)
     lanes = 1
-    if reading.parallel and len(models) == 1 and reading.arrival is None:
+    if reading.parallel and alone:
         lanes = parallel_lanes(info, first.plan, first.sample_rate, reading.segments_ahead)
     if lanes > 1:  # a long compressed file: decoded from several offsets at once
         decoder = LaneDecoding(
@@ -148,11 +157,13 @@ def segment_sources(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )
     sources = SegmentSources(per_model, decoding, info, reading.arrival)
-    sources.live_first_s = LIVE_SLACK_S + max(
+    # Without a resampler (every model at the stream's rate) nothing is held back.
+    slack = LIVE_SLACK_S if any(rate != info.sample_rate for rate in rates) else 0.0
+    sources.live_first_s = slack + max(
         (model.plan.segment_samples + model.plan.lookahead + model.plan.context) / model.sample_rate
         for model in models
     )
-    sources.live_step_s = LIVE_SLACK_S + max(
+    sources.live_step_s = slack + max(
         model.plan.segment_samples / model.sample_rate for model in models
     )
     return sources

@@ -1,0 +1,292 @@
+"""One long compressed file decoded in parts, each by an `ffmpeg` child process at once.
+
+Decoding in the server's process costs a Python object per packet (PyAV) under the GIL, ~80,000
+for a 35-minute MP3, and one process decodes on one core. Here `ffmpeg` decodes, mixes down and
+resamples (its `aresample`) in a child process per part: part 0 writes float32 to a pipe that
+the engine reads in 1 MiB blocks (the read releases the GIL), the later parts to spool files
+that are read once the parts before them are used, so memory holds one block whatever the length.
+
+Every part starts on a whole second, so the model rate's grid falls on it, `WARMUP_S` early for
+the decoder's and the resampler's state, and reads `TAIL_S` past its end; both are cut off by
+sample count. MP3 and FLAC parts then equal one `ffmpeg` decoding the whole file to the bit, AAC
+within its decoder's noise (`tests/audio/test_parts.py`). The plan trusts no header: a part that
+ends short ends the file there (the later parts are not read), the last part reads to the end of
+the file, and the frame cap is counted on what comes out.
+
+The child is opened as narrowly as `ffmpeg.open_upload` opens PyAV: the same demuxer, codec and
+protocol allowlists, the demuxer and decoder validation chose insisted on, one allocation at most
+`MAX_ALLOC_BYTES`, and a change of rate or channels refused (`-reinit_filter 0` makes it an
+error) rather than resampled.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, cast
+
+import numpy as np
+
+from arengine.audio import containers, sniff
+from arengine.audio.decode import DecodeReport, too_long
+from arengine.errors import CorruptAudio, ErrorCode, InvalidInput
+from arengine.types import AudioInfo
+
+FFMPEG = shutil.which("ffmpeg")
+"""The `ffmpeg` program on PATH; None: parts are not used and PyAV decodes sequentially."""
+
+MIN_PART_S = 60
+"""The shortest part: starting a child costs ~0.1 CPU s, a minute of MP3 takes ~3 s to decode."""
+
+WARMUP_S = 1
+"""Seconds decoded and dropped before a part: MP3's bit reservoir, AAC's overlap, the resampler."""
+
+TAIL_S = 1
+"""Seconds read past a part's end and dropped: the resampler's last samples see what follows."""
+
+MAX_ALLOC_BYTES = 64 << 20
+"""The largest single allocation a child may make (`-max_alloc`): packets, frames and index
+tables of real files are far smaller; a packet that claims more fails instead of growing."""
+
+PROTOCOLS = "file"
+"""The child reads the upload by name (the `file` protocol, nothing else): the demuxer allowlist
+holds no playlist or reference format, and `mov` follows no external references by default."""
+
+READ_BYTES = 1 << 20
+"""Bytes per read from a part: 262,144 samples, 16 s at 16 kHz."""
+
+_FORMAT_CHANGED = "Changing audio frame properties on the fly is not supported"
+
+
+def usable(info: AudioInfo) -> bool:
+    """Whether `info`'s file can be decoded in parts: FFmpeg's, seekable to the sample, and the
+    `ffmpeg` program present."""
+    container = containers.named(info.format)
+    seekable = container is not None and container.seekable
+    return FFMPEG is not None and info.decoder == sniff.FFMPEG and seekable
+
+
+def part_count(info: AudioInfo, most: int) -> int:
+    """How many parts to decode `info` in: at most `most`, each at least `MIN_PART_S` long by
+    the header (a guess that the plan checks as it reads)."""
+    return max(1, min(most, int(info.duration_s // MIN_PART_S)))
+
+
+def starts(info: AudioInfo, parts: int) -> list[int]:
+    """Where each part starts, in whole seconds."""
+    return [int(info.duration_s * part / parts) for part in range(parts)]
+
+
+def command(
+    path: Path, info: AudioInfo, rate_out: int, begin_s: int, length_s: float, output: str
+) -> list[str]:
+    """The `ffmpeg` command that writes mono float32 at `rate_out` of `length_s` seconds of
+    `path` from `begin_s` to `output` (`pipe:1` or a file)."""
+    if FFMPEG is None:
+        raise RuntimeError("no ffmpeg program on PATH")
+    demuxer = containers.demuxer_for(info.format)
+    if demuxer is None or info.subtype not in containers.DECODERS.values():
+        raise ValueError(f"{info.format} {info.subtype} is not decoded by FFmpeg")
+    decoder = next(name for name, shown in containers.DECODERS.items() if shown == info.subtype)
+    weights = "+".join(f"{1 / info.channels!r}*c{index}" for index in range(info.channels))
+    return [
+        FFMPEG,
+        *("-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "1"),
+        *("-max_alloc", str(MAX_ALLOC_BYTES), "-reinit_filter", "0"),
+        *("-f", demuxer, "-format_whitelist", demuxer),
+        *("-codec_whitelist", ",".join(containers.DECODERS), "-c:a", decoder),
+        *("-protocol_whitelist", PROTOCOLS, "-probesize", str(5 << 20)),
+        *(("-ss", str(begin_s)) if begin_s else ()),
+        *("-t", f"{length_s:.3f}", "-i", f"file:{path}"),
+        *("-map", f"0:{info.stream}", "-af", f"pan=mono|c0={weights},aresample={rate_out}"),
+        *("-f", "f32le", "-y", output),
+    ]
+
+
+@dataclass(slots=True)
+class _Part:
+    """One child and where its samples go; `first` and `end` are model-rate sample indices."""
+
+    process: subprocess.Popen[bytes]
+    errors: IO[bytes]
+    output: Path | None
+    """The spool file; None for the part read from the pipe."""
+    skip: int
+    first: int
+    end: int | None
+    """None for the last part, which reads to the end of the file."""
+
+
+class PartDecoding:
+    """Mono float32 blocks at `rate_out` of one file, decoded in parts by `ffmpeg` children.
+
+    Iterating gives the blocks in order, as a `decode.Decoding` reader does. Example:
+    `blocks = PartDecoding(path, probe(path, limits), 16000, cap, parts=2)`; once read,
+    `blocks.info()` is what was decoded.
+    """
+
+    def __init__(
+        self, path: Path, info: AudioInfo, rate_out: int, max_frames: int, parts: int
+    ) -> None:
+        self._probed, self._rate = info, rate_out
+        self._cap = max_frames * rate_out // info.sample_rate
+        self.report = DecodeReport()
+        self.block_frames = READ_BYTES // 4
+        at = starts(info, parts)
+        cap_s = max_frames / info.sample_rate
+        self._parts: list[_Part] = []
+        try:
+            for number, first_s in enumerate(at):
+                last = number == len(at) - 1
+                begin_s = max(0, first_s - WARMUP_S)
+                length_s = cap_s - begin_s + TAIL_S if last else at[number + 1] + TAIL_S - begin_s
+                self._parts.append(self._start(path, number, begin_s, length_s))
+                part = self._parts[-1]
+                part.skip = (first_s - begin_s) * rate_out
+                part.first = first_s * rate_out
+                part.end = None if last else at[number + 1] * rate_out
+        except BaseException:
+            self.close()
+            raise
+        self._blocks = self._read()
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        return self
+
+    def __next__(self) -> np.ndarray:
+        return next(self._blocks)
+
+    def reader(self, index: int) -> Iterator[np.ndarray]:
+        """The blocks (one model only: `index` 0)."""
+        if index != 0:
+            raise ValueError("parts decode for one model: reader 0 only")
+        return self
+
+    def held_samples(self, index: int) -> int:
+        """Nothing is held beyond the block being read."""
+        return 0
+
+    def info(self) -> AudioInfo:
+        """What was decoded: the probed info with the decoded length, truncation and warnings."""
+        return self.report.finish(self._probed)
+
+    def close(self) -> None:
+        """Stop every child and remove the spool files."""
+        self._blocks_close()
+        for part in self._parts:
+            if part.process.poll() is None:
+                part.process.kill()
+            part.process.wait()
+            if part.process.stdout is not None:
+                part.process.stdout.close()
+            part.errors.close()
+            if part.output is not None:
+                part.output.unlink(missing_ok=True)
+
+    def _blocks_close(self) -> None:
+        blocks = getattr(self, "_blocks", None)
+        if blocks is not None:
+            blocks.close()
+
+    def _start(self, path: Path, number: int, begin_s: int, length_s: float) -> _Part:
+        output: Path | None = None
+        if number:
+            handle, name = tempfile.mkstemp(prefix="arengine-part-", suffix=".f32")
+            os.close(handle)
+            output = Path(name)
+        target = "pipe:1" if output is None else f"file:{output}"
+        errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `close`)
+        args = command(path, self._probed, self._rate, begin_s, length_s, target)
+        stdout = subprocess.PIPE if output is None else subprocess.DEVNULL
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=errors)
+        if process.stdout is not None:
+            with suppress(OSError):  # Linux only; elsewhere the default pipe works, in more reads
+                fcntl.fcntl(process.stdout, getattr(fcntl, "F_SETPIPE_SZ", 1031), READ_BYTES)
+        return _Part(process, errors, output, 0, 0, None)
+
+    def _read(self) -> Iterator[np.ndarray]:
+        given = 0
+        for part in self._parts:
+            received = 0
+            for raw in self._samples(part):
+                keep = raw[max(0, part.skip - received) :]
+                received += len(raw)
+                if part.end is not None:
+                    keep = keep[: max(0, part.end - given)]
+                if len(keep):
+                    given += len(keep)
+                    self._count(given)
+                    yield _checked(keep)
+            self._finished(part, given)
+            if part.end is not None and given < part.end:
+                break  # the file ends inside this part: what the later parts read is not there
+        if given == 0:
+            raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
+
+    def _count(self, given: int) -> None:
+        if given > self._cap:
+            raise too_long(
+                self._cap * self._probed.sample_rate // self._rate, self._probed.sample_rate
+            )
+        self.report.frames = given * self._probed.sample_rate // self._rate
+
+    def _samples(self, part: _Part) -> Iterator[np.ndarray]:
+        if part.output is None:
+            stream = part.process.stdout
+            assert stream is not None  # started with stdout=PIPE
+        else:
+            part.process.wait()
+            stream = open(part.output, "rb")  # noqa: SIM115 (closed below, in a generator)
+        try:
+            while True:
+                block = np.empty(READ_BYTES // 4, np.float32)
+                got = cast(io.BufferedIOBase, stream).readinto(block.data.cast("B"))
+                if not got:
+                    return
+                # ffmpeg writes whole samples; a partial one can only be the end of a dying child.
+                yield block[: got // 4]
+        finally:
+            if part.output is not None:
+                stream.close()
+
+    def _finished(self, part: _Part, given: int) -> None:
+        code = part.process.wait()
+        part.errors.seek(0)
+        lines = part.errors.read(64 << 10).decode("utf-8", "replace").splitlines()
+        if any(_FORMAT_CHANGED in line for line in lines):
+            raise InvalidInput(
+                f"the {self._probed.format} stream changes its codec parameters after "
+                f"{given / self._rate:.1f} s; accepted: one sample rate and channel count per "
+                "recording",
+                code=ErrorCode.AUDIO_FORMAT_CHANGED,
+            )
+        if code == 0 and not lines:
+            return
+        reason = lines[-1][:200] if lines else f"ffmpeg exited with {code}"
+        if given == 0 and code != 0:
+            raise CorruptAudio(f"the audio cannot be read: {reason}")
+        warning = f"FFmpeg reported after {given / self._rate:.1f} s: {reason}"
+        if code != 0:
+            self.report.truncated = True
+            warning += "; the result covers what was decoded"
+        if warning not in self.report.warnings:
+            self.report.warnings.append(warning)
+
+
+def _checked(samples: np.ndarray) -> np.ndarray:
+    """Finite samples within [-1, 1], as `decode.to_mono` makes them."""
+    # One float64 sum finds a NaN or an infinity without overflowing on finite samples.
+    if not np.isfinite(samples.sum(dtype=np.float64)):
+        raise InvalidInput(
+            "the audio contains NaN or infinite samples", code=ErrorCode.NON_FINITE_AUDIO
+        )
+    clipped: np.ndarray = np.clip(samples, -1.0, 1.0)
+    return clipped

@@ -201,7 +201,8 @@ def pink_noise(seconds: float, dbfs: float = -50.0, seed: int = 0) -> np.ndarray
     spectrum = np.fft.rfft(rng.normal(0, 1, length))
     spectrum /= np.sqrt(np.maximum(np.fft.rfftfreq(length, 1 / 16000), 20.0))
     noise = np.fft.irfft(spectrum, length)
-    return (noise / np.sqrt(np.mean(noise**2)) * 10 ** (dbfs / 20)).astype(np.float32)
+    quiet: np.ndarray = (noise / np.sqrt(np.mean(noise**2)) * 10 ** (dbfs / 20)).astype(np.float32)
+    return quiet
 
 
 def _default_tags(audio: np.ndarray) -> list[Tag]:

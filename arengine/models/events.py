@@ -242,9 +242,9 @@ class _Int8Layer:
     The graph's int8 activations shifted by 128 are oneDNN's uint8 ones (zero point `zero +
     128`; ReLU6 is the saturation at 0 and 255 of its output grid, whose zero point is 0). Its
     VNNI kernels do 4 int8 products where float does one: 4.6x less CPU for the body than
-    `_Layer` in float (measured on 32 windows, one thread). The requantisation rounds as
-    oneDNN does, not as the runtime's fixed point, so an activation lands one step off now and
-    then, as the float port's did.
+    `_Layer` in float (measured on 32 windows, one thread). oneDNN requantises as `(acc * s_in
+    * s_w + bias) / s_out`, XNNPACK (the runtime's default) as `(acc + bias) * scale` rounded
+    once: fed the same input, one value in about 700,000 lands one step off (BENCHMARKS.md).
     """
 
     def __init__(

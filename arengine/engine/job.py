@@ -81,6 +81,13 @@ class JobSpec:
     earlier run kept are post-processed from its scores, not inferred again."""
 
     @property
+    def background(self) -> bool:
+        """A job's run (`POST /v1/jobs`, the one kind of request that keeps its scores): it
+        holds at most the pool's `background_threads` at once, the rest staying free for
+        requests."""
+        return self.keeper is not None
+
+    @property
     def model(self) -> str:
         """The models' names as the request gave them: `speech`, or `speech,notes`."""
         return ",".join(recognizer.name for recognizer in self.recognizers)

@@ -332,7 +332,7 @@ def _sparse_pieces(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`_pieces` and `_piece_values` from the few true entries of the `(frames, labels)` mask
     `weak`: each piece's label, first and last frame (by label then frame), the scores of
-    their frames piece after piece, and where each piece's begin."""
+    their frames piece after piece, and where each piece begins."""
     labels = matrix.shape[1]
     entries = _true_entries(weak)
     frame, label = np.divmod(entries, labels)
@@ -377,7 +377,7 @@ def _true_entries(mask: np.ndarray) -> np.ndarray:
 def _piece_values(
     matrix: np.ndarray, label: np.ndarray, first: np.ndarray, last: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The scores of every piece's frames, piece after piece, and where each piece's begin."""
+    """The scores of every piece's frames, piece after piece, and where each piece begins."""
     lengths = last - first + 1
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lengths) else lengths
     piece = np.repeat(np.arange(len(lengths)), lengths)

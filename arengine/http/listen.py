@@ -292,6 +292,8 @@ class _Session:
             await decoder.pump(self.spool.write, lambda: self.spool.full)
         except ArengineError as error:
             job.abort(error)
+        except OSError as error:  # the upload directory is full
+            job.abort(_unstored(error))
         finally:
             self._pumped.set()
 

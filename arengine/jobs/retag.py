@@ -3,9 +3,10 @@ model's kept scores (`arengine/jobs/scores.py`) go through a fresh tagger of the
 kind, and the models' tags are merged as the engine merges them.
 
 The taggers are the ones a recognition uses (`Recognizer.tagger`), so the tags equal a fresh
-recognition's with those parameters. A `WholeTagger` (`arengine/postprocess/__init__.py`) gets every
-segment's scores as one array, which gives the tags of pushing them segment by segment (its
-tests compare the two); the others are fed segment by segment, as the engine feeds them.
+recognition's with those parameters. A `WholeTagger` (`arengine/postprocess/__init__.py`)
+gets every segment's scores as one array, which gives the tags of pushing them segment by
+segment (its tests compare the two); the others are fed segment by segment, as the engine feeds
+them, and a tagger that `ReadsColumns` only the columns it reads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from arengine.jobs.scores import KeptModel, ModelPlan
 from arengine.models.kinds import implied_by_recording_time
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
-from arengine.postprocess import Tagger, WholeTagger
+from arengine.postprocess import ReadsColumns, Tagger, WholeTagger
 from arengine.types import Result, Tag
 
 
@@ -55,7 +56,10 @@ def _tags(tagger: Tagger, model: KeptModel) -> list[Tag]:
     if isinstance(tagger, WholeTagger):
         return tagger.whole(model.joined(), model.total_samples)
     found: list[Tag] = []
-    for scores in model.scores:
+    segments = model.scores
+    if isinstance(tagger, ReadsColumns):
+        segments = model.first_columns(tagger.columns_read)
+    for scores in segments:
         found.extend(tagger.push(scores))
     found.extend(tagger.finish(model.total_samples))
     return found

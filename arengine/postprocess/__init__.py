@@ -6,7 +6,8 @@ after it (`speech.py`, `pitch.py`, `notes.py`: `<Kind>Params` and `<Kind>Tagger`
 tag labels from per-window scores (`classifier`, `music`) share `labels.py`'s `LabelTagger`, each
 with its own `LabelParams` subclass. `arengine/models/kinds.py` says which kind uses which.
 A tagger may also be a `WholeTagger`: new parameters on a finished job's kept scores
-(`arengine/jobs/retag.py`) then hand it the whole recording's scores at once.
+(`arengine/jobs/retag.py`) then hand it the whole recording's scores at once; or `ReadsColumns`:
+they then read only the columns it uses.
 """
 
 from __future__ import annotations
@@ -39,3 +40,11 @@ class WholeTagger(Protocol):
         """On a fresh tagger: the tags of `push` over any cut of `scores` (rows in order;
         palette-coded or not), then `finish(audio_samples)`."""
         ...
+
+
+@runtime_checkable
+class ReadsColumns(Protocol):
+    """A tagger that reads only the first `columns_read` columns of its scores, and may be fed
+    no more than those."""
+
+    columns_read: int

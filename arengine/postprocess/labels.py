@@ -310,6 +310,17 @@ def _pieces(weak: np.ndarray, strong: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return label, first - label * width - 1, ends - label * width - 1
 
 
+def _at_least(rows: np.ndarray, limits: np.ndarray) -> np.ndarray:
+    """`rows[k] >= limits[k]` for each row; palette codes (bytes) are compared as bytes, a limit
+    past the last code (256) holding no row."""
+    if rows.dtype != np.uint8:
+        over: np.ndarray = rows >= limits[:, None]
+        return over
+    codes: np.ndarray = rows >= np.minimum(limits, 255).astype(np.uint8)[:, None]
+    codes[limits > 255] = False
+    return codes
+
+
 def _piece_values(
     matrix: np.ndarray, label: np.ndarray, first: np.ndarray, last: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -409,7 +420,7 @@ class LabelTagger:
             releases, thresholds, table = self.releases, self.thresholds, None
         self.end_sample = audio_samples
         by_label = np.ascontiguousarray(matrix.T)
-        label, first, last = _pieces(by_label >= releases[:, None], by_label >= thresholds[:, None])
+        label, first, last = _pieces(_at_least(by_label, releases), _at_least(by_label, thresholds))
         if not len(label):
             return []
         # Pieces of one label join while the next starts within the merge gap of the last.
@@ -421,9 +432,9 @@ class LabelTagger:
         if table is not None:
             values = table[values]
         values = values.astype(np.float64)
-        runs = self._runs(label[starts], first[starts], last[ends], values, offsets[starts])
-        order = sorted(range(len(runs)), key=lambda i: (runs[i][1].first, runs[i][0]))
-        tags = (self._tag(*runs[i]) for i in order)
+        labels, firsts = label[starts], first[starts]
+        runs = self._runs(labels, firsts, last[ends], values, offsets[starts])
+        tags = (self._tag(*runs[i]) for i in np.lexsort((labels, firsts)).tolist())
         return [tag for tag in tags if tag is not None]
 
     def _runs(

@@ -251,3 +251,20 @@ def test_the_client_and_the_command_send_a_webm_stream(tight: Server, talk: Reco
     )
     assert done.returncode == 0, done.stderr
     assert _tags([json.loads(line) for line in done.stdout.decode().splitlines()]) == _tags(lines)
+
+
+def test_a_server_stopping_mid_stream_leaves_no_decoder_behind(
+    serve: ServerFactory, talk: Recording
+) -> None:
+    """SIGTERM with a WebM stream open: once the shutdown timeout has passed the stream ends,
+    and its decoder does not outlive the server."""
+    server = serve(*TIGHT, "--shutdown-timeout-s", "1", "--shutdown-delay-s", "0")
+    data = _webm(talk.path).read_bytes()
+    with _ws(server) as ws:
+        ws.send(json.dumps({"format": "webm"}))
+        ws.send(data[: len(data) // 2])
+        assert wait_until(lambda: len(_decoders(server)) == 1)
+        (child,) = _decoders(server)
+        server.process.terminate()
+        assert server.process.wait(timeout=60) is not None
+    assert wait_until(lambda: not Path(f"/proc/{child}").exists())

@@ -129,3 +129,27 @@ def test_few_distinct_values_are_kept_as_palette_codes_exactly(tmp_path: Path) -
     again = ScoreLog.open(other, plan)
     assert again.kept(0)[0].tobytes() == signed_zero.tobytes(), "-0.0 stays -0.0"
     again.close()
+
+
+def test_a_notes_contour_is_kept_apart_and_read_only_when_asked(tmp_path: Path) -> None:
+    """Notes rows are kept in two parts: every column comes back exactly, and the first
+    columns alone (what new parameters without pitch bends read) without the contour."""
+    path = tmp_path / "notes.scores"
+    log = ScoreLog.open(path, PLAN)
+    arrays = [_scores(segment, (300, 440)) for segment in range(2)]
+    for segment, array in enumerate(arrays):
+        log.keep(1, segment, array)
+    log.end(1, 600 * 256)
+    log.keep(0, 0, _scores(9, (937,)))
+    log.end(0, 937 * 512)
+    log.close()
+    with ScoreLog.reading(path) as (_, kept):
+        assert kept is not None
+        notes = kept[1]
+        assert [a.tobytes() for a in notes.scores] == [a.tobytes() for a in arrays]
+        first = notes.first_columns(176)
+        assert [a.shape for a in first] == [(300, 176)] * 2
+        assert [a.tobytes() for a in first] == [a[:, :176].tobytes() for a in arrays]
+        assert [a.tobytes() for a in notes.first_columns(200)] == [
+            a[:, :200].tobytes() for a in arrays
+        ]

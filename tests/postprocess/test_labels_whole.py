@@ -101,3 +101,18 @@ def test_no_scores_and_no_runs_give_no_tags() -> None:
     assert [(t.label, t.start, t.end, t.score) for t in tags] == [
         (label, 0.0, 5.0, 1.0) for label in LABELS
     ]
+
+
+def test_a_full_palette_and_a_threshold_above_its_last_value() -> None:
+    """256 values, codes 0-255: a threshold above the highest value (code 256) starts no run,
+    one just below it starts some, as the scores themselves give."""
+    rng = np.random.default_rng(3)
+    levels = np.linspace(0, 0.99, 256, dtype=np.float32)
+    scores = rng.choice(levels, (600, len(LABELS)))
+    coded = Palette.of(scores)
+    assert coded is not None and len(coded.values) == 256
+    for threshold, expect_tags in ((0.995, False), (0.985, True)):
+        params = LabelParams(threshold=threshold, hysteresis=0.5, merge_gap_ms=20)
+        pushed = _pushed(_tagger(params, False, False), scores, [250], 6000)
+        assert _tagger(params, False, False).whole(coded, 6000) == pushed
+        assert bool(pushed) == expect_tags

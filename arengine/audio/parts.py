@@ -141,7 +141,8 @@ class PartDecoding:
         self.report = DecodeReport()
         self.block_frames = READ_BYTES // 4
         at = starts(info, parts)
-        cap_s = max_frames / info.sample_rate
+        # ffmpeg takes durations up to 2^63 microseconds; a cap past a year is no cap.
+        cap_s = min(max_frames / info.sample_rate, 366 * 86400)
         self._parts: list[_Part] = []
         try:
             for number, first_s in enumerate(at):

@@ -182,3 +182,13 @@ def test_without_the_ffmpeg_program_pyav_decodes(
     monkeypatch.setattr(parts, "FFMPEG", None)
     path = _talk(recording, "a.mp3")
     assert not parts.usable(probe(path, LIMITS))
+
+
+def test_a_cap_beyond_what_ffmpeg_can_count_is_no_cap(recording: RecordingFactory) -> None:
+    """ffmpeg refuses a `-t` over 2^63 microseconds: the last part would decode nothing."""
+    path = _talk(recording, "a.mp3")
+    info = probe(path, LIMITS)
+    one, _ = _decoded(path, info, 1)
+    two, decoded = _decoded(path, info, 2, cap=2**62)
+    assert len(two) == len(one)
+    assert decoded.warnings == ()

@@ -34,6 +34,7 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from arengine.live.formats import CONTAINER_FORMATS
 from arengine.types import AudioInfo as AudioInfo  # what `Recognition.audio` is
 from arengine.types import Result, Tag, result_of, tag_of
 
@@ -565,12 +566,17 @@ class AsyncClient:
         """The tags of a live stream as each becomes final (`WS /v1/listen`).
 
         `audio`: chunks of raw PCM (`s16le` or `f32le`, interleaved channels), for example read
-        from a sound card or `ffmpeg -f s16le -`; the stream ends when they do. Example::
+        from a sound card or `ffmpeg -f s16le -`; or with `format="webm"` (or `"ogg"`) the
+        pieces of a WebM/Opus stream such as a browser's MediaRecorder gives, whose rate and
+        channels the stream states (`sample_rate` and `channels` are not sent). The stream ends
+        when the chunks do. Example::
 
             async for tag in client.listen(chunks, sample_rate=16000, model="events"):
                 print(tag.start, tag.end, tag.label)
         """
-        opening = {"format": format, "sample_rate": sample_rate, "channels": channels}
+        opening: dict[str, Any] = {"format": format}
+        if format not in CONTAINER_FORMATS:
+            opening.update(sample_rate=sample_rate, channels=channels)
         async for item in self.listen_lines(audio, opening, model=model, **overrides):
             if "label" in item:
                 yield tag_of(item)

@@ -211,6 +211,12 @@ class Settings(BaseSettings):
         le=64,
         description="Jobs run on the engine at once; the rest wait queued. Keep it below engine_threads' worth of work so interactive requests keep their share.",
     )
+    job_threads: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Engine threads the running jobs may hold at once; the others stay free for requests, which would otherwise wait for a job's segment to end (seconds with a heavy model). 0 means engine threads - 1, at least 1; engine threads gives jobs an idle server's every thread.",
+    )
     max_queued_jobs: int = Field(
         100,
         ge=1,

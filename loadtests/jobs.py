@@ -8,7 +8,14 @@ against the same job uninterrupted; new parameters on finished jobs; kept scores
    done without the restarts' own time (process start and model loading, until /readyz), against
    the uninterrupted time; and whether the tags are the same.
 2. One job per model on a `--store-minutes` recording: its kept scores' bytes per audio hour,
-   and `GET /v1/jobs/{id}/result` with a new parameter of its kind (median of 5, in ms).
+   and `GET /v1/jobs/{id}/result` with a new parameter of its kind (median of 5, in ms), then
+   the same in-process, split into reading the scores and deriving the tags. `--data-dir` keeps
+   the jobs; `--reuse DIR` times the done jobs of such a folder again without running them
+   (after a change to the taggers or to how scores are read):
+
+    python -m loadtests.jobs --minutes 0 --store-minutes 120 --models speech,events,notes \
+        --data-dir loadtests/out/jobs
+    python -m loadtests.jobs --minutes 0 --reuse loadtests/out/jobs
 
 Real servers on 127.0.0.1 only; bounded by the lengths given.
 """
@@ -16,6 +23,7 @@ Real servers on 127.0.0.1 only; bounded by the lengths given.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -27,6 +35,9 @@ from typing import Any
 
 import httpx
 
+from arengine.jobs.scores import ScoreLog
+from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.postprocess import WholeTagger
 from loadtests.recordings import write_recording
 from loadtests.server import start_server
 
@@ -119,28 +130,70 @@ def killed_often(
         process.wait()
 
 
-def kept_scores(audio: Path, port: int, models: list[str]) -> list[tuple[str, float, float]]:
-    """Per model: (model, kept bytes per audio hour, ms to derive the tags with a new
-    parameter, median of 5)."""
-    data = Path(tempfile.mkdtemp())
+Row = tuple[str, float, float, float, float, float]
+"""(model, kept MB per audio hour, ms over HTTP, ms in-process: reading, tags, in all)."""
+
+
+def kept_scores(audio: Path | None, port: int, models: list[str], data: Path) -> list[Row]:
+    """Per model: its job (run on `audio`, or the done one in `data` when `audio` is None), its
+    kept bytes per audio hour, and the ms to derive its tags with a new parameter (medians of
+    5): over HTTP, then in-process."""
     process, url, _ = started(port, data, "--models", ",".join(models))
-    rows = []
+    jobs: list[tuple[str, str]] = []
     try:
-        for model in models:
-            job_id = submit(url, audio, model)
-            wait_done(url, job_id)
-            duration = float(httpx.get(f"{url}/v1/jobs/{job_id}").json()["progress"]["duration_s"])
-            size = (data / "results" / f"{job_id}.scores").stat().st_size
-            times = []
-            for _ in range(5):
-                begin = time.perf_counter()
-                tags(url, job_id, **NEW_PARAMETERS[model])
-                times.append(time.perf_counter() - begin)
-            rows.append((model, size / duration * 3600, statistics.median(times) * 1000))
+        if audio is None:
+            listed = httpx.get(f"{url}/v1/jobs").json()["jobs"]
+            done = [job for job in listed if job["state"] == "done" and job["model"] in models]
+            jobs = [(job["model"], job["id"]) for job in done]
+        else:
+            for model in models:
+                job_id = submit(url, audio, model)
+                wait_done(url, job_id)
+                jobs.append((model, job_id))
+        over_http = {job_id: _median_ms(url, job_id, model) for model, job_id in jobs}
     finally:
         process.terminate()
         process.wait()
+    rows = []
+    for model, job_id in jobs:
+        path = data / "results" / f"{job_id}.scores"
+        duration = json.loads((data / "results" / f"{job_id}.json").read_text())["audio"]
+        per_hour = path.stat().st_size / duration["duration_s"] * 3600 / 1e6
+        reading, tagging = in_process(path, model)
+        rows.append((model, per_hour, over_http[job_id], reading, tagging, reading + tagging))
     return rows
+
+
+def in_process(path: Path, model: str) -> tuple[float, float]:
+    """Medians of 5: ms to read the kept scores (as one array, or palette codes), and to derive
+    the tags from them; the model is loaded, not run."""
+    recognizer = load_models(DEFAULT_MODELS_DIR, [model])[0][model].recognizer
+    reading, tagging = [], []
+    for _ in range(5):
+        begin = time.perf_counter()
+        with ScoreLog.reading(path) as (_, kept):
+            assert kept is not None
+            joined = kept[0].joined() if model != "notes" else None
+            read = time.perf_counter()
+            tagger = recognizer.tagger(NEW_PARAMETERS[model])
+            if isinstance(tagger, WholeTagger) and joined is not None:
+                tagger.whole(joined, kept[0].total_samples)
+            else:  # notes: segment by segment, read while tagged
+                for scores in kept[0].scores:
+                    tagger.push(scores)
+                tagger.finish(kept[0].total_samples)
+        reading.append(read - begin)
+        tagging.append(time.perf_counter() - read)
+    return statistics.median(reading) * 1000, statistics.median(tagging) * 1000
+
+
+def _median_ms(url: str, job_id: str, model: str) -> float:
+    times = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        tags(url, job_id, **NEW_PARAMETERS[model])
+        times.append(time.perf_counter() - begin)
+    return statistics.median(times) * 1000
 
 
 def main() -> None:
@@ -157,21 +210,37 @@ def main() -> None:
         "`--kill-every-s` must exceed one segment's inference",
     )
     parser.add_argument("--store-minutes", type=float, default=2.0)
+    parser.add_argument("--data-dir", type=Path, help="keep the kept-scores jobs here")
+    parser.add_argument(
+        "--reuse", type=Path, help="time the done jobs of this data directory; run none"
+    )
     parser.add_argument("--models", default="speech,pitch,notes,events,music")
     parser.add_argument("--port", type=int, default=8796)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
     if args.minutes > 0:
         pitch_job_killed_often(args, folder)
-    store = folder / "store.wav"
-    write_recording(store, args.store_minutes, 16000, 1)
-    rows = kept_scores(store, args.port, args.models.split(","))
-    print(f"\n{args.store_minutes:g} min of audio; load average at the end: {os.getloadavg()}")
-    print("| model | kept scores, MB per audio hour | new parameter | ms (median of 5) |")
-    print("|---|---|---|---|")
-    for model, per_hour, ms in rows:
+    models = args.models.split(",")
+    if args.reuse is not None:
+        rows = kept_scores(None, args.port, models, args.reuse)
+    else:
+        store = folder / "store.wav"
+        write_recording(store, args.store_minutes, 16000, 1)
+        data = args.data_dir or Path(tempfile.mkdtemp())
+        data.mkdir(parents=True, exist_ok=True)
+        rows = kept_scores(store, args.port, models, data)
+    print(f"\nload average at the end: {os.getloadavg()}")
+    print(
+        "| model | kept scores, MB per audio hour | new parameter | ms over HTTP | "
+        "ms in-process: reading | tags | in all |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for model, per_hour, http_ms, reading, tagging, total in rows:
         parameter = ", ".join(f"{k}={v:g}" for k, v in NEW_PARAMETERS[model].items())
-        print(f"| {model} | {per_hour / 1e6:.2f} | {parameter} | {ms:.0f} |")
+        print(
+            f"| {model} | {per_hour:.2f} | {parameter} | {http_ms:.0f} | {reading:.0f} | "
+            f"{tagging:.0f} | {total:.0f} |"
+        )
 
 
 def pitch_job_killed_often(args: argparse.Namespace, folder: Path) -> None:

@@ -7,8 +7,10 @@ each sent when its last sample would have been recorded (as a sound card deliver
 
 1. delay per model: one stream, `--seconds` of speech (espeak-ng phrases between silence, tones
    and noise) for `speech`, and of quiet noise with a phone, an alarm clock, a bell and a voice
-   every 20 s for `events` (`loadtests/events.py`), also without its 500-ms merge gap. A tag's
-   delay is its arrival at the client less the moment its end (the tag's own `end`) was sent;
+   every 20 s for `events` (`loadtests/events.py`), also without its 500-ms merge gap, and both
+   again as WebM/Opus encoded by ffmpeg as they are recorded (`{"format": "webm"}`, decoded to
+   48 kHz by the server). A tag's delay is its arrival at the client less the moment its end
+   (the tag's own `end`) was sent;
 2. streams held: `N` speech streams at once for each `--streams`, their delays' median and 90th
    percentile, the server's RSS growth per stream, and the p99 of 5-s uploads posted meanwhile
    against the same uploads alone.
@@ -27,12 +29,13 @@ import asyncio
 import json
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import numpy as np
 import soundfile as sf
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 
 from loadtests.events import recording as events_recording
 from loadtests.recordings import write_recording
@@ -42,25 +45,21 @@ RATE = 16000
 CHUNK_S = 0.1
 
 
-async def stream(url: str, model: str, audio: np.ndarray) -> list[float]:
+async def stream(url: str, model: str, audio: np.ndarray, webm: bool = False) -> list[float]:
     """Send `audio` (16 kHz mono) at real speed; each tag's delay from its end being sent.
-    `model`: the query's model and overrides (`events&merge_gap_ms=0`)."""
+    `model`: the query's model and overrides (`events&merge_gap_ms=0`). `webm`: encoded as it
+    is recorded by ffmpeg into WebM/Opus (`WEBM_ENCODER`), whose bytes are sent as they come,
+    as a browser's MediaRecorder sends its chunks."""
     delays: list[float] = []
-    chunk = int(RATE * CHUNK_S)
     pcm = (np.clip(audio, -1, 1) * 32767).astype("<i2")
+    opening = (
+        {"format": "webm"} if webm else {"format": "s16le", "sample_rate": RATE, "channels": 1}
+    )
     async with connect(f"{url}/v1/listen?model={model}", max_size=None, ping_interval=None) as ws:
-        await ws.send(json.dumps({"format": "s16le", "sample_rate": RATE, "channels": 1}))
+        await ws.send(json.dumps(opening))
         started = time.monotonic()
-
-        async def send() -> None:
-            for k in range(0, len(pcm), chunk):
-                piece = pcm[k : k + chunk]
-                ready = started + (k + len(piece)) / RATE  # recorded by then
-                await asyncio.sleep(max(0.0, ready - time.monotonic()))
-                await ws.send(piece.tobytes())
-            await ws.send(json.dumps({"end": True}))
-
-        sender = asyncio.ensure_future(send())
+        send = _send_webm if webm else _send_pcm
+        sender = asyncio.ensure_future(send(ws, pcm, started))
         async for message in ws:
             line = json.loads(message)
             if "label" in line:
@@ -69,6 +68,49 @@ async def stream(url: str, model: str, audio: np.ndarray) -> list[float]:
                 raise RuntimeError(line["error"])
         await sender
     return delays
+
+
+async def _recorded(pcm: np.ndarray, started: float) -> AsyncIterator[bytes]:
+    """`pcm` in 0.1-s pieces, each once its last sample would have been recorded."""
+    chunk = int(RATE * CHUNK_S)
+    for k in range(0, len(pcm), chunk):
+        piece = pcm[k : k + chunk]
+        await asyncio.sleep(max(0.0, started + (k + len(piece)) / RATE - time.monotonic()))
+        yield piece.tobytes()
+
+
+async def _send_pcm(ws: ClientConnection, pcm: np.ndarray, started: float) -> None:
+    async for piece in _recorded(pcm, started):
+        await ws.send(piece)
+    await ws.send(json.dumps({"end": True}))
+
+
+WEBM_ENCODER = (
+    "ffmpeg", "-v", "error", "-f", "s16le", "-ar", str(RATE), "-ac", "1", "-i", "pipe:0",
+    "-c:a", "libopus", "-b:a", "32k", "-f", "webm", "-cluster_time_limit", "100", "pipe:1",
+)  # fmt: skip
+"""Opus at 32 kbit/s in WebM clusters of 0.1 s: a MediaRecorder with a 100-ms timeslice."""
+
+
+async def _send_webm(ws: ClientConnection, pcm: np.ndarray, started: float) -> None:
+    encoder = await asyncio.create_subprocess_exec(
+        *WEBM_ENCODER, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert encoder.stdin is not None and encoder.stdout is not None
+
+    async def record() -> None:
+        assert encoder.stdin is not None
+        async for piece in _recorded(pcm, started):
+            encoder.stdin.write(piece)
+            await encoder.stdin.drain()
+        encoder.stdin.close()
+
+    recorder = asyncio.ensure_future(record())
+    while data := await encoder.stdout.read(1 << 16):
+        await ws.send(data)
+    await recorder
+    await encoder.wait()
+    await ws.send(json.dumps({"end": True}))
 
 
 async def uploads(url: str, clip: Path, until: float) -> list[float]:
@@ -186,6 +228,9 @@ def delays_and_streams(port: int, seconds: float, counts: str, folder: Path) -> 
         ]
         for model, audio in runs:
             print(f"| {model} | {summary(asyncio.run(stream(ws_url, model, audio)))} |")
+        for model, audio in runs[:2]:
+            delays = asyncio.run(stream(ws_url, model, audio, webm=True))
+            print(f"| {model}, WebM/Opus | {summary(delays)} |")
         alone_until = time.monotonic() + 10
         alone = asyncio.run(uploads(url, clip, alone_until))
         print(f"\n5-s uploads alone: p99 {p99(alone):.3f} s over {len(alone)} requests\n")

@@ -548,11 +548,22 @@ def kustomization() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def resources(kustomization: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The resources `kubectl apply -k` applies, by kind."""
+    """The resources `kubectl apply -k` applies: the interactive server's (named `arengine`) by
+    kind, the others by kind and name (`StatefulSet/arengine-jobs`)."""
     loaded = [_load(K8S / name) for name in kustomization["resources"]]
-    by_kind = {resource["kind"]: resource for resource in loaded}
-    assert len(by_kind) == len(loaded), "one resource of each kind"
+    by_kind = {_key(resource): resource for resource in loaded}
+    assert len(by_kind) == len(loaded), "one resource of each kind and name"
     return by_kind
+
+
+def _key(resource: dict[str, Any]) -> str:
+    name = resource["metadata"]["name"]
+    return resource["kind"] if name == "arengine" else f"{resource['kind']}/{name}"
+
+
+JOBS = "StatefulSet/arengine-jobs"
+WORKLOADS = ("Deployment", JOBS)
+"""The pod templates: the interactive replicas, and the one pod with the job store."""
 
 
 def test_kustomization_lists_every_manifest(kustomization: dict[str, Any]) -> None:
@@ -598,10 +609,11 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
     return {item["name"]: item["value"] for item in container["env"]}
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
 def test_deployment_cpu_equals_engine_threads(
-    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    resources: dict[str, dict[str, Any]], workload: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    container = _container(resources["Deployment"])
+    container = _container(resources[workload])
     env = _env(container)
     threads = int(env["ARENGINE_ENGINE_THREADS"])
     assert threads >= 1
@@ -614,8 +626,11 @@ def test_deployment_cpu_equals_engine_threads(
     assert Settings().engine_threads == threads
 
 
-def test_deployment_probes_and_shutdown(resources: dict[str, dict[str, Any]]) -> None:
-    deployment = resources["Deployment"]
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_deployment_probes_and_shutdown(
+    resources: dict[str, dict[str, Any]], workload: str
+) -> None:
+    deployment = resources[workload]
     container = _container(deployment)
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -626,12 +641,13 @@ def test_deployment_probes_and_shutdown(resources: dict[str, dict[str, Any]]) ->
         assert container[probe]["httpGet"]["port"] in ("http", ports["http"])
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
 def test_deployment_drain_and_uploads_agree_with_the_settings(
-    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    resources: dict[str, dict[str, Any]], workload: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The grace period counts from the preStop hook: sleep + shutdown delay + drain fit in it;
     the upload emptyDir holds every admitted upload; memory is above the measured peak."""
-    deployment = resources["Deployment"]
+    deployment = resources[workload]
     container = _container(deployment)
     pod = deployment["spec"]["template"]["spec"]
     settings = _settings(_env(container), monkeypatch)
@@ -649,8 +665,11 @@ def test_deployment_drain_and_uploads_agree_with_the_settings(
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, "torch import + warm-up"
 
 
-def test_deployment_security_and_writable_upload_dir(resources: dict[str, dict[str, Any]]) -> None:
-    deployment = resources["Deployment"]
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_deployment_security_and_writable_upload_dir(
+    resources: dict[str, dict[str, Any]], workload: str
+) -> None:
+    deployment = resources[workload]
     pod = deployment["spec"]["template"]["spec"]
     container = _container(deployment)
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -681,6 +700,8 @@ def test_labels_and_selectors_match(resources: dict[str, dict[str, Any]]) -> Non
 
 def test_service_monitor_selects_the_service(resources: dict[str, dict[str, Any]]) -> None:
     monitor, service = resources["ServiceMonitor"], resources["Service"]
+    jobs_labels = resources["Service/arengine-jobs"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= jobs_labels.items()
     # Structural check of the CRD (its schema is not among the built-in Kubernetes ones).
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(monitor) <= {"apiVersion", "kind", "metadata", "spec"}
@@ -715,6 +736,73 @@ def test_kustomization_image_override_names_the_deployments_image(
     kustomization: dict[str, Any], resources: dict[str, dict[str, Any]]
 ) -> None:
     """`images:` only rewrites containers whose image name matches it exactly."""
-    image = _container(resources["Deployment"])["image"]
     names = {entry["name"] for entry in kustomization["images"]}
-    assert image.rsplit(":", 1)[0] in names
+    images = {_container(resources[workload])["image"] for workload in WORKLOADS}
+    assert len(images) == 1, "the jobs pod runs the same image"
+    assert images.pop().rsplit(":", 1)[0] in names
+
+
+def test_jobs_run_on_one_pod_with_the_store_on_a_claim_of_its_own(
+    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite (WAL) needs every process using the store on one host, with working POSIX locks:
+    one pod, a ReadWriteOnce claim mounted where ARENGINE_DATA_DIR says, big enough for every
+    queued upload and the ended jobs' budget; the Deployment's replicas have jobs off."""
+    jobs = resources[JOBS]
+    assert jobs["spec"]["replicas"] == 1, "a second pod would get a claim (and a store) of its own"
+    container = _container(jobs)
+    env = _env(container)
+    settings = _settings(env, monkeypatch)
+    assert settings.data_dir is not None
+    assert "ARENGINE_REPLICA_NAME" not in env, "the pod's stable host name names its replica"
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    claims = {claim["metadata"]["name"]: claim for claim in jobs["spec"]["volumeClaimTemplates"]}
+    claim = claims[mounts[str(settings.data_dir)]]["spec"]
+    assert claim["accessModes"] == ["ReadWriteOnce"], "not RWX: SQLite's locks over NFS"
+    pod_volumes = {volume["name"] for volume in jobs["spec"]["template"]["spec"]["volumes"]}
+    assert mounts[str(settings.data_dir)] not in pod_volumes, "the claim, not an emptyDir"
+    queued = settings.max_queued_jobs * settings.max_upload_bytes
+    assert _bytes(claim["resources"]["requests"]["storage"]) >= queued + settings.job_storage_bytes
+    assert settings.job_threads == settings.engine_threads, "only jobs come to this pod"
+    deployment_env = _env(_container(resources["Deployment"]))
+    assert "ARENGINE_DATA_DIR" not in deployment_env, "jobs are off on the Deployment"
+
+
+def test_jobs_service_selects_only_the_jobs_pod(resources: dict[str, dict[str, Any]]) -> None:
+    jobs, jobs_service = resources[JOBS], resources["Service/arengine-jobs"]
+    assert jobs["spec"]["serviceName"] == jobs_service["metadata"]["name"]
+    jobs_labels = jobs["spec"]["template"]["metadata"]["labels"]
+    server_labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert jobs["spec"]["selector"]["matchLabels"].items() <= jobs_labels.items()
+    assert jobs_service["spec"]["selector"].items() <= jobs_labels.items()
+    assert not jobs_service["spec"]["selector"].items() <= server_labels.items()
+    assert not resources["Service"]["spec"]["selector"].items() <= jobs_labels.items()
+    pdb = resources["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
+    assert not pdb.items() <= jobs_labels.items(), "the PDB counts the Deployment's replicas"
+    ports = {p["name"] for p in _container(jobs)["ports"]}
+    assert {port["targetPort"] for port in jobs_service["spec"]["ports"]} <= ports
+
+
+def test_ingress_sends_jobs_to_the_jobs_pod_and_the_rest_to_the_replicas(
+    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ingress = resources["Ingress"]
+    routes = {
+        path["path"]: (path["pathType"], path["backend"]["service"])
+        for rule in ingress["spec"]["rules"]
+        for path in rule["http"]["paths"]
+    }
+    assert set(routes) == {"/v1/jobs", "/"}
+    for path, service in (("/v1/jobs", "Service/arengine-jobs"), ("/", "Service")):
+        kind, backend = routes[path]
+        assert kind == "Prefix"
+        assert backend["name"] == resources[service]["metadata"]["name"]
+        assert backend["port"]["name"] in {
+            port["name"] for port in resources[service]["spec"]["ports"]
+        }
+    settings = _settings(_env(_container(resources[JOBS])), monkeypatch)
+    annotations = ingress["metadata"]["annotations"]
+    prefix = "nginx.ingress.kubernetes.io/"
+    assert _bytes(annotations[prefix + "proxy-body-size"]) == settings.max_upload_bytes
+    assert int(annotations[prefix + "proxy-read-timeout"]) > settings.request_timeout_s
+    assert annotations[prefix + "proxy-buffering"] == "off", "NDJSON events as they come"

@@ -114,6 +114,18 @@ def test_a_dropped_requests_line_says_how_much_of_the_rise_was_kept() -> None:
     )
 
 
+def test_the_events_benchmark_hands_the_segmenter_a_decoders_blocks() -> None:
+    """One block of the whole recording made the segmenter copy what remained of it at every
+    segment, which the torch side's CPU time counted (quadratic in the recording's length)."""
+    from arengine.audio.decode import BLOCK_FRAMES
+    from loadtests.events import decoder_blocks
+
+    audio = np.arange(3 * BLOCK_FRAMES + 5, dtype=np.float32)
+    blocks = list(decoder_blocks(audio))
+    assert [len(block) for block in blocks] == [BLOCK_FRAMES] * 3 + [5]
+    np.testing.assert_array_equal(np.concatenate(blocks), audio)
+
+
 def test_the_events_benchmark_says_skipped_without_the_tflite_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

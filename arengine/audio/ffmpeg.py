@@ -11,7 +11,7 @@ even if it were recognised.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,21 +52,31 @@ def open_upload(path: Path, demuxer: str | None = None) -> Iterator[av.container
 
     `demuxer` (one of `DEMUXERS`) skips FFmpeg's probe; otherwise it chooses among `DEMUXERS`.
     """
+    with open(path, "rb") as file, open_file(file, demuxer) as container:
+        yield container
+
+
+@contextmanager
+def open_file(
+    file: Any, demuxer: str | None = None, decoders: Iterable[str] = containers.DECODERS
+) -> Iterator[av.container.InputContainer]:
+    """`file` (an object with `read`, and `seek` when it can) opened as `open_upload` opens a
+    path, its decoders narrowed to `decoders` (names of `containers.DECODERS`)."""
     if demuxer is not None and demuxer not in DEMUXERS:
         raise ValueError(f"demuxer {demuxer!r} is not allowed; allowed: {', '.join(DEMUXERS)}")
-    with open(path, "rb") as file:
-        container = av.open(
-            file,
-            "r",
-            format=demuxer,
-            options=dict(_OPTIONS),
-            io_open=_refuse_nested,
-            metadata_errors="replace",
-        )
-        try:
-            yield container
-        finally:
-            container.close()
+    codecs = [name for name in decoders if name in containers.DECODERS]
+    container = av.open(
+        file,
+        "r",
+        format=demuxer,
+        options={**_OPTIONS, "codec_whitelist": ",".join(codecs)},
+        io_open=_refuse_nested,
+        metadata_errors="replace",
+    )
+    try:
+        yield container
+    finally:
+        container.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +129,13 @@ class Mixdown:
     blocks. Python pushes each frame and takes a
     block now and then; FFmpeg releases the GIL while it filters (see BENCHMARKS.md, "Decoding
     in C"). The graph is built from the first frame's rate, format and channels; a frame that
-    differs is the caller's to refuse before `push`.
+    differs is the caller's to refuse before `push`. With `rate`, FFmpeg also resamples to it
+    (a live container stream's fixed rate, `arengine/live/decoder.py`).
     """
 
-    def __init__(self, block: int) -> None:
+    def __init__(self, block: int, rate: int | None = None) -> None:
         self._block = block
+        self._rate = rate
         self._graph: av.filter.Graph | None = None
         self._source: Any = None
         self._sink: Any = None
@@ -167,6 +179,8 @@ class Mixdown:
         if channels > 1:
             weights = "+".join(f"{1 / channels!r}*c{index}" for index in range(channels))
             steps.append(graph.add("pan", f"mono|c0={weights}"))
+        if self._rate is not None and self._rate != frame.sample_rate:
+            steps.append(graph.add("aresample", str(self._rate)))
         steps.append(graph.add("aformat", "sample_fmts=flt:channel_layouts=mono"))
         steps.append(graph.add("asetnsamples", f"n={self._block}:p=0"))
         steps.append(graph.add("abuffersink"))

@@ -11,9 +11,12 @@ BENCHMARKS.md, "Decoding in parts".)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from arengine.audio import parts
 from arengine.audio.arrival import Arrival
@@ -21,6 +24,7 @@ from arengine.audio.decode import Decoding, file_block_frames
 from arengine.audio.lanes import LaneDecoding
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
+from arengine.audio.tee import Resampler
 from arengine.audio.validation import AudioLimits
 from arengine.types import AudioInfo
 
@@ -28,9 +32,9 @@ LIVE_BLOCK_S = 0.064
 """Audio read per block from a live stream: a block is read once all of it has arrived, so it
 adds to the delay before a tag (an upload's 65,536 frames would add 1.5 s at 44.1 kHz)."""
 
-LIVE_SLACK_S = 0.15
-"""What a live stream's resampler holds back (soxr's filter: under 0.1 s from 8 kHz up), plus
-rounding: awaited beyond the next segment so that its decoding never waits for the client."""
+LIVE_ROUNDING_S = 0.01
+"""Awaited beyond the next segment and what the resampler holds back (`resampler_hold_s`), for
+the rounding of segment lengths between rates, so that decoding never waits for the client."""
 
 SegmentSource = Segmenter | LaneDecoding
 """A model's segments: an iterator (`Segmenter`), or lanes the engine hands out under its lock."""
@@ -144,14 +148,33 @@ def segment_sources(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )
     sources = SegmentSources(per_model, decoding, info, reading.arrival)
-    sources.live_first_s = LIVE_SLACK_S + max(
+    slack = LIVE_ROUNDING_S + max(resampler_hold_s(info.sample_rate, rate) for rate in rates)
+    sources.live_first_s = slack + max(
         (model.plan.segment_samples + model.plan.lookahead + model.plan.context) / model.sample_rate
         for model in models
     )
-    sources.live_step_s = LIVE_SLACK_S + max(
+    sources.live_step_s = slack + max(
         model.plan.segment_samples / model.sample_rate for model in models
     )
     return sources
+
+
+@functools.cache
+def resampler_hold_s(rate_in: int, rate_out: int) -> float:
+    """The most input a live stream's resampler from `rate_in` to `rate_out` holds back, in
+    seconds: measured once per pair, blocks of silence fed as a stream's blocks are read
+    (soxr's filter, its start included: 0 without resampling, 0.02 s from 48 to 32 kHz, 0.04 s
+    from 48 to 16 kHz, 0.11 s from 8 to 16 kHz)."""
+    resampler = Resampler(rate_in, rate_out)
+    block = np.zeros(live_block_frames(rate_in), np.float32)
+    fed = given = 0
+    held = 0.0
+    for _ in range(256):  # 16 s: past the filter's start-up, many block phases
+        fed += len(block)
+        given += len(resampler.push(block))
+        held = max(held, fed / rate_in - given / rate_out)
+    # An output sample either way: the phase of the blocks against the rates keeps moving.
+    return held + 2 / rate_out if held else 0.0
 
 
 def live_block_frames(sample_rate: int) -> int:

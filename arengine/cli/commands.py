@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arengine import __version__
+from arengine.live import formats as live
 from arengine.outputs.combined import TABLES
 from arengine.outputs.formats import (
     FORMAT_NAMES,
@@ -73,6 +74,7 @@ exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage e
 
 LISTEN_EXAMPLES = """examples:
   ffmpeg -i rtsp://camera/stream -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -
+  ffmpeg -i rtsp://cam/stream -c:a libopus -f webm - | arengine listen --server URL --format webm -
   arecord -f S16_LE -r 16000 -c 1 -t raw | arengine listen --server URL --model speech,events -
   arengine listen --server URL --realtime --model events hall.flac > tags.ndjson
 
@@ -175,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     listen = commands.add_parser(
         "listen",
         help="send a live stream to a server and print its tags as they come",
-        description="Send raw PCM from standard input (-), or an audio file, to a server's "
+        description="Send raw PCM or a WebM/Ogg stream from standard input (-), or an audio "
+        "file, to a server's "
         "WS /v1/listen; print each tag as a JSON line as soon as it is final. The API key comes "
         "from ARENGINE_API_KEY.",
         epilog=LISTEN_EXAMPLES,
@@ -189,10 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default="speech", help="model name, or several separated by commas"
     )
     listen.add_argument(
+        "--format",
         "--pcm-format",
-        choices=("s16le", "f32le"),
+        dest="pcm_format",
+        choices=live.FORMATS,
         default="s16le",
-        help="standard input's samples (default: s16le)",
+        help="standard input's audio: raw PCM samples, or a WebM/Ogg stream (Opus or Vorbis) "
+        "that states its own rate and channels (default: s16le)",
     )
     listen.add_argument(
         "--sample-rate", type=int, default=16000, help="standard input's rate (default: 16000)"
@@ -375,7 +381,9 @@ def listen_command(
     from arengine.cli.listen import listen
     from arengine.cli.remote import Remote
 
-    opening = {"format": pcm_format, "sample_rate": sample_rate, "channels": channels}
+    opening: dict[str, Any] = {"format": pcm_format}
+    if pcm_format not in live.CONTAINER_FORMATS:
+        opening.update(sample_rate=sample_rate, channels=channels)
     return listen(Remote.from_env(server), source, model, opening, realtime, progress, parameters)
 
 

@@ -3,8 +3,10 @@ becomes final.
 
 The server never fetches a source itself (pointing it at a URL would let a client make it
 connect anywhere): this command reads one and sends it over `WS /v1/listen`. `-` reads raw PCM
-from standard input, as `--pcm-format`, `--sample-rate` and `--channels` describe it (for a
-camera: `ffmpeg -i rtsp://... -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -`); a
+from standard input, as `--format`, `--sample-rate` and `--channels` describe it (for a
+camera: `ffmpeg -i rtsp://... -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -`), or
+a WebM/Ogg stream with `--format webm` (`ffmpeg -i rtsp://... -c:a libopus -f webm - |
+arengine listen --server URL --format webm -`: a tenth of the bytes over the network); a
 file is decoded by libsndfile (WAV, FLAC, OGG, MP3...) and sent as `f32le` at its own rate,
 at real speed with `--realtime`. Each tag is printed as one JSON line to standard output (the
 lines of `POST /v1/recognize?format=ndjson`), the summary last; progress lines go to standard
@@ -26,9 +28,13 @@ import soundfile
 
 from arengine.cli.remote import Remote
 from arengine.client import AsyncClient, ServerError
+from arengine.live.formats import CONTAINER_FORMATS
 
 CHUNK_S = 0.1
 """Audio per message: short, so that a stream read at real speed is sent as it comes."""
+
+CONTAINER_CHUNK = 4096
+"""Bytes per message of a container stream: at most what its producer has written (`read1`)."""
 
 
 def listen(
@@ -52,8 +58,17 @@ def listen(
     except (OSError, soundfile.LibsndfileError) as error:
         print(f"arengine: cannot read {source}: {error}", file=sys.stderr)
         return 2
-    rate = opening["sample_rate"] * opening["channels"] * _width(opening["format"])
-    chunks = _chunks(read, max(1, int(rate * CHUNK_S)), rate if realtime else None)
+    if opening["format"] in CONTAINER_FORMATS:
+        if realtime:
+            print(
+                "arengine: --realtime paces raw PCM; a container stream comes at its own pace",
+                file=sys.stderr,
+            )
+            return 2
+        chunks = _chunks(read, CONTAINER_CHUNK, None)
+    else:
+        rate = opening["sample_rate"] * opening["channels"] * _width(opening["format"])
+        chunks = _chunks(read, max(1, int(rate * CHUNK_S)), rate if realtime else None)
     try:
         asyncio.run(_print_lines(remote, chunks, opening, model, overrides or {}, out, progress))
     except ServerError as error:

@@ -45,7 +45,9 @@ class Engine:
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
         self.settings = settings
-        self.pool = EnginePool(settings.engine_threads or available_cpus(), observer)
+        self.pool = EnginePool(
+            settings.engine_threads or available_cpus(), observer, settings.job_threads or None
+        )
         self.limits = AudioLimits(
             max_duration_s=settings.max_duration_s,
             max_channels=settings.max_channels,

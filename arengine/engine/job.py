@@ -37,9 +37,11 @@ from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
+from arengine.live.plans import live_tagger
 from arengine.models.kinds import implied_by_recording_time
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
+from arengine.postprocess import Tagger
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,13 @@ class JobSpec:
     earlier run kept are post-processed from its scores, not inferred again."""
 
     @property
+    def background(self) -> bool:
+        """A job's run (`POST /v1/jobs`, the one kind of request that keeps its scores): it
+        holds at most the pool's `background_threads` at once, the rest staying free for
+        requests."""
+        return self.keeper is not None
+
+    @property
     def model(self) -> str:
         """The models' names as the request gave them: `speech`, or `speech,notes`."""
         return ",".join(recognizer.name for recognizer in self.recognizers)
@@ -110,7 +119,7 @@ class Job:
         self._shares = shares
         plans = spec.plans or tuple(recognizer.plan for recognizer in spec.recognizers)
         self._runs = [
-            ModelRun(index, recognizer, recognizer.tagger(own), plan)
+            ModelRun(index, recognizer, self._tagger(recognizer, own), plan)
             for index, (recognizer, own, plan) in enumerate(
                 zip(spec.recognizers, shares, plans, strict=True)
             )
@@ -121,7 +130,9 @@ class Job:
         self._several = len(self._runs) > 1
         self._window_s = max(run.segment_s for run in self._runs)
         """How far (in audio) one model's decoding may run ahead of the slowest model's."""
-        self._merge = TagMerge(len(self._runs))
+        self._merge: TagMerge | None = None if self._live else TagMerge(len(self._runs))
+        """Several models' tags in one start order; none on a live stream, where each model's
+        tag goes out once final rather than wait until every other model has tagged later."""
         self._tags: list[Tag] = []
 
     @property
@@ -379,7 +390,11 @@ class Job:
                 run.seconds[Stage.POSTPROCESS] += seconds
                 if scores is None:
                     run.wall_s = time.perf_counter() - self._started
-                released = self._merge.add(run.index, tags, done=scores is None)
+                released = (
+                    tags
+                    if self._merge is None
+                    else self._merge.add(run.index, tags, done=scores is None)
+                )
                 self._tags.extend(released)
             self._announce(released)
         if complete:
@@ -399,6 +414,17 @@ class Job:
                 return run, None
         return None
 
+    def _tagger(self, recognizer: Recognizer, overrides: Overrides) -> Tagger:
+        """`recognizer`'s tagger; a live stream's releases each tag once final (`live_tagger`)."""
+        tagger = recognizer.tagger(overrides)
+        return live_tagger(tagger) if self._live else tagger
+
+    @property
+    def _live(self) -> bool:
+        """A live stream (`arengine/live/`): its tags go out as each is final, in no set order
+        across labels and models."""
+        return self.spec.arrival is not None and self.spec.arrival.open_ended
+
     def _recording_time_defaults(self, when: datetime | None) -> None:
         """Taggers again with the defaults that follow from the recording's time (birds: its
         week), before any segment reaches them; a request's own values win."""
@@ -407,7 +433,7 @@ class Job:
         for run, own in zip(self._runs, self._shares, strict=True):
             fresh = implied_by_recording_time(run.recognizer.kind, own, when)
             if fresh:
-                run.tagger = run.recognizer.tagger({**own, **fresh})
+                run.tagger = self._tagger(run.recognizer, {**own, **fresh})
 
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can

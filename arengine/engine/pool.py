@@ -1,7 +1,10 @@
 """The engine pool: a fixed set of threads serving every job, one task at a time.
 
 The least-served job goes first: that is what keeps a 5-second clip from waiting behind the
-hundreds of segments of a 2-hour recording, however much work the recording has queued.
+hundreds of segments of a 2-hour recording, however much work the recording has queued. A task
+is not taken back once running, so a clip that arrives while every thread holds a long task (a
+heavy model's segment: seconds) waits for one to end; a job's run (`POST /v1/jobs`) therefore
+holds at most `background_threads` threads at once, and the others stay free for requests.
 """
 
 from __future__ import annotations
@@ -26,10 +29,18 @@ class EnginePool:
         tags = pool.submit(spec).future.result().tags
     """
 
-    def __init__(self, threads: int, observer: StageObserver | None = None) -> None:
+    def __init__(
+        self,
+        threads: int,
+        observer: StageObserver | None = None,
+        background_threads: int | None = None,
+    ) -> None:
         if threads < 1:
             raise ValueError(f"engine threads must be at least 1, got {threads}")
         self.threads = threads
+        self.background_threads = min(threads, background_threads or max(1, threads - 1))
+        """Threads the background jobs (`JobSpec.background`) may hold at once, together."""
+        self._background_busy = 0
         self._observer: StageObserver = observer or NullObserver()
         self._condition = threading.Condition()
         self._jobs: deque[Job] = deque()
@@ -98,12 +109,14 @@ class EnginePool:
         for worker in self._workers:
             worker.join()
 
-    def _take(self, worker: int) -> Task | None:
-        """The next task of the job with the least engine time so far; caller holds the lock.
+    def _take(self, worker: int) -> tuple[Task, bool] | None:
+        """The next task of the job with the least engine time so far, and whether it is a
+        background job's; caller holds the lock.
 
         Least attained service: a clip that has just arrived has had none, so its few tasks go
         before the next segment of a recording that has had seconds; jobs that arrived together
-        alternate. Finished jobs are dropped here.
+        alternate. Background jobs are skipped while they hold `background_threads` threads.
+        Finished jobs are dropped here.
         """
         self._jobs = deque(job for job in self._jobs if not job.finished)
         # A batch holds its thread ~4x longer than one segment. A job alone is batched on every
@@ -112,22 +125,31 @@ class EnginePool:
         # once waited 100 ms more at p99; batching none made two single-thread processes 27%
         # faster than one process with two threads: BENCHMARKS.md).
         batching = len(self._jobs) == 1 or worker > 0
+        background_full = self._background_busy >= self.background_threads
         for job in sorted(self._jobs, key=lambda job: job.served_s):
+            background = job.spec.background
+            if background and background_full:
+                continue
             task = job.take(batching=batching)
             if task is not None:
-                return task
+                return task, background
         return None
 
     def _work(self, worker: int) -> None:
         while True:
             with self._condition:
-                while (task := self._take(worker)) is None:
+                while (taken := self._take(worker)) is None:
                     if self._stopping:
                         return
                     self._condition.wait()
+                task, background = taken
                 self._busy += 1
+                self._background_busy += background
             try:
                 task()
             finally:
                 with self._condition:
                     self._busy -= 1
+                    if background:
+                        self._background_busy -= 1
+                        self._condition.notify_all()  # a thread held back may take its task

@@ -189,8 +189,10 @@ async def job_result(
         raise ArengineError(_not_done(record), code=ErrorCode.JOB_NOT_DONE)
     store = _runner(request).store
     text = await to_thread.run_sync((store.results / record.result).read_bytes)
-    result = result_of(json.loads(text))
     overrides = query.overrides()
+    stored = json.loads(text)
+    # New parameters derive the tags again: the stored ones are not made into tags.
+    result = result_of({**stored, "tags": []} if overrides else stored)
     if overrides:
         engine: Engine = request.app.state.engine
         result = await to_thread.run_sync(_retagged, engine, store, record, result, overrides)

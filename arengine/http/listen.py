@@ -1,7 +1,9 @@
 """`WS /v1/listen`: a live audio stream in, its tags out as each becomes final.
 
-The client opens with a text message describing its raw PCM (`arengine/live/spool.py`), sends
-binary messages of audio, and ends with the text message `{"end": true}` (or by closing). Each
+The client opens with a text message describing its audio (`arengine/live/spool.py`): raw PCM,
+or a container stream such as a browser's MediaRecorder chunks (`{"format": "webm"}`, decoded by
+a child process per stream, `arengine/live/decoder.py`); it sends binary messages of audio, and
+ends with the text message `{"end": true}` (or by closing). Each
 message the server sends is one line of the NDJSON stream of `POST /v1/recognize?format=ndjson`
 (`arengine/http/streaming.py` writes both): a tag as soon as it is final, `{"progress": ...}`
 about once a second, and at the end `{"summary": ...}` or `{"error": ...}`; then the server
@@ -11,7 +13,8 @@ the reason (4408 `listen_idle`, 4503 `too_many_listeners`, ...; `close_code`).
 Back-pressure: the WebSocket protocol reads no further message until this handler has taken the
 last one, and the handler takes none while the audio received runs `listen_buffer_s` ahead of
 what every model has post-processed, so a client sending faster than real time is slowed to the
-engine's pace by TCP; memory per stream is the engine's segments, never the backlog (spooled).
+engine's pace by TCP; memory per stream is the engine's segments, never the backlog (spooled),
+and for a container stream its decoder's process and pipes.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from arengine.errors import (
     ErrorCode,
     InsufficientStorage,
     InvalidInput,
+    Overloaded,
 )
 from arengine.http.errors import problem_text
 from arengine.http.schemas import ListenQuery
 from arengine.http.streaming import TagFeed, lines, stop
+from arengine.live.decoder import StreamDecoder
 from arengine.live.spool import LiveSpool, StreamFormat
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.settings import Settings
@@ -177,9 +182,13 @@ class _Session:
         self.engine = engine
         self.settings = engine.settings
         self.metrics: Metrics = websocket.app.state.metrics
+        self.format = fmt
+        self.decoder: StreamDecoder | None = None
+        self._pumped = asyncio.Event()
+        """The decoder's output is all spooled (or it failed)."""
         max_frames = int(self.settings.listen_max_duration_s * fmt.sample_rate)
         try:
-            self.spool = LiveSpool.create(self.settings.upload_dir, fmt, max_frames)
+            self.spool = LiveSpool.create(self.settings.upload_dir, fmt.spooled, max_frames)
         except OSError as error:
             raise _unstored(error) from None
         # A stream may take twice its longest duration in wall time (it may come slower than
@@ -191,6 +200,20 @@ class _Session:
         self, recognizers: tuple[Recognizer, ...], overrides: Overrides
     ) -> tuple[int, str]:
         """Stream until the end; the close code and reason."""
+        if self.format.container:
+            try:
+                self.decoder = await StreamDecoder.start(self.format.format)
+            except OSError as error:
+                raise Overloaded(f"the stream's decoder could not start: {error}") from None
+        try:
+            return await self._run(recognizers, overrides)
+        finally:
+            if self.decoder is not None:
+                await self.decoder.close()
+
+    async def _run(
+        self, recognizers: tuple[Recognizer, ...], overrides: Overrides
+    ) -> tuple[int, str]:
         feed = _LiveFeed(self.spool)
         request_id: str = self.websocket.scope.get("state", {}).get("request_id", "listen")
         job = self.engine.listen(
@@ -198,14 +221,18 @@ class _Session:
         )
         feed.watch(job)
         single = recognizers[0].name if len(recognizers) == 1 else None
-        reader = asyncio.ensure_future(self._read(job))
+        tasks = [asyncio.ensure_future(self._read(job))]
+        if self.decoder is not None:
+            tasks.append(asyncio.ensure_future(self._pump(self.decoder, job)))
         try:
             last = await self._send(feed, single)
         finally:
-            reader.cancel()
+            for task in tasks:
+                task.cancel()
             stop(job)
-            with contextlib.suppress(BaseException):
-                await reader
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
         error = last.get("error")
         if error is not None:
             return close_code(_CODES[error["code"]]), error["code"]
@@ -238,10 +265,16 @@ class _Session:
             while not self.spool.full:
                 await self._keep_pace(job)
                 message = await _receive(self.websocket, self.settings.listen_idle_timeout_s)
-                if message.get("bytes") is not None:
+                if message.get("bytes") is None:
+                    if _ends(message.get("text")):
+                        break
+                elif self.decoder is not None:
+                    await self.decoder.feed(message["bytes"])
+                else:
                     self.spool.write(message["bytes"])
-                elif _ends(message.get("text")):
-                    break
+            if self.decoder is not None:
+                await self.decoder.end()
+                await self._pumped.wait()
         except WebSocketDisconnect:
             job.abort(Cancelled("the client closed the stream"))
             return
@@ -252,6 +285,17 @@ class _Session:
             job.abort(_unstored(error))
             return
         self.spool.end()
+
+    async def _pump(self, decoder: StreamDecoder, job: Job) -> None:
+        """Spool the decoder's PCM until it exits; its failure ends the job."""
+        try:
+            await decoder.pump(self.spool.write, lambda: self.spool.full)
+        except ArengineError as error:
+            job.abort(error)
+        except OSError as error:  # the upload directory is full
+            job.abort(_unstored(error))
+        finally:
+            self._pumped.set()
 
     async def _keep_pace(self, job: Job) -> None:
         """Wait while the audio received is `listen_buffer_s` ahead of recognition."""

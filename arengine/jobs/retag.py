@@ -1,9 +1,12 @@
 """New post-processing parameters for a finished job, without its models' inference: each
 model's kept scores (`arengine/jobs/scores.py`) go through a fresh tagger of the model's own
-kind, as the engine feeds them, and the models' tags are merged as the engine merges them.
+kind, and the models' tags are merged as the engine merges them.
 
 The taggers are the ones a recognition uses (`Recognizer.tagger`), so the tags equal a fresh
-recognition's with those parameters.
+recognition's with those parameters. A `WholeTagger` (`arengine/postprocess/__init__.py`)
+gets every segment's scores as one array, which gives the tags of pushing them segment by
+segment (its tests compare the two); the others are fed segment by segment, as the engine feeds
+them, and a tagger that `ReadsColumns` only the columns it reads.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from arengine.jobs.scores import KeptModel, ModelPlan
 from arengine.models.kinds import implied_by_recording_time
 from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
+from arengine.postprocess import ReadsColumns, Tagger, WholeTagger
 from arengine.types import Result, Tag
 
 
@@ -41,15 +45,24 @@ def retag(
     for index, (recognizer, own, model) in enumerate(zip(recognizers, shares, kept, strict=True)):
         if when is not None:
             own = {**own, **implied_by_recording_time(recognizer.kind, own, when)}
-        tagger = recognizer.tagger(own)
-        found: list[Tag] = []
-        for scores in model.scores:
-            found.extend(tagger.push(scores))
-        found.extend(tagger.finish(model.total_samples))
+        found = _tags(recognizer.tagger(own), model)
         if len(recognizers) > 1:
             found = [dataclasses.replace(tag, model=recognizer.name) for tag in found]
         tags.extend(merge.add(index, found, done=True))
     return dataclasses.replace(result, tags=tuple(tags))
+
+
+def _tags(tagger: Tagger, model: KeptModel) -> list[Tag]:
+    if isinstance(tagger, WholeTagger):
+        return tagger.whole(model.joined(), model.total_samples)
+    found: list[Tag] = []
+    segments = model.scores
+    if isinstance(tagger, ReadsColumns):
+        segments = model.first_columns(tagger.columns_read)
+    for scores in segments:
+        found.extend(tagger.push(scores))
+    found.extend(tagger.finish(model.total_samples))
+    return found
 
 
 def _check(

@@ -4,8 +4,18 @@ the job as each inference ends (segments in any order).
 The file is the job's checkpoint (a restarted job post-processes the segments it holds instead of
 inferring them again) and, once the job is done, what new post-processing parameters are applied
 to (`arengine/jobs/retag.py`) without the model. Scores are kept exactly (float32): tags derived
-from them equal a fresh recognition's. Each array's bytes are shuffled into byte planes (all the
-first bytes, then the second...) before zlib, which finds the repetition of the high bytes.
+from them equal a fresh recognition's. Each record names its codec (`_CODECS`):
+- `palette`: an array of at most 256 distinct values (the events model's int8 arithmetic gives 32
+  over two hours) is its sorted values and a byte per score, zstd-compressed. The codes keep the
+  scores' order, so a tagger compares them with its thresholds without decoding
+  (`arengine/postprocess/labels.py`);
+- `zstd`: the bytes shuffled into byte planes (all the first bytes, then the second...), which
+  zstd finds the repetition of the high bytes in;
+- no codec named: the first format, byte planes and zlib; still read, never written.
+
+A notes model's rows are kept in two parts (`_SPLIT`), each with its codec: the note and onset
+activations, and the contour, which only pitch bends read; new parameters without pitch bends
+decompress the first part alone.
 
 Records: a 4-byte length and a 4-byte CRC-32, then a JSON header line and the compressed array.
 The first record is the plan (each model's name, kind and segment cut); a run whose plan differs
@@ -28,12 +38,18 @@ from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
+import zstandard
 
 from arengine.models.recognizer import Recognizer
+from arengine.postprocess.notes import NOTE_COLUMNS
+from arengine.postprocess.palette import MAX_VALUES, Palette
 
 _FRAME = struct.Struct("<II")
 """A record's payload length and CRC-32."""
 _MAX_RECORD = 1 << 30
+_SPLIT = {"notes": NOTE_COLUMNS}
+"""Kinds whose rows are kept in two parts, and the first part's columns: the columns read
+without pitch bends (`NotesTagger.columns_read`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +80,29 @@ class KeptModel:
     scores: Sequence[np.ndarray]
     total_samples: int
 
+    def first_columns(self, columns: int) -> Sequence[np.ndarray]:
+        """The segments' arrays cut to their first `columns` columns (a part kept apart, as
+        the notes' contour, is not read)."""
+        if isinstance(self.scores, _InOrder):
+            return self.scores.first_columns(columns)
+        return [scores[:, :columns] for scores in self.scores]
+
+    def joined(self) -> np.ndarray | Palette:
+        """Every segment's rows as one array, segment 0 first; palette-coded when every
+        segment's scores were (one palette for all)."""
+        if isinstance(self.scores, _InOrder):
+            return self.scores.joined()
+        return _concatenate(list(self.scores))
+
 
 class _Arrays(Mapping[int, np.ndarray]):
     """Arrays by segment index, read from the file when asked for (a long job's scores stay on
     disk)."""
 
-    def __init__(self, log: ScoreLog, model: int) -> None:
+    def __init__(self, log: ScoreLog, model: int, columns: int | None = None) -> None:
         self._log = log
         self._model = model
+        self._columns = columns
 
     def __len__(self) -> int:
         return len(self._log.offsets[self._model])
@@ -85,7 +116,10 @@ class _Arrays(Mapping[int, np.ndarray]):
     def __getitem__(self, segment: int) -> np.ndarray:
         if segment not in self:
             raise KeyError(segment)
-        return self._log.read(self._model, segment)
+        return self._log.read(self._model, segment, columns=self._columns)
+
+    def coded(self, segment: int) -> np.ndarray | Palette:
+        return self._log.read(self._model, segment, decode=False)
 
 
 class _InOrder(Sequence[np.ndarray]):
@@ -107,6 +141,13 @@ class _InOrder(Sequence[np.ndarray]):
         if not 0 <= index < len(self):
             raise IndexError(index)
         return self._arrays[index]
+
+    def first_columns(self, columns: int) -> _InOrder:
+        return _InOrder(_Arrays(self._arrays._log, self._arrays._model, columns))
+
+    def joined(self) -> np.ndarray | Palette:
+        """The arrays in order as one (`KeptModel.joined`), decoded as little as they allow."""
+        return _concatenate([self._arrays.coded(i) for i in range(len(self))])
 
 
 class ScoreLog:
@@ -134,6 +175,8 @@ class ScoreLog:
         self.offsets: list[dict[int, int]] = [{} for _ in plan]
         """Where each model's segment records start in the file, by segment index."""
         self.total_samples: list[int | None] = [None] * len(plan)
+        self._scanned: dict[int, tuple[dict[str, Any], int, int]] = {}
+        """The records the scan checked, by offset: header, and where the body lies."""
 
     @classmethod
     def open(cls, path: Path, plan: tuple[ModelPlan, ...]) -> ScoreLog:
@@ -148,6 +191,7 @@ class ScoreLog:
                 file.truncate()
                 log.offsets = [{} for _ in plan]
                 log.total_samples = [None] * len(plan)
+                log._scanned = {}
                 log._append({"plan": [dataclasses.asdict(model) for model in plan]}, b"")
             else:
                 file.seek(end)
@@ -179,8 +223,15 @@ class ScoreLog:
 
     def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
         array = np.ascontiguousarray(scores)
-        header = {"m": model, "s": segment, "dtype": array.dtype.str, "shape": array.shape}
-        offset = self._append(header, _pack(array))
+        header: dict[str, Any] = {"m": model, "s": segment, "dtype": array.dtype.str}
+        split = _SPLIT.get(self.plan[model].kind)
+        if split is not None and array.ndim == 2 and array.shape[1] > split:
+            (first, head), (second, tail) = _encode(array[:, :split]), _encode(array[:, split:])
+            header |= {"shape": array.shape, "codec": [first, second], "split": split}
+            offset = self._append({**header, "head": len(head)}, head + tail)
+        else:
+            codec, body = _encode(array)
+            offset = self._append({**header, "shape": array.shape, "codec": codec}, body)
         with self._lock:
             self.offsets[model][segment] = offset
 
@@ -188,13 +239,43 @@ class ScoreLog:
         self._append({"m": model, "end": total_samples}, b"")
         self.total_samples[model] = total_samples
 
-    def read(self, model: int, segment: int) -> np.ndarray:
+    @overload
+    def read(self, model: int, segment: int, *, columns: int | None = None) -> np.ndarray: ...
+    @overload
+    def read(
+        self, model: int, segment: int, decode: bool, columns: int | None = None
+    ) -> np.ndarray | Palette: ...
+    def read(
+        self, model: int, segment: int, decode: bool = True, columns: int | None = None
+    ) -> np.ndarray | Palette:
+        """One segment's scores (only the first `columns` columns, when given); palette-coded
+        ones stay coded unless `decode`."""
         offset = self.offsets[model][segment]
-        record = self._record_at(offset)
-        if record is None:
-            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
-        header, body, _ = record
-        return _unpack(body, np.dtype(str(header["dtype"])), tuple(header["shape"]))
+        header, body = self._body_at(offset)
+        dtype, shape = np.dtype(str(header["dtype"])), tuple(header["shape"])
+        if "split" in header:
+            return self._parts(header, body, dtype, shape, columns)
+        scores = _decoded(header.get("codec", "zlib"), body, dtype, shape)
+        if columns is not None:
+            scores = (scores.decode() if isinstance(scores, Palette) else scores)[:, :columns]
+        return scores.decode() if decode and isinstance(scores, Palette) else scores
+
+    def _parts(
+        self,
+        header: dict[str, Any],
+        body: bytes,
+        dtype: np.dtype[Any],
+        shape: tuple[int, ...],
+        columns: int | None,
+    ) -> np.ndarray:
+        """A record kept in two parts: the first part alone when it holds `columns`."""
+        (first, second), split, head = header["codec"], int(header["split"]), int(header["head"])
+        left = _array(_decoded(first, body[:head], dtype, (shape[0], split)))
+        if columns is not None and columns <= split:
+            return left[:, :columns]
+        right = _array(_decoded(second, body[head:], dtype, (shape[0], shape[1] - split)))
+        joined = np.concatenate([left, right], axis=1)
+        return joined if columns is None else joined[:, :columns]
 
     def close(self) -> None:
         self._file.close()
@@ -208,6 +289,17 @@ class ScoreLog:
             # The checkpoint survives a machine's crash, not only the process's.
             os.fsync(self._file.fileno())
         return int(offset)
+
+    def _body_at(self, offset: int) -> tuple[dict[str, Any], bytes]:
+        """The header and body of a record that `keep` wrote or the scan checked (which is
+        not checked again)."""
+        if offset in self._scanned:
+            header, start, length = self._scanned[offset]
+            return header, os.pread(self._file.fileno(), length, start)
+        record = self._record_at(offset)
+        if record is None:
+            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
+        return record[0], record[1]
 
     def _record_at(self, offset: int) -> tuple[dict[str, Any], bytes, int] | None:
         """The record at `offset` (header, body, the next record's offset); None if cut short
@@ -250,7 +342,7 @@ class ScoreLog:
             return None
         offset = first[2]
         while (record := self._record_at(offset)) is not None:
-            header, _, following = record
+            header, body, following = record
             model = int(header.get("m", -1))
             if not 0 <= model < len(self.plan) or self.total_samples[model] is not None:
                 break
@@ -258,23 +350,106 @@ class ScoreLog:
                 self.total_samples[model] = int(header["end"])
             elif isinstance(header.get("s"), int) and header["s"] >= 0:
                 self.offsets[model][header["s"]] = offset
+                self._scanned[offset] = (header, following - len(body), len(body))
             else:
                 break
             offset = following
         return offset
 
 
-def _pack(array: np.ndarray) -> bytes:
-    """Byte planes, then zlib: lossless, and float scores shrink by about half."""
+_ZSTD_LEVEL = 3
+"""zstd's default: faster than zlib's 6 both ways, and as small on these scores."""
+
+
+def _encode(array: np.ndarray) -> tuple[str, bytes]:
+    """The codec that fits `array` and its body: `palette` where it applies, else `zstd`."""
+    coded = Palette.of(array) if array.dtype.kind == "f" else None
+    compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL)
+    if coded is None:
+        return "zstd", compressor.compress(_planes(array))
+    values = coded.values.astype(array.dtype)
+    return "palette", compressor.compress(values.tobytes() + coded.codes.tobytes())
+
+
+def _planes(array: np.ndarray) -> bytes:
+    """The array's bytes in byte planes: all the first bytes, then the second..."""
     width = array.dtype.itemsize
     planes = array.reshape(-1).view(np.uint8).reshape(-1, width).T
-    return zlib.compress(np.ascontiguousarray(planes).tobytes(), 6)
+    return np.ascontiguousarray(planes).tobytes()
 
 
-def _unpack(body: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
-    planes = np.frombuffer(zlib.decompress(body), np.uint8).reshape(dtype.itemsize, -1)
+def _unplanes(data: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    planes = np.frombuffer(data, np.uint8).reshape(dtype.itemsize, -1)
     # One plane at a time into its column: 4x faster than copying the transpose at once.
     out = np.empty((planes.shape[1], dtype.itemsize), np.uint8)
     for byte, plane in enumerate(planes):
         out[:, byte] = plane
     return out.view(dtype).reshape(shape)
+
+
+def _zlib(body: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    """The first format: byte planes, zlib."""
+    return _unplanes(zlib.decompress(body), dtype, shape)
+
+
+def _zstd(body: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
+    return _unplanes(_decompress(body), dtype, shape)
+
+
+def _palette(body: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Palette:
+    data = _decompress(body)
+    size = int(np.prod(shape))
+    count = (len(data) - size) // dtype.itemsize
+    values = np.frombuffer(data, dtype, count)
+    codes = np.frombuffer(data, np.uint8, size, offset=count * dtype.itemsize)
+    return Palette(codes.reshape(shape), values)
+
+
+def _decompress(body: bytes) -> bytes:
+    # The frame holds its size: one allocation, no streaming.
+    return zstandard.ZstdDecompressor().decompress(body)
+
+
+_CODECS: dict[str, Any] = {"zlib": _zlib, "zstd": _zstd, "palette": _palette}
+"""How each record's body is read, by the codec its header names (none: `zlib`)."""
+
+
+def _decoded(
+    codec: str, body: bytes, dtype: np.dtype[Any], shape: tuple[int, ...]
+) -> np.ndarray | Palette:
+    read = _CODECS.get(codec)
+    if read is None:
+        raise ValueError(f"unknown codec {codec!r}")
+    scores: np.ndarray | Palette = read(body, dtype, shape)
+    return scores
+
+
+def _array(scores: np.ndarray | Palette) -> np.ndarray:
+    return scores.decode() if isinstance(scores, Palette) else scores
+
+
+def _concatenate(parts: list[np.ndarray | Palette]) -> np.ndarray | Palette:
+    """Rows of `parts` in order; one palette when every part is coded and their values fit."""
+    coded = [part for part in parts if isinstance(part, Palette)]
+    if coded and len(coded) == len(parts):
+        values = np.unique(np.concatenate([part.values for part in coded]))
+        mappings: dict[bytes, np.ndarray | None] = {}
+        codes = []
+        for part in coded if len(values) <= MAX_VALUES else []:
+            key = part.values.tobytes()
+            if key not in mappings:
+                mappings[key] = _mapping(part.values, values)
+            mapping = mappings[key]
+            if mapping is not None:
+                codes.append(part.codes if len(mapping) == len(values) else mapping[part.codes])
+        if codes and len(codes) == len(parts):
+            return Palette(np.concatenate(codes), values)
+    arrays = [part.decode() if isinstance(part, Palette) else part for part in parts]
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.float32)
+
+
+def _mapping(own: np.ndarray, values: np.ndarray) -> np.ndarray | None:
+    """Codes of `own` values in the joint ascending `values`; None if a value would change (0.0
+    in one part, -0.0 in another)."""
+    mapping = np.searchsorted(values, own).astype(np.uint8)
+    return mapping if values[mapping].tobytes() == own.tobytes() else None

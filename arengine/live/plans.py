@@ -1,10 +1,16 @@
-"""A model's live segment plan: its own plan with shorter segments.
+"""A model's live segment plan (its own plan with shorter segments) and live tagger.
 
 A tag is final once the segment holding its end is through the model, so the segment length
 bounds the delay from a sound's end to its tag. Every model takes segments of any whole number
 of steps (a recording's last segment is shorter anyway), keeping its pre-roll, context and
 look-ahead, so the live plan changes the length and nothing else. A model whose step is longer
 than the setting (a notes window is 1.6 s) gets one step per segment.
+
+A label tagger (events, music, classifiers) on a live stream releases each tag as soon as it is
+final rather than in start order (`live_tagger`): in a file, a tag that ends waits while an
+earlier-starting run of another label (a background class that lasts minutes) is still open,
+which on a stream would delay an alarm's tag by as long as the background lasts. The tags are
+the same; only their order across labels differs.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import dataclasses
 
 from arengine.audio.segments import SegmentPlan
 from arengine.models.recognizer import Recognizer
+from arengine.postprocess import Tagger
+from arengine.postprocess.labels import LabelTagger
 
 
 def live_plan(recognizer: Recognizer, segment_s: float) -> SegmentPlan:
@@ -28,3 +36,11 @@ def live_plan(recognizer: Recognizer, segment_s: float) -> SegmentPlan:
     plan = recognizer.plan
     frames = round(segment_s * recognizer.sample_rate / plan.hop)
     return dataclasses.replace(plan, segment_frames=max(1, min(frames, plan.segment_frames)))
+
+
+def live_tagger(tagger: Tagger) -> Tagger:
+    """`tagger` set to release each tag as soon as it is final (a label tagger; other kinds'
+    tags are final in start order already)."""
+    if isinstance(tagger, LabelTagger):
+        tagger.in_start_order = False
+    return tagger

@@ -23,9 +23,12 @@ from typing import Any, TypeGuard
 from arengine.audio.arrival import Arrival
 from arengine.audio.wav import UNSTATED, WavLayout
 from arengine.errors import ErrorCode, InvalidInput
+from arengine.live import decoder
+from arengine.live.formats import CONTAINER_FORMATS, FORMATS, PCM_FORMATS
 
-SAMPLE_FORMATS = {"s16le": (1, 2), "f32le": (3, 4)}
-"""Raw PCM a stream may carry: its WAV format tag and bytes per sample."""
+DECODED = "s16le"
+"""How a container stream's audio is spooled (at `decoder.RATE`, mono): 16 bits are as fine as
+the Opus it came from, and take half the disk of float."""
 
 _HEADER = 44
 """A canonical WAV header: RIFF, `fmt ` (16 bytes), `data`."""
@@ -33,15 +36,26 @@ _HEADER = 44
 
 @dataclass(frozen=True, slots=True)
 class StreamFormat:
-    """What a live stream's opening message says of its audio."""
+    """What a live stream's opening message says of its audio: raw PCM, or a container whose
+    child decoder (`decoder.py`) gives mono PCM at `decoder.RATE`."""
 
     format: str
     sample_rate: int
     channels: int
 
     @property
+    def container(self) -> bool:
+        """A container stream (`webm`, `ogg`), decoded before it is spooled."""
+        return self.format in CONTAINER_FORMATS
+
+    @property
+    def spooled(self) -> StreamFormat:
+        """The PCM the spool holds: this format, or a container's decoded audio."""
+        return StreamFormat(DECODED, decoder.RATE, 1) if self.container else self
+
+    @property
     def frame_bytes(self) -> int:
-        return SAMPLE_FORMATS[self.format][1] * self.channels
+        return PCM_FORMATS[self.format][1] * self.channels
 
     @classmethod
     def parse(cls, text: str, max_channels: int, rates: tuple[int, int]) -> StreamFormat:
@@ -50,6 +64,8 @@ class StreamFormat:
 
         >>> StreamFormat.parse('{"format": "f32le", "sample_rate": 48000}', 8, (8000, 192000))
         StreamFormat(format='f32le', sample_rate=48000, channels=1)
+        >>> StreamFormat.parse('{"format": "webm"}', 8, (8000, 192000)).spooled
+        StreamFormat(format='s16le', sample_rate=48000, channels=1)
         """
         try:
             message: Any = json.loads(text)
@@ -61,7 +77,11 @@ class StreamFormat:
         if unknown:
             raise _invalid(f"the opening message has {', '.join(unknown)}")
         name, rate, channels = (message.get(key) for key in ("format", "sample_rate", "channels"))
-        if name not in SAMPLE_FORMATS:
+        if name in CONTAINER_FORMATS:
+            if rate is not None or channels is not None:
+                raise _invalid(f"a {name} stream states its own sample_rate and channels")
+            return cls(name, decoder.RATE, 1)
+        if name not in PCM_FORMATS:
             raise _invalid(f"format {name!r} is not accepted")
         if not _whole(rate) or not rates[0] <= rate <= rates[1]:
             raise InvalidInput(
@@ -82,17 +102,18 @@ def _whole(value: object) -> TypeGuard[int]:
 
 
 def _invalid(problem: str) -> InvalidInput:
-    formats = " or ".join(SAMPLE_FORMATS)
+    formats = ", ".join(FORMATS)
     return InvalidInput(
         f"{problem}; a stream opens with a text message such as "
-        f'{{"format": "s16le", "sample_rate": 16000, "channels": 1}} (format: {formats})',
+        f'{{"format": "s16le", "sample_rate": 16000, "channels": 1}} or {{"format": "webm"}} '
+        f"(format: {formats})",
         code=ErrorCode.INVALID_STREAM_MESSAGE,
     )
 
 
 def wav_header(fmt: StreamFormat) -> bytes:
     """A WAV header for `fmt` whose RIFF and data sizes are unstated."""
-    tag, width = SAMPLE_FORMATS[fmt.format]
+    tag, width = PCM_FORMATS[fmt.format]
     fmt_chunk = struct.pack(
         "<HHIIHH",
         tag,

@@ -51,6 +51,11 @@ than 32, 10% less than 16); the int8 path's widest activations (64 x 64 x 48 x 3
 under 8 MiB, jemalloc's oversize threshold (see `music.CHUNK_PATCHES`)."""
 
 
+MEL_FRAMES = 512
+"""10-ms frames per pass of the log-mel: its FFT's temporaries (about 1 MiB) stay in the L2 cache
+and are reused by the allocator, where a whole segment's (3,120 frames, 6 MiB) were 4x slower."""
+
+
 class _Quant(nn.Module):
     """Round to an int8 grid and back: `clamp(round(x / scale) + zero, -128, 127)`, dequantised.
 
@@ -133,13 +138,22 @@ class Yamnet(nn.Module):
 
     def log_mel(self, samples: Tensor) -> Tensor:
         """`(..., samples)` -> `(..., frames, 64)`: a frame of 400 samples every 160, on the
-        input's int8 grid."""
-        frames = samples.unfold(-1, FRAME, FRAME_HOP) * self.window
-        spectrum = torch.view_as_real(torch.fft.rfft(frames, N_FFT))
-        magnitude = spectrum.square().sum(-1).sqrt()  # complex abs is several times slower
-        mel = torch.log(torch.matmul(magnitude, self.mel) + self.mel_offset)
-        grid: Tensor = self.input_quant(mel)
-        return grid
+        input's int8 grid.
+
+        `MEL_FRAMES` frames at a time, so that the FFT's temporaries stay in cache and the
+        allocator reuses them; the magnitude from the real and imaginary parts' squares (as
+        `abs` would, several times faster)."""
+        frames = samples.unfold(-1, FRAME, FRAME_HOP)
+        rows = frames.reshape(-1, FRAME)  # a view for one stream of samples
+        mel = torch.empty(len(rows), self.mel.shape[1])
+        for start in range(0, len(rows), MEL_FRAMES):
+            spectrum = torch.fft.rfft(rows[start : start + MEL_FRAMES] * self.window, N_FFT)
+            parts = torch.view_as_real(spectrum)
+            real, imaginary = parts[..., 0], parts[..., 1]
+            magnitude = (real * real).addcmul_(imaginary, imaginary).sqrt_()
+            torch.matmul(magnitude, self.mel, out=mel[start : start + MEL_FRAMES])
+        grid: Tensor = self.input_quant(mel.add_(self.mel_offset).log_())
+        return grid.reshape(*frames.shape[:-1], -1)
 
     def patches(self, windows: Tensor) -> Tensor:
         """`(n, 15600)` samples -> `(n, 1, 96, 64)` log-mel patches."""
@@ -228,9 +242,9 @@ class _Int8Layer:
     The graph's int8 activations shifted by 128 are oneDNN's uint8 ones (zero point `zero +
     128`; ReLU6 is the saturation at 0 and 255 of its output grid, whose zero point is 0). Its
     VNNI kernels do 4 int8 products where float does one: 4.6x less CPU for the body than
-    `_Layer` in float (measured on 32 windows, one thread). The requantisation rounds as
-    oneDNN does, not as the runtime's fixed point, so an activation lands one step off now and
-    then, as the float port's did.
+    `_Layer` in float (measured on 32 windows, one thread). oneDNN requantises as `(acc * s_in
+    * s_w + bias) / s_out`, XNNPACK (the runtime's default) as `(acc + bias) * scale` rounded
+    once: fed the same input, one value in about 700,000 lands one step off (BENCHMARKS.md).
     """
 
     def __init__(

@@ -5,14 +5,18 @@ tags never split or repeat at segment boundaries. A kind whose tags are its own 
 after it (`speech.py`, `pitch.py`, `notes.py`: `<Kind>Params` and `<Kind>Tagger`); the kinds that
 tag labels from per-window scores (`classifier`, `music`) share `labels.py`'s `LabelTagger`, each
 with its own `LabelParams` subclass. `arengine/models/kinds.py` says which kind uses which.
+A tagger may also be a `WholeTagger`: new parameters on a finished job's kept scores
+(`arengine/jobs/retag.py`) then hand it the whole recording's scores at once; or `ReadsColumns`:
+they then read only the columns it uses.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from arengine.postprocess.palette import Palette
 from arengine.types import Tag
 
 
@@ -26,3 +30,21 @@ class Tagger(Protocol):
     def finish(self, audio_samples: int) -> list[Tag]:
         """End of the recording (`audio_samples` at the model's rate): the remaining tags."""
         ...
+
+
+@runtime_checkable
+class WholeTagger(Protocol):
+    """A tagger that also takes a whole recording's scores at once."""
+
+    def whole(self, scores: np.ndarray | Palette, audio_samples: int) -> list[Tag]:
+        """On a fresh tagger: the tags of `push` over any cut of `scores` (rows in order;
+        palette-coded or not), then `finish(audio_samples)`."""
+        ...
+
+
+@runtime_checkable
+class ReadsColumns(Protocol):
+    """A tagger that reads only the first `columns_read` columns of its scores, and may be fed
+    no more than those."""
+
+    columns_read: int

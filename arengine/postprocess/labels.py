@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from arengine.errors import ErrorCode, InvalidInput
+from arengine.postprocess.palette import Palette
 from arengine.postprocess.params import Bounds, Params, param, retuned
 from arengine.postprocess.vocabulary import Vocabulary, split_list, split_values
 from arengine.types import Tag
@@ -279,10 +280,57 @@ class LabelView:
         )
 
     def scores(self, scores: np.ndarray) -> np.ndarray:
-        """`(frames, model outputs)` -> `(frames, reported labels)`."""
+        """`(frames, model outputs)` -> `(frames, reported labels)` (`scores` itself when every
+        output is reported as it is)."""
+        if self.columns == tuple((i,) for i in range(scores.shape[1])):
+            return scores
         if all(len(columns) == 1 for columns in self.columns):
             return scores[:, [columns[0] for columns in self.columns]]
         return np.stack([scores[:, list(c)].max(axis=1) for c in self.columns], axis=1)
+
+
+def _pieces(weak: np.ndarray, strong: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stretches a run adds, from `(labels, frames)` masks: a run starts at a strong frame
+    and goes on over the weak frames that follow it, so each stretch of weak frames holding a
+    strong one gives a piece from its first strong frame to its end. Returns each piece's
+    label, first and last frame, by label then frame."""
+    width = weak.shape[1] + 2
+    padded = np.zeros((weak.shape[0], width), bool)
+    padded[:, 1:-1] = weak
+    flat = padded.ravel()
+    edges = np.flatnonzero(flat[1:] != flat[:-1])
+    begins, ends = edges[0::2] + 1, edges[1::2]
+    padded[:, 1:-1] = strong
+    strongest = np.flatnonzero(padded.ravel())
+    at = np.searchsorted(strongest, begins)
+    first = np.append(strongest, flat.size)[at]
+    held = first <= ends
+    first, ends = first[held], ends[held]
+    label = first // width
+    return label, first - label * width - 1, ends - label * width - 1
+
+
+def _at_least(rows: np.ndarray, limits: np.ndarray) -> np.ndarray:
+    """`rows[k] >= limits[k]` for each row; palette codes (bytes) are compared as bytes, a limit
+    past the last code (256) holding no row."""
+    if rows.dtype != np.uint8:
+        over: np.ndarray = rows >= limits[:, None]
+        return over
+    codes: np.ndarray = rows >= np.minimum(limits, 255).astype(np.uint8)[:, None]
+    codes[limits > 255] = False
+    return codes
+
+
+def _piece_values(
+    matrix: np.ndarray, label: np.ndarray, first: np.ndarray, last: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The scores of every piece's frames, piece after piece, and where each piece's begin."""
+    lengths = last - first + 1
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lengths) else lengths
+    piece = np.repeat(np.arange(len(lengths)), lengths)
+    frames = first[piece] + np.arange(len(piece)) - offsets[piece]
+    values: np.ndarray = matrix[frames, label[piece]]
+    return values, offsets
 
 
 class LabelTagger:
@@ -323,6 +371,11 @@ class LabelTagger:
         self.closed: list[tuple[int, int, _Run]] = []
         self.frame = 0
         self.end_sample: int | None = None
+        self.in_start_order = True
+        """Tags come in start order: a finished run waits while an earlier-starting one is
+        open. False (a live stream, `arengine/live/plans.py`): each run's tag comes as soon as
+        it is final, so one label's tags are in order but a long run of another label does not
+        hold them back."""
 
     def push(self, scores: np.ndarray) -> list[Tag]:
         matrix = np.asarray(scores, dtype=np.float64).reshape(-1, self.inputs)
@@ -341,6 +394,8 @@ class LabelTagger:
                 if self.frame - run.last > self.gap_frames[label]:
                     self._close(label)
             self.frame += 1
+        if not self.in_start_order:
+            return self._release(limit=None)
         return self._release(
             limit=min((run.first for run in self.open.values()), default=self.frame)
         )
@@ -350,6 +405,60 @@ class LabelTagger:
         for label in list(self.open):
             self._close(label)
         return self._release(limit=None)
+
+    def whole(self, scores: np.ndarray | Palette, audio_samples: int) -> list[Tag]:
+        """`push(scores)` then `finish(audio_samples)` on a fresh tagger: the same tags, with
+        numpy over whole arrays instead of a Python step per frame (a finished job's kept
+        scores under new parameters, `arengine/jobs/retag.py`). Palette-coded scores are
+        compared as codes."""
+        if isinstance(scores, Palette):
+            matrix = self.view.scores(scores.codes.reshape(-1, self.inputs))
+            releases, thresholds = scores.at_least(self.releases), scores.at_least(self.thresholds)
+            table = scores.values.astype(np.float64)
+        else:
+            matrix = self.view.scores(np.asarray(scores).reshape(-1, self.inputs))
+            releases, thresholds, table = self.releases, self.thresholds, None
+        self.end_sample = audio_samples
+        by_label = np.ascontiguousarray(matrix.T)
+        label, first, last = _pieces(_at_least(by_label, releases), _at_least(by_label, thresholds))
+        if not len(label):
+            return []
+        # Pieces of one label join while the next starts within the merge gap of the last.
+        gaps = first[1:] - 1 - last[:-1]
+        joins = (label[1:] == label[:-1]) & (gaps <= self.gap_frames[label[1:]])
+        starts = np.flatnonzero(np.concatenate(([True], ~joins)))
+        ends = np.append(starts[1:], len(label)) - 1
+        values, offsets = _piece_values(matrix, label, first, last)
+        if table is not None:
+            values = table[values]
+        values = values.astype(np.float64)
+        labels, firsts = label[starts], first[starts]
+        runs = self._runs(labels, firsts, last[ends], values, offsets[starts])
+        tags = (self._tag(*runs[i]) for i in np.lexsort((labels, firsts)).tolist())
+        return [tag for tag in tags if tag is not None]
+
+    def _runs(
+        self,
+        labels: np.ndarray,
+        firsts: np.ndarray,
+        lasts: np.ndarray,
+        values: np.ndarray,
+        offsets: np.ndarray,
+    ) -> list[tuple[int, _Run]]:
+        """One `_Run` per joined piece group: its frames' values are `values[offsets[k]:
+        offsets[k + 1]]`, added in order as `push` adds them."""
+        bounds = np.append(offsets, len(values))
+        counts = np.diff(bounds)
+        peaks = np.maximum.reduceat(values, offsets) if len(values) else values
+        runs = []
+        for k, (label, first, last) in enumerate(
+            zip(labels.tolist(), firsts.tolist(), lasts.tolist(), strict=True)
+        ):
+            run = _Run(first, last, 0.0, int(counts[k]), float(peaks[k]))
+            if not self.peak:  # the mean: a sequential sum, as `push` adds
+                run.total = float(np.cumsum(values[bounds[k] : bounds[k + 1]])[-1])
+            runs.append((label, run))
+        return runs
 
     def _close(self, label: int) -> None:
         run = self.open.pop(label)

@@ -46,6 +46,8 @@ LOWEST_MIDI = 21
 CONTOUR_BINS = 264
 COLUMNS = 2 * KEYS + CONTOUR_BINS
 """Note, onset and contour activations per frame."""
+NOTE_COLUMNS = 2 * KEYS
+"""The columns notes are made of (note and onset); the contour after them gives pitch bends."""
 FRAMES_PER_S = 22050 / 256
 ENERGY_TOL = 11
 """Frames under `frame_threshold` that end a note (basic-pitch's `energy_tol`)."""
@@ -282,6 +284,9 @@ def _within_budget(events: list[Event], frames: int) -> list[Event]:
 class NotesTagger:
     """Feed `(frames, 440)` activations with `push`, then `finish`; tags in start order.
 
+    Without pitch bends it reads only the first `columns_read` (176) columns: it may be fed
+    `(frames, 176)` (a job's kept scores read without their contour).
+
     >>> scores = np.zeros((300, COLUMNS), np.float32)
     >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
     >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
@@ -296,7 +301,8 @@ class NotesTagger:
         self.params = params
         self.sample_rate = sample_rate
         self.grid = grid or FrameGrid()
-        self._buffer = np.zeros((0, COLUMNS), dtype=np.float32)
+        self.columns_read = COLUMNS if params.pitch_bends else NOTE_COLUMNS
+        self._buffer = np.zeros((0, self.columns_read), dtype=np.float32)
         self._start = 0
         """Frame index of `_buffer[0]` in the recording."""
         self._done = 0
@@ -304,8 +310,10 @@ class NotesTagger:
 
     def push(self, scores: np.ndarray) -> list[Tag]:
         """The next frames' activations; returns the notes now final."""
-        rows = np.asarray(scores, dtype=np.float32).reshape(-1, COLUMNS)
-        self._buffer = np.concatenate([self._buffer, rows])
+        rows = np.asarray(scores, dtype=np.float32)
+        if rows.ndim != 2 or rows.shape[1] not in (COLUMNS, self.columns_read):
+            rows = rows.reshape(-1, COLUMNS)
+        self._buffer = np.concatenate([self._buffer, rows[:, : self.columns_read]])
         tags: list[Tag] = []
         while (events := self._next_chunk()) is not None:
             cut = self._done - self._start + _CHUNK

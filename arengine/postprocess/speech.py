@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from arengine.errors import ErrorCode, InvalidInput
+from arengine.postprocess.palette import Palette
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
@@ -176,6 +177,12 @@ class SpeechTagger:
         if not self.temp_end:
             return below[i]
         return min(above[i], below[i])
+
+    def whole(self, scores: np.ndarray | Palette, audio_samples: int) -> list[Tag]:
+        """A whole recording's scores at once, on a fresh tagger (`WholeTagger`): one `push`,
+        which gives the tags of any cut into segments, then `finish`."""
+        array = scores.decode() if isinstance(scores, Palette) else scores
+        return self.push(array) + self.finish(audio_samples)
 
     def finish(self, audio_samples: int) -> list[Tag]:
         """End of the recording (`audio_samples` at the model's rate): flush the last tags."""

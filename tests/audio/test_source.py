@@ -13,7 +13,14 @@ from arengine.audio.arrival import Arrival
 from arengine.audio.decode import BLOCK_FRAMES, Decoding, file_block_frames
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
-from arengine.audio.source import ModelInput, Reading, segment_sources
+from arengine.audio.source import (
+    ModelInput,
+    Reading,
+    live_block_frames,
+    resampler_hold_s,
+    segment_sources,
+)
+from arengine.audio.tee import Resampler
 from arengine.audio.validation import AudioLimits, probe
 from tests.recordings import sine, write
 
@@ -73,3 +80,24 @@ def test_a_whole_wav_is_read_in_blocks_of_one_mib(
     info = probe(path, LIMITS)
     assert file_block_frames(info) == frames
     assert file_block_frames(replace(info, decoder=sniff.FFMPEG)) == BLOCK_FRAMES
+
+
+@pytest.mark.parametrize(
+    ("rate_in", "rate_out"), [(16000, 16000), (48000, 16000), (44100, 32000), (8000, 16000)]
+)
+def test_a_live_resampler_never_holds_back_more_than_its_measured_hold(
+    rate_in: int, rate_out: int
+) -> None:
+    """Noise in the blocks a live stream is read in, for longer than the measurement ran: at
+    every block, all but `resampler_hold_s` of the input has come out (the live read gate
+    awaits that much beyond a segment, so decoding never waits for the client)."""
+    hold = resampler_hold_s(rate_in, rate_out)
+    assert (hold == 0) == (rate_in == rate_out)
+    resampler = Resampler(rate_in, rate_out)
+    rng = np.random.default_rng(3)
+    fed = given = 0
+    for _ in range(1000):
+        block = rng.standard_normal(live_block_frames(rate_in)).astype(np.float32) * 0.1
+        fed += len(block)
+        given += len(resampler.push(block))
+        assert fed / rate_in - given / rate_out <= hold + 1e-9

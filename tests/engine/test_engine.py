@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import Cancelled, StageFailed
+from arengine.jobs.scores import ModelPlan, ScoreLog
 from arengine.models.speech import MAX_BATCH, SpeechModel, SpeechRecognizer
 from arengine.types import Result, Tag
 from tests.conftest import RecordingFactory, wait_until
@@ -400,3 +402,49 @@ def test_with_another_request_in_the_pool_the_first_thread_never_batches(
                 if thread == "arengine-engine-0"]  # fmt: skip
     assert set(on_first) <= {1}, "the first thread took a batch while a clip could arrive"
     assert max(len(call) for call in batching.calls) > 1, "the other threads batch"
+
+
+class InFlight(SlowRecognizer):
+    """Counts its inference calls running at once, and the most there ever were."""
+
+    def __init__(self, model: SpeechModel) -> None:
+        super().__init__(model, segment_s=2.0)
+        self.now = 0
+        self.most = 0
+
+    def infer(self, features: torch.Tensor, segment: Segment) -> np.ndarray:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            return super().infer(features, segment)
+        finally:
+            with self._lock:
+                self.now -= 1
+
+
+def test_a_job_run_leaves_a_thread_free_for_a_clip(
+    speech_model: SpeechModel, recording: RecordingFactory, tmp_path: Path
+) -> None:
+    """A job's run (it keeps scores) holds at most `background_threads`: with its segments stuck
+    in inference on every thread it may hold, a clip still gets a thread and is answered."""
+    long = recording("long.wav", pieces=[("noise", 60.0)])
+    clip = recording("clip.wav", pieces=[("silence", 0.5), ("speech", 0), ("silence", 0.5)])
+    job_recognizer = InFlight(speech_model)
+    job_recognizer.gate.clear()  # the job's inference calls stay stuck until the clip is done
+    keeper = ScoreLog.open(tmp_path / "job.scores", (ModelPlan.of(job_recognizer),))
+    pool = EnginePool(threads=3)  # background_threads: 2 by default
+    try:
+        job = pool.submit(replace(_spec(long.path, job_recognizer, "job"), keeper=keeper))
+        assert wait_until(lambda: job_recognizer.now >= 2)  # the job holds all it may
+        answered = pool.submit(_spec(clip.path, SlowRecognizer(speech_model), "clip"))
+        assert answered.future.result(20).tags  # on the third thread, the job still stuck
+        assert job_recognizer.now == 2
+        job_recognizer.gate.set()
+        job.future.result(120)
+    finally:
+        job_recognizer.gate.set()
+        pool.close()
+        keeper.close()
+    assert job_recognizer.most == 2
+    assert job_recognizer.calls >= 30

@@ -19,6 +19,7 @@ from arengine.models.notes import KEPT_FRAMES, STEP, NotesRecognizer
 from arengine.postprocess.notes import (
     COLUMNS,
     KEYS,
+    NOTE_COLUMNS,
     FrameGrid,
     NotesParams,
     NotesTagger,
@@ -292,3 +293,23 @@ def test_plain_sine_tones_are_notes_at_predicts_onset_threshold(
     found = notes({"onset_threshold": float(setting[1])})
     assert [midi for midi, _ in found] == midis
     assert [start for _, start in found] == pytest.approx(starts, abs=0.05)
+
+
+def test_without_pitch_bends_the_contour_is_not_needed(
+    scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]
+) -> None:
+    """A job's kept scores are read without their contour for new parameters without pitch
+    bends: fed only the note and onset columns, the tagger gives the same tags; with pitch
+    bends it reads every column."""
+    audio, _ = piece
+    sizes = [KEPT_FRAMES] * 10
+    full = _tags(NotesTagger(NotesParams()), scores, sizes, len(audio))
+    cut = NotesTagger(NotesParams())
+    assert cut.columns_read == NOTE_COLUMNS
+    assert _tags(cut, np.ascontiguousarray(scores[:, :NOTE_COLUMNS]), sizes, len(audio)) == full
+    assert len(full) > 20
+    bends = NotesTagger(NotesParams(pitch_bends=1))
+    assert bends.columns_read == COLUMNS
+    assert [t.pitch_bend is not None for t in _tags(bends, scores, sizes, len(audio))] == [
+        True
+    ] * len(full)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 from silero_vad import get_speech_timestamps_from_probs
 
+from arengine.postprocess.palette import Palette
 from arengine.postprocess.speech import SpeechParams, SpeechTagger
 from arengine.types import Tag
 
@@ -105,3 +107,30 @@ def test_a_tag_is_final_once_the_pause_after_it_fixes_its_padding() -> None:
     ended = tagger.push([0.02] * 5)
     assert [(tag.start, tag.end) for tag in ended] == [(0.29, 1.31)]
     assert tagger.push([0.02] * 100) + tagger.finish(148 * 512) == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_whole_gives_the_tags_of_pushed_segments(seed: int) -> None:
+    """New parameters on a job's kept scores hand the tagger every segment at once
+    (`SpeechTagger.whole`): the same tags, scores included, as the segments pushed in turn;
+    palette-coded scores (a job of silence keeps one value) too."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        n = rng.randint(0, 600)
+        probabilities = np.array(_probabilities(rng, n), np.float32)
+        samples = max(0, n * 512 - rng.randint(0, 511))
+        params = SpeechParams(
+            threshold=rng.choice([0.5, 0.3]),
+            neg_threshold=rng.choice([None, 0.2]),
+            min_speech_duration_ms=rng.choice([250, 0]),
+            max_speech_duration_s=rng.choice([None, 1.0]),
+            speech_pad_ms=rng.choice([30, 200]),
+        )
+        segments = [rng.randint(1, 120) for _ in range(n)]
+        pushed = _run(probabilities.tolist(), params, samples, segments)
+        whole = SpeechTagger(params, sample_rate=16000, hop=512).whole(probabilities, samples)
+        assert whole == pushed, params
+    coded = Palette.of(np.full(300, 0.75, np.float32))
+    assert coded is not None
+    tags = SpeechTagger(SpeechParams(), sample_rate=16000, hop=512).whole(coded, 300 * 512)
+    assert [(t.start, t.end, t.score) for t in tags] == [(0.0, 9.6, 0.75)]

@@ -65,6 +65,10 @@ READ_BYTES = 1 << 20
 
 _FORMAT_CHANGED = "Changing audio frame properties on the fly is not supported"
 
+_NOT_REPORTED = ("not on whitelist", "Last message repeated")
+"""ffmpeg's lines about the allowlist refusing a video track's decoder while it probes the
+streams (the track is never decoded), and the repeats of such lines."""
+
 
 def usable(info: AudioInfo) -> bool:
     """Whether `info`'s file can be decoded in parts: FFmpeg's, seekable to the sample, and the
@@ -261,7 +265,8 @@ class PartDecoding:
     def _finished(self, part: _Part, given: int) -> None:
         code = part.process.wait()
         part.errors.seek(0)
-        lines = part.errors.read(64 << 10).decode("utf-8", "replace").splitlines()
+        text = part.errors.read(64 << 10).decode("utf-8", "replace")
+        lines = [line for line in text.splitlines() if not any(n in line for n in _NOT_REPORTED)]
         if any(_FORMAT_CHANGED in line for line in lines):
             raise InvalidInput(
                 f"the {self._probed.format} stream changes its codec parameters after "

@@ -192,3 +192,16 @@ def test_a_cap_beyond_what_ffmpeg_can_count_is_no_cap(recording: RecordingFactor
     two, decoded = _decoded(path, info, 2, cap=2**62)
     assert len(two) == len(one)
     assert decoded.warnings == ()
+
+
+def test_a_video_track_is_skipped_without_a_warning(recording: RecordingFactory) -> None:
+    """The codec allowlist refuses the video decoder while ffmpeg probes the streams: the
+    refusal is the allowlist working, not something the result should warn about."""
+    talk = _talk(recording, "a.m4a")
+    path = talk.with_name("video.mp4")
+    ffmpeg("-i", str(talk), "-f", "lavfi", "-i", "testsrc=size=64x48:rate=1", "-map", "1:v",
+           "-map", "0:a", "-shortest", "-c:v", "mpeg4", "-c:a", "copy", str(path))  # fmt: skip
+    info = probe(path, LIMITS)
+    samples, decoded = _decoded(path, info, 2)
+    assert len(samples) > 16000 * 20
+    assert decoded.warnings == ()

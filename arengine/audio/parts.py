@@ -65,6 +65,8 @@ READ_BYTES = 1 << 20
 
 _FORMAT_CHANGED = "Changing audio frame properties on the fly is not supported"
 
+_DAMAGED = "Error while decoding stream"
+
 _NOT_REPORTED = ("not on whitelist", "Last message repeated")
 """ffmpeg's lines about the allowlist refusing a video track's decoder while it probes the
 streams (the track is never decoded), and the repeats of such lines."""
@@ -117,16 +119,19 @@ def command(
 
 @dataclass(slots=True)
 class _Part:
-    """One child and where its samples go; `first` and `end` are model-rate sample indices."""
+    """One child and where its samples go, in model-rate samples."""
 
     process: subprocess.Popen[bytes]
     errors: IO[bytes]
     output: Path | None
     """The spool file; None for the part read from the pipe."""
     skip: int
-    first: int
+    """Samples of the warm-up, dropped."""
     end: int | None
-    """None for the last part, which reads to the end of the file."""
+    """Where the next part begins (the index in the whole decoding); None for the last part,
+    which reads to the end of the file."""
+    expected: int
+    """What the child writes, warm-up and tail included, if the file goes on past the part."""
 
 
 class PartDecoding:
@@ -143,6 +148,8 @@ class PartDecoding:
         self._probed, self._rate = info, rate_out
         self._cap = max_frames * rate_out // info.sample_rate
         self.report = DecodeReport()
+        self.damaged = 0
+        """Packets the children could not decode and skipped."""
         self.block_frames = READ_BYTES // 4
         at = starts(info, parts)
         # ffmpeg takes durations up to 2^63 microseconds; a cap past a year is no cap.
@@ -156,7 +163,7 @@ class PartDecoding:
                 self._parts.append(self._start(path, number, begin_s, length_s))
                 part = self._parts[-1]
                 part.skip = (first_s - begin_s) * rate_out
-                part.first = first_s * rate_out
+                part.expected = round(length_s * rate_out)
                 part.end = None if last else at[number + 1] * rate_out
         except BaseException:
             self.close()
@@ -215,7 +222,7 @@ class PartDecoding:
         if process.stdout is not None:
             with suppress(OSError):  # Linux only; elsewhere the default pipe works, in more reads
                 fcntl.fcntl(process.stdout, getattr(fcntl, "F_SETPIPE_SZ", 1031), READ_BYTES)
-        return _Part(process, errors, output, 0, 0, None)
+        return _Part(process, errors, output, 0, None, 0)
 
     def _read(self) -> Iterator[np.ndarray]:
         given = 0
@@ -231,10 +238,16 @@ class PartDecoding:
                     self._count(given)
                     yield _checked(keep)
             self._finished(part, given)
-            if part.end is not None and given < part.end:
-                break  # the file ends inside this part: what the later parts read is not there
+            if part.end is not None and received < part.expected - TAIL_S * self._rate // 2:
+                # The file ends inside this part (its child did not reach the tail): what the
+                # later parts read is not there. A part a little short for damaged packets it
+                # skipped ends where they were: the next part's samples follow, as in process.
+                break
         if given == 0:
             raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
+        if self.damaged:
+            # Counted per part: a packet in two parts' overlap counts twice.
+            self.report.warnings.append(f"{self.damaged} damaged packet(s) were skipped")
 
     def _count(self, given: int) -> None:
         if given > self._cap:
@@ -264,19 +277,18 @@ class PartDecoding:
 
     def _finished(self, part: _Part, given: int) -> None:
         code = part.process.wait()
-        part.errors.seek(0)
-        text = part.errors.read(64 << 10).decode("utf-8", "replace")
-        lines = [line for line in text.splitlines() if not any(n in line for n in _NOT_REPORTED)]
-        if any(_FORMAT_CHANGED in line for line in lines):
+        damaged, reason = _read_errors(part.errors)
+        if reason == _FORMAT_CHANGED:
             raise InvalidInput(
                 f"the {self._probed.format} stream changes its codec parameters after "
                 f"{given / self._rate:.1f} s; accepted: one sample rate and channel count per "
                 "recording",
                 code=ErrorCode.AUDIO_FORMAT_CHANGED,
             )
-        if code == 0 and not lines:
+        self.damaged += damaged
+        if code == 0 and reason is None:
             return
-        reason = lines[-1][:200] if lines else f"ffmpeg exited with {code}"
+        reason = reason or f"ffmpeg exited with {code}"
         if given == 0 and code != 0:
             raise CorruptAudio(f"the audio cannot be read: {reason}")
         warning = f"FFmpeg reported after {given / self._rate:.1f} s: {reason}"
@@ -285,6 +297,23 @@ class PartDecoding:
             warning += "; the result covers what was decoded"
         if warning not in self.report.warnings:
             self.report.warnings.append(warning)
+
+
+def _read_errors(errors: IO[bytes]) -> tuple[int, str | None]:
+    """From a child's error lines: the damaged packets it skipped, and the last line worth
+    reporting (`_FORMAT_CHANGED` where the stream changed its rate or channels). Read line by
+    line: a file of many damaged packets writes a line for each."""
+    errors.seek(0)
+    damaged, reason = 0, None
+    for raw in errors:
+        line = raw.decode("utf-8", "replace").strip()
+        if _FORMAT_CHANGED in line:
+            return damaged, _FORMAT_CHANGED
+        if _DAMAGED in line:
+            damaged += 1
+        elif line and not line.startswith("[") and not any(n in line for n in _NOT_REPORTED):
+            reason = line[:200]  # `[decoder @ ...]` lines: the details of a damaged packet
+    return damaged, reason
 
 
 def _checked(samples: np.ndarray) -> np.ndarray:

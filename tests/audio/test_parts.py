@@ -205,3 +205,24 @@ def test_a_video_track_is_skipped_without_a_warning(recording: RecordingFactory)
     samples, decoded = _decoded(path, info, 2)
     assert len(samples) > 16000 * 20
     assert decoded.warnings == ()
+
+
+def test_damaged_packets_are_skipped_and_counted(recording: RecordingFactory) -> None:
+    whole = _talk(recording, "a.mp3")
+    data = bytearray(whole.read_bytes())
+    rng = np.random.default_rng(1)
+    for tenth in range(2, 9):  # garbage over a few frames in each part
+        at = len(data) * tenth // 10
+        data[at : at + 300] = rng.integers(0, 256, 300, dtype=np.uint8).tobytes()
+    path = whole.with_name("damaged.mp3")
+    path.write_bytes(bytes(data))
+    info = probe(path, LIMITS)
+    one, _ = _decoded(path, info, 1)
+    three, decoded = _decoded(path, info, 3)
+    # FFmpeg conceals some damaged frames and drops others, by where decoding began: a part's
+    # length moves by a few frames, and no part ends the file early.
+    assert abs(len(three) - len(one)) < 16000 * 0.5
+    assert len(one) > 16000 * 20
+    damaged = [warning for warning in decoded.warnings if "damaged packet" in warning]
+    assert len(damaged) == 1 and int(damaged[0].split()[0]) >= 1, decoded.warnings
+    assert not any("FFmpeg reported" in warning for warning in decoded.warnings)

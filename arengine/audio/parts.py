@@ -218,7 +218,13 @@ class PartDecoding:
         errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `close`)
         args = command(path, self._probed, self._rate, begin_s, length_s, target)
         stdout = subprocess.PIPE if output is None else subprocess.DEVNULL
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=errors)
+        try:
+            process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=errors)
+        except BaseException:
+            errors.close()
+            if output is not None:
+                output.unlink(missing_ok=True)
+            raise
         if process.stdout is not None:
             with suppress(OSError):  # Linux only; elsewhere the default pipe works, in more reads
                 fcntl.fcntl(process.stdout, getattr(fcntl, "F_SETPIPE_SZ", 1031), READ_BYTES)

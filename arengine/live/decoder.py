@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -104,7 +105,7 @@ class StreamDecoder:
         with contextlib.suppress(ConnectionError):
             await self._stdin.wait_closed()
 
-    async def pump(self, write: Any, full: Any) -> None:
+    async def pump(self, write: Callable[[bytes], None], full: Callable[[], bool]) -> None:
         """Pass the child's PCM to `write(bytes)` until it exits or `full()`; its error (an
         `ArengineError`) if it failed."""
         while not full():
@@ -156,54 +157,13 @@ def decode(container: str, source: _Input, out: BinaryIO) -> None:
     """Decode the `container` stream on `source` to `out` as mono s16le at `RATE`;
     `ArengineError` for what the stream cannot be."""
     try:
-        opened = ffmpeg.open_file(source, CONTAINER_FORMATS[container], DECODERS)
-        with opened as demuxed:
-            streams = ffmpeg.audio_streams(demuxed)
-            if not streams:
-                raise InvalidInput(
-                    f"the {container} stream has no audio track", code=ErrorCode.NO_AUDIO_STREAM
-                )
-            choice = ffmpeg.describe_stream(demuxed, streams[0])
-            if choice.decoder not in DECODERS:
-                raise ArengineError(
-                    f"the {container} stream carries {choice.decoder}; accepted: Opus or Vorbis",
-                    code=ErrorCode.UNSUPPORTED_CODEC,
-                )
-            context: Any = demuxed.streams[choice.index].codec_context
+        with ffmpeg.open_file(source, CONTAINER_FORMATS[container], DECODERS) as demuxed:
+            choice = _audio_stream(demuxed, container)
             mixdown = ffmpeg.Mixdown(BLOCK, RATE)
-            bad = total = 0
             first: tuple[int, int] | None = None
-            for packet, error in ffmpeg.packets(demuxed, choice.index):
-                if error is not None:
-                    if source.ended and total:
-                        break  # the client stopped mid-cluster: what came is decoded
-                    raise CorruptAudio(f"the {container} stream cannot be read: {error}")
-                total += 1
-                try:
-                    frames = context.decode(packet)
-                except av.error.FFmpegError:
-                    bad += 1
-                    if bad > MAX_BAD_PACKETS and bad * 20 > total:
-                        raise CorruptAudio(
-                            f"the {container} stream is damaged: {bad} of {total} packets "
-                            "cannot be decoded"
-                        ) from None
-                    continue
-                if sum(frame.samples for frame in frames) * 4 * choice.channels > MAX_PACKET_BYTES:
-                    raise TooLarge(
-                        f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
-                        code=ErrorCode.DECODE_BOMB,
-                    )
+            for frames in _frames(demuxed, choice, container, source):
                 for frame in frames:
-                    shape = (frame.sample_rate, frame.layout.nb_channels)
-                    first = first or shape
-                    if shape != first:
-                        raise InvalidInput(
-                            f"the {container} stream changes from {first[0]} Hz, {first[1]} "
-                            f"channel(s) to {shape[0]} Hz, {shape[1]}; accepted: one sample rate "
-                            "and channel count per stream",
-                            code=ErrorCode.AUDIO_FORMAT_CHANGED,
-                        )
+                    first = _unchanged(frame, first, container)
                     _write(mixdown.push(frame), out)
                 out.flush()
             _write(mixdown.flush(), out)
@@ -218,7 +178,68 @@ def decode(container: str, source: _Input, out: BinaryIO) -> None:
     out.flush()
 
 
-def _write(blocks: Any, out: BinaryIO) -> None:
+def _audio_stream(demuxed: Any, container: str) -> ffmpeg.StreamChoice:
+    """The first audio stream, refused unless Opus or Vorbis."""
+    streams = ffmpeg.audio_streams(demuxed)
+    if not streams:
+        raise InvalidInput(
+            f"the {container} stream has no audio track", code=ErrorCode.NO_AUDIO_STREAM
+        )
+    choice = ffmpeg.describe_stream(demuxed, streams[0])
+    if choice.decoder not in DECODERS:
+        raise ArengineError(
+            f"the {container} stream carries {choice.decoder}; accepted: Opus or Vorbis",
+            code=ErrorCode.UNSUPPORTED_CODEC,
+        )
+    return choice
+
+
+def _frames(
+    demuxed: Any, choice: ffmpeg.StreamChoice, container: str, source: _Input
+) -> Iterator[list[av.AudioFrame]]:
+    """Each packet's decoded frames, under the upload path's policy (`arengine/audio/decode.py`):
+    damaged packets skipped up to `MAX_BAD_PACKETS`, none decoding to more than
+    `MAX_PACKET_BYTES`; a demuxer error ends the stream where the client stopped sending."""
+    context: Any = demuxed.streams[choice.index].codec_context
+    bad = total = 0
+    for packet, error in ffmpeg.packets(demuxed, choice.index):
+        if error is not None:
+            if source.ended and total:
+                return  # the client stopped mid-cluster: what came is decoded
+            raise CorruptAudio(f"the {container} stream cannot be read: {error}")
+        total += 1
+        try:
+            frames: list[av.AudioFrame] = context.decode(packet)
+        except av.error.FFmpegError:
+            bad += 1
+            if bad > MAX_BAD_PACKETS and bad * 20 > total:
+                raise CorruptAudio(
+                    f"the {container} stream is damaged: {bad} of {total} packets cannot be decoded"
+                ) from None
+            continue
+        if sum(frame.samples for frame in frames) * 4 * choice.channels > MAX_PACKET_BYTES:
+            raise TooLarge(
+                f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
+                code=ErrorCode.DECODE_BOMB,
+            )
+        yield frames
+
+
+def _unchanged(
+    frame: av.AudioFrame, first: tuple[int, int] | None, container: str
+) -> tuple[int, int]:
+    """The stream's rate and channels, as its first frame gave them; a change is refused."""
+    shape = (frame.sample_rate, frame.layout.nb_channels)
+    if first is not None and shape != first:
+        raise InvalidInput(
+            f"the {container} stream changes from {first[0]} Hz, {first[1]} channel(s) to "
+            f"{shape[0]} Hz, {shape[1]}; accepted: one sample rate and channel count per stream",
+            code=ErrorCode.AUDIO_FORMAT_CHANGED,
+        )
+    return shape
+
+
+def _write(blocks: Iterable[np.ndarray], out: BinaryIO) -> None:
     for block in blocks:
         # Scaled as libsndfile reads 16-bit PCM back (by 1/32768), so the round trip is exact.
         pcm = np.clip(np.rint(block[:, 0] * 32768.0), -32768, 32767).astype("<i2")

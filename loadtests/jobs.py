@@ -189,7 +189,7 @@ def in_process(path: Path, model: str) -> tuple[float, float]:
 
 def _median_ms(url: str, job_id: str, model: str) -> float:
     """One client for the five requests, as a caller trying thresholds would keep: a new
-    `httpx.get` client loads its CA certificates each time (about 40 ms on these cores)."""
+    `httpx.get` client loads its CA certificates each time (40-100 ms on these busy cores)."""
     times = []
     with httpx.Client(timeout=600) as client:
         for _ in range(5):

@@ -237,8 +237,9 @@ def delays_and_streams(
     events, _ = events_recording(max(seconds, 40) / 60)
     clip = folder / "clip.wav"
     sf.write(str(clip), speech[: 5 * RATE], RATE)
+    most = max(16, *(int(count) for count in counts.split(",")))  # the default limit is 16
     flags = ("--models", "speech,events", "--upload-dir", str(folder))
-    with running_server(port, *flags) as (process, url):
+    with running_server(port, *flags, "--max-listen-streams", str(most)) as (process, url):
         ws_url = url.replace("http://", "ws://")
         if delays:
             one_stream_per_model(ws_url, speech, events)

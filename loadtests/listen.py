@@ -14,8 +14,9 @@ each sent when its last sample would have been recorded (as a sound card deliver
    client less the moment its end (the tag's own `end`) was sent;
 2. streams held: `N` streams at once for each `--streams` (the speech recording to speech, or
    with `--streams-model events` the events recording to events), their delays' median and 90th
-   percentile, the server's RSS growth per stream, and the p99 of 5-s uploads posted meanwhile
-   against the same uploads alone.
+   percentile, the server's RSS growth per stream, the p99 of 5-s uploads posted meanwhile
+   against the same uploads alone, and the cores the server and this client kept busy (CPU
+   seconds over wall seconds: near the machine's cores, the streams are past what it holds).
 
 3. a long stream (`--long-minutes` of speech, 16 kHz) fed as fast as the server reads it, to a
    server whose files and streams are cut alike (`--segment-s` = `--listen-segment-s` = 1.024):
@@ -42,6 +43,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from loadtests.events import recording as events_recording
 from loadtests.recordings import write_recording
 from loadtests.server import memory_mib, running_server
+from loadtests.thread_sweep import cpu_seconds
 
 RATE = 16000
 CHUNK_S = 0.1
@@ -246,18 +248,24 @@ def delays_and_streams(
         alone_until = time.monotonic() + 10
         alone = asyncio.run(uploads(url, clip, alone_until))
         print(f"\n5-s uploads alone: p99 {p99(alone):.3f} s over {len(alone)} requests\n")
-        print(f"| {streams_model} streams | delay | RSS per stream | 5-s uploads' p99 meanwhile |")
-        print("|---|---|---|---|")
+        print(
+            f"| {streams_model} streams | delay | RSS per stream | 5-s uploads' p99 meanwhile "
+            "| cores busy: server, client |\n|---|---|---|---|---|"
+        )
         audio = events if streams_model == "events" else speech
         for n in (int(count) for count in counts.split(",")):
             before = memory_mib(process.pid)
+            cpu = cpu_seconds(process.pid), time.process_time(), time.monotonic()
             held_delays, times, during = asyncio.run(
                 held(ws_url, streams_model, audio, n, clip, process.pid)
             )
+            wall = time.monotonic() - cpu[2]
+            server = (cpu_seconds(process.pid) - cpu[0]) / wall
+            client = (time.process_time() - cpu[1]) / wall
             grown = (during - before) / n
             print(
                 f"| {n} | {summary(held_delays)} | {grown:.1f} MiB | {p99(times):.3f} s "
-                f"({p99(times) / p99(alone):.1f}x alone) |"
+                f"({p99(times) / p99(alone):.1f}x alone) | {server:.2f}, {client:.2f} |"
             )
 
 

@@ -18,7 +18,8 @@ check_only=""
 for option in "$@"; do
   case "$option" in
     # docker.io, docker-compose, debootstrap: the container tests (tests/container/, make image);
-    # ffmpeg only makes test files (the server decodes with the libraries in the av wheel).
+    # ffmpeg makes test files; the server decodes with the libraries in the av wheel, and uses an
+    # ffmpeg program only where one is on PATH (long files in parts: arengine/audio/parts.py).
     # fluidsynth and fluid-soundfont-gm: the notes and music tests render MIDI with FluidR3.
     # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
     --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus) ;;

@@ -7,7 +7,8 @@ thread. Alone: its wall and CPU seconds. Beside a pure-Python thread that counts
 time and the counter's rate against its rate alone (what a thread holding the GIL leaves to the
 others). With `--py-spy`, the chain also runs in a child process under `py-spy record --gil`
 (py-spy must be in the venv: `pip install py-spy`): the share of the wall time in which a thread
-held the GIL, and which part of the chain held it.
+held the GIL, and which part of the chain held it. With `--parts N`, the chain is
+`parts.PartDecoding` in N `ffmpeg` children instead (the process only reads their samples).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from arengine.audio.decode import decode
+from arengine.audio.parts import PartDecoding
 from arengine.audio.validation import AudioLimits, probe
 
 LIMITS = AudioLimits(
@@ -33,13 +35,24 @@ STAGES = (
     ("resampling (soxr)", ("resample_chunk",)),
     ("decoding (demux, decode, to float32 mono blocks)", ("_ffmpeg_blocks", "_ffmpeg_frames")),
     ("the channel mean and checks", ("to_mono",)),
+    ("reading the ffmpeg parts", ("_samples", "_checked", "_read")),
 )
+
+
+PARTS = [0]
+"""`--parts`: 0 decodes in the process (PyAV); more, in that many `ffmpeg` children."""
 
 
 def chain(path: Path, rate: int) -> int:
     """Decode `path` to `rate` the engine's way; the samples out."""
-    blocks = decode(path, probe(path, LIMITS), rate, 2**62)
-    return sum(len(block) for block in blocks)
+    info = probe(path, LIMITS)
+    if PARTS[0]:
+        parts = PartDecoding(path, info, rate, 2**62, PARTS[0])
+        try:
+            return sum(len(block) for block in parts)
+        finally:
+            parts.close()
+    return sum(len(block) for block in decode(path, info, rate, 2**62))
 
 
 def beside_counter(path: Path, rate: int) -> tuple[float, float]:
@@ -71,7 +84,8 @@ def py_spy(path: Path, rate: int, sampling: int) -> None:
     spy = str(Path(sys.executable).with_name("py-spy"))
     with tempfile.TemporaryDirectory() as folder:
         raw = Path(folder) / "raw.txt"
-        child = [sys.executable, "-m", "loadtests.decode_gil", str(path), "--rate", str(rate)]
+        child = [sys.executable, "-m", "loadtests.decode_gil", str(path), "--rate", str(rate),
+                 "--parts", str(PARTS[0])]  # fmt: skip
         record = ["record", "--gil", "--format", "raw", "-r", str(sampling), "-o", str(raw)]
         done = subprocess.run(
             [spy, *record, "--", *child, "--child"],
@@ -109,8 +123,10 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=16000)
     parser.add_argument("--py-spy", action="store_true", help="also sample the GIL with py-spy")
     parser.add_argument("--sampling", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--parts", type=int, default=0, help="decode in N ffmpeg children")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    PARTS[0] = options.parts
     path, rate = options.path, options.rate
     if options.child:
         started = time.perf_counter()

@@ -183,6 +183,15 @@ appliances); a bell a "Bell", an "Alarm" or a "Brief tone"; a voice a "Human voi
 its kinds). A tag of another label near a sound (Camera, Frog) does not find it."""
 
 
+def own_labels(ontology: Ontology, sound: str) -> set[str]:
+    """The AudioSet ids that find `sound`: its `EXPECTED` classes and every class under them."""
+    ids = {name: class_id for class_id, name in ontology.names.items()}
+    missing = [name for name in EXPECTED[sound] if name not in ids]
+    if missing:
+        raise ValueError(f"not AudioSet classes: {missing}")
+    return set().union(*(ontology.under(ids[name]) for name in EXPECTED[sound]))
+
+
 def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -> None:
     loaded = load_models(DEFAULT_MODELS_DIR, ["events"])[0]["events"]
     recognizer = loaded.recognizer
@@ -208,9 +217,7 @@ def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -
     )
     print("|---|---|---|---|---|---|")
     for name in INSERTED:
-        wanted = set().union(
-            *(ontology.under(i) for i, c in ontology.names.items() if c in EXPECTED[name])
-        )
+        wanted = own_labels(ontology, name)
         near, first, labels = 0, [], set[str]()
         for _, at in (item for item in inserted if item[0] == name):
             own = [

@@ -1,17 +1,21 @@
-"""Decoding alone, one file: sequentially on one thread against `lanes` on as many threads.
+"""Decoding alone, one file: sequentially on one thread, in lanes on threads, in parts by
+`ffmpeg` children.
 
     python -m loadtests.lanes_decode loadtests/out/35min-44k.mp3 [--lanes 2] [--runs 3]
 
-The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread, then
-from `lanes.LaneDecoding` with `--lanes` threads each taking a free lane and decoding its next
-segment, as the engine's threads do (no model runs: what is timed is decoding only). Alternating,
-best of `--runs`; wall and CPU seconds of the process. Lanes pay where their wall time is below
-the sequential one: the decoders run at once only while they do not hold the GIL.
+The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread; from
+`lanes.LaneDecoding` with `--lanes` lanes on one thread (the lanes' extra work) and on `--lanes`
+threads each taking a free lane and decoding its next segment, as the engine's threads do; and
+from `parts.PartDecoding` in 1 and `--lanes` parts (`ffmpeg` children; needs the program). No
+model runs: what is timed is decoding only. Alternating, best of `--runs`; wall seconds, and CPU
+seconds of the process and its children (the `ffmpeg` parts). Lanes pay where their wall time is
+below the sequential one: the decoders run at once only while they do not hold the GIL.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from arengine.audio.decode import decode
 from arengine.audio.lanes import LaneDecoding
+from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits, probe
 from arengine.models.speech import CONTEXT, WINDOW
@@ -35,6 +40,20 @@ SEGMENT_PLAN = SegmentPlan(hop=WINDOW, context=CONTEXT, segment_frames=938, prer
 
 def sequential(path: Path, info: AudioInfo, plan: SegmentPlan) -> int:
     return sum(1 for _ in Segmenter(decode(path, info, RATE, CAP), plan))
+
+
+def in_parts(path: Path, info: AudioInfo, plan: SegmentPlan, parts: int) -> int:
+    decoding = PartDecoding(path, info, RATE, CAP, parts)
+    try:
+        return sum(1 for _ in Segmenter(decoding, plan))
+    finally:
+        decoding.close()
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def in_lanes(path: Path, info: AudioInfo, plan: SegmentPlan, lanes: int, threads: int) -> int:
@@ -81,13 +100,17 @@ def main() -> None:
         f"{options.lanes} lanes, {options.lanes} threads": lambda: in_lanes(
             path, info, SEGMENT_PLAN, options.lanes, options.lanes
         ),
+        "1 part (an ffmpeg child)": lambda: in_parts(path, info, SEGMENT_PLAN, 1),
+        f"{options.lanes} parts (ffmpeg children)": lambda: in_parts(
+            path, info, SEGMENT_PLAN, options.lanes
+        ),
     }
     counts = set()
     for _ in range(options.runs):
         for name, step in steps.items():
-            cpu, wall = time.process_time(), time.perf_counter()
+            cpu, wall = cpu_seconds(), time.perf_counter()
             counts.add(step())
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
             if wall < best.get(name, (float("inf"), 0.0))[0]:
                 best[name] = (wall, cpu)
     assert len(counts) == 1, f"the two ways gave different segment counts: {counts}"

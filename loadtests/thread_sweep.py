@@ -24,8 +24,10 @@ from loadtests.server import running_server
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU seconds of process `pid` and of its children that have ended (the `ffmpeg` parts)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def run_cell(

@@ -85,6 +85,19 @@ def test_the_events_recording_holds_its_sounds_at_the_times_it_says() -> None:
     assert np.abs(audio[start : start + RATE]).max() > 10 * np.abs(quiet).max()
 
 
+def test_the_events_benchmark_finds_a_sound_only_by_its_own_labels() -> None:
+    from arengine.models.registry import DEFAULT_MODELS_DIR
+    from arengine.postprocess.vocabulary import Ontology
+    from loadtests.events import EXPECTED, own_labels
+
+    ontology = Ontology.read(DEFAULT_MODELS_DIR / "events" / "ontology.json")
+    phone, alarm_clock = own_labels(ontology, "phone"), own_labels(ontology, "alarm clock")
+    assert {"/m/07cx4", "/m/01hnzm", "/m/07pp_mv"} <= phone  # Telephone, Ringtone, Alarm
+    assert "/m/02fs_r" in alarm_clock - phone  # Beep, bleep: a Brief tone
+    assert "/m/0dv5r" not in set().union(*(own_labels(ontology, s) for s in EXPECTED))  # Camera
+    assert own_labels(ontology, "voice") >= {"/m/09x0r"}  # Speech
+
+
 def test_the_fingerprint_benchmark_finds_its_own_excerpts(tmp_path: Path) -> None:
     from arengine.models.fingerprint import FingerprintRecognizer, add_recording
     from arengine.models.fingerprint_store import Library

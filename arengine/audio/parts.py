@@ -2,9 +2,10 @@
 
 Decoding in the server's process costs a Python object per packet (PyAV) under the GIL, ~80,000
 for a 35-minute MP3, and one process decodes on one core. Here `ffmpeg` decodes, mixes down and
-resamples (its `aresample`) in a child process per part: part 0 writes float32 to a pipe that
-the engine reads in 1 MiB blocks (the read releases the GIL), the later parts to spool files
-that are read once the parts before them are used, so memory holds one block whatever the length.
+resamples (its `aresample`) in a child process per part, each writing float32 to a spool file
+that the engine reads in blocks of up to 1 MiB as it is written (the read releases the GIL), in
+order, so memory holds one block whatever the length. Files, not pipes: a pipe holds 1 MiB (16 s
+at 16 kHz), so part 0's child would decode only as far ahead as the engine reads.
 
 Every part starts on a whole second, so the model rate's grid falls on it, `WARMUP_S` early for
 the decoder's and the resampler's state, and reads `TAIL_S` past its end; both are cut off by
@@ -21,17 +22,16 @@ error) rather than resampled.
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 import numpy as np
 
@@ -61,9 +61,18 @@ PROTOCOLS = "file"
 holds no playlist or reference format, and `mov` follows no external references by default."""
 
 READ_BYTES = 1 << 20
-"""Bytes per read from a part: 262,144 samples, 16 s at 16 kHz."""
+"""Most bytes per read from a part: 262,144 samples, 16 s at 16 kHz."""
+
+POLL_S = 0.005
+"""The wait before reading again where a part's file holds nothing new yet."""
 
 _FORMAT_CHANGED = "Changing audio frame properties on the fly is not supported"
+
+_DAMAGED = "Error while decoding stream"
+
+_NOT_REPORTED = ("not on whitelist", "Last message repeated")
+"""ffmpeg's lines about the allowlist refusing a video track's decoder while it probes the
+streams (the track is never decoded), and the repeats of such lines."""
 
 
 def usable(info: AudioInfo) -> bool:
@@ -89,7 +98,7 @@ def command(
     path: Path, info: AudioInfo, rate_out: int, begin_s: int, length_s: float, output: str
 ) -> list[str]:
     """The `ffmpeg` command that writes mono float32 at `rate_out` of `length_s` seconds of
-    `path` from `begin_s` to `output` (`pipe:1` or a file)."""
+    `path` from `begin_s` to the file `output`."""
     if FFMPEG is None:
         raise RuntimeError("no ffmpeg program on PATH")
     demuxer = containers.demuxer_for(info.format)
@@ -113,16 +122,19 @@ def command(
 
 @dataclass(slots=True)
 class _Part:
-    """One child and where its samples go; `first` and `end` are model-rate sample indices."""
+    """One child and where its samples go, in model-rate samples."""
 
     process: subprocess.Popen[bytes]
     errors: IO[bytes]
-    output: Path | None
-    """The spool file; None for the part read from the pipe."""
+    output: Path
+    """The spool file it writes."""
     skip: int
-    first: int
+    """Samples of the warm-up, dropped."""
     end: int | None
-    """None for the last part, which reads to the end of the file."""
+    """Where the next part begins (the index in the whole decoding); None for the last part,
+    which reads to the end of the file."""
+    expected: int
+    """What the child writes, warm-up and tail included, if the file goes on past the part."""
 
 
 class PartDecoding:
@@ -139,19 +151,22 @@ class PartDecoding:
         self._probed, self._rate = info, rate_out
         self._cap = max_frames * rate_out // info.sample_rate
         self.report = DecodeReport()
+        self.damaged = 0
+        """Packets the children could not decode and skipped."""
         self.block_frames = READ_BYTES // 4
         at = starts(info, parts)
-        cap_s = max_frames / info.sample_rate
+        # ffmpeg takes durations up to 2^63 microseconds; a cap past a year is no cap.
+        cap_s = min(max_frames / info.sample_rate, 366 * 86400)
         self._parts: list[_Part] = []
         try:
             for number, first_s in enumerate(at):
                 last = number == len(at) - 1
                 begin_s = max(0, first_s - WARMUP_S)
                 length_s = cap_s - begin_s + TAIL_S if last else at[number + 1] + TAIL_S - begin_s
-                self._parts.append(self._start(path, number, begin_s, length_s))
+                self._parts.append(self._start(path, begin_s, length_s))
                 part = self._parts[-1]
                 part.skip = (first_s - begin_s) * rate_out
-                part.first = first_s * rate_out
+                part.expected = round(length_s * rate_out)
                 part.end = None if last else at[number + 1] * rate_out
         except BaseException:
             self.close()
@@ -185,32 +200,29 @@ class PartDecoding:
             if part.process.poll() is None:
                 part.process.kill()
             part.process.wait()
-            if part.process.stdout is not None:
-                part.process.stdout.close()
             part.errors.close()
-            if part.output is not None:
-                part.output.unlink(missing_ok=True)
+            part.output.unlink(missing_ok=True)
 
     def _blocks_close(self) -> None:
         blocks = getattr(self, "_blocks", None)
         if blocks is not None:
             blocks.close()
 
-    def _start(self, path: Path, number: int, begin_s: int, length_s: float) -> _Part:
-        output: Path | None = None
-        if number:
-            handle, name = tempfile.mkstemp(prefix="arengine-part-", suffix=".f32")
-            os.close(handle)
-            output = Path(name)
-        target = "pipe:1" if output is None else f"file:{output}"
+    def _start(self, path: Path, begin_s: int, length_s: float) -> _Part:
+        handle, name = tempfile.mkstemp(prefix="arengine-part-", suffix=".f32")
+        os.close(handle)
+        output = Path(name)
         errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `close`)
-        args = command(path, self._probed, self._rate, begin_s, length_s, target)
-        stdout = subprocess.PIPE if output is None else subprocess.DEVNULL
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=stdout, stderr=errors)
-        if process.stdout is not None:
-            with suppress(OSError):  # Linux only; elsewhere the default pipe works, in more reads
-                fcntl.fcntl(process.stdout, getattr(fcntl, "F_SETPIPE_SZ", 1031), READ_BYTES)
-        return _Part(process, errors, output, 0, 0, None)
+        args = command(path, self._probed, self._rate, begin_s, length_s, f"file:{output}")
+        try:
+            process = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors
+            )
+        except BaseException:
+            errors.close()
+            output.unlink(missing_ok=True)
+            raise
+        return _Part(process, errors, output, 0, None, 0)
 
     def _read(self) -> Iterator[np.ndarray]:
         given = 0
@@ -226,10 +238,16 @@ class PartDecoding:
                     self._count(given)
                     yield _checked(keep)
             self._finished(part, given)
-            if part.end is not None and given < part.end:
-                break  # the file ends inside this part: what the later parts read is not there
+            if part.end is not None and received < part.expected - TAIL_S * self._rate // 2:
+                # The file ends inside this part (its child did not reach the tail): what the
+                # later parts read is not there. A part a little short for damaged packets it
+                # skipped ends where they were: the next part's samples follow, as in process.
+                break
         if given == 0:
             raise InvalidInput("the recording has no audio frames", code=ErrorCode.EMPTY_AUDIO)
+        if self.damaged:
+            # Counted per part: a packet in two parts' overlap counts twice.
+            self.report.warnings.append(f"{self.damaged} damaged packet(s) were skipped")
 
     def _count(self, given: int) -> None:
         if given > self._cap:
@@ -239,38 +257,37 @@ class PartDecoding:
         self.report.frames = given * self._probed.sample_rate // self._rate
 
     def _samples(self, part: _Part) -> Iterator[np.ndarray]:
-        if part.output is None:
-            stream = part.process.stdout
-            assert stream is not None  # started with stdout=PIPE
-        else:
-            part.process.wait()
-            stream = open(part.output, "rb")  # noqa: SIM115 (closed below, in a generator)
-        try:
+        """The part's samples as its child writes them; where the engine has caught up with the
+        child, it waits `POLL_S` a time (not holding the GIL)."""
+        with open(part.output, "rb", buffering=0) as stream:
             while True:
+                running = part.process.poll() is None  # before the read: then 0 bytes is the end
                 block = np.empty(READ_BYTES // 4, np.float32)
-                got = cast(io.BufferedIOBase, stream).readinto(block.data.cast("B"))
-                if not got:
+                got = stream.readinto(block.data.cast("B")) or 0
+                whole = got - got % 4
+                if whole < got:  # a sample half written: read again once it is whole
+                    stream.seek(whole - got, io.SEEK_CUR)
+                if whole:
+                    yield block[: whole // 4]
+                elif not running:
                     return
-                # ffmpeg writes whole samples; a partial one can only be the end of a dying child.
-                yield block[: got // 4]
-        finally:
-            if part.output is not None:
-                stream.close()
+                else:
+                    time.sleep(POLL_S)
 
     def _finished(self, part: _Part, given: int) -> None:
         code = part.process.wait()
-        part.errors.seek(0)
-        lines = part.errors.read(64 << 10).decode("utf-8", "replace").splitlines()
-        if any(_FORMAT_CHANGED in line for line in lines):
+        damaged, reason = _read_errors(part.errors)
+        if reason == _FORMAT_CHANGED:
             raise InvalidInput(
                 f"the {self._probed.format} stream changes its codec parameters after "
                 f"{given / self._rate:.1f} s; accepted: one sample rate and channel count per "
                 "recording",
                 code=ErrorCode.AUDIO_FORMAT_CHANGED,
             )
-        if code == 0 and not lines:
+        self.damaged += damaged
+        if code == 0 and reason is None:
             return
-        reason = lines[-1][:200] if lines else f"ffmpeg exited with {code}"
+        reason = reason or f"ffmpeg exited with {code}"
         if given == 0 and code != 0:
             raise CorruptAudio(f"the audio cannot be read: {reason}")
         warning = f"FFmpeg reported after {given / self._rate:.1f} s: {reason}"
@@ -279,6 +296,23 @@ class PartDecoding:
             warning += "; the result covers what was decoded"
         if warning not in self.report.warnings:
             self.report.warnings.append(warning)
+
+
+def _read_errors(errors: IO[bytes]) -> tuple[int, str | None]:
+    """From a child's error lines: the damaged packets it skipped, and the last line worth
+    reporting (`_FORMAT_CHANGED` where the stream changed its rate or channels). Read line by
+    line: a file of many damaged packets writes a line for each."""
+    errors.seek(0)
+    damaged, reason = 0, None
+    for raw in errors:
+        line = raw.decode("utf-8", "replace").strip()
+        if _FORMAT_CHANGED in line:
+            return damaged, _FORMAT_CHANGED
+        if _DAMAGED in line:
+            damaged += 1
+        elif line and not line.startswith("[") and not any(n in line for n in _NOT_REPORTED):
+            reason = line[:200]  # `[decoder @ ...]` lines: the details of a damaged packet
+    return damaged, reason
 
 
 def _checked(samples: np.ndarray) -> np.ndarray:

@@ -2,9 +2,11 @@
 
 A request's models share one decoding of its upload (`decode.Decoding`, which resamples once per
 distinct rate through `tee`), each cutting its own segments (`segments.Segmenter`); or, for one
-model and a long seekable file, several decoders read it from different offsets at once
-(`lanes.LaneDecoding`). Which of the two, the frame cap and the read-ahead of an upload still
-arriving are decided here, so the engine only asks each source for its next segment.
+model and a long seekable file, `ffmpeg` children decode it in parts at once
+(`parts.PartDecoding`). Which of the two, the frame cap and the read-ahead of an upload still
+arriving are decided here, so the engine only asks each source for its next segment. (The
+in-process lanes, `lanes.LaneDecoding`, measured slower than either and are no longer chosen:
+BENCHMARKS.md, "Decoding in parts".)
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from arengine.audio import parts
 from arengine.audio.arrival import Arrival
 from arengine.audio.decode import Decoding, file_block_frames
-from arengine.audio.lanes import LaneDecoding, parallel_lanes
+from arengine.audio.lanes import LaneDecoding
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.tee import Resampler
@@ -138,20 +140,6 @@ def segment_sources(
         count = parts.part_count(info, max(1, reading.segments_ahead // 2))
         blocks = PartDecoding(path, info, first.sample_rate, max_frames, count)
         return SegmentSources((Segmenter(blocks, first.plan),), blocks, info, None)
-    lanes = 1
-    if reading.parallel and alone:
-        lanes = parallel_lanes(info, first.plan, first.sample_rate, reading.segments_ahead)
-    if lanes > 1:  # a long compressed file: decoded from several offsets at once
-        decoder = LaneDecoding(
-            path,
-            info,
-            first.plan,
-            first.sample_rate,
-            max_frames,
-            lanes,
-            reading.segments_ahead,
-        )
-        return SegmentSources((decoder,), None, info, None)
     rates = [model.sample_rate for model in models]
     live = reading.arrival is not None and reading.arrival.open_ended
     block = live_block_frames(info.sample_rate) if live else file_block_frames(info)

@@ -441,7 +441,9 @@ def _concatenate(parts: list[np.ndarray | Palette]) -> np.ndarray | Palette:
                 mappings[key] = _mapping(part.values, values)
             mapping = mappings[key]
             if mapping is not None:
-                codes.append(part.codes if len(mapping) == len(values) else mapping[part.codes])
+                codes.append(
+                    part.codes if len(mapping) == len(values) else mapping.take(part.codes)
+                )
         if codes and len(codes) == len(parts):
             return Palette(np.concatenate(codes), values)
     arrays = [part.decode() if isinstance(part, Palette) else part for part in parts]

@@ -310,21 +310,74 @@ def _pieces(weak: np.ndarray, strong: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return label, first - label * width - 1, ends - label * width - 1
 
 
-def _at_least(rows: np.ndarray, limits: np.ndarray) -> np.ndarray:
-    """`rows[k] >= limits[k]` for each row; palette codes (bytes) are compared as bytes, a limit
-    past the last code (256) holding no row."""
-    if rows.dtype != np.uint8:
-        over: np.ndarray = rows >= limits[:, None]
+def _at_least(scores: np.ndarray, limits: np.ndarray) -> np.ndarray:
+    """`scores >= limits` (broadcast); palette codes (bytes) are compared as bytes, a limit past
+    the last code (256) holding none."""
+    if scores.dtype != np.uint8:
+        over: np.ndarray = scores >= limits
         return over
-    codes: np.ndarray = rows >= np.minimum(limits, 255).astype(np.uint8)[:, None]
-    codes[limits > 255] = False
+    codes: np.ndarray = scores >= np.minimum(limits, 255).astype(np.uint8)
+    if (limits > 255).any():
+        codes &= limits <= 255
     return codes
+
+
+_SPARSE = 16
+"""Under one score in this many at or above its release threshold (events: 1 in 370), pieces
+are found from those scores alone instead of from every label's whole row."""
+
+
+def _sparse_pieces(
+    matrix: np.ndarray, weak: np.ndarray, thresholds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`_pieces` and `_piece_values` from the few true entries of the `(frames, labels)` mask
+    `weak`: each piece's label, first and last frame (by label then frame), the scores of
+    their frames piece after piece, and where each piece begins."""
+    labels = matrix.shape[1]
+    entries = _true_entries(weak)
+    frame, label = np.divmod(entries, labels)
+    order = np.argsort(label.astype(np.int32), kind="stable")
+    frame, label, scores = frame[order], label[order], matrix.ravel()[entries[order]]
+    count = len(scores)
+    if not count:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, scores, empty
+    # Stretches of weak frames: a new one where the label changes or a frame is skipped.
+    new = np.ones(count, bool)
+    new[1:] = (label[1:] != label[:-1]) | (frame[1:] != frame[:-1] + 1)
+    stretch = np.cumsum(new) - 1
+    stretch_end = np.append(np.flatnonzero(new)[1:], count) - 1
+    strong = np.flatnonzero(_at_least(scores, thresholds[label]))
+    owner = stretch[strong]
+    firsts = np.ones(len(strong), bool)
+    firsts[1:] = owner[1:] != owner[:-1]
+    begin = strong[firsts]  # each stretch's first strong frame
+    end = stretch_end[owner[firsts]]
+    inside = np.zeros(count + 1, np.int64)
+    inside[begin] += 1
+    inside[end + 1] -= 1
+    values = scores[np.cumsum(inside[:-1]) > 0]
+    lengths = end - begin + 1
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    return label[begin], frame[begin], frame[end], values, offsets
+
+
+def _true_entries(mask: np.ndarray) -> np.ndarray:
+    """Flat indices of a mostly false mask's true entries, in order: its bytes are scanned 8 at
+    a time."""
+    flat = mask.ravel()
+    padded = np.zeros(-(-len(flat) // 8) * 8, bool)
+    padded[: len(flat)] = flat
+    words = np.flatnonzero(padded.view(np.uint64))
+    candidates = (words[:, None] * 8 + np.arange(8)).ravel()
+    entries: np.ndarray = candidates[padded[candidates]]
+    return entries
 
 
 def _piece_values(
     matrix: np.ndarray, label: np.ndarray, first: np.ndarray, last: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The scores of every piece's frames, piece after piece, and where each piece's begin."""
+    """The scores of every piece's frames, piece after piece, and where each piece begins."""
     lengths = last - first + 1
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])) if len(lengths) else lengths
     piece = np.repeat(np.arange(len(lengths)), lengths)
@@ -419,8 +472,15 @@ class LabelTagger:
             matrix = self.view.scores(np.asarray(scores).reshape(-1, self.inputs))
             releases, thresholds, table = self.releases, self.thresholds, None
         self.end_sample = audio_samples
-        by_label = np.ascontiguousarray(matrix.T)
-        label, first, last = _pieces(_at_least(by_label, releases), _at_least(by_label, thresholds))
+        weak = _at_least(matrix, releases[None, :])
+        if np.count_nonzero(weak) * _SPARSE < weak.size:
+            label, first, last, values, offsets = _sparse_pieces(matrix, weak, thresholds)
+        else:
+            by_label = np.ascontiguousarray(matrix.T)
+            label, first, last = _pieces(
+                _at_least(by_label, releases[:, None]), _at_least(by_label, thresholds[:, None])
+            )
+            values, offsets = _piece_values(matrix, label, first, last)
         if not len(label):
             return []
         # Pieces of one label join while the next starts within the merge gap of the last.
@@ -428,37 +488,53 @@ class LabelTagger:
         joins = (label[1:] == label[:-1]) & (gaps <= self.gap_frames[label[1:]])
         starts = np.flatnonzero(np.concatenate(([True], ~joins)))
         ends = np.append(starts[1:], len(label)) - 1
-        values, offsets = _piece_values(matrix, label, first, last)
         if table is not None:
             values = table[values]
         values = values.astype(np.float64)
-        labels, firsts = label[starts], first[starts]
-        runs = self._runs(labels, firsts, last[ends], values, offsets[starts])
-        tags = (self._tag(*runs[i]) for i in np.lexsort((labels, firsts)).tolist())
-        return [tag for tag in tags if tag is not None]
+        peaks = np.maximum.reduceat(values, offsets[starts])
+        order = np.lexsort((label[starts], first[starts]))  # as `push` releases them
+        starts, ends = starts[order], ends[order]
+        runs = (label[starts], first[starts], last[ends])
+        return self._tags(*runs, values, offsets, starts, ends, peaks[order], audio_samples)
 
-    def _runs(
+    def _tags(
         self,
         labels: np.ndarray,
         firsts: np.ndarray,
         lasts: np.ndarray,
         values: np.ndarray,
         offsets: np.ndarray,
-    ) -> list[tuple[int, _Run]]:
-        """One `_Run` per joined piece group: its frames' values are `values[offsets[k]:
-        offsets[k + 1]]`, added in order as `push` adds them."""
+        starts: np.ndarray,
+        ends: np.ndarray,
+        peaks: np.ndarray,
+        audio_samples: int,
+    ) -> list[Tag]:
+        """`_tag` for each run of pieces `starts[k]..ends[k]`: its frames' values are
+        `values[offsets[starts[k]]:offsets[ends[k] + 1]]`, added in order as `push` adds them,
+        the highest `peaks[k]`. Times and the minimum duration in numpy (whole samples,
+        exact), the rest per tag."""
         bounds = np.append(offsets, len(values))
-        counts = np.diff(bounds)
-        peaks = np.maximum.reduceat(values, offsets) if len(values) else values
-        runs = []
-        for k, (label, first, last) in enumerate(
-            zip(labels.tolist(), firsts.tolist(), lasts.tolist(), strict=True)
-        ):
-            run = _Run(first, last, 0.0, int(counts[k]), float(peaks[k]))
-            if not self.peak:  # the mean: a sequential sum, as `push` adds
-                run.total = float(np.cumsum(values[bounds[k] : bounds[k + 1]])[-1])
-            runs.append((label, run))
-        return runs
+        since, until = bounds[starts], bounds[ends + 1]
+        begin = firsts * self.hop + np.where(firsts > 0, self.margin, 0)
+        end = np.minimum(lasts * self.hop + self.window - self.margin, audio_samples)
+        long = (end - begin) * 1000 >= self.view.min_durations_ms[labels] * self.rate
+        tags = []
+        for k in np.flatnonzero(long).tolist():
+            if self.peak:
+                score = float(peaks[k])
+            else:  # the mean: a sequential sum, as `push` adds
+                score = float(np.cumsum(values[since[k] : until[k]])[-1]) / int(until[k] - since[k])
+            label = int(labels[k])
+            tags.append(
+                Tag(
+                    start=round(int(begin[k]) / self.rate, 3),
+                    end=round(int(end[k]) / self.rate, 3),
+                    label=self.view.names[label],
+                    score=round(score, 4),
+                    label_id=self.view.ids[label],
+                )
+            )
+        return tags
 
     def _close(self, label: int) -> None:
         run = self.open.pop(label)

@@ -15,6 +15,8 @@ import numpy as np
 
 MAX_VALUES = 256
 """Distinct values a palette holds: a code is one byte."""
+_GLANCE = 4096
+"""Scores looked at first: more than 256 values among them and the whole is not sorted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,8 @@ class Palette:
     def of(cls, scores: np.ndarray) -> Palette | None:
         """`scores` coded, or None when they do not fit (more than 256 values, a NaN, or values
         that differ only in the sign of zero)."""
+        if len(np.unique(scores.ravel()[:_GLANCE])) > MAX_VALUES:
+            return None  # a model's scores of many values (notes: 1.1 million per segment)
         values, codes = np.unique(scores, return_inverse=True)
         if len(values) > MAX_VALUES or np.isnan(values).any():
             return None

@@ -135,7 +135,7 @@ def test_closing_early_ends_the_children_and_removes_their_files(
     path = _talk(recording, "a.mp3")
     blocks = PartDecoding(path, probe(path, LIMITS), 16000, CAP, 3)
     next(blocks)
-    assert len(list(spool.iterdir())) >= 2  # the later parts' spool files
+    assert len(list(spool.iterdir())) == 3  # each part's spool file
     blocks.close()
     assert list(spool.iterdir()) == []
 
@@ -182,3 +182,47 @@ def test_without_the_ffmpeg_program_pyav_decodes(
     monkeypatch.setattr(parts, "FFMPEG", None)
     path = _talk(recording, "a.mp3")
     assert not parts.usable(probe(path, LIMITS))
+
+
+def test_a_cap_beyond_what_ffmpeg_can_count_is_no_cap(recording: RecordingFactory) -> None:
+    """ffmpeg refuses a `-t` over 2^63 microseconds: the last part would decode nothing."""
+    path = _talk(recording, "a.mp3")
+    info = probe(path, LIMITS)
+    one, _ = _decoded(path, info, 1)
+    two, decoded = _decoded(path, info, 2, cap=2**62)
+    assert len(two) == len(one)
+    assert decoded.warnings == ()
+
+
+def test_a_video_track_is_skipped_without_a_warning(recording: RecordingFactory) -> None:
+    """The codec allowlist refuses the video decoder while ffmpeg probes the streams: the
+    refusal is the allowlist working, not something the result should warn about."""
+    talk = _talk(recording, "a.m4a")
+    path = talk.with_name("video.mp4")
+    ffmpeg("-i", str(talk), "-f", "lavfi", "-i", "testsrc=size=64x48:rate=1", "-map", "1:v",
+           "-map", "0:a", "-shortest", "-c:v", "mpeg4", "-c:a", "copy", str(path))  # fmt: skip
+    info = probe(path, LIMITS)
+    samples, decoded = _decoded(path, info, 2)
+    assert len(samples) > 16000 * 20
+    assert decoded.warnings == ()
+
+
+def test_damaged_packets_are_skipped_and_counted(recording: RecordingFactory) -> None:
+    whole = _talk(recording, "a.mp3")
+    data = bytearray(whole.read_bytes())
+    rng = np.random.default_rng(1)
+    for tenth in range(2, 9):  # garbage over a few frames in each part
+        at = len(data) * tenth // 10
+        data[at : at + 300] = rng.integers(0, 256, 300, dtype=np.uint8).tobytes()
+    path = whole.with_name("damaged.mp3")
+    path.write_bytes(bytes(data))
+    info = probe(path, LIMITS)
+    one, _ = _decoded(path, info, 1)
+    three, decoded = _decoded(path, info, 3)
+    # FFmpeg conceals some damaged frames and drops others, by where decoding began: a part's
+    # length moves by a few frames, and no part ends the file early.
+    assert abs(len(three) - len(one)) < 16000 * 0.5
+    assert len(one) > 16000 * 20
+    damaged = [warning for warning in decoded.warnings if "damaged packet" in warning]
+    assert len(damaged) == 1 and int(damaged[0].split()[0]) >= 1, decoded.warnings
+    assert not any("FFmpeg reported" in warning for warning in decoded.warnings)

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arengine.audio import sniff
+from arengine.audio import parts, sniff
 from arengine.audio.arrival import Arrival
-from arengine.audio.decode import BLOCK_FRAMES, file_block_frames
-from arengine.audio.lanes import LaneDecoding
+from arengine.audio.decode import BLOCK_FRAMES, Decoding, file_block_frames
+from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.source import (
     ModelInput,
@@ -48,23 +48,24 @@ def test_each_model_gets_its_own_segments_from_one_decoding(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("models", "arrival", "lanes"),
+    ("models", "arrival", "in_parts"),
     [(1, False, True), (2, False, False), (1, True, False)],
     ids=["one-model", "two-models", "arriving"],
 )
-def test_a_long_seekable_file_is_decoded_in_lanes_for_one_model_only(
-    tmp_path: Path, models: int, arrival: bool, lanes: bool
+def test_a_long_seekable_file_is_decoded_in_parts_for_one_model_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models: int, arrival: bool, in_parts: bool
 ) -> None:
+    monkeypatch.setattr(parts, "MIN_PART_S", 5)
     path = sine(tmp_path / "a.mp3", 12.0, 44100, 440, "-c:a", "libmp3lame")
     info = probe(path, LIMITS)
     reading = Reading(LIMITS, 4, parallel=True, arrival=Arrival() if arrival else None)
     sources = segment_sources(path, info, [ModelInput(PLAN, 16000)] * models, reading)
     assert len(sources.per_model) == models
-    assert isinstance(sources.per_model[0], LaneDecoding) == lanes
+    assert isinstance(sources._decoding, PartDecoding) == in_parts
     sources.close()
-    # Not asked for: one sequential decoding.
+    # Not asked for: one decoding in the process.
     sequential = segment_sources(path, info, [ModelInput(PLAN, 16000)], Reading(LIMITS, 4))
-    assert isinstance(sequential.per_model[0], Segmenter)
+    assert isinstance(sequential._decoding, Decoding)
     sequential.close()
 
 

@@ -116,3 +116,35 @@ def test_a_full_palette_and_a_threshold_above_its_last_value() -> None:
         pushed = _pushed(_tagger(params, False, False), scores, [250], 6000)
         assert _tagger(params, False, False).whole(coded, 6000) == pushed
         assert bool(pushed) == expect_tags
+
+
+def _events_like(seed: int, frames: int) -> np.ndarray:
+    """Mostly quiet scores with short loud stretches, as the events model gives: under one
+    score in 16 at the thresholds, so `whole` takes its sparse path."""
+    rng = np.random.default_rng(seed)
+    scores = _scores(seed, frames, levels=64) * 0.15
+    for label in range(len(LABELS)):
+        for start in rng.integers(0, frames, 6):
+            length = int(rng.integers(1, 20))
+            loud = 0.4 + 0.6 * _scores(seed + label, length, levels=64)[:, 0]
+            scores[start : start + length, label] = loud
+    return scores
+
+
+@pytest.mark.parametrize("params", PARAMS[:8], ids=range(8))
+def test_sparse_scores_give_the_tags_of_pushed_segments(params: LabelParams) -> None:
+    found = 0
+    for seed in range(3):
+        scores = _events_like(seed, 1500)
+        releases = _tagger(params, True, True).releases
+        assert np.count_nonzero(scores >= releases.min()) * 16 < scores.size, "sparse"
+        end = 1500 * 10 - 5
+        sizes = np.random.default_rng(seed).integers(1, 200, 12).tolist()
+        for peak in (False, True):
+            pushed = _pushed(_tagger(params, peak, centred=True), scores, sizes, end)
+            assert _tagger(params, peak, True).whole(scores, end) == pushed, (params, seed)
+            coded = Palette.of(scores)
+            assert coded is not None
+            assert _tagger(params, peak, True).whole(coded, end) == pushed, (params, seed)
+            found += len(pushed)
+    assert found > 0 or params.threshold >= 0.8, "the test shows nothing"

@@ -1,19 +1,22 @@
 """Live streams (`WS /v1/listen`): how late tags come, how many streams a server holds, memory.
 
-    python -m loadtests.listen [--seconds 30] [--streams 1,4,8,16] [--long-minutes 120]
+    python -m loadtests.listen [--seconds 30] [--no-delays] [--streams 1,4,8,16]
+        [--streams-model speech] [--long-minutes 120]
 
 One server (`--models speech,events`) on 127.0.0.1, streams fed at real speed in 0.1-s messages,
 each sent when its last sample would have been recorded (as a sound card delivers them):
 
-1. delay per model: one stream, `--seconds` of speech (espeak-ng phrases between silence, tones
-   and noise) for `speech`, and of quiet noise with a phone, an alarm clock, a bell and a voice
-   every 20 s for `events` (`loadtests/events.py`), also without its 500-ms merge gap, and both
-   again as WebM/Opus encoded by ffmpeg as they are recorded (`{"format": "webm"}`, decoded to
-   48 kHz by the server). A tag's delay is its arrival at the client less the moment its end
-   (the tag's own `end`) was sent;
-2. streams held: `N` speech streams at once for each `--streams`, their delays' median and 90th
-   percentile, the server's RSS growth per stream, and the p99 of 5-s uploads posted meanwhile
-   against the same uploads alone.
+1. delay per model (unless `--no-delays`): one stream, `--seconds` of speech (espeak-ng phrases
+   between silence, tones and noise) for `speech`, and of quiet noise with a phone, an alarm
+   clock, a bell and a voice every 20 s for `events` (`loadtests/events.py`), also without its
+   500-ms merge gap, and both again as WebM/Opus encoded by ffmpeg as they are recorded
+   (`{"format": "webm"}`, decoded to 48 kHz by the server). A tag's delay is its arrival at the
+   client less the moment its end (the tag's own `end`) was sent;
+2. streams held: `N` streams at once for each `--streams` (the speech recording to speech, or
+   with `--streams-model events` the events recording to events), their delays' median and 90th
+   percentile, the server's RSS growth per stream, the p99 of 5-s uploads posted meanwhile
+   against the same uploads alone, and the cores the server and this client kept busy (CPU
+   seconds over wall seconds: near the machine's cores, the streams are past what it holds).
 
 3. a long stream (`--long-minutes` of speech, 16 kHz) fed as fast as the server reads it, to a
    server whose files and streams are cut alike (`--segment-s` = `--listen-segment-s` = 1.024):
@@ -40,6 +43,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from loadtests.events import recording as events_recording
 from loadtests.recordings import write_recording
 from loadtests.server import memory_mib, running_server
+from loadtests.thread_sweep import cpu_seconds
 
 RATE = 16000
 CHUNK_S = 0.1
@@ -136,12 +140,13 @@ async def rss(pid: int, until: float) -> list[float]:
 
 
 async def held(
-    url: str, audio: np.ndarray, n: int, clip: Path, pid: int
+    url: str, model: str, audio: np.ndarray, n: int, clip: Path, pid: int
 ) -> tuple[list[float], list[float], float]:
-    """`n` speech streams at once, and uploads of `clip` meanwhile: delays, upload times, and
-    the server's median RSS while they ran."""
+    """`n` streams of `audio` to `model` at once, each rolled by a second more than the last,
+    and uploads of `clip` meanwhile: delays, upload times, and the server's median RSS while
+    they ran."""
     until = time.monotonic() + len(audio) / RATE
-    streams = [stream(url, "speech", np.roll(audio, i * RATE)) for i in range(n)]
+    streams = [stream(url, model, np.roll(audio, i * RATE)) for i in range(n)]
     *results, times, memory = await asyncio.gather(
         *streams, uploads(url, clip, until), rss(pid, until)
     )
@@ -209,40 +214,58 @@ def p99(times: list[float]) -> float:
     return float(np.percentile(times, 99)) if times else float("nan")
 
 
-def delays_and_streams(port: int, seconds: float, counts: str, folder: Path) -> None:
-    """Parts 1 and 2 of the module docstring."""
+def one_stream_per_model(ws_url: str, speech: np.ndarray, events: np.ndarray) -> None:
+    """Part 1 of the module docstring."""
+    print("\n| model | delay from a sound's end to its tag at the client |\n|---|---|")
+    runs = [
+        ("speech", speech),
+        ("events", events),
+        ("events&merge_gap_ms=0", events),  # no window of grace before a run ends
+    ]
+    for model, audio in runs:
+        print(f"| {model} | {summary(asyncio.run(stream(ws_url, model, audio)))} |")
+    for model, audio in runs[:2]:
+        delays = asyncio.run(stream(ws_url, model, audio, webm=True))
+        print(f"| {model}, WebM/Opus | {summary(delays)} |")
+
+
+def delays_and_streams(
+    port: int, seconds: float, counts: str, streams_model: str, delays: bool, folder: Path
+) -> None:
+    """Parts 1 (if `delays`) and 2 of the module docstring."""
     speech_path = folder / "speech.wav"
     write_recording(speech_path, seconds / 60, RATE, 1)
     speech, _ = sf.read(str(speech_path), dtype="float32")
     events, _ = events_recording(max(seconds, 40) / 60)
     clip = folder / "clip.wav"
     sf.write(str(clip), speech[: 5 * RATE], RATE)
+    most = max(16, *(int(count) for count in counts.split(",")))  # the default limit is 16
     flags = ("--models", "speech,events", "--upload-dir", str(folder))
-    with running_server(port, *flags) as (process, url):
+    with running_server(port, *flags, "--max-listen-streams", str(most)) as (process, url):
         ws_url = url.replace("http://", "ws://")
-        print("\n| model | delay from a sound's end to its tag at the client |\n|---|---|")
-        runs = [
-            ("speech", speech),
-            ("events", events),
-            ("events&merge_gap_ms=0", events),  # no window of grace before a run ends
-        ]
-        for model, audio in runs:
-            print(f"| {model} | {summary(asyncio.run(stream(ws_url, model, audio)))} |")
-        for model, audio in runs[:2]:
-            delays = asyncio.run(stream(ws_url, model, audio, webm=True))
-            print(f"| {model}, WebM/Opus | {summary(delays)} |")
+        if delays:
+            one_stream_per_model(ws_url, speech, events)
         alone_until = time.monotonic() + 10
         alone = asyncio.run(uploads(url, clip, alone_until))
         print(f"\n5-s uploads alone: p99 {p99(alone):.3f} s over {len(alone)} requests\n")
-        print("| speech streams | delay | RSS per stream | 5-s uploads' p99 meanwhile |")
-        print("|---|---|---|---|")
+        print(
+            f"| {streams_model} streams | delay | RSS per stream | 5-s uploads' p99 meanwhile "
+            "| cores busy: server, client |\n|---|---|---|---|---|"
+        )
+        audio = events if streams_model == "events" else speech
         for n in (int(count) for count in counts.split(",")):
             before = memory_mib(process.pid)
-            delays, times, during = asyncio.run(held(ws_url, speech, n, clip, process.pid))
+            cpu = cpu_seconds(process.pid), time.process_time(), time.monotonic()
+            held_delays, times, during = asyncio.run(
+                held(ws_url, streams_model, audio, n, clip, process.pid)
+            )
+            wall = time.monotonic() - cpu[2]
+            server = (cpu_seconds(process.pid) - cpu[0]) / wall
+            client = (time.process_time() - cpu[1]) / wall
             grown = (during - before) / n
             print(
-                f"| {n} | {summary(delays)} | {grown:.1f} MiB | {p99(times):.3f} s "
-                f"({p99(times) / p99(alone):.1f}x alone) |"
+                f"| {n} | {summary(held_delays)} | {grown:.1f} MiB | {p99(times):.3f} s "
+                f"({p99(times) / p99(alone):.1f}x alone) | {server:.2f}, {client:.2f} |"
             )
 
 
@@ -250,12 +273,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--streams", default="1,4,8,16")
+    parser.add_argument("--streams-model", choices=("speech", "events"), default="speech")
+    parser.add_argument(
+        "--delays", action=argparse.BooleanOptionalAction, default=True,
+        help="part 1 (one stream per model); --no-delays goes straight to the streams held",
+    )  # fmt: skip
     parser.add_argument("--long-minutes", type=float, default=120.0)
     parser.add_argument("--port", type=int, default=8790)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="listen-bench-"))
     if args.seconds:
-        delays_and_streams(args.port, args.seconds, args.streams, folder)
+        delays_and_streams(
+            args.port, args.seconds, args.streams, args.streams_model, args.delays, folder
+        )
     if args.long_minutes:
         long_stream(args.port + 1, args.long_minutes, folder)
 

@@ -4,8 +4,10 @@ Decoding in the server's process costs a Python object per packet (PyAV) under t
 for a 35-minute MP3, and one process decodes on one core. Here `ffmpeg` decodes, mixes down and
 resamples (its `aresample`) in a child process per part, each writing float32 to a spool file
 that the engine reads in blocks of up to 1 MiB as it is written (the read releases the GIL), in
-order, so memory holds one block whatever the length. Files, not pipes: a pipe holds 1 MiB (16 s
-at 16 kHz), so part 0's child would decode only as far ahead as the engine reads.
+order, so memory holds one block whatever the length. The file has no name (unlinked as it is
+made, handed to the child as a descriptor), so nothing is left behind if the server is killed.
+Files, not pipes: a pipe holds 1 MiB (16 s at 16 kHz), so part 0's child would decode only as
+far ahead as the engine reads.
 
 Every part starts on a whole second, so the model rate's grid falls on it, `WARMUP_S` early for
 the decoder's and the resampler's state, and reads `TAIL_S` past its end; both are cut off by
@@ -22,7 +24,6 @@ error) rather than resampled.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
@@ -98,7 +99,7 @@ def command(
     path: Path, info: AudioInfo, rate_out: int, begin_s: int, length_s: float, output: str
 ) -> list[str]:
     """The `ffmpeg` command that writes mono float32 at `rate_out` of `length_s` seconds of
-    `path` from `begin_s` to the file `output`."""
+    `path` from `begin_s` to `output` (a file, or `pipe:N` for descriptor N)."""
     if FFMPEG is None:
         raise RuntimeError("no ffmpeg program on PATH")
     demuxer = containers.demuxer_for(info.format)
@@ -126,8 +127,8 @@ class _Part:
 
     process: subprocess.Popen[bytes]
     errors: IO[bytes]
-    output: Path
-    """The spool file it writes."""
+    spool: IO[bytes]
+    """The nameless file it writes (to its own offset; the engine reads at its own)."""
     skip: int
     """Samples of the warm-up, dropped."""
     end: int | None
@@ -201,7 +202,7 @@ class PartDecoding:
                 part.process.kill()
             part.process.wait()
             part.errors.close()
-            part.output.unlink(missing_ok=True)
+            part.spool.close()
 
     def _blocks_close(self) -> None:
         blocks = getattr(self, "_blocks", None)
@@ -209,20 +210,23 @@ class PartDecoding:
             blocks.close()
 
     def _start(self, path: Path, begin_s: int, length_s: float) -> _Part:
-        handle, name = tempfile.mkstemp(prefix="arengine-part-", suffix=".f32")
-        os.close(handle)
-        output = Path(name)
+        spool = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `close`)
         errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed by `close`)
-        args = command(path, self._probed, self._rate, begin_s, length_s, f"file:{output}")
+        target = f"pipe:{spool.fileno()}"  # ffmpeg's pipe protocol writes to that descriptor
+        args = command(path, self._probed, self._rate, begin_s, length_s, target)
         try:
             process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errors,
+                pass_fds=(spool.fileno(),),
             )
         except BaseException:
             errors.close()
-            output.unlink(missing_ok=True)
+            spool.close()
             raise
-        return _Part(process, errors, output, 0, None, 0)
+        return _Part(process, errors, spool, 0, None, 0)
 
     def _read(self) -> Iterator[np.ndarray]:
         given = 0
@@ -259,20 +263,19 @@ class PartDecoding:
     def _samples(self, part: _Part) -> Iterator[np.ndarray]:
         """The part's samples as its child writes them; where the engine has caught up with the
         child, it waits `POLL_S` a time (not holding the GIL)."""
-        with open(part.output, "rb", buffering=0) as stream:
-            while True:
-                running = part.process.poll() is None  # before the read: then 0 bytes is the end
-                block = np.empty(READ_BYTES // 4, np.float32)
-                got = stream.readinto(block.data.cast("B")) or 0
-                whole = got - got % 4
-                if whole < got:  # a sample half written: read again once it is whole
-                    stream.seek(whole - got, io.SEEK_CUR)
-                if whole:
-                    yield block[: whole // 4]
-                elif not running:
-                    return
-                else:
-                    time.sleep(POLL_S)
+        at = 0  # read with `preadv` at an offset of our own: the child moves the shared one
+        while True:
+            running = part.process.poll() is None  # before the read: then 0 bytes is the end
+            block = np.empty(READ_BYTES // 4, np.float32)
+            got = os.preadv(part.spool.fileno(), [block.data.cast("B")], at)
+            whole = got - got % 4  # a sample half written is read again once it is whole
+            at += whole
+            if whole:
+                yield block[: whole // 4]
+            elif not running:
+                return
+            else:
+                time.sleep(POLL_S)
 
     def _finished(self, part: _Part, given: int) -> None:
         code = part.process.wait()

@@ -306,11 +306,8 @@ class Job:
         """Queue a decoded segment for inference (or, when an earlier run kept its scores, for
         post-processing); at the end (`count` segments in all), let post-processing finish the
         model."""
-        # Inferred by an earlier run of this job: its scores go to post-processing (read here,
-        # outside the lock).
-        kept = None
-        if segment is not None and segment.index in run.kept:
-            kept = run.kept[segment.index]
+        # Inferred by an earlier run of this job: its scores go to post-processing.
+        kept = segment is not None and segment.index in run.kept
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)
         with self._lock:
@@ -319,15 +316,16 @@ class Job:
                 self._decoding = False
             if segment is None:
                 run.segment_count = count
-            elif kept is not None:
-                run.results[segment.index] = kept
-                run.undelivered += 1
+            elif kept:
+                run.replaying.add(segment.index)
             else:
                 run.decoded.append((segment, decoded))
                 run.undelivered += 1
                 return
             start = not self._postprocessing
             self._postprocessing = True
+        if kept:
+            self._wake()  # the next decoding is free: another thread takes it while this replays
         if start:
             self._postprocess_in_order()
 
@@ -375,6 +373,8 @@ class Job:
                     break
                 run, scores = step
             started = time.perf_counter()
+            if isinstance(scores, int):  # kept by an earlier run: read now, outside the lock
+                scores = run.kept[scores]
             if scores is not None:
                 tags = run.tagger.push(scores)
             else:
@@ -400,10 +400,14 @@ class Job:
         if complete:
             self._complete()
 
-    def _next_step(self) -> tuple[ModelRun, np.ndarray | None] | None:
-        """A model's next result in order (claimed), or a model to finish (`None` scores);
-        under the lock."""
+    def _next_step(self) -> tuple[ModelRun, np.ndarray | int | None] | None:
+        """A model's next result in order (claimed): its scores, or the index of a kept
+        segment's; or a model to finish (`None` scores); under the lock."""
         for run in self._runs:
+            if run.next_post in run.replaying:
+                run.replaying.remove(run.next_post)
+                run.next_post += 1
+                return run, run.next_post - 1
             scores = run.results.pop(run.next_post, None)
             if scores is not None:
                 run.next_post += 1
@@ -483,6 +487,7 @@ class Job:
             for run in self._runs:
                 run.decoded.clear()
                 run.results.clear()
+                run.replaying.clear()
             idle = self._running == 0
         if self.spec.arrival is not None:
             self.spec.arrival.fail(abandoned())  # a read waiting for the upload gives up

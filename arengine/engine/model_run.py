@@ -37,6 +37,10 @@ class ModelRun:
         self.results: dict[int, np.ndarray] = {}
         self.kept: Mapping[int, np.ndarray] = {}
         """Scores of segments kept by an earlier run of the job, by index: not inferred again."""
+        self.replaying: set[int] = set()
+        """Kept segments passed by the decoding, waiting for post-processing: their scores are
+        read when their turn comes, so they hold no memory and the decoding goes on past them
+        to the first segment to infer, which a resumed job's other threads infer meanwhile."""
         self.next_post = 0
         self.undelivered = 0
         """Segments decoded and not yet post-processed: what bounds this model's memory."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
@@ -448,3 +448,71 @@ def test_a_job_run_leaves_a_thread_free_for_a_clip(
         keeper.close()
     assert job_recognizer.most == 2
     assert job_recognizer.calls >= 30
+
+
+class GatedKeeper:
+    """A job's checkpoint in memory: `scores` kept by an earlier run, read only once `gate` is
+    open; records the segments inferred (kept) by this run."""
+
+    def __init__(self, scores: dict[int, np.ndarray]) -> None:
+        self.scores = scores
+        self.gate = threading.Event()
+        self.inferred: list[int] = []
+
+    def kept(self, model: int) -> Mapping[int, np.ndarray]:
+        return _GatedScores(self)
+
+    def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
+        self.inferred.append(segment)
+        self.scores[segment] = scores
+
+    def end(self, model: int, total_samples: int) -> None:
+        pass
+
+
+class _GatedScores(Mapping[int, np.ndarray]):
+    def __init__(self, keeper: GatedKeeper) -> None:
+        self._keeper = keeper
+        self._indices = set(keeper.scores)
+
+    def __contains__(self, index: object) -> bool:
+        return index in self._indices
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        self._keeper.gate.wait()
+        return self._keeper.scores[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._indices)
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+
+def test_a_resumed_job_infers_while_it_replays_its_kept_segments(
+    speech_model: SpeechModel, recording: RecordingFactory
+) -> None:
+    """The kept segments wait for post-processing as indices, not as decoded audio or read
+    scores: the decoding passes them at once, and the first segment not kept is inferred while
+    the kept ones are still being post-processed (here: stuck reading the first). The tags equal
+    an uninterrupted run's."""
+    long = recording("long.wav", pieces=[("silence", 3.0), ("speech", 0), ("noise", 30.0)])
+    recognizer = SlowRecognizer(speech_model, segment_s=1.0)
+    first, again = GatedKeeper({}), GatedKeeper({})
+    pool = EnginePool(threads=3)
+    try:
+        whole = pool.submit(replace(_spec(long.path, recognizer, "first"), keeper=first))
+        alone = whole.future.result(60)
+        # The first 20 segments kept; their scores not readable until the gate opens.
+        again.scores.update((index, first.scores[index]) for index in range(20))
+        resumed = pool.submit(replace(_spec(long.path, recognizer, "again"), keeper=again))
+        inferred_meanwhile = wait_until(lambda: 20 in again.inferred, 20)
+        again.gate.set()
+        result = resumed.future.result(60)
+    finally:
+        again.gate.set()
+        pool.close()
+    assert inferred_meanwhile
+    assert min(again.inferred) == 20
+    assert result.tags == alone.tags
+    assert alone.tags

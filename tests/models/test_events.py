@@ -218,7 +218,7 @@ def _default_tags(audio: np.ndarray) -> list[Tag]:
 def test_an_alarm_clock_is_tagged_at_its_onset_at_the_defaults() -> None:
     """The freedesktop alarm clock at 12 offsets across one hop: each starts a beep tag within
     0.5 s. Its onset windows score 0.20-0.26 on "Beep, bleep": under the kind's 0.3, five of
-    the 12 had no beep tag within 0.5 s of their onset (models/events/manifest.toml)."""
+    the 12 had no beep tag within 0.5 s of their onset (EventParams.thresholds)."""
     sound = mono_16k(DEBIAN_SOUNDS / "freedesktop/stereo/alarm-clock-elapsed.oga")
     onsets = [1.0 + k * (8.0 + 0.04) for k in range(12)]  # 0.04 s further into a hop each time
     audio = pink_noise(onsets[-1] + 8.0)
@@ -228,6 +228,32 @@ def test_an_alarm_clock_is_tagged_at_its_onset_at_the_defaults() -> None:
     beeps = [t.start for t in _default_tags(audio) if t.label == "Beep, bleep"]
     late = [at for at in onsets if not any(abs(start - at) <= 0.5 for start in beeps)]
     assert late == []
+
+
+PHONE_LABELS = {"Alarm", "Telephone", "Telephone bell ringing", "Ringtone"}
+
+
+def test_a_phone_ring_starts_its_tag_at_its_onset() -> None:
+    """The freedesktop incoming call at 12 offsets across one hop: its first phone tag starts
+    within 0.5 s of the onset. A tag used to start half a hop before its first window's centre,
+    and a sharp onset fires a window it fills only the end of: up to 0.66 s early."""
+    sound = mono_16k(DEBIAN_SOUNDS / "freedesktop/stereo/phone-incoming-call.oga")
+    gap = len(sound) / 16000 + 6.0
+    onsets = [1.0 + k * (gap + 0.04) for k in range(12)]  # 0.04 s further into a hop each time
+    audio = pink_noise(onsets[-1] + gap)
+    for onset in onsets:
+        start = round(onset * 16000)
+        audio[start : start + len(sound)] += sound
+    phone = [t.start for t in _default_tags(audio) if t.label in PHONE_LABELS]
+    firsts = [
+        min((s for s in phone if onset - 2.0 <= s <= onset + 2.0), default=None) for onset in onsets
+    ]
+    off = [
+        (at, first)
+        for at, first in zip(onsets, firsts, strict=True)
+        if first is None or abs(first - at) > 0.5
+    ]
+    assert off == []
 
 
 def test_quiet_noise_alone_starts_no_tag_at_the_defaults() -> None:

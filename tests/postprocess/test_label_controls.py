@@ -163,5 +163,6 @@ def test_centred_windows_time_an_event_by_their_middles() -> None:
     params = PLAIN
     tagger = LabelTagger(NAMES, params, 100, 10, 30, ids=IDS, vocabulary=AUDIOSET, centred=True)
     tags = tagger.push(scores) + tagger.finish(100)
-    # Windows of 0.3 s every 0.1 s stand for their middle 0.1 s; the first keeps its start.
-    assert [(t.label, t.start, t.end) for t in tags] == [("Bark", 0.0, 0.3), ("Glass", 0.4, 0.7)]
+    # Windows of 0.3 s every 0.1 s: a run starts at its first window's centre (the recording's
+    # first window keeps its start) and ends with its last window's middle 0.1 s.
+    assert [(t.label, t.start, t.end) for t in tags] == [("Bark", 0.0, 0.3), ("Glass", 0.45, 0.7)]

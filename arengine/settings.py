@@ -66,8 +66,8 @@ class Settings(BaseSettings):
         description="Decoded segments a request may hold ahead of the workers; bounds memory per request.",
     )
     parallel_decoding: bool = Field(
-        True,
-        description="Decode a long MP3, M4A/MP4 or FLAC for one model in parts (segments_ahead // 2, each at least a minute), each by an `ffmpeg` child process, all at once, where the ffmpeg program is on PATH. Off, or without the program: in the server's process (PyAV), from the start.",
+        False,
+        description="Decode a long MP3, M4A/MP4 or FLAC for one model in parts (segments_ahead // 2, each at least a minute), each by an `ffmpeg` child process, all at once, where the ffmpeg program is on PATH: one request finishes sooner, concurrent requests slower, and damaged packets only warn. Off, or without the program: in the server's process (PyAV), from the start.",
     )
     read_while_uploading: bool = Field(
         True,

@@ -137,45 +137,61 @@ def _sndfile_blocks(
         report.warnings.append(shortfall)
 
 
+@dataclass
+class PacketDecoder:
+    """One stream's packets decoded under the damage and size policy, for uploads and live
+    container streams alike: a damaged packet is skipped (no frames) and counted, and more than
+    `MAX_BAD_PACKETS` of them, over 5% of the packets so far, is `CorruptAudio`; a packet that
+    decodes to more than `MAX_PACKET_BYTES` (counted as float32 samples, as the blocks Python
+    would make of them) is a decode bomb."""
+
+    context: Any
+    channels: int
+    what: str = "the audio stream"
+    bad: int = 0
+    total: int = 0
+
+    def decode(self, packet: Any) -> list[av.AudioFrame]:
+        self.total += 1
+        try:
+            frames: list[av.AudioFrame] = self.context.decode(packet)
+        except av.error.FFmpegError:
+            self.bad += 1
+            if self.bad > MAX_BAD_PACKETS and self.bad * 20 > self.total:
+                raise CorruptAudio(
+                    f"{self.what} is damaged: {self.bad} of {self.total} packets cannot be decoded"
+                ) from None
+            return []
+        if sum(frame.samples for frame in frames) * self.channels * 4 > MAX_PACKET_BYTES:
+            raise TooLarge(
+                f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
+                code=ErrorCode.DECODE_BOMB,
+            )
+        return frames
+
+
 def _ffmpeg_blocks(
     path: Path, info: AudioInfo, report: DecodeReport, block_frames: int
 ) -> Iterator[np.ndarray]:
     """FFmpeg's frames as mono `(frames, 1)` blocks of `block_frames`, mixed down in C
     (`ffmpeg.Mixdown`): Python handles each packet, never each sample."""
-    bad = total = 0
     decoded = 0
     demuxer = containers.demuxer_for(info.format)
     mixdown = ffmpeg.Mixdown(block_frames)
     with ffmpeg.open_upload(path, demuxer) as container:
-        context: Any = container.streams[info.stream].codec_context
+        packets = PacketDecoder(container.streams[info.stream].codec_context, info.channels)
         # Bound late on purpose: the message names where the change was met.
         for packet, error in stream_packets(container, info, lambda: decoded):  # noqa: B023
             if error is not None:
                 stopped_early(report, decoded / info.sample_rate, error)
                 break
-            total += 1
-            try:
-                frames = context.decode(packet)
-            except av.error.FFmpegError:
-                bad += 1
-                if bad > MAX_BAD_PACKETS and bad * 20 > total:
-                    raise CorruptAudio(
-                        f"the audio stream is damaged: {bad} of {total} packets cannot be decoded"
-                    ) from None
-                continue
-            # Counted as float32 samples, as the blocks Python would have made of them.
-            if sum(frame.samples for frame in frames) * info.channels * 4 > MAX_PACKET_BYTES:
-                raise TooLarge(
-                    f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
-                    code=ErrorCode.DECODE_BOMB,
-                )
-            for frame in frames:
+            for frame in packets.decode(packet):
                 check_parameters(frame, info, decoded)
                 decoded += frame.samples
                 yield from mixdown.push(frame)
         yield from mixdown.flush()
-    if bad:
-        report.warnings.append(f"{bad} damaged packet(s) of {total} were skipped")
+    if packets.bad:
+        report.warnings.append(f"{packets.bad} damaged packet(s) of {packets.total} were skipped")
 
 
 def too_long(max_frames: int, sample_rate: int) -> TooLarge:

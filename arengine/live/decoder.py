@@ -33,10 +33,9 @@ import av
 import numpy as np
 
 from arengine.audio import ffmpeg
-from arengine.audio.decode import MAX_BAD_PACKETS
-from arengine.errors import ArengineError, CorruptAudio, ErrorCode, InvalidInput, TooLarge
+from arengine.audio.decode import PacketDecoder
+from arengine.errors import ArengineError, CorruptAudio, ErrorCode, InvalidInput
 from arengine.live.formats import CONTAINER_FORMATS
-from arengine.settings import MAX_PACKET_BYTES, size_text
 
 DECODERS = ("opus", "vorbis")
 """The codecs a live container stream may carry (what WebM allows; Ogg's Opus and Vorbis)."""
@@ -197,32 +196,18 @@ def _audio_stream(demuxed: Any, container: str) -> ffmpeg.StreamChoice:
 def _frames(
     demuxed: Any, choice: ffmpeg.StreamChoice, container: str, source: _Input
 ) -> Iterator[list[av.AudioFrame]]:
-    """Each packet's decoded frames, under the upload path's policy (`arengine/audio/decode.py`):
-    damaged packets skipped up to `MAX_BAD_PACKETS`, none decoding to more than
-    `MAX_PACKET_BYTES`; a demuxer error ends the stream where the client stopped sending."""
-    context: Any = demuxed.streams[choice.index].codec_context
-    bad = total = 0
+    """Each packet's decoded frames, under the upload path's policy (`decode.PacketDecoder`:
+    damaged packets skipped and counted, decode bombs refused); a demuxer error ends the stream
+    where the client stopped sending."""
+    packets = PacketDecoder(
+        demuxed.streams[choice.index].codec_context, choice.channels, f"the {container} stream"
+    )
     for packet, error in ffmpeg.packets(demuxed, choice.index):
         if error is not None:
-            if source.ended and total:
+            if source.ended and packets.total:
                 return  # the client stopped mid-cluster: what came is decoded
             raise CorruptAudio(f"the {container} stream cannot be read: {error}")
-        total += 1
-        try:
-            frames: list[av.AudioFrame] = context.decode(packet)
-        except av.error.FFmpegError:
-            bad += 1
-            if bad > MAX_BAD_PACKETS and bad * 20 > total:
-                raise CorruptAudio(
-                    f"the {container} stream is damaged: {bad} of {total} packets cannot be decoded"
-                ) from None
-            continue
-        if sum(frame.samples for frame in frames) * 4 * choice.channels > MAX_PACKET_BYTES:
-            raise TooLarge(
-                f"one packet decodes to more than {size_text(MAX_PACKET_BYTES)}",
-                code=ErrorCode.DECODE_BOMB,
-            )
-        yield frames
+        yield packets.decode(packet)
 
 
 def _unchanged(

@@ -59,7 +59,7 @@ class _QueryBase(BaseModel):
     progress: bool = Field(
         False,
         description=f"{STREAM} only: also send a `progress` line (`audio_s` post-processed, "
-        "`duration_s`) about once a second.",
+        "`duration_s`) first, about once a second, and with all the audio done before the summary.",
     )
 
     @field_validator("format")

@@ -103,8 +103,9 @@ async def lines(
     finish: Callable[[int, Result | None], None],
     progress: bool = False,
 ) -> AsyncIterator[bytes]:
-    """NDJSON: the tags in order (with `{"progress": ...}` lines about once a second when
-    `progress`), then `{"summary": ...}` or `{"error": ...}`."""
+    """NDJSON: the tags in order (with `{"progress": ...}` lines when `progress`: one first,
+    about one a second, and one with all the audio done before the summary), then
+    `{"summary": ...}` or `{"error": ...}`."""
     event: list[Tag] | Result | None = first
     sent, status, result = 0, 499, None
     tick = PROGRESS_EVERY_S if progress else None
@@ -121,6 +122,8 @@ async def lines(
                 yield ndjson([feed.progress()])
             event = await feed.next(deadline, tick=tick)
         result = event
+        if progress:
+            yield ndjson([feed.progress()])
         yield ending(result, sent)
         status = 200
     except ArengineError as error:

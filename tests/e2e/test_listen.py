@@ -19,11 +19,13 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from websockets.asyncio.client import connect as connect_async
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from arengine.client import AsyncClient, InvalidInput, NotFound
 from tests.conftest import ROOT, RecordingFactory, Server, ServerFactory, wait_until
+from tests.gate import LEVELS, Gate, gated_models
 from tests.recordings import Recording
 
 OPENING = {"format": "s16le", "sample_rate": 16000, "channels": 1}
@@ -182,19 +184,59 @@ def test_a_tag_comes_while_the_stream_is_still_open(server: Server, talk: Record
     assert len(_tags(lines)) == 2 and "summary" in lines[-1]
 
 
+@pytest.fixture(scope="module")
+def gated(serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> tuple[Server, Gate]:
+    """The default plans and 2 s of buffer, serving `speech` and the `gate` test model."""
+    models, gate = gated_models(tmp_path_factory.mktemp("gated"))
+    return serve("--models-dir", str(models), "--listen-buffer-s", "2"), gate
+
+
 @pytest.mark.slow
-def test_a_fast_client_is_read_at_the_engines_pace(server: Server) -> None:
-    """Ten minutes sent as fast as the socket takes them: the server never holds more than
-    `listen_buffer_s` (2 s) of audio beyond what the model has post-processed, plus one
-    message and one segment."""
+def test_a_fast_client_is_read_at_the_engines_pace(gated: tuple[Server, Gate]) -> None:
+    """Ten minutes sent as fast as the socket takes them, while the model is held at its first
+    window: the server reads no more than `listen_buffer_s` (2 s) of audio beyond what the model
+    has post-processed, plus one message and one segment; let go, it reads the rest at the
+    engine's pace, never further ahead."""
+    server, gate = gated
     rng = np.random.default_rng(7)
-    noise = (rng.standard_normal(16000 * 600) * 300).astype(np.int16).tobytes()
-    lines, code, _ = _stream(server, noise)
-    assert code == 1000
-    progress = [line["progress"] for line in lines if "progress" in line]
-    assert len(progress) > 2
-    assert max(p["received_s"] - p["audio_s"] for p in progress) <= 2 + 0.1 + 0.512 + 0.1
+    noise = np.clip(LEVELS["mark"] * rng.standard_normal(16000 * 600), -1, 1)
+    data = (noise * 32767).astype(np.int16).tobytes()
+    bound = 2 + 0.1 + 0.512 + 0.1
+    held, lines, code = asyncio.run(_held_stream(server, gate, data))
+    assert code == 1000, lines[-1]
+    # Held: 600 s offered, the engine at 0 s, and the server read no further than the bound.
+    waiting = [line["progress"] for line in held if "progress" in line]
+    assert all(p["audio_s"] == 0 for p in waiting), waiting
+    assert 0 < waiting[-1]["received_s"] <= bound, waiting
+    progress = [line["progress"] for line in held + lines if "progress" in line]
+    assert len(progress) > len(waiting)
+    assert max(p["received_s"] - p["audio_s"] for p in progress) <= bound
     assert lines[-1]["summary"]["audio"]["duration_s"] == pytest.approx(600.0)
+
+
+async def _held_stream(
+    server: Server, gate: Gate, data: bytes
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int | None]:
+    """Stream `data` (20-ms messages, then the end) to the `gate` model, sending and reading at
+    once: the lines read while the gate is held (until its fourth progress line, about once a
+    second), the lines after it opened, and the close code."""
+    url = server.url.replace("http://", "ws://") + "/v1/listen?model=gate"
+    async with connect_async(url, open_timeout=30) as ws:
+
+        async def send_all() -> None:
+            await ws.send(json.dumps(OPENING))
+            for piece in _chunks(data, 640):
+                await ws.send(piece)
+            await ws.send(json.dumps({"end": True}))
+
+        sender = asyncio.ensure_future(send_all())
+        held: list[dict[str, Any]] = []
+        with gate.held():
+            while sum("progress" in line for line in held) < 4:
+                held.append(json.loads(await asyncio.wait_for(ws.recv(), 60)))
+        lines = [json.loads(message) async for message in ws]
+        await asyncio.wait_for(sender, 60)
+    return held, lines, ws.close_code
 
 
 def test_too_many_streams_are_refused_and_a_closed_one_frees_its_slot(tight: Server) -> None:

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from arengine.outputs.formats import FORMATS, known_formats
-from tests.conftest import RecordingFactory, Server, ServerFactory
+from tests.conftest import RecordingFactory, Server, ServerFactory, wait_until
+from tests.gate import Gate, gated_models, marked
 
 
 def _post(
@@ -182,37 +183,65 @@ def long_recording(twenty_minutes: Path) -> Path:
     return twenty_minutes
 
 
-@pytest.mark.slow
+@pytest.fixture(scope="module")
+def gated(serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory) -> tuple[Server, Gate]:
+    """A server of `speech` and the `gate` test model (2-s segments), and its gate."""
+    models, gate = gated_models(tmp_path_factory.mktemp("gated"))
+    return serve("--models-dir", str(models), "--segment-s", "2"), gate
+
+
+@pytest.fixture
+def held_clip(tmp_path: Path) -> Path:
+    """A loud second (a tag final by the 2-s segment that follows it), then a second behind the
+    gate (the third 2-s segment): a job that stays in the engine while the gate is held."""
+    pieces = [("quiet", 1.0), ("loud", 1.0), ("quiet", 2.0), ("mark", 1.0), ("quiet", 1.0)]
+    return marked(tmp_path / "held.wav", pieces)
+
+
 def test_stream_sends_tags_before_the_job_finishes(
-    slow_server: Server, long_recording: Path
+    gated: tuple[Server, Gate], held_clip: Path
 ) -> None:
+    server, gate = gated
     lines = []
     jobs_when_first_tag_arrived = None
-    for _, line in _stream_lines(slow_server, long_recording):
-        if jobs_when_first_tag_arrived is None:
-            info = httpx.get(slow_server.url + "/v1/info").json()
-            jobs_when_first_tag_arrived = info["active_jobs"]
-        lines.append(line)
+    with gate.held():
+        # A broken stream that held its tags back would end at the deadline, without one.
+        for _, line in _stream_lines(server, held_clip, model="gate", timeout_s=60):
+            if "label" in line and jobs_when_first_tag_arrived is None:
+                # The job cannot end before the gate opens: the tag came while it was running.
+                info = httpx.get(server.url + "/v1/info").json()
+                jobs_when_first_tag_arrived = info["active_jobs"]
+                gate.open()
+            lines.append(line)
+    assert jobs_when_first_tag_arrived == 1
+    assert [(tag["start"], tag["end"]) for tag in lines[:-1]] == [(1.0, 2.0), (4.0, 5.0)]
+    assert lines[-1]["summary"]["tag_count"] == 2
+
+
+@pytest.mark.slow
+def test_a_long_stream_sends_every_tag_in_order(slow_server: Server, long_recording: Path) -> None:
+    lines = [line for _, line in _stream_lines(slow_server, long_recording)]
     summary = lines[-1]["summary"]
     tags = lines[:-1]
     assert summary["tag_count"] == len(tags) >= 44
     starts = [tag["start"] for tag in tags]
     assert starts == sorted(starts)
     assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(tags))
-    # The first tag was out while the job was still in the engine (600 segments on one thread).
-    assert jobs_when_first_tag_arrived == 1
 
 
-@pytest.mark.slow
-def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording: Path) -> None:
+def test_stream_deadline_ends_with_an_error(gated: tuple[Server, Gate], held_clip: Path) -> None:
+    """The job is held behind the gate past its deadline: a 504 if no line was out yet, else a
+    last error line; never a summary, however fast the machine."""
+    server, gate = gated
     with (
-        slow_server.client() as client,
+        gate.held(),
+        server.client() as client,
         client.stream(
             "POST",
             "/v1/recognize",
-            params={"timeout_s": 0.5},
+            params={"timeout_s": 1, "model": "gate"},
             headers={"Accept": "application/x-ndjson"},
-            files={"file": ("long.flac", long_recording.read_bytes())},
+            files={"file": ("held.wav", held_clip.read_bytes())},
         ) as response,
     ):
         if response.status_code == 504:
@@ -225,8 +254,9 @@ def test_stream_deadline_ends_with_an_error(slow_server: Server, long_recording:
         "error": {"code": "deadline_exceeded", "message": lines[-1]["error"]["message"]}
     }
     assert all("summary" not in line for line in lines)
-    # The server is free again: a normal request works.
-    assert httpx.get(slow_server.url + "/readyz").status_code == 200
+    # The server is free again: its job dropped once the gate let its last task end.
+    assert wait_until(lambda: httpx.get(server.url + "/v1/info").json()["active_jobs"] == 0)
+    assert httpx.get(server.url + "/readyz").status_code == 200
 
 
 @pytest.mark.slow

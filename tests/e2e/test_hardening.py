@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ import pytest
 import soundfile as sf
 
 from tests.conftest import Server, ServerFactory, start_server, stop_server, wait_until
+from tests.gate import Gate, gated_models, marked
 
 
 def _info(server: Server) -> dict[str, Any]:
@@ -35,25 +36,36 @@ def _slow_upload(server: Server, declared: int = 10_000_000) -> socket.socket:
 
 
 @pytest.fixture(scope="module")
-def long_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """30 minutes of quiet noise: about a second of engine work on one thread."""
-    path = tmp_path_factory.mktemp("long") / "30min.wav"
-    rng = np.random.default_rng(0)
-    with sf.SoundFile(path, "w", 16000, 1, "PCM_16") as out:
-        for _ in range(30):
-            out.write((0.01 * rng.standard_normal(16000 * 60)).astype(np.float32))
-    return path
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Gate]:
+    """`speech` and the `gate` test model, which holds a request in the engine on demand."""
+    return gated_models(tmp_path_factory.mktemp("gated"))
 
 
 @pytest.fixture(scope="module")
-def long_silence(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An hour of digital silence as FLAC: a few hundred kB to upload (the deadline covers the
-    upload too), seconds of engine work."""
-    path = tmp_path_factory.mktemp("silence") / "60min.flac"
-    with sf.SoundFile(path, "w", 16000, 1, "PCM_16", format="FLAC") as out:
-        for _ in range(60):
-            out.write(np.zeros(16000 * 60, np.float32))
-    return path
+def held_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second behind the gate, then two quiet minutes (60 segments of 2 s) as FLAC: a few kB
+    to upload, and held in the engine at its first segment while the gate is."""
+    return marked(tmp_path_factory.mktemp("held") / "held.flac", [("mark", 1.0), ("quiet", 120.0)])
+
+
+@pytest.fixture(scope="module")
+def gated(serve: ServerFactory, models: tuple[Path, Gate]) -> tuple[Server, Gate]:
+    """One engine thread and 2-s segments, serving the `gate` model; and its gate."""
+    folder, gate = models
+    return serve("--models-dir", str(folder), "--engine-threads", "1", "--segment-s", "2"), gate
+
+
+def _inferred(server: Server, model: str = "gate") -> int:
+    """Segments of `model` the server has started inferring: each waited once for a thread."""
+    metrics = httpx.get(server.url + "/metrics").text
+    pattern = rf'^arengine_queue_wait_seconds_count\{{model="{model}"\}} (\S+)$'
+    found = re.search(pattern, metrics, re.M)
+    return 0 if found is None else int(float(found[1]))
+
+
+def _signalled(server: Server) -> bool:
+    """The server has handled its first SIGTERM (it says so before it drains)."""
+    return "signal 15: not ready" in server.log.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -104,35 +116,46 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
     assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
-@pytest.mark.slow
-def test_deadline_gives_504_and_drops_the_work(server: Server, long_silence: Path) -> None:
-    with long_silence.open("rb") as body:
+def test_deadline_gives_504_and_drops_the_work(gated: tuple[Server, Gate], held_file: Path) -> None:
+    server, gate = gated
+    before = _inferred(server)
+    with gate.held(), held_file.open("rb") as body:
         response = httpx.post(
             server.url + "/v1/recognize",
-            params={"timeout_s": 0.5},
+            params={"timeout_s": 0.5, "model": "gate"},
             files={"file": body},
             timeout=60,
         )
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "deadline_exceeded"
-    assert wait_until(lambda: _info(server)["active_jobs"] == 0, 3)
+    # Let go once the deadline had passed, the job ends with the tasks already started (at most
+    # the segments decoded ahead), not with the 60 segments of the file.
+    assert wait_until(lambda: _info(server)["active_jobs"] == 0)
+    assert _inferred(server) - before <= 5
 
 
-@pytest.mark.slow
-def test_client_disconnect_cancels_the_remaining_work(server: Server, long_file: Path) -> None:
+def test_client_disconnect_cancels_the_remaining_work(
+    gated: tuple[Server, Gate], held_file: Path
+) -> None:
+    server, gate = gated
     port = int(server.url.rsplit(":", 1)[1])
-    data = long_file.read_bytes()
-    with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(
-            b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
-            b"Content-Length: %d\r\n\r\n" % len(data)
-        )
-        sock.sendall(data)
-        assert wait_until(lambda: _info(server)["active_jobs"] == 1, 5)
-    # The engine needs about a second for this file; cancelled, it is idle well before.
-    assert wait_until(lambda: _info(server)["active_jobs"] == 0, 0.8)
-    assert wait_until(lambda: _info(server)["pending_requests"] == 0, 2)
-    assert wait_until(lambda: "client disconnected" in server.log.read_text(), 2)
+    data = held_file.read_bytes()
+    before = _inferred(server)
+    disconnects = server.log.read_text().count("client disconnected")
+    with gate.held():
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(
+                b"POST /v1/recognize?model=gate HTTP/1.1\r\nHost: localhost\r\n"
+                b"Content-Type: audio/flac\r\nContent-Length: %d\r\n\r\n" % len(data) + data
+            )
+            # Uploaded, and held in the engine until the gate opens.
+            assert wait_until(lambda: _info(server)["active_jobs"] == 1)
+            assert _info(server)["pending_requests"] == 1
+        logged = server.log.read_text
+        assert wait_until(lambda: logged().count("client disconnected") > disconnects)
+    assert wait_until(lambda: _info(server)["active_jobs"] == 0)
+    assert wait_until(lambda: _info(server)["pending_requests"] == 0)
+    assert _inferred(server) - before <= 5
 
 
 def test_after_a_4xx_the_keep_alive_connection_still_works(server: Server, tmp_path: Path) -> None:
@@ -194,42 +217,46 @@ def test_api_keys(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_drains_in_flight_work_then_exits_0(tmp_path: Path, long_file: Path) -> None:
+def test_sigterm_drains_in_flight_work_then_exits_0(
+    tmp_path: Path, models: tuple[Path, Gate], held_file: Path
+) -> None:
+    folder, gate = models
     running = start_server(
-        tmp_path, "--shutdown-delay-s", "1.5", "--engine-threads", "1", "--models", "speech"
+        tmp_path, "--shutdown-delay-s", "3", "--engine-threads", "1", "--models-dir", str(folder)
     )
     outcome: dict[str, httpx.Response] = {}
 
     def post() -> None:
-        with long_file.open("rb") as body:
+        with held_file.open("rb") as body:
             outcome["in_flight"] = httpx.post(
-                running.url + "/v1/recognize", files={"file": body}, timeout=60
+                running.url + "/v1/recognize?model=gate", files={"file": body}, timeout=60
             )
 
     poster = threading.Thread(target=post)
-    poster.start()
-    assert wait_until(lambda: _info(running)["active_jobs"] == 1, 5)
-    running.process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    ready = httpx.get(running.url + "/readyz")
-    alive = httpx.get(running.url + "/healthz")
-    refused = httpx.post(
-        running.url + "/v1/recognize", content=b"x", headers={"Content-Type": "audio/wav"}
-    )
+    with gate.held():
+        poster.start()
+        assert wait_until(lambda: _info(running)["active_jobs"] == 1)  # held in the engine
+        running.process.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: _signalled(running))
+        ready = httpx.get(running.url + "/readyz")
+        alive = httpx.get(running.url + "/healthz")
+        refused = httpx.post(
+            running.url + "/v1/recognize", content=b"x", headers={"Content-Type": "audio/wav"}
+        )
     poster.join(60)
     assert running.process.wait(30) == 0
     assert ready.status_code == 503 and alive.status_code == 200
     assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "shutting_down"
     assert outcome["in_flight"].status_code == 200
-    assert outcome["in_flight"].json()["audio"]["duration_s"] == pytest.approx(1800.0)
+    assert outcome["in_flight"].json()["audio"]["duration_s"] == pytest.approx(121.0)
 
 
 @pytest.mark.slow
 def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
     running = start_server(tmp_path, "--shutdown-delay-s", "30", "--models", "speech")
     running.process.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    assert wait_until(lambda: _signalled(running))
     running.process.send_signal(signal.SIGTERM)
     # Exits with its 30-s drain delay still running: the second signal cut it short.
     assert running.process.wait(10) == 0
@@ -249,7 +276,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
         )
         assert wait_until(lambda: _info(running)["uploading_requests"] == 1, 5)
         running.process.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        assert wait_until(lambda: _signalled(running))
         sock.sendall(data[1000:])
         sock.settimeout(20)
         reply = b""
@@ -288,7 +315,7 @@ def test_a_second_signal_answers_an_upload_in_progress_with_503_shutting_down(
     running = start_server(tmp_path, "--shutdown-delay-s", "30", "--models", "speech")
     with _start_upload(running) as sock:
         running.process.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        assert wait_until(lambda: _signalled(running))
         running.process.send_signal(signal.SIGTERM)
         reply = _reply(sock)
     assert running.process.wait(10) == 0
@@ -353,20 +380,21 @@ def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path
 
 @pytest.mark.slow
 def test_a_stream_cut_off_by_a_second_signal_ends_with_a_shutting_down_line(
-    tmp_path: Path, long_silence: Path
+    tmp_path: Path, models: tuple[Path, Gate], held_file: Path
 ) -> None:
+    folder, gate = models
     running = start_server(
-        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models", "speech"
+        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models-dir", str(folder)
     )
     lines: list[dict[str, Any]] = []
 
     def stream() -> None:
         with (
-            long_silence.open("rb") as body,
+            held_file.open("rb") as body,
             httpx.stream(
                 "POST",
                 running.url + "/v1/recognize",
-                params={"format": "ndjson", "progress": "true"},
+                params={"format": "ndjson", "progress": "true", "model": "gate"},
                 files={"file": body},
                 timeout=60,
             ) as response,
@@ -374,12 +402,13 @@ def test_a_stream_cut_off_by_a_second_signal_ends_with_a_shutting_down_line(
             lines.extend(json.loads(line) for line in response.iter_lines() if line)
 
     reader = threading.Thread(target=stream)
-    reader.start()
-    assert wait_until(lambda: bool(lines), 10), "the stream starts once the upload is validated"
-    running.process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    running.process.send_signal(signal.SIGTERM)
-    reader.join(30)
+    with gate.held():  # the job cannot end before the signals
+        reader.start()
+        assert wait_until(lambda: bool(lines)), "the stream starts once the upload is validated"
+        running.process.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: _signalled(running))
+        running.process.send_signal(signal.SIGTERM)
+        reader.join(30)
     assert running.process.wait(10) == 0
     assert "progress" in lines[0]
     assert lines[-1]["error"]["code"] == "shutting_down", lines[-1]
@@ -390,26 +419,28 @@ def test_a_stream_cut_off_by_a_second_signal_ends_with_a_shutting_down_line(
 
 @pytest.mark.slow
 def test_a_second_signal_answers_a_request_in_the_engine_with_503_shutting_down(
-    tmp_path: Path, long_silence: Path
+    tmp_path: Path, models: tuple[Path, Gate], held_file: Path
 ) -> None:
+    folder, gate = models
     running = start_server(
-        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models", "speech"
+        tmp_path, "--shutdown-delay-s", "30", "--engine-threads", "1", "--models-dir", str(folder)
     )
     outcome: dict[str, httpx.Response] = {}
 
     def post() -> None:
-        with long_silence.open("rb") as body:
+        with held_file.open("rb") as body:
             outcome["in_flight"] = httpx.post(
-                running.url + "/v1/recognize", files={"file": body}, timeout=60
+                running.url + "/v1/recognize?model=gate", files={"file": body}, timeout=60
             )
 
     poster = threading.Thread(target=post)
-    poster.start()
-    assert wait_until(lambda: _info(running)["active_jobs"] == 1, 10)
-    running.process.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    running.process.send_signal(signal.SIGTERM)
-    poster.join(30)
+    with gate.held():  # in the engine until both signals are in
+        poster.start()
+        assert wait_until(lambda: _info(running)["active_jobs"] == 1)
+        running.process.send_signal(signal.SIGTERM)
+        assert wait_until(lambda: _signalled(running))
+        running.process.send_signal(signal.SIGTERM)
+        poster.join(30)
     assert running.process.wait(10) == 0
     answer = outcome["in_flight"]
     assert answer.status_code == 503, answer.text

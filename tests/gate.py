@@ -132,11 +132,15 @@ LEVELS = {"quiet": 0.0, "loud": 0.1, "mark": 0.4}
 """Noise RMS of each kind of piece: silence, tagged `loud`, and tagged `loud` behind the gate."""
 
 
+def noise(kind: str, seconds: float, seed: int = 3) -> np.ndarray:
+    """`seconds` of noise at 16 kHz at the level of `kind` (in `LEVELS`), float32."""
+    rng = np.random.default_rng(seed)
+    audio = LEVELS[kind] * rng.standard_normal(int(seconds * RATE))
+    return np.clip(audio, -1.0, 1.0).astype(np.float32)
+
+
 def marked(path: Path, pieces: list[tuple[str, float]]) -> Path:
     """Noise at 16 kHz in `pieces` of (kind in `LEVELS`, seconds), as WAV or FLAC by suffix."""
-    rng = np.random.default_rng(3)
-    audio = np.concatenate(
-        [(LEVELS[kind] * rng.standard_normal(int(seconds * RATE))) for kind, seconds in pieces]
-    )
-    sf.write(path, np.clip(audio, -1.0, 1.0).astype(np.float32), RATE, subtype="PCM_16")
+    audio = np.concatenate([noise(kind, seconds, i) for i, (kind, seconds) in enumerate(pieces)])
+    sf.write(path, audio, RATE, subtype="PCM_16")
     return path

@@ -15,39 +15,60 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from arengine.jobs.store import DATABASE
-from tests.conftest import Phrases, start_server, stop_server, wait_until
+from tests.conftest import Phrases, Server, start_server, stop_server, wait_until
+from tests.gate import RATE, Gate, gated_models, noise
 from tests.recordings import compose, write
 
-# Small segments and one engine thread: the job takes many seconds, long enough to be killed.
-SLOW = ("--segment-s", "2", "--engine-threads", "1", "--models", "speech")
+# Small segments and one engine thread; `speech` with the `gate` test model (`tests/gate.py`),
+# which holds the job (at its loudest phrase, or at the latest at the marker in the middle of the
+# recording) until the test opens it: the job is stopped mid-way on any machine, never after it
+# ended, and its progress (written to its row once a second) is seen before.
+SLOW = ("--segment-s", "2", "--engine-threads", "1")
+MODEL = "speech,gate"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Gate]:
+    return gated_models(tmp_path_factory.mktemp("gated"))
 
 
 @pytest.fixture(scope="module")
 def long_file(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -> Path:
-    """About 40 minutes at 8 kHz: a phrase every 25 s; written once for both stops."""
-    pieces = [p for _ in range(90) for p in [("silence", 24.0), ("speech", 0)]]
+    """About four minutes at 16 kHz: a phrase every 10 s, and a second behind the gate in the
+    middle; written once for every test."""
+    pieces = [p for _ in range(12) for p in [("silence", 8.0), ("speech", 0)]]
     folder = tmp_path_factory.mktemp("long")
-    audio, _ = compose(pieces, 8000, folder, *phrases)
-    assert len(audio) / 8000 > 2300
-    return write(audio, 8000, folder / "long.flac")
+    audio, _ = compose(pieces, RATE, folder, *phrases)
+    half = len(audio) // 2
+    audio = np.concatenate([audio[:half], noise("mark", 1.0), audio[half:]])
+    assert len(audio) / RATE > 120
+    return write(audio, RATE, folder / "long.flac")
+
+
+def _start(folder: Path, models: tuple[Path, Gate], *args: str, port: int | None = None) -> Server:
+    return start_server(folder, *SLOW, "--models-dir", str(models[0]), *args, port=port)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_recognition(
-    stop: signal.Signals, long_file: Path, tmp_path: Path
+    stop: signal.Signals, long_file: Path, tmp_path: Path, models: tuple[Path, Gate]
 ) -> None:
     data = tmp_path / "data"
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
-    first = start_server(tmp_path / "first", *SLOW, "--data-dir", str(data))
+    gate = models[1]
+    first = _start(tmp_path / "first", models, "--data-dir", str(data))
     try:
-        with first.client() as client:
+        with gate.held(), first.client() as client:
             posted = client.post(
-                "/v1/jobs", files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")}
+                "/v1/jobs",
+                params={"model": MODEL},
+                files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
             )
             assert posted.status_code == 202, posted.text
             job_id = posted.json()["id"]
@@ -58,7 +79,10 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
                 return bool(seen["state"] == "running" and seen["progress"]["audio_s"] > 0)
 
             assert wait_until(under_way, 120), seen
-        first.process.send_signal(stop)
+            first.process.send_signal(stop)
+            if stop == signal.SIGKILL:
+                assert first.process.wait(timeout=120) == -stop
+        # Let go (a drain waits for the engine's threads): the job may end during it.
         assert first.process.wait(timeout=120) == (0 if stop == signal.SIGTERM else -stop)
     finally:
         if first.process.poll() is None:
@@ -67,7 +91,7 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
 
     # Started again where it was: the same replica, which takes its jobs up again at once.
     port = int(first.url.rsplit(":", 1)[1])
-    second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data), port=port)
+    second = _start(tmp_path / "second", models, "--data-dir", str(data), port=port)
     try:
         with second.client() as client:
             # Its events, followed while the job goes on: every tag from the first.
@@ -86,11 +110,12 @@ def test_a_job_survives_its_server_stopping_and_ends_with_the_tags_of_a_direct_r
             resumed = _inferred(client)
             direct = client.post(
                 "/v1/recognize",
+                params={"model": MODEL},
                 files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
                 timeout=httpx.Timeout(600),
             ).json()
             segments = _inferred(client) - resumed
-        assert len(result["tags"]) >= 80
+        assert len([tag for tag in result["tags"] if tag["model"] == "speech"]) >= 12
         assert result["tags"] == direct["tags"]
         assert [line for line in lines if "label" in line] == result["tags"]
         assert lines[-1]["summary"]["tag_count"] == len(result["tags"])
@@ -119,38 +144,40 @@ def _inferred(client: httpx.Client) -> int:
 
 @pytest.mark.slow
 def test_the_cli_sends_a_long_recording_as_a_job_and_outlasts_a_server_restart(
-    long_file: Path, tmp_path: Path
+    long_file: Path, tmp_path: Path, models: tuple[Path, Gate]
 ) -> None:
     data, out = tmp_path / "data", tmp_path / "out"
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
-    first = start_server(tmp_path / "first", *SLOW, "--data-dir", str(data))
+    gate = models[1]
+    first = _start(tmp_path / "first", models, "--data-dir", str(data))
     port = int(first.url.rsplit(":", 1)[1])
     command = [sys.executable, "-m", "arengine", "recognize", str(long_file), "--server"]
-    command += [first.url, "--job-over-s", "600", "--out", str(out)]
+    command += [first.url, "--job-over-s", "60", "--model", MODEL, "--out", str(out)]
     cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     second = None
     try:
-        with first.client() as client:
+        with gate.held(), first.client() as client:
 
             def under_way() -> bool:
                 jobs = client.get("/v1/jobs").json()["jobs"]
                 return bool(jobs and jobs[0]["progress"]["audio_s"] > 0)
 
             assert wait_until(under_way, 120)
-        first.process.kill()
-        first.process.wait(timeout=60)
-        second = start_server(tmp_path / "second", *SLOW, "--data-dir", str(data), port=port)
+            first.process.kill()
+            first.process.wait(timeout=60)
+        second = _start(tmp_path / "second", models, "--data-dir", str(data), port=port)
         output, _ = cli.communicate(timeout=600)
         assert cli.returncode == 0, output
         with second.client() as client:
             direct = client.post(
                 "/v1/recognize",
+                params={"model": MODEL},
                 files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
                 timeout=httpx.Timeout(600),
             ).json()
         written = json.loads((out / "long.json").read_text())
-        assert written["tags"] == direct["tags"] and len(direct["tags"]) >= 80
+        assert written["tags"] == direct["tags"] and len(direct["tags"]) >= 12
         assert "queued again" in second.log.read_text()
     finally:
         if cli.poll() is None:
@@ -163,35 +190,39 @@ def test_the_cli_sends_a_long_recording_as_a_job_and_outlasts_a_server_restart(
 
 @pytest.mark.slow
 def test_replicas_sharing_a_data_dir_answer_for_each_other_and_take_over_a_dead_one_s_job(
-    long_file: Path, tmp_path: Path
+    long_file: Path, tmp_path: Path, models: tuple[Path, Gate]
 ) -> None:
     """Both replicas are up before the job is posted (a replica starting while the job runs
     could find it already done on a quiet machine); whichever claims it is killed once it has
-    made progress, and the other finishes it from its checkpoint."""
+    made progress (held at the gate), and the other finishes it from its checkpoint."""
     data = tmp_path / "data"
-    shared = (*SLOW, "--data-dir", str(data), "--job-lease-s", "3")
+    shared = ("--data-dir", str(data), "--job-lease-s", "3")
+    gate = models[1]
     servers = {}
     try:
         for name in ("a", "b"):
             (tmp_path / name).mkdir()
-            servers[name] = start_server(tmp_path / name, *shared, "--replica-name", name)
-        with servers["a"].client() as client:
-            posted = client.post(
-                "/v1/jobs", files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")}
-            )
-            job_id = posted.json()["id"]
+            servers[name] = _start(tmp_path / name, models, *shared, "--replica-name", name)
         runner = ""
+        with gate.held():
+            with servers["a"].client() as client:
+                posted = client.post(
+                    "/v1/jobs",
+                    params={"model": MODEL},
+                    files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
+                )
+                job_id = posted.json()["id"]
 
-        def claimed_and_progressing() -> bool:
-            nonlocal runner
-            runner = _runner(data, job_id)
-            with servers["b" if runner == "a" else "a"].client() as other:
-                job = other.get(f"/v1/jobs/{job_id}").json()
-            return bool(runner and job["state"] == "running" and job["progress"]["audio_s"] > 0)
+            def claimed_and_progressing() -> bool:
+                nonlocal runner
+                runner = _runner(data, job_id)
+                with servers["b" if runner == "a" else "a"].client() as other:
+                    job = other.get(f"/v1/jobs/{job_id}").json()
+                return bool(runner and job["state"] == "running" and job["progress"]["audio_s"] > 0)
 
-        assert wait_until(claimed_and_progressing, 120), "a replica's job, seen from the other"
-        servers[runner].process.kill()
-        servers[runner].process.wait(timeout=60)
+            assert wait_until(claimed_and_progressing, 120), "a replica's job, seen from the other"
+            servers[runner].process.kill()
+            servers[runner].process.wait(timeout=60)
         survivor = servers["b" if runner == "a" else "a"]
         with survivor.client() as client:
             job: dict[str, Any] = {}
@@ -205,10 +236,11 @@ def test_replicas_sharing_a_data_dir_answer_for_each_other_and_take_over_a_dead_
             result = client.get(f"/v1/jobs/{job_id}/result").json()
             direct = client.post(
                 "/v1/recognize",
+                params={"model": MODEL},
                 files={"file": ("long.flac", long_file.read_bytes(), "audio/flac")},
                 timeout=httpx.Timeout(600),
             ).json()
-        assert result["tags"] == direct["tags"] and len(direct["tags"]) >= 80
+        assert result["tags"] == direct["tags"] and len(direct["tags"]) >= 12
         log = survivor.log.read_text()
         assert f"job {job_id}: its server stopped reporting; queued again" in log
         assert f"job {job_id}: resumed from its checkpoint" in log

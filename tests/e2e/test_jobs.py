@@ -20,7 +20,7 @@ import pytest
 
 from arengine.jobs.store import DATABASE
 from tests.conftest import Phrases, Server, start_server, stop_server, wait_until
-from tests.gate import RATE, Gate, gated_models, noise
+from tests.gate import RATE, Gate, gated_models, marked, noise
 from tests.recordings import compose, write
 
 # Small segments and one engine thread; `speech` with the `gate` test model (`tests/gate.py`),
@@ -255,3 +255,36 @@ def _runner(data: Path, job_id: str) -> str:
     with contextlib.closing(sqlite3.connect(f"file:{data / DATABASE}?mode=ro", uri=True)) as db:
         row = db.execute("SELECT runner FROM jobs WHERE id = ?", (job_id,)).fetchone()
     return str(row[0] or "") if row else ""
+
+
+@pytest.mark.slow
+def test_a_job_s_events_give_its_progress_while_it_runs_then_its_tags_and_summary(
+    tmp_path: Path, models: tuple[Path, Gate]
+) -> None:
+    """Held at the gate, the job is running when its events are asked for, on any machine: they
+    open with a progress line (a job already done would give only its tags and summary)."""
+    gate = models[1]
+    pieces = [("quiet", 1.0), ("loud", 1.0), ("quiet", 2.0), ("mark", 1.0), ("quiet", 1.0)]
+    clip = marked(tmp_path / "held.wav", pieces)
+    server = _start(tmp_path, models, "--data-dir", str(tmp_path / "data"))
+    try:
+        with server.client() as client:
+            lines: list[dict[str, Any]] = []
+            with gate.held():
+                posted = client.post(
+                    "/v1/jobs", params={"model": "gate"}, files={"file": clip.read_bytes()}
+                )
+                job_id = posted.json()["id"]
+                with client.stream("GET", f"/v1/jobs/{job_id}/events") as response:
+                    for line in response.iter_lines():
+                        lines.append(json.loads(line))
+                        gate.open()  # once the first line is out
+            result = client.get(f"/v1/jobs/{job_id}/result").json()
+    finally:
+        stop_server(server)
+    assert "progress" in lines[0], lines
+    progress = [line for line in lines if "progress" in line]
+    assert {line["state"] for line in progress} <= {"queued", "running"}
+    assert [line for line in lines if "label" in line] == result["tags"]
+    assert [(tag["start"], tag["end"]) for tag in result["tags"]] == [(1.0, 2.0), (4.0, 5.0)]
+    assert lines[-1]["summary"]["tag_count"] == 2

@@ -157,8 +157,11 @@ def test_a_job_s_events_give_its_tags_and_progress_then_its_summary(
     result = jobs.get(f"/v1/jobs/{job_id}/result").json()
     assert [line for line in lines if "label" in line] == result["tags"]
     assert len(result["tags"]) >= 8
+    # Progress lines come only while the job is queued or running: whether it still was when
+    # the events were asked for depends on the machine (tests/e2e/test_jobs.py holds a job
+    # behind the gate to see them for certain).
     progress = [line for line in lines if "progress" in line]
-    assert progress and {line["state"] for line in progress} <= {"queued", "running"}
+    assert {line["state"] for line in progress} <= {"queued", "running"}
     assert lines[-1]["summary"]["tag_count"] == len(result["tags"])
     assert lines[-1]["summary"]["audio"] == result["audio"]
     # Once the job is done, its events are its tags and its summary at once.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ import soundfile as sf
 import soxr
 
 from arengine.outputs.formats import FORMATS
-from tests.conftest import RecordingFactory, Server, ServerFactory
+from tests.conftest import RecordingFactory, Server, ServerFactory, wait_until
+from tests.gate import Gate, gated_models, marked
 
 pytestmark = pytest.mark.slow
 
@@ -77,8 +77,7 @@ def _shot(page: Any, tmp_path: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def page_server(serve: ServerFactory) -> Server:
-    """Room for a 2-hour upload; one engine thread, so a long job is still running when the
-    cancel test cancels it."""
+    """Room for a 2-hour upload; one engine thread."""
     return serve("--engine-threads", "1")
 
 
@@ -304,31 +303,47 @@ def test_two_hours_drawn_whole(
     page.close()
 
 
+@pytest.fixture(scope="module")
+def gated_page_server(
+    serve: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Server, Gate]:
+    """One engine thread and 2-s segments, serving `speech` and the `gate` test model, which
+    holds a job in the engine until the test opens its gate."""
+    models, gate = gated_models(tmp_path_factory.mktemp("gated"))
+    return serve("--engine-threads", "1", "--segment-s", "2", "--models-dir", str(models)), gate
+
+
 @needs_chromium
 def test_cancel_stops_the_job_on_the_server(
-    page_server: Server, browser: Any, two_hours: Path
+    gated_page_server: tuple[Server, Gate], browser: Any, tmp_path: Path
 ) -> None:
-    page = _open(browser, page_server)
-    page.set_input_files("#file", str(two_hours))
-    page.click("#run")
-    # A progress line arrives once the upload is validated, long before the 2 hours are done.
-    page.wait_for_function("() => +document.querySelector('#progress').value > 0", timeout=120_000)
-    with page_server.client() as client:
+    server, gate = gated_page_server
+    # Two segments, then one held at the gate: running, with progress, until the cancel.
+    held = marked(tmp_path / "held.wav", [("quiet", 4.0), ("mark", 1.0), ("quiet", 4.0)])
+    page = _open(browser, server)
+    for box in page.query_selector_all("#models input"):
+        box.set_checked(box.get_attribute("value") == "gate")
+    with gate.held(), server.client() as client:
+        page.set_input_files("#file", str(held))
+        page.click("#run")
+        page.wait_for_function(
+            "() => +document.querySelector('#progress').value > 0", timeout=120_000
+        )
         assert client.get("/v1/info").json()["active_jobs"] == 1
         page.click("#cancel")
         page.wait_for_selector("body[data-state=cancelled]")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            info = client.get("/v1/info").json()
-            if info["active_jobs"] == 0 and info["pending_requests"] == 0:
-                break
-            time.sleep(0.2)
-        assert (info["active_jobs"], info["pending_requests"]) == (0, 0)
+    with server.client() as client:
+        # The cancelled job drops its remaining work once its running task lets go.
+        assert wait_until(lambda: _idle(client.get("/v1/info").json()))
         metrics = client.get("/metrics").text
     assert "arengine_inflight_requests 0.0" in metrics
-    assert 'arengine_requests_total{model="speech",status="499"} 1.0' in metrics
+    assert 'arengine_requests_total{model="gate",status="499"} 1.0' in metrics
     assert page.inner_text("#status").startswith("Cancelled")
     page.close()
+
+
+def _idle(info: dict[str, Any]) -> bool:
+    return bool(info["active_jobs"] == 0 and info["pending_requests"] == 0)
 
 
 @needs_chromium

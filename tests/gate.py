@@ -5,18 +5,20 @@ shutdown, a job killed mid-way, a stream's first tag) cannot count on the work b
 machine ends it first. `gate` is a real `classifier` model (TorchScript, loaded by the real
 runtime from a models folder) that tags loud windows `loud` and, while its gate file says
 closed, does not return from a window as loud as the `MARK`: the request waits there, in the
-engine, until the test opens the gate.
+engine, until the test opens the gate. A louder mark (`MARK2`) is a second stage: a gate that
+lets the first stage through (`let_through(1)`) still holds it, so a test can stop a job at two
+known places in turn.
 
     models, gate = gated_models(tmp_path)          # speech and gate; the gate open
     server = serve("--models-dir", str(models))
     with gate.held():                              # closed until the block ends
         ...  # post `marked(...)` audio with ?model=gate; it stays in the engine
 
-The network reads the gate file (one byte: 0 closed, 1 open) with `torch.from_file` at every turn
-of its wait; its path alternates between `folder/gate` and `folder//gate` so that TorchScript
-cannot fold the read into a constant. The test writes the byte by renaming a new file over the
-old one, so a read never sees the file empty. Warm-up (zeros) is quiet: the gate never holds the
-server's start.
+The network reads the gate file (one byte: the highest stage let through, 0 when closed) with
+`torch.from_file` at every turn of its wait; the path alternates between `folder/gate` and
+`folder//gate` so that TorchScript cannot fold the read into a constant. The test writes the
+byte by renaming a new file over the old one, so a read never sees the file empty. Warm-up
+(zeros) is quiet: the gate never holds the server's start.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ LOUD = -5.0
 
 MARK = -1.5
 """A window whose mean log-mel is above this waits for the gate (noise of RMS 0.2 and more)."""
+
+MARK2 = 0.7
+"""Above this (full-scale noise; `mark` noise is about -0.2), a window waits for stage 2."""
+
+OPEN = 255
+"""The gate file's byte when every stage goes through."""
 
 RATE = 16000
 
@@ -66,19 +74,22 @@ file = "model.pt"
 
 
 class GateNetwork(nn.Module):
-    """Logits for `loud` per window; waits for the gate file on a window above `MARK`."""
+    """Logits for `loud` per window; waits for the gate file on a window above `MARK` (stage
+    1) or `MARK2` (stage 2) until it lets that stage through."""
 
     def __init__(self, folder: str) -> None:
         super().__init__()
         self.folder = folder
         self.loud = LOUD
         self.mark = MARK
+        self.mark2 = MARK2
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         level = features.mean(dim=(1, 2))
-        if bool((level > self.mark).any()):
+        stage = 2 if bool((level > self.mark2).any()) else int(bool((level > self.mark).any()))
+        if stage > 0:
             turn = 0
-            while int(self.read(turn)[0]) == 0:
+            while int(self.read(turn)[0]) < stage:
                 turn += 1
         return ((level > self.loud).float() * 20.0 - 10.0).unsqueeze(1)
 
@@ -88,14 +99,18 @@ class GateNetwork(nn.Module):
 
 
 class Gate:
-    """The gate file of a `gate` model: open (1) or closed (0)."""
+    """The gate file of a `gate` model: open, closed, or letting the first stage through."""
 
     def __init__(self, folder: Path) -> None:
         self.path = folder / "gate"
         self.open()
 
     def open(self) -> None:
-        self._write(1)
+        self._write(OPEN)
+
+    def let_through(self, stage: int) -> None:
+        """Marks up to `stage` pass; louder ones wait."""
+        self._write(stage)
 
     def close(self) -> None:
         self._write(0)
@@ -118,7 +133,7 @@ class Gate:
 def gated_models(folder: Path) -> tuple[Path, Gate]:
     """A models folder under `folder` with `speech` and `gate`, and the gate (open)."""
     models = folder / "models"
-    models.mkdir()
+    models.mkdir(parents=True)
     shutil.copytree(DEFAULT_MODELS_DIR / "speech", models / "speech")
     (models / "gate").mkdir()
     gate = Gate(folder)
@@ -128,15 +143,18 @@ def gated_models(folder: Path) -> tuple[Path, Gate]:
     return models, gate
 
 
-LEVELS = {"quiet": 0.0, "loud": 0.1, "mark": 0.4}
-"""Noise RMS of each kind of piece: silence, tagged `loud`, and tagged `loud` behind the gate."""
+LEVELS = {"quiet": 0.0, "loud": 0.1, "mark": 0.4, "mark2": 1.0}
+"""Noise RMS of each kind of piece: silence, tagged `loud`, and tagged `loud` behind the gate's
+first and second stages (`mark2` is full-scale: random signs)."""
 
 
 def noise(kind: str, seconds: float, seed: int = 3) -> np.ndarray:
     """`seconds` of noise at 16 kHz at the level of `kind` (in `LEVELS`), float32."""
     rng = np.random.default_rng(seed)
-    audio = LEVELS[kind] * rng.standard_normal(int(seconds * RATE))
-    return np.clip(audio, -1.0, 1.0).astype(np.float32)
+    audio = rng.standard_normal(int(seconds * RATE))
+    if kind == "mark2":
+        return (0.99 * np.sign(audio)).astype(np.float32)
+    return np.clip(LEVELS[kind] * audio, -1.0, 1.0).astype(np.float32)
 
 
 def marked(path: Path, pieces: list[tuple[str, float]]) -> Path:

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from arengine.audio.arrival import HEADER_BYTES, Arrival, wav_layout
+
+
+class WatchedArrival(Arrival):
+    """The real `Arrival`, counting the times a job found the bytes it needs not there yet (and
+    so left it to wake the engine when they come): a job that has asked, and holds no segment,
+    has nothing left to do until more bytes arrive."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def ready(self, frames: int, callback: Callable[[], None]) -> bool:
+        there = super().ready(frames, callback)
+        self.refused += not there
+        return there
 
 
 class Arriving:
@@ -14,7 +30,7 @@ class Arriving:
         self.data = source.read_bytes()
         self.target = target
         self.sent = 0
-        self.arrival = Arrival()
+        self.arrival = WatchedArrival()
         target.write_bytes(b"")
         self.arrival.opened(target)
 

@@ -4,7 +4,6 @@ engine thread while it waits, and ends with the tags of the complete file."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 from arengine.engine.job import JobSpec
@@ -42,9 +41,11 @@ def test_a_job_decodes_what_has_arrived_with_no_thread_waiting_for_the_rest(
             dataclasses.replace(_spec(upload.target, recognizer), arrival=upload.arrival)
         )
         assert wait_until(lambda: job.progress[0] > 0)  # recognising before the upload ends
-        # Then it stops where the bytes stop, and no thread sits waiting for the rest.
+        # Then it stops where the bytes stop (it has asked for bytes not there, and holds no
+        # segment: nothing is left to run), and no thread sits waiting for the rest.
+        arrival = upload.arrival
+        assert wait_until(lambda: arrival.refused > 0 and job.held_segments == 0)
         assert wait_until(lambda: pool.busy == 0)
-        time.sleep(0.3)
         stalled_s = job.progress[0]
         idle, finished = pool.busy == 0, job.finished
         while upload.sent < len(upload.data):

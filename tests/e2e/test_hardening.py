@@ -84,7 +84,26 @@ def server(serve: ServerFactory) -> Server:
     )
 
 
-def test_beyond_the_upload_bound_requests_get_503_with_retry_after_at_once(server: Server) -> None:
+@pytest.fixture(scope="module")
+def patient(serve: ServerFactory) -> Server:
+    """Two upload slots, and stalled uploads kept for a minute (the common server here cuts
+    them after 1 s, which a slow machine can spend between filling the slots and asking)."""
+    return serve(
+        "--models",
+        "speech",
+        "--max-uploading-requests",
+        "2",
+        "--body-timeout-s",
+        "60",
+        "--min-upload-bytes-per-s",
+        "0",
+    )
+
+
+def test_beyond_the_upload_bound_requests_get_503_with_retry_after_at_once(
+    patient: Server,
+) -> None:
+    server = patient
     slow = [_slow_upload(server), _slow_upload(server)]
     try:
         assert wait_until(lambda: _info(server)["uploading_requests"] == 2)

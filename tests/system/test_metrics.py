@@ -179,11 +179,18 @@ def test_a_rejected_request_counts_its_reason(server: Server) -> None:
 
 def test_gauges_and_build_info(server: Server) -> None:
     info = httpx.get(server.url + "/v1/info").json()
+    gauges = ("queued_segments", "inflight_requests", "held_segments")
+
+    def idle() -> bool:
+        """Nothing queued, in flight or held: once the requests of the tests before (this
+        server is shared, and a cancelled one may still be ending) are over."""
+        scraped = _scrape(server)
+        return all(scraped[(f"arengine_{gauge}", ())] == 0 for gauge in gauges)
+
+    assert wait_until(idle), _scrape(server)
     samples = _scrape(server)
     assert _get(samples, "arengine_engine_threads") == info["engine_threads"]
     assert 0 <= _get(samples, "arengine_engine_busy_threads") <= info["engine_threads"]
-    for gauge in ("queued_segments", "inflight_requests", "held_segments"):
-        assert samples[(f"arengine_{gauge}", ())] == 0, "idle: nothing queued, in flight or held"
     resident = _get(samples, "arengine_process_resident_memory_bytes")
     assert 10e6 < resident <= _get(samples, "arengine_process_peak_resident_memory_bytes")
     build = {

@@ -293,7 +293,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
             b"POST /v1/recognize HTTP/1.1\r\nHost: localhost\r\nContent-Type: audio/wav\r\n"
             b"Content-Length: %d\r\n\r\n" % len(data) + data[:1000]
         )
-        assert wait_until(lambda: _info(running)["uploading_requests"] == 1, 5)
+        assert wait_until(lambda: _info(running)["uploading_requests"] == 1)
         running.process.send_signal(signal.SIGTERM)
         assert wait_until(lambda: _signalled(running))
         sock.sendall(data[1000:])
@@ -308,7 +308,7 @@ def test_sigterm_lets_an_upload_in_progress_finish(tmp_path: Path) -> None:
 def _start_upload(server: Server) -> socket.socket:
     """An upload that has begun and waits for more: the server holds it as uploading."""
     sock = _slow_upload(server)
-    assert wait_until(lambda: _info(server)["uploading_requests"] == 1, 5)
+    assert wait_until(lambda: _info(server)["uploading_requests"] == 1)
     return sock
 
 
@@ -381,7 +381,7 @@ def test_uploads_left_by_a_crash_are_swept_when_the_server_starts_again(tmp_path
     args = ("--upload-dir", str(uploads), "--models", "speech", "--min-upload-bytes-per-s", "0")
     first = start_server(tmp_path, *args)
     with _start_upload(first):
-        assert wait_until(lambda: len(spooled()) == 2, 5)
+        assert wait_until(lambda: len(spooled()) == 2)
         # A second server on the directory while the first is alive must not touch its upload.
         beside = start_server(tmp_path, *args, wait_ready=False)
         stop_server(beside)

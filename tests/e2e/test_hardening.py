@@ -100,6 +100,7 @@ def patient(serve: ServerFactory) -> Server:
     )
 
 
+@pytest.mark.slow  # a server of its own
 def test_beyond_the_upload_bound_requests_get_503_with_retry_after_at_once(
     patient: Server,
 ) -> None:
@@ -135,6 +136,7 @@ def test_a_body_that_stops_arriving_gets_408(server: Server) -> None:
     assert wait_until(lambda: _info(server)["uploading_requests"] == 0)
 
 
+@pytest.mark.slow  # a server of its own
 def test_deadline_gives_504_and_drops_the_work(gated: tuple[Server, Gate], held_file: Path) -> None:
     server, gate = gated
     before = _inferred(server)
@@ -153,6 +155,7 @@ def test_deadline_gives_504_and_drops_the_work(gated: tuple[Server, Gate], held_
     assert _inferred(server) - before <= 5
 
 
+@pytest.mark.slow  # a server of its own
 def test_client_disconnect_cancels_the_remaining_work(
     gated: tuple[Server, Gate], held_file: Path
 ) -> None:

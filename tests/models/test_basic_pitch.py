@@ -94,6 +94,25 @@ def test_windows_are_independent_in_a_batch(model: BasicPitch, clip: np.ndarray)
         np.testing.assert_allclose(batched[name][1], alone[name][0], rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("edge", [1, 3, 9, 15, 30])
+def test_frames_left_out_are_cut_from_the_full_output(
+    model: BasicPitch, clip: np.ndarray, edge: int
+) -> None:
+    """Not computing the edge frames (nor the hidden frames only they need) leaves the others
+    as they are: at 1 and 3 some layers still reach the window's zero padding, from 9 none."""
+    batch = torch.from_numpy(np.stack([clip, 0.1 * clip[::-1]]))
+    with torch.inference_mode():
+        full, cut = model(batch), model(batch, edge=edge)
+    for name in ("note", "onset", "contour"):
+        kept = getattr(full, name)[:, edge : FRAMES - edge]
+        np.testing.assert_allclose(getattr(cut, name), kept, rtol=0, atol=1e-6)
+
+
+def test_rejects_an_edge_that_leaves_no_frame(model: BasicPitch) -> None:
+    with pytest.raises(ValueError, match=r"edge must be 0 \.\. 85 frames, not 86"):
+        model(torch.zeros(1, WINDOW), edge=86)
+
+
 def test_silence_gives_no_activity(model: BasicPitch) -> None:
     out = _run(model, np.zeros(WINDOW, np.float32))
     assert out["note"].max() < 0.3 and out["onset"].max() < 0.5

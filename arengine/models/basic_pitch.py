@@ -44,6 +44,10 @@ _EDGE = 19
 """Half the contour convolution's 39 bins."""
 _FFT_BINS = 384
 """FFT length of the contour convolution over the CQT (see `_over_cqt`)."""
+_LEFT = tuple(h for h, shift in enumerate(_SHIFTS) if shift > 0)
+"""Stack channels whose zero padding below bin 0 stands where the CQT has bins."""
+_RIGHT = tuple(h for h, shift in enumerate(_SHIFTS) if shift + CONTOUR_BINS < _CQT_BINS)
+"""Stack channels whose zero padding above bin 263 stands where the CQT has bins."""
 
 SHAPES: dict[str, tuple[int, ...]] = {
     "cqt_real": (36, 1, 256),
@@ -93,8 +97,6 @@ def _over_cqt(weight: Tensor) -> Tensor:
             # A cross-correlation's offset `d` is the circular convolution's tap `-d`.
             kernel[:, :, -(k - taps // 2 + shift) % _FFT_BINS] += weight[:, h, :, k].double()
     spectrum: Tensor = torch.fft.rfft(kernel)
-    # Kernel rows first, each row's spectra contiguous: a complex product with a strided operand
-    # took 4x longer.
     return spectrum.to(torch.complex64).transpose(0, 1).unsqueeze(2).contiguous()
 
 
@@ -105,6 +107,18 @@ def _cut(x: Tensor, have: int, want: int, reach: int) -> tuple[Tensor, int]:
     need = max(0, want - reach)
     cut = need - have
     return x[..., cut : x.shape[-2] - cut, :], reach - (want - need)
+
+
+def _beyond(cqt: Tensor, channels: tuple[int, ...], first: int, zeros: tuple[int, int]) -> Tensor:
+    """Stack channels `channels` over the 19 bins from `first`, where the stack is cut off (bins
+    below 0 or above 263), as if it were not: the CQT's bins, shifted (zero beyond the CQT's
+    own 309); `zeros` bins of zeros added below and above. `(windows, channels, time, bins)`
+    channels-last."""
+    low, high = _EDGE - min(_SHIFTS), _EDGE + max(_SHIFTS) + CONTOUR_BINS - _CQT_BINS
+    wide = functional.pad(cqt, (low, high))
+    start = [low + first + _SHIFTS[h] for h in channels]
+    strip = torch.stack([wide[..., b : b + _EDGE] for b in start], dim=-1)
+    return functional.pad(strip, (0, 0, *zeros)).permute(0, 3, 1, 2)
 
 
 def _by_rows(weight: Tensor) -> Tensor:
@@ -146,7 +160,13 @@ class BasicPitch(nn.Module):
         self.register_buffer("onset2_rows", _by_rows(onset[:, 1:]))
         for layer in ("contour2", "note2"):
             self.register_buffer(f"{layer}_rows", _by_rows(self._w(f"{layer}.weight")))
-        self.register_buffer("contour1_spectrum", _over_cqt(self._w("contour1.weight")))
+        contour = self._w("contour1.weight")
+        self.register_buffer("contour1_spectrum", _over_cqt(contour))
+        # The taps that reach the stack's zero padding, on the channels where the CQT has bins
+        # there (see `_contour_hidden`).
+        left, right = contour[:, _LEFT, :, :_EDGE], contour[:, _RIGHT, :, -_EDGE:]
+        self.register_buffer("contour1_left", left.contiguous(memory_format=torch.channels_last))
+        self.register_buffer("contour1_right", right.contiguous(memory_format=torch.channels_last))
 
     def _w(self, name: str) -> Tensor:
         tensor: Tensor = getattr(self, name.replace(".", "_"))
@@ -168,7 +188,7 @@ class BasicPitch(nn.Module):
         contour_in = max(0, contour - 2)
         # In-place ReLU: out of place, on these channels-last tensors, it took 27 ms a call for
         # 8 windows (a fifth of the forward); in place, under 1 ms.
-        hidden = torch.relu_(self._contour_hidden(cqt, stack, contour_in))
+        hidden = torch.relu_(self._contour_hidden(cqt, contour_in))
         contours = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), (contour_in, contour)))
         one_channel = contours[:, None]
         hidden = torch.relu_(self._conv(one_channel, "note1", (3, 2), (1, 3), (contour, note_in)))
@@ -196,14 +216,11 @@ class BasicPitch(nn.Module):
         weight, bias = self._w(f"{layer}.weight"), self._w(f"{layer}.bias")
         return functional.conv2d(x, weight, bias, stride=stride, padding=(time, padding[1]))
 
-    def _contour_hidden(self, cqt: Tensor, stack: Tensor, cut: int) -> Tensor:
+    def _contour_hidden(self, cqt: Tensor, cut: int) -> Tensor:
         """The contour head's 3x39 convolution over the stack, bias added, `cut` frames left
         out at either end: `(windows, 8, 172 - 2 * cut, 264)` channels-last. It was 42% of the
         forward, oneDNN near the core's peak (2026-11-23, AMD EPYC, one thread, 6 windows: 35 ms
-        of 83); as one convolution over the CQT (see `_over_cqt`) by FFT, 2x less. The 19 bins
-        at either end, whose taps reach the stack's zero padding, are the direct convolution
-        over those bins."""
-        weight = self._w("contour1.weight")
+        of 83); as one convolution over the CQT (see `_over_cqt`) by FFT, 2.5x less."""
         frames = FRAMES - 2 * cut
         padded = functional.pad(cqt, (0, 0, 1, 1))[:, cut : cut + frames + 2]
         spectrum = torch.fft.rfft(padded, n=_FFT_BINS)[:, None]
@@ -211,24 +228,17 @@ class BasicPitch(nn.Module):
         mixed = spectrum[:, :, :frames] * kernel[0]
         for row in range(1, kernel.shape[0]):
             mixed.addcmul_(spectrum[:, :, row : row + frames], kernel[row])
-        inner = torch.fft.irfft(mixed, n=_FFT_BINS)[..., _EDGE : CONTOUR_BINS - _EDGE]
-        stack, time = _cut(stack, 0, cut, 1)
-        edge = 2 * _EDGE
-        left = functional.pad(stack[..., :edge], (_EDGE, 0))
-        right = functional.pad(stack[..., -edge:], (0, _EDGE))
-        left, right = (functional.conv2d(x, weight, None, padding=(time, 0)) for x in (left, right))
+        over_cqt = torch.fft.irfft(mixed, n=_FFT_BINS)[..., :CONTOUR_BINS]
         # Written once into the channels-last layout, bias added on the way (a concatenation,
         # then the layout, took twice as long).
-        shape = (len(cqt), *inner.shape[1:3], CONTOUR_BINS)
-        hidden = torch.empty(shape, memory_format=torch.channels_last)
-        bias = self._w("contour1.bias")[:, None, None]
-        parts = (
-            (left, slice(0, _EDGE)),
-            (inner, slice(_EDGE, -_EDGE)),
-            (right, slice(-_EDGE, None)),
-        )
-        for part, bins in parts:
-            torch.add(part, bias, out=hidden[..., bins])
+        hidden = torch.empty((len(cqt), *over_cqt.shape[1:]), memory_format=torch.channels_last)
+        torch.add(over_cqt, self._w("contour1.bias")[:, None, None], out=hidden)
+        # Over the CQT, the 19 bins at either end also summed CQT bins where the stack has its
+        # zero padding: those taps' sums are taken away.
+        left = _beyond(padded, _LEFT, -_EDGE, (0, _EDGE - 1))
+        hidden[..., :_EDGE] -= functional.conv2d(left, self._w("contour1_left"))
+        right = _beyond(padded, _RIGHT, CONTOUR_BINS, (_EDGE - 1, 0))
+        hidden[..., -_EDGE:] -= functional.conv2d(right, self._w("contour1_right"))
         return hidden
 
     def _by_rows(

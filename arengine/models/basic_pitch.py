@@ -121,6 +121,13 @@ def _beyond(cqt: Tensor, channels: tuple[int, ...], first: int, zeros: tuple[int
     return functional.pad(strip, (0, 0, *zeros)).permute(0, 3, 1, 2)
 
 
+def _channel(x: Tensor) -> Tensor:
+    """`(windows, time, freq)` as one channel, `(windows, 1, time, freq)`, with channels-last
+    strides. With `x[:, None]`'s, the note head's first convolution came out in the contiguous
+    layout, and the next one's copy to channels-last took 10x as long as the convolution."""
+    return x[..., None].permute(0, 3, 1, 2)
+
+
 def _by_rows(weight: Tensor) -> Tensor:
     """A `(1, channels, rows, taps)` kernel as `(rows, channels, 1, taps)`: a channel per row."""
     return weight[0].permute(1, 0, 2).unsqueeze(2).contiguous(memory_format=torch.channels_last)
@@ -190,14 +197,14 @@ class BasicPitch(nn.Module):
         # 8 windows (a fifth of the forward); in place, under 1 ms.
         hidden = torch.relu_(self._contour_hidden(cqt, contour_in))
         contours = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), (contour_in, contour)))
-        one_channel = contours[:, None]
-        hidden = torch.relu_(self._conv(one_channel, "note1", (3, 2), (1, 3), (contour, note_in)))
+        below = _channel(contours)
+        hidden = torch.relu_(self._conv(below, "note1", (3, 2), (1, 3), (contour, note_in)))
         notes = torch.sigmoid_(self._by_rows(hidden, "note2", (3, 1), (note_in, onset_in)))
         hidden = torch.relu_(self._conv(stack, "onset1", (2, 1), (1, 3), (0, onset_in)))
         # The onset head's convolution over [note, hidden], as the sum of one over each: the
         # same sums without copying the 33 channels together (a tenth of the forward).
         onsets = self._by_rows(hidden, "onset2", (1, 1), (onset_in, edge))
-        near, padding = _cut(notes[:, None], onset_in, edge, 1)
+        near, padding = _cut(_channel(notes), onset_in, edge, 1)
         onsets += functional.conv2d(near, self._w("onset2_note"), None, padding=(padding, 1))[:, 0]
         notes, contours = _cut(notes, onset_in, edge, 0)[0], _cut(contours, contour, edge, 0)[0]
         return Activations(notes, torch.sigmoid_(onsets), contours)

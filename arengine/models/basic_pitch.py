@@ -167,6 +167,13 @@ class BasicPitch(nn.Module):
         self.register_buffer("onset2_rows", _by_rows(onset[:, 1:]))
         for layer in ("contour2", "note2"):
             self.register_buffer(f"{layer}_rows", _by_rows(self._w(f"{layer}.weight")))
+        kernels = torch.cat([self._w("cqt_real"), self._w("cqt_imag")])
+        self.register_buffer("cqt_kernels", kernels)
+        length = WINDOW
+        for _ in range(_OCTAVES - 1):
+            size = _smooth(length + 254)
+            self.register_buffer(f"lowpass_{size}", self._lowpass(size), persistent=False)
+            length //= 2
         contour = self._w("contour1.weight")
         self.register_buffer("contour1_spectrum", _over_cqt(contour))
         # The taps that reach the stack's zero padding, on the channels where the CQT has bins
@@ -186,13 +193,13 @@ class BasicPitch(nn.Module):
         if not 0 <= edge < FRAMES // 2:
             raise ValueError(f"edge must be 0 .. {FRAMES // 2 - 1} frames, not {edge}")
         cqt = self.log_cqt(audio)
-        stack = self.harmonic_stack(cqt)
         # Frames left out at either end of each layer's output: those the next layers need, by
         # their kernels' reach in time (1 frame for the onset head's last convolution, ...).
         onset_in = max(0, edge - 1)
         note_in = max(0, onset_in - 3)
         contour = max(0, note_in - 3)
         contour_in = max(0, contour - 2)
+        stack = max(0, onset_in - 2)
         # In-place ReLU: out of place, on these channels-last tensors, it took 27 ms a call for
         # 8 windows (a fifth of the forward); in place, under 1 ms.
         hidden = torch.relu_(self._contour_hidden(cqt, contour_in))
@@ -200,7 +207,8 @@ class BasicPitch(nn.Module):
         below = _channel(contours)
         hidden = torch.relu_(self._conv(below, "note1", (3, 2), (1, 3), (contour, note_in)))
         notes = torch.sigmoid_(self._by_rows(hidden, "note2", (3, 1), (note_in, onset_in)))
-        hidden = torch.relu_(self._conv(stack, "onset1", (2, 1), (1, 3), (0, onset_in)))
+        harmonics = self.harmonic_stack(cqt[:, stack : FRAMES - stack])
+        hidden = torch.relu_(self._conv(harmonics, "onset1", (2, 1), (1, 3), (stack, onset_in)))
         # The onset head's convolution over [note, hidden], as the sum of one over each: the
         # same sums without copying the 33 channels together (a tenth of the forward).
         onsets = self._by_rows(hidden, "onset2", (1, 1), (onset_in, edge))
@@ -258,7 +266,8 @@ class BasicPitch(nn.Module):
         they take 2.5-3.5x less (the sums in another order: outputs within 3e-6)."""
         x, time = _cut(x, *cuts, padding[0])
         by_row = functional.conv2d(x, self._w(f"{layer}_rows"), None, padding=(0, padding[1]))
-        by_row = functional.pad(by_row, (0, 0, time, time))
+        if time:
+            by_row = functional.pad(by_row, (0, 0, time, time))
         frames = FRAMES - 2 * cuts[1]
         out = by_row[:, 0, :frames].clone()
         for row in range(1, by_row.shape[1]):
@@ -275,10 +284,11 @@ class BasicPitch(nn.Module):
             x = self._halve(x)
             hop //= 2
             octaves.insert(0, self._octave(x, hop))
-        real = torch.cat([o[0] for o in octaves], dim=1)[:, -_CQT_BINS:]
-        imag = torch.cat([o[1] for o in octaves], dim=1)[:, -_CQT_BINS:]
+        # Each octave's 36 real then 36 imaginary bins: all real bins, all imaginary ones.
+        both = torch.stack(octaves, dim=1).reshape(len(audio), _OCTAVES, 2, _BINS_PER_OCTAVE, -1)
+        real, imag = (part.flatten(1, 2)[:, -_CQT_BINS:] for part in both.unbind(2))
         scale = self._w("cqt_scale").unsqueeze(1)
-        power = (real * scale).square() + (imag * scale).square()
+        power: Tensor = (real * scale).square() + (imag * scale).square()
         return power.transpose(1, 2)
 
     def _halve(self, x: Tensor) -> Tensor:
@@ -289,15 +299,23 @@ class BasicPitch(nn.Module):
         padded = functional.pad(x, (127, 127))
         length = padded.shape[-1]
         size = _smooth(length)
-        taps = torch.fft.rfft(self._w("lowpass").reshape(-1), size)
-        filtered: Tensor = torch.fft.irfft(torch.fft.rfft(padded, size) * taps.conj(), size)
+        filtered: Tensor = torch.fft.irfft(torch.fft.rfft(padded, size) * self._lowpass(size), size)
         return filtered[..., : length - 255 : 2]
 
-    def _octave(self, x: Tensor, hop: int) -> tuple[Tensor, Tensor]:
+    def _lowpass(self, size: int) -> Tensor:
+        """The low-pass filter's conjugate spectrum at FFT size `size`: kept for the sizes that
+        a window's 8 halvings use (computed each call, they were a tenth of the CQT)."""
+        kept: Tensor | None = self._buffers.get(f"lowpass_{size}")
+        if kept is not None:
+            return kept
+        spectrum: Tensor = torch.fft.rfft(self._w("lowpass").reshape(-1), size)
+        return spectrum.conj()
+
+    def _octave(self, x: Tensor, hop: int) -> Tensor:
+        """`(windows, 72, 172)`: the octave's 36 real bins, then its 36 imaginary ones (one
+        convolution for both: a fifth less than two)."""
         padded = functional.pad(x, (128, 128), mode="reflect")
-        real = functional.conv1d(padded, self._w("cqt_real"), stride=hop)
-        imag = functional.conv1d(padded, self._w("cqt_imag"), stride=hop)
-        return real, imag
+        return functional.conv1d(padded, self._w("cqt_kernels"), stride=hop)
 
     def log_cqt(self, audio: Tensor) -> Tensor:
         """basic-pitch's NormalizedLog and batch norm: `(windows, 172, 309)`."""

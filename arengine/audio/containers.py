@@ -7,8 +7,8 @@ libsndfile decodes it (uncompressed containers: exact and fastest there, see BEN
 and what its header and packets can be trusted with. A codec is one entry of `DECODERS` (FFmpeg's
 audio decoders) or `SUBTYPES` (libsndfile's). Everything else reads these: `sniff` (what a file
 starts like), `ffmpeg` (the demuxer and decoder allowlists), `validation` (what is accepted and
-whose length is exact), `decode` and `lanes` (which demuxer to insist on, which can be read from
-several offsets at once).
+whose length is exact), `decode` (which demuxer to insist on) and `parts` (which demuxer, and
+which can be decoded from several offsets at once).
 
 To add an input format: add its `Container` (and its codecs to `DECODERS` or `SUBTYPES`), a test
 file for it in `tests/audio/test_ffmpeg.py`, and its name to the README's list of formats.
@@ -40,9 +40,10 @@ class Container:
     """The header's length is exact (sample counts or tables), so a claim over the cap is refused
     before decoding. Elsewhere (an MP3 without a Xing header, Matroska's Duration) it is a guess."""
     seekable: bool = False
-    """Packet timestamps are sample-exact, so `lanes` may decode it from several offsets. Not
+    """Packet timestamps are sample-exact, so `parts` may decode it from several offsets. Not
     Matroska (milliseconds), nor Ogg: FFmpeg's first Vorbis frame is shorter than its timestamps
-    say, which shifts a chunk by 448 samples (found by `tests/audio/test_lanes.py`)."""
+    say, which shifts audio decoded from an offset by 448 samples (`tests/audio/test_parts.py`
+    keeps Ogg and WebM out of parts)."""
     audio: bool = True
     """False for files recognised only to be refused by name (playlists, archives), never
     given to FFmpeg at all."""

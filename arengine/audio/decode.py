@@ -181,12 +181,12 @@ def _ffmpeg_blocks(
     with ffmpeg.open_upload(path, demuxer) as container:
         packets = PacketDecoder(container.streams[info.stream].codec_context, info.channels)
         # Bound late on purpose: the message names where the change was met.
-        for packet, error in stream_packets(container, info, lambda: decoded):  # noqa: B023
+        for packet, error in _stream_packets(container, info, lambda: decoded):  # noqa: B023
             if error is not None:
-                stopped_early(report, decoded / info.sample_rate, error)
+                _stopped_early(report, decoded / info.sample_rate, error)
                 break
             for frame in packets.decode(packet):
-                check_parameters(frame, info, decoded)
+                _check_parameters(frame, info, decoded)
                 decoded += frame.samples
                 yield from mixdown.push(frame)
         yield from mixdown.flush()
@@ -202,7 +202,7 @@ def too_long(max_frames: int, sample_rate: int) -> TooLarge:
     )
 
 
-def stream_packets(
+def _stream_packets(
     container: Any, info: AudioInfo, decoded: Callable[[], int]
 ) -> Iterator[tuple[Any, Exception | None]]:
     """`ffmpeg.packets` of `info`'s stream; a change of codec parameters is refused (422),
@@ -218,7 +218,7 @@ def stream_packets(
         ) from None
 
 
-def check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> None:
+def _check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> None:
     """A change of rate or channels at `decoded` frames is refused (422)."""
     channels = frame.layout.nb_channels
     if frame.sample_rate != info.sample_rate or channels != info.channels:
@@ -230,7 +230,7 @@ def check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> Non
         )
 
 
-def stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
     """A demuxer error at `at_s`: corrupt at the start, otherwise the file ends there
     (`truncated`, with a warning)."""
     if at_s == 0:

@@ -67,20 +67,6 @@ class Segmenter:
         self._exhausted = False
         self.total_samples: int | None = None
 
-    @classmethod
-    def starting_at(cls, blocks: Iterator[np.ndarray], plan: SegmentPlan, index: int) -> Segmenter:
-        """Segments from `index` on, from `blocks` that begin with the audio sample
-        `index * segment_samples - preroll - context` (what segment `index` needs first)."""
-        segmenter = cls(blocks, plan)
-        start = index * plan.segment_samples - plan.preroll_frames * plan.hop
-        if start - plan.context < 0:
-            raise ValueError(f"segment {index} starts too early to be decoded on its own")
-        segmenter._buffer = np.zeros(0, dtype=np.float32)
-        segmenter._buffer_start = start  # padded index of the audio sample start - context
-        segmenter._audio_samples = start - plan.context
-        segmenter._index = index
-        return segmenter
-
     @property
     def index(self) -> int:
         """How many segments have been produced."""

@@ -4,9 +4,7 @@ A request's models share one decoding of its upload (`decode.Decoding`, which re
 distinct rate through `tee`), each cutting its own segments (`segments.Segmenter`); or, for one
 model and a long seekable file, `ffmpeg` children decode it in parts at once
 (`parts.PartDecoding`). Which of the two, the frame cap and the read-ahead of an upload still
-arriving are decided here, so the engine only asks each source for its next segment. (The
-in-process lanes, `lanes.LaneDecoding`, measured slower than either and are no longer chosen:
-BENCHMARKS.md, "Decoding in parts".)
+arriving are decided here, so the engine only asks each source for its next segment.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ import numpy as np
 from arengine.audio import parts
 from arengine.audio.arrival import Arrival
 from arengine.audio.decode import Decoding, file_block_frames
-from arengine.audio.lanes import LaneDecoding
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.tee import Resampler
@@ -35,9 +32,6 @@ adds to the delay before a tag (an upload's 65,536 frames would add 1.5 s at 44.
 LIVE_ROUNDING_S = 0.01
 """Awaited beyond the next segment and what the resampler holds back (`resampler_hold_s`), for
 the rounding of segment lengths between rates, so that decoding never waits for the client."""
-
-SegmentSource = Segmenter | LaneDecoding
-"""A model's segments: an iterator (`Segmenter`), or lanes the engine hands out under its lock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,8 +60,8 @@ class SegmentSources:
 
     def __init__(
         self,
-        per_model: tuple[SegmentSource, ...],
-        decoding: Decoding | PartDecoding | None,
+        per_model: tuple[Segmenter, ...],
+        decoding: Decoding | PartDecoding,
         info: AudioInfo,
         arrival: Arrival | None,
     ) -> None:
@@ -85,11 +79,7 @@ class SegmentSources:
     def info(self) -> AudioInfo:
         """What was decoded (once every source is spent): the decoded length, truncation and
         warnings, not the header's claim."""
-        if self._decoding is not None:
-            return self._decoding.info()
-        lanes = self.per_model[0]
-        assert isinstance(lanes, LaneDecoding)  # the only other way a job is decoded
-        return lanes.info()
+        return self._decoding.info()
 
     def arrived(self, ahead_s: float, wake: Callable[[], None]) -> bool:
         """Whether the bytes of the next decoding task are uploaded (always, once the body is
@@ -97,7 +87,7 @@ class SegmentSources:
 
         `ahead_s`: the longest segment (or pre-roll) among the models, in seconds.
         """
-        if self._arrival is None or self._decoding is None:
+        if self._arrival is None:
             return True
         rate = self._probed.sample_rate
         if self._arrival.open_ended:
@@ -114,14 +104,13 @@ class SegmentSources:
 
     def held_samples(self, index: int) -> int:
         """Samples decoded for model `index` that its segmenter has not taken yet."""
-        return 0 if self._decoding is None else self._decoding.held_samples(index)
+        return self._decoding.held_samples(index)
 
     def close(self) -> None:
         """Stop decoding and release the file."""
         for source in self.per_model:
             source.close()
-        if self._decoding is not None:
-            self._decoding.close()
+        self._decoding.close()
 
 
 def segment_sources(

@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 from arengine.audio.arrival import Arrival, abandoned
-from arengine.audio.lanes import Lane, LaneDecoding
 from arengine.audio.recorded import recorded_at
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
@@ -68,7 +67,8 @@ class JobSpec:
     stream: int | None = None
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
-    """Decode a long seekable file from several offsets at once (`arengine/audio/lanes.py`)."""
+    """Decode a long seekable file for one model in parts, by `ffmpeg` children at once
+    (`arengine/audio/parts.py`)."""
     arrival: Arrival | None = None
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
     name: str | None = None
@@ -202,9 +202,6 @@ class Job:
                 return functools.partial(self._run, Stage.INFERENCE, self._infer, run, taken)
         if decodable is None:
             return None
-        if decodable.lanes is not None:
-            lane = decodable.lanes.take(decodable.next_post + self._ahead(decodable, batching))
-            return functools.partial(self._run, Stage.FEATURES, self._decode_lane, decodable, lane)
         self._decoding = True
         return functools.partial(self._run, Stage.FEATURES, self._decode, decodable)
 
@@ -214,10 +211,6 @@ class Job:
     def _decodable(self, batching: bool) -> ModelRun | None:
         """The model whose next segment to decode now, or None: the one furthest behind among
         those with room, and only within one segment length of the slowest model."""
-        first = self._runs[0]
-        if first.lanes is not None:  # parallel lanes: a request for one model only
-            room = first.lanes.free(first.next_post + self._ahead(first, batching))
-            return first if room is not None else None
         if self._decoding:
             return None
         decoding = [run for run in self._runs if run.segment_count is None]
@@ -267,10 +260,7 @@ class Job:
         sources = segment_sources(spec.path, info, models, reading)
         with self._lock:
             for run, source in zip(self._runs, sources.per_model, strict=True):
-                if isinstance(source, LaneDecoding):
-                    run.lanes = source
-                else:
-                    run.segments = source
+                run.segments = source
             self._sources = sources
             self._info = info
         seconds = time.perf_counter() - started
@@ -285,21 +275,6 @@ class Job:
         segment = next(run.segments, None)
         self._decoded(run, segment, started, run.segments.index)
 
-    def _decode_lane(self, run: ModelRun, lane: Lane | None) -> None:
-        started = time.perf_counter()
-        lanes = run.lanes
-        assert lanes is not None and lane is not None  # `free` found it under the lock
-        try:
-            segment = lanes.produce(lane)
-        except BaseException:
-            with self._lock:
-                lanes.abandon(lane)  # the job fails; no end is inferred from this lane
-            raise
-        with self._lock:
-            lanes.release(lane, ended=segment is None)
-            count = lanes.segment_count
-        self._decoded(run, segment, started, count)
-
     def _decoded(
         self, run: ModelRun, segment: Segment | None, started: float, count: int | None
     ) -> None:
@@ -312,8 +287,7 @@ class Job:
         self._observe(run, Stage.FEATURES, decoded - started)
         with self._lock:
             run.seconds[Stage.FEATURES] += decoded - started
-            if run.lanes is None:
-                self._decoding = False
+            self._decoding = False
             if segment is None:
                 run.segment_count = count
             elif kept:
@@ -378,7 +352,8 @@ class Job:
             if scores is not None:
                 tags = run.tagger.push(scores)
             else:
-                total_samples = run.source.total_samples or 0
+                assert run.segments is not None  # set by validation, which always runs first
+                total_samples = run.segments.total_samples or 0
                 if self.spec.keeper is not None:
                     self.spec.keeper.end(run.index, total_samples)
                 tags = run.tagger.finish(total_samples)
@@ -501,6 +476,6 @@ class Job:
         with self._lock:
             sources, self._sources = self._sources, None
             for run in self._runs:
-                run.segments = run.lanes = None
+                run.segments = None
         if sources is not None:
             sources.close()

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from arengine.audio.lanes import LaneDecoding
 from arengine.audio.segments import Segment, Segmenter, SegmentPlan
 from arengine.models.recognizer import Recognizer
 from arengine.postprocess import Tagger
@@ -29,8 +28,6 @@ class ModelRun:
         """How its audio is cut: the model's own plan, or a live stream's."""
         self.tagger = tagger
         self.segments: Segmenter | None = None
-        self.lanes: LaneDecoding | None = None
-        """Set instead of `segments` when a long file is decoded from several offsets."""
         self.segment_count: int | None = None
         self.decoded: deque[tuple[Segment, float]] = deque()
         """Decoded segments waiting for inference, with the perf_counter time each was queued."""
@@ -55,12 +52,6 @@ class ModelRun:
         """Audio cut into segments so far, in seconds (where its decoding has got to)."""
         produced = self.segments.index if self.segments is not None else self.next_post
         return produced * self.segment_s
-
-    @property
-    def source(self) -> Segmenter | LaneDecoding:
-        source = self.lanes or self.segments
-        assert source is not None  # set by validation, which always runs first
-        return source
 
     def ahead(self, segments_ahead: int, batching: bool) -> int:
         """Segments it may hold decoded: a batching model reads ahead far enough for one batch

@@ -8,14 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arengine.audio import parts
+from arengine.audio import parts, source
 from arengine.audio.decode import decode
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import SegmentPlan
 from arengine.audio.source import ModelInput, Reading, segment_sources
 from arengine.audio.validation import AudioLimits, probe
+from arengine.engine.job import JobSpec
+from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, TooLarge
-from arengine.types import AudioInfo
+from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.types import AudioInfo, Tag
 from tests.conftest import RecordingFactory
 from tests.recordings import ffmpeg
 
@@ -166,12 +169,12 @@ def test_a_long_file_for_one_model_is_decoded_in_parts(
     sources = segment_sources(path, info, [model], reading)
     try:
         assert isinstance(sources._decoding, PartDecoding)
-        segments = list(sources.per_model[0])  # type: ignore[arg-type]
+        segments = list(sources.per_model[0])
     finally:
         sources.close()
     sequential = segment_sources(path, info, [model], Reading(LIMITS, segments_ahead=4))
     try:
-        expected = list(sequential.per_model[0])  # type: ignore[arg-type]
+        expected = list(sequential.per_model[0])
     finally:
         sequential.close()
     assert [s.index for s in segments] == [s.index for s in expected]
@@ -228,3 +231,54 @@ def test_damaged_packets_are_skipped_and_counted(recording: RecordingFactory) ->
     damaged = [warning for warning in decoded.warnings if "damaged packet" in warning]
     assert len(damaged) == 1 and int(damaged[0].split()[0]) >= 1, decoded.warnings
     assert not any("FFmpeg reported" in warning for warning in decoded.warnings)
+
+
+def test_a_job_decoded_in_parts_tags_as_one_decoded_in_process(
+    speech_model: SpeechModel, recording: RecordingFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the engine, `parallel_decoding` on: the job reads the parts' segments to the end,
+    with the tags and the length of decoding in the server's process."""
+    monkeypatch.setattr(parts, "MIN_PART_S", 5)
+    made: list[int] = []
+
+    class Counted(PartDecoding):
+        def __init__(self, path: Path, info: AudioInfo, rate: int, cap: int, count: int) -> None:
+            super().__init__(path, info, rate, cap, count)
+            made.append(count)
+
+    monkeypatch.setattr(source, "PartDecoding", Counted)
+    pieces = [
+        p
+        for i in range(30)
+        for p in [("silence", 0.3 + (i % 4) * 0.5), ("speech", 0), ("noise", 0.4)]
+    ]
+    clip = recording("long.wav", pieces=pieces)
+    path = clip.path.with_name("long.mp3")
+    ffmpeg("-i", str(clip.path), "-ar", "44100", "-ac", "2", "-c:a", "libmp3lame", str(path))
+    recognizer = SpeechRecognizer(speech_model, segment_s=4.0, preroll_s=1.0)
+    pool = EnginePool(threads=2)
+    try:
+        results = [
+            pool.submit(
+                JobSpec("r", path, (recognizer,), {}, LIMITS, 4, parallel_decoding=parallel)
+            ).future.result(timeout=300)
+            for parallel in (False, True)
+        ]
+    finally:
+        pool.close()
+    assert made == [2]  # the second job only, in two parts
+    in_process, in_parts = results
+    assert _frame_f1(in_parts.tags, in_process.tags, clip.duration_s) >= 0.99
+    assert in_parts.audio.duration_s == pytest.approx(in_process.audio.duration_s, abs=0.05)
+    assert [t.start for t in in_parts.tags] == sorted(t.start for t in in_parts.tags)
+
+
+def _frame_f1(ours: tuple[Tag, ...], theirs: tuple[Tag, ...], seconds: float) -> float:
+    def mask(tags: tuple[Tag, ...]) -> np.ndarray:
+        out = np.zeros(int(seconds * 100) + 1, bool)
+        for tag in tags:
+            out[int(tag.start * 100) : int(tag.end * 100)] = True
+        return out
+
+    a, b = mask(ours), mask(theirs)
+    return float(2 * (a & b).sum() / (a.sum() + b.sum()))

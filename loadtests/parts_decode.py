@@ -1,28 +1,22 @@
-"""Decoding alone, one file: sequentially on one thread, in lanes on threads, in parts by
-`ffmpeg` children.
+"""Decoding alone, one file: sequentially in the process, and in parts by `ffmpeg` children.
 
-    python -m loadtests.lanes_decode loadtests/out/35min-44k.mp3 [--lanes 2] [--runs 3]
+    python -m loadtests.parts_decode loadtests/out/35min-44k.mp3 [--parts 2] [--runs 3]
 
-The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread; from
-`lanes.LaneDecoding` with `--lanes` lanes on one thread (the lanes' extra work) and on `--lanes`
-threads each taking a free lane and decoding its next segment, as the engine's threads do; and
-from `parts.PartDecoding` in 1 and `--lanes` parts (`ffmpeg` children; needs the program). No
+The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread, and
+from `parts.PartDecoding` in 1 and `--parts` parts (`ffmpeg` children; needs the program). No
 model runs: what is timed is decoding only. Alternating, best of `--runs`; wall seconds, and CPU
-seconds of the process and its children (the `ffmpeg` parts). Lanes pay where their wall time is
-below the sequential one: the decoders run at once only while they do not hold the GIL.
+seconds of the process and its children (the `ffmpeg` parts).
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from arengine.audio.decode import decode
-from arengine.audio.lanes import LaneDecoding
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits, probe
@@ -56,37 +50,12 @@ def cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def in_lanes(path: Path, info: AudioInfo, plan: SegmentPlan, lanes: int, threads: int) -> int:
-    decoding = LaneDecoding(path, info, plan, RATE, CAP, lanes=lanes, ahead=2 * lanes)
-    lock = threading.Lock()
-    made = [0]
-
-    def worker() -> None:
-        while True:
-            with lock:
-                lane = decoding.take(window_end=2**62)
-            if lane is None:
-                return
-            segment = decoding.produce(lane)
-            with lock:
-                decoding.release(lane, ended=segment is None)
-                made[0] += segment is not None
-
-    workers = [threading.Thread(target=worker) for _ in range(threads)]
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join()
-    decoding.close()
-    return made[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("path", type=Path)
-    parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--parts", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     options = parser.parse_args()
     path: Path = options.path
@@ -94,15 +63,9 @@ def main() -> None:
     best: dict[str, tuple[float, float]] = {}
     steps: dict[str, Callable[[], int]] = {
         "sequential, 1 thread": lambda: sequential(path, info, SEGMENT_PLAN),
-        f"{options.lanes} lanes, 1 thread": lambda: in_lanes(
-            path, info, SEGMENT_PLAN, options.lanes, 1
-        ),
-        f"{options.lanes} lanes, {options.lanes} threads": lambda: in_lanes(
-            path, info, SEGMENT_PLAN, options.lanes, options.lanes
-        ),
         "1 part (an ffmpeg child)": lambda: in_parts(path, info, SEGMENT_PLAN, 1),
-        f"{options.lanes} parts (ffmpeg children)": lambda: in_parts(
-            path, info, SEGMENT_PLAN, options.lanes
+        f"{options.parts} parts (ffmpeg children)": lambda: in_parts(
+            path, info, SEGMENT_PLAN, options.parts
         ),
     }
     counts = set()
@@ -113,7 +76,7 @@ def main() -> None:
             wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
             if wall < best.get(name, (float("inf"), 0.0))[0]:
                 best[name] = (wall, cpu)
-    assert len(counts) == 1, f"the two ways gave different segment counts: {counts}"
+    assert len(counts) == 1, f"the ways gave different segment counts: {counts}"
     audio = f"{info.format} {info.sample_rate} Hz x{info.channels}"
     print(f"{path.name}: {audio}, {counts.pop()} segments")
     print("| decoding | wall s | CPU s |")

@@ -13,6 +13,11 @@ export `nmp.onnx` is the reference), with the weights taken from that ONNX file'
 4. a small CNN with three heads: contour (264 bins, 3 per semitone), note and onset (88 keys,
    A0 .. C8). Batch norms are folded into the convolutions, as in the ONNX graph.
 
+Some of it is computed another way than the graph's, for speed (BENCHMARKS.md, "Where the notes
+forward goes"): the contour head's 3x39 convolution by FFT over the CQT, the one-channel
+convolutions one kernel row at a time, and frames a caller drops are not computed. The sums are
+the same, in another order: activations within 1.3e-6 of the direct convolutions.
+
 The module holds only immutable weights: every engine thread can call it at once.
 """
 
@@ -88,8 +93,8 @@ def _over_cqt(weight: Tensor) -> Tensor:
     convolution over the CQT. Channel `h` of the stack is the CQT shifted by `_SHIFTS[h]` bins, so
     tap `k` of channel `h` reads CQT bin `f + k - 19 + _SHIFTS[h]`: the channels' taps add up to
     one kernel of 176 offsets (-55 .. 120), exact wherever all 39 taps stay inside the stack's 264
-    bins (outputs 19 .. 244). 384 bins take the 309 of the CQT and that reach without
-    wrapping around onto those outputs. Summed in float64."""
+    bins (outputs 19 .. 244; `_contour_hidden` corrects the others). 384 bins hold the CQT's 309
+    and that reach from any of the 264 outputs without wrapping around. Summed in float64."""
     channels, _, rows, taps = weight.shape
     kernel = torch.zeros(channels, rows, _FFT_BINS, dtype=torch.float64)
     for h, shift in enumerate(_SHIFTS):
@@ -134,7 +139,7 @@ def _by_rows(weight: Tensor) -> Tensor:
 
 
 class Activations(NamedTuple):
-    """The three outputs, each `(windows, 172, bins)` in [0, 1]."""
+    """The three outputs, each `(windows, 172 - 2 * edge, bins)` in [0, 1] (see `forward`)."""
 
     note: Tensor
     onset: Tensor
@@ -197,24 +202,26 @@ class BasicPitch(nn.Module):
         # their kernels' reach in time (1 frame for the onset head's last convolution, ...).
         onset_in = max(0, edge - 1)
         note_in = max(0, onset_in - 3)
-        contour = max(0, note_in - 3)
-        contour_in = max(0, contour - 2)
-        stack = max(0, onset_in - 2)
+        contour_out = max(0, note_in - 3)
+        contour_in = max(0, contour_out - 2)
+        stack_in = max(0, onset_in - 2)
         # In-place ReLU: out of place, on these channels-last tensors, it took 27 ms a call for
         # 8 windows (a fifth of the forward); in place, under 1 ms.
         hidden = torch.relu_(self._contour_hidden(cqt, contour_in))
-        contours = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), (contour_in, contour)))
-        below = _channel(contours)
-        hidden = torch.relu_(self._conv(below, "note1", (3, 2), (1, 3), (contour, note_in)))
+        cuts = (contour_in, contour_out)
+        contours = torch.sigmoid_(self._by_rows(hidden, "contour2", (2, 2), cuts))
+        cuts = (contour_out, note_in)
+        hidden = torch.relu_(self._conv(_channel(contours), "note1", (3, 2), (1, 3), cuts))
         notes = torch.sigmoid_(self._by_rows(hidden, "note2", (3, 1), (note_in, onset_in)))
-        harmonics = self.harmonic_stack(cqt[:, stack : FRAMES - stack])
-        hidden = torch.relu_(self._conv(harmonics, "onset1", (2, 1), (1, 3), (stack, onset_in)))
+        harmonics = self.harmonic_stack(cqt[:, stack_in : FRAMES - stack_in])
+        cuts = (stack_in, onset_in)
+        hidden = torch.relu_(self._conv(harmonics, "onset1", (2, 1), (1, 3), cuts))
         # The onset head's convolution over [note, hidden], as the sum of one over each: the
         # same sums without copying the 33 channels together (a tenth of the forward).
         onsets = self._by_rows(hidden, "onset2", (1, 1), (onset_in, edge))
         near, padding = _cut(_channel(notes), onset_in, edge, 1)
         onsets += functional.conv2d(near, self._w("onset2_note"), None, padding=(padding, 1))[:, 0]
-        notes, contours = _cut(notes, onset_in, edge, 0)[0], _cut(contours, contour, edge, 0)[0]
+        notes, contours = _cut(notes, onset_in, edge, 0)[0], _cut(contours, contour_out, edge, 0)[0]
         return Activations(notes, torch.sigmoid_(onsets), contours)
 
     def _conv(
@@ -235,7 +242,7 @@ class BasicPitch(nn.Module):
         """The contour head's 3x39 convolution over the stack, bias added, `cut` frames left
         out at either end: `(windows, 8, 172 - 2 * cut, 264)` channels-last. It was 42% of the
         forward, oneDNN near the core's peak (2026-11-23, AMD EPYC, one thread, 6 windows: 35 ms
-        of 83); as one convolution over the CQT (see `_over_cqt`) by FFT, 2.5x less."""
+        of 83); as one convolution over the CQT (see `_over_cqt`) by FFT, about 4x less."""
         frames = FRAMES - 2 * cut
         padded = functional.pad(cqt, (0, 0, 1, 1))[:, cut : cut + frames + 2]
         spectrum = torch.fft.rfft(padded, n=_FFT_BINS)

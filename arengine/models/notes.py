@@ -31,8 +31,12 @@ STEP = WINDOW - 2 * EDGE_FRAMES * HOP
 """Samples between windows: 36,164 (141.27 frames: windows overlap by 30 frames, less 0.73)."""
 CONTEXT = EDGE_FRAMES * HOP
 LOOKAHEAD = WINDOW - CONTEXT - STEP
-WINDOWS_PER_CALL = 6
-"""Windows per forward call: the largest activation (onset features) stays near 12 MB."""
+WINDOWS_PER_CALL = 3
+"""Windows per forward call: the largest activation (onset features) stays near 5 MB, under
+jemalloc's 8 MiB `oversize_threshold`. With 6 a call (10 MB), jemalloc with the server's settings
+handed every call's buffers back to the kernel: 27,000 page faults over 30 s of audio against
+700-2,000, 195x real time against 300x on one thread (`loadtests.page_faults notes`); under glibc
+270x against 255x."""
 NOTE_LABELS = tuple(note_name(LOWEST_MIDI + key) for key in range(KEYS))
 """A0 .. C8, the piano's keys."""
 
@@ -78,9 +82,9 @@ class NotesRecognizer:
         parts = []
         with torch.inference_mode():
             for i in range(0, len(features), WINDOWS_PER_CALL):
-                out = self._model(features[i : i + WINDOWS_PER_CALL])
+                out = self._model(features[i : i + WINDOWS_PER_CALL], edge=EDGE_FRAMES)
                 both = torch.cat([out.note, out.onset, out.contour], dim=2)
-                parts.append(both[:, EDGE_FRAMES : EDGE_FRAMES + KEPT_FRAMES].reshape(-1, 440))
+                parts.append(both.reshape(-1, 440))
         result: np.ndarray = torch.cat(parts).numpy()
         return result
 

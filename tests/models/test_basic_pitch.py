@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from torch.nn import functional
 
-from arengine.models.basic_pitch import FRAMES, WINDOW, BasicPitch
+from arengine.models.basic_pitch import FRAMES, SHAPES, WINDOW, Activations, BasicPitch
 
 NOTES = Path(__file__).resolve().parents[2] / "models" / "notes"
 
@@ -92,6 +93,58 @@ def test_windows_are_independent_in_a_batch(model: BasicPitch, clip: np.ndarray)
     batched = _run(model, np.stack([quiet, clip]))
     for name in alone:
         np.testing.assert_allclose(batched[name][1], alone[name][0], rtol=0, atol=1e-4)
+
+
+def _direct(model: BasicPitch, audio: torch.Tensor) -> Activations:
+    """The network as the ONNX graph computes it: every convolution direct, over the stack."""
+    weights = {name: getattr(model, name.replace(".", "_")).contiguous() for name in SHAPES}
+
+    def conv(
+        x: torch.Tensor, layer: str, padding: tuple[int, int], stride: int = 1
+    ) -> torch.Tensor:
+        w, b = weights[f"{layer}.weight"], weights[f"{layer}.bias"]
+        return functional.conv2d(x, w, b, stride=(1, stride), padding=padding)
+
+    stack = model.harmonic_stack(model.log_cqt(audio)).contiguous()
+    contour = torch.sigmoid(conv(torch.relu(conv(stack, "contour1", (1, 19))), "contour2", (2, 2)))
+    note = torch.sigmoid(conv(torch.relu(conv(contour, "note1", (3, 2), 3)), "note2", (3, 1)))
+    onset = torch.cat([note, torch.relu(conv(stack, "onset1", (2, 1), 3))], dim=1)
+    onset = torch.sigmoid(conv(onset, "onset2", (1, 1)))
+    return Activations(note[:, 0], onset[:, 0], contour[:, 0])
+
+
+def test_the_rearranged_convolutions_equal_the_direct_ones(
+    model: BasicPitch, clip: np.ndarray
+) -> None:
+    """The contour convolution by FFT over the CQT (its edge bins corrected) and the one-channel
+    convolutions by kernel rows give the direct convolutions' activations, far inside the 1e-4
+    gate: on the clip, a loud noisy copy, and noise alone (every CQT bin busy, edges included)."""
+    rng = np.random.default_rng(5)
+    noise = rng.standard_normal(WINDOW).astype(np.float32)
+    batch = torch.from_numpy(np.stack([clip, 3 * clip + 0.05 * noise, 0.3 * noise]))
+    with torch.inference_mode():
+        ours, direct = model(batch), _direct(model, batch)
+    for name in ("note", "onset", "contour"):
+        np.testing.assert_allclose(getattr(ours, name), getattr(direct, name), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("edge", [1, 3, 9, 15, 30])
+def test_frames_left_out_are_cut_from_the_full_output(
+    model: BasicPitch, clip: np.ndarray, edge: int
+) -> None:
+    """Not computing the edge frames (nor the hidden frames only they need) leaves the others
+    as they are: at 1 and 3 some layers still reach the window's zero padding, from 9 none."""
+    batch = torch.from_numpy(np.stack([clip, 0.1 * clip[::-1]]))
+    with torch.inference_mode():
+        full, cut = model(batch), model(batch, edge=edge)
+    for name in ("note", "onset", "contour"):
+        kept = getattr(full, name)[:, edge : FRAMES - edge]
+        np.testing.assert_allclose(getattr(cut, name), kept, rtol=0, atol=1e-6)
+
+
+def test_rejects_an_edge_that_leaves_no_frame(model: BasicPitch) -> None:
+    with pytest.raises(ValueError, match=r"edge must be 0 \.\. 85 frames, not 86"):
+        model(torch.zeros(1, WINDOW), edge=86)
 
 
 def test_silence_gives_no_activity(model: BasicPitch) -> None:

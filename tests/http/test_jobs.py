@@ -19,6 +19,7 @@ import pytest
 from arengine.jobs.store import DATABASE, JobRecord, JobState, JobStore
 from arengine.settings import Settings
 from tests.conftest import RecordingFactory, wait_until
+from tests.gate import gated_models, marked
 from tests.http.conftest import InProcessClient, serving
 from tests.http.test_app import _wav
 
@@ -127,24 +128,31 @@ def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_di
     assert job_id not in [job["id"] for job in jobs.get("/v1/jobs").json()["jobs"]]
 
 
-def test_deleting_a_running_job_stops_its_engine_work(
-    jobs: InProcessClient, data_dir: Path, recording: RecordingFactory
-) -> None:
-    pieces = [p for _ in range(60) for p in [("silence", 24.0), ("speech", 0)]]
-    body = recording("long.flac", rate=8000, pieces=pieces).path.read_bytes()
-    job_id = _submit(jobs, body)
+def test_deleting_a_running_job_stops_its_engine_work(tmp_path: Path) -> None:
+    """The job is held behind the gate (`tests/gate.py`) when it is deleted, on any machine:
+    once let go, it infers none of the segments after the one it was held at."""
+    models, gate = gated_models(tmp_path / "gated")
+    clip = marked(tmp_path / "held.wav", [("quiet", 8.0), ("mark", 1.0), ("quiet", 60.0)])
+    data = tmp_path / "data"
+    with _serving(models, data) as client, gate.held():
+        job_id = _submit(client, clip.read_bytes(), "?model=gate")
 
-    def under_way() -> bool:
-        job = jobs.get(f"/v1/jobs/{job_id}").json()
-        return bool(job["state"] != "queued" and job["progress"]["audio_s"] > 0)
+        def under_way() -> bool:
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            return bool(job["state"] == "running" and job["progress"]["audio_s"] > 0)
 
-    assert wait_until(under_way, 60)
-    assert jobs.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
-    engine = jobs.app.state.engine
-    assert wait_until(lambda: engine.pool.active_jobs == 0)
-    _error(jobs.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
-    assert not list((data_dir / "uploads").glob(f"{job_id}*"))
-    assert not list((data_dir / "results").glob(f"{job_id}*"))
+        assert wait_until(under_way, 60)  # two 4-s segments done, the third held
+        assert client.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
+        gate.open()
+        engine = client.app.state.engine
+        assert wait_until(lambda: engine.pool.active_jobs == 0)
+        inferred = client.get("/metrics").text
+        _error(client.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+    found = re.search(r'^arengine_queue_wait_seconds_count\{model="gate"\} (\S+)$', inferred, re.M)
+    # Of 18 segments: the two done, the held one and at most the 4 decoded ahead of it.
+    assert found is not None and float(found[1]) <= 7
+    assert not list((data / "uploads").glob(f"{job_id}*"))
+    assert not list((data / "results").glob(f"{job_id}*"))
 
 
 def test_a_job_s_events_give_its_tags_and_progress_then_its_summary(

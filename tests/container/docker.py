@@ -29,6 +29,22 @@ def docker(
 _DAEMONS: list[subprocess.Popen[bytes]] = []
 """The dockerd this module started, if any."""
 
+PID_FILE = Path("/var/run/docker.pid")
+"""dockerd refuses to start while this names a process, live or not."""
+
+
+def remove_stale_pid_file(path: Path = PID_FILE) -> bool:
+    """Remove `path` when the process it names is gone (a dockerd killed with the machine's
+    session leaves it behind, and the next dockerd refuses to start); True when removed."""
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return False
+    if Path(f"/proc/{pid}").exists():
+        return False
+    path.unlink(missing_ok=True)
+    return True
+
 
 def engine_unavailable() -> str | None:
     """None when a Docker engine answers (started here if it can be); else why not."""
@@ -39,6 +55,7 @@ def engine_unavailable() -> str | None:
     dockerd = shutil.which("dockerd")
     if dockerd is None or os.geteuid() != 0:
         return "no Docker engine reachable, and dockerd cannot be started here (needs root)"
+    remove_stale_pid_file()
     # dockerd outlives the tests on purpose. The child keeps its own copy of the log descriptor,
     # and the handle stays referenced, so neither is reclaimed (with a warning) mid-run.
     log = os.open("/tmp/arengine-dockerd.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

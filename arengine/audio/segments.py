@@ -92,11 +92,14 @@ class Segmenter:
             raise StopIteration
         frames = -(-new_samples // plan.hop)
         first = start - preroll - self._buffer_start
-        samples = np.zeros(
+        # Empty, then the tail past the audio zeroed: `np.zeros` takes fresh pages from the
+        # allocator (calloc), each faulted in again by the copy; `empty` reuses freed ones.
+        samples = np.empty(
             plan.context + preroll + frames * plan.hop + plan.lookahead, dtype=np.float32
         )
         available = self._buffer[first : first + len(samples)]
         samples[: len(available)] = available
+        samples[len(available) :] = 0.0
         segment = Segment(
             index=self._index,
             first_frame=start // plan.hop,

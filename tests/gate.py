@@ -50,7 +50,11 @@ OPEN = 255
 
 RATE = 16000
 
-MANIFEST = """name = "gate"
+
+def loud_manifest(name: str) -> str:
+    """The manifest of a test `classifier` named `name` that tags loud windows `loud` (TorchScript
+    weights in `model.pt`): the gate's, and the faulty model's in tests/http."""
+    return f"""name = "{name}"
 kind = "classifier"
 sample_rate = 16000
 labels = ["loud"]
@@ -71,6 +75,9 @@ hop_s = 0.25
 [weights]
 file = "model.pt"
 """
+
+
+MANIFEST = loud_manifest("gate")
 
 
 class GateNetwork(nn.Module):

@@ -23,28 +23,9 @@ from arengine.http.app import create_app
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 from tests.conftest import wait_until
+from tests.gate import loud_manifest
 
-FAULTY_MANIFEST = """name = "faulty"
-kind = "classifier"
-sample_rate = 16000
-labels = ["loud"]
-
-[features]
-type = "log_mel"
-n_fft = 512
-hop = 160
-n_mels = 32
-fmin = 50.0
-fmax = 8000.0
-log_offset = 1e-6
-
-[model]
-window_s = 0.5
-hop_s = 0.25
-
-[weights]
-file = "model.pt"
-"""
+FAULTY_MANIFEST = loud_manifest("faulty")
 
 
 class Faulty(nn.Module):

@@ -11,7 +11,7 @@ seconds of the process and its children (the `ffmpeg` parts).
 from __future__ import annotations
 
 import argparse
-import resource
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +22,7 @@ from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits, probe
 from arengine.models.speech import CONTEXT, WINDOW
 from arengine.types import AudioInfo
+from loadtests.thread_sweep import cpu_seconds
 
 LIMITS = AudioLimits(
     max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
@@ -42,12 +43,6 @@ def in_parts(path: Path, info: AudioInfo, plan: SegmentPlan, parts: int) -> int:
         return sum(1 for _ in Segmenter(decoding, plan))
     finally:
         decoding.close()
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of its children that have ended."""
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -71,9 +66,9 @@ def main() -> None:
     counts = set()
     for _ in range(options.runs):
         for name, step in steps.items():
-            cpu, wall = cpu_seconds(), time.perf_counter()
+            cpu, wall = cpu_seconds(os.getpid()), time.perf_counter()
             counts.add(step())
-            wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+            wall, cpu = time.perf_counter() - wall, cpu_seconds(os.getpid()) - cpu
             if wall < best.get(name, (float("inf"), 0.0))[0]:
                 best[name] = (wall, cpu)
     assert len(counts) == 1, f"the ways gave different segment counts: {counts}"

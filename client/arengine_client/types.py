@@ -1,10 +1,12 @@
 """The values that pass between the stages and out of the engine, their one serialisation and
 its one reader.
 
-Formats, the HTTP API, the CLI and the logs import these from here, never from engine internals.
+Declared here, in the client distribution, because the client reads the same values from the
+server's answers; the server's modules import them through `arengine.types`, never from engine
+internals.
 `result_dict` is the JSON shape of a result everywhere: the HTTP body, the `json` format, the NDJSON
 summary and the access log all derive from it. `result_of` reads it back (`POST /v1/render`, the
-`json` and `csv` formats' parsers, `arengine.client` and `arengine recognize --server`):
+`json` and `csv` formats' parsers, the client and `arengine recognize --server`):
 `result_of(result_dict(result)) == result`.
 """
 

@@ -7,8 +7,8 @@ serve:
 
 test:
 	deploy/setup.sh --test
-	.venv/bin/ruff check arengine tests loadtests models
-	.venv/bin/ruff format --check arengine tests loadtests models
+	.venv/bin/ruff check arengine client tests loadtests models
+	.venv/bin/ruff format --check arengine client tests loadtests models
 	.venv/bin/mypy
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	.venv/bin/coverage run -m pytest
@@ -20,8 +20,8 @@ test:
 # Sets up only when the venv is missing; `make test` stays the full CI run.
 test-fast:
 	test -x .venv/bin/pytest || deploy/setup.sh --test
-	.venv/bin/ruff check arengine tests loadtests models
-	.venv/bin/ruff format --check arengine tests loadtests models
+	.venv/bin/ruff check arengine client tests loadtests models
+	.venv/bin/ruff format --check arengine client tests loadtests models
 	.venv/bin/mypy
 	.venv/bin/pytest -q -m "not slow and not container"
 

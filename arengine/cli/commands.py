@@ -36,7 +36,7 @@ log = logging.getLogger("arengine")
 JOB_OVER_S = 600.0
 """`recognize --server` sends a recording longer than this as a job: the server's default
 `request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
-ENV_ONLY = frozenset({"api_keys", "admin_keys"})
+ENV_ONLY = frozenset({"api_keys", "admin_keys", "webhook_secret"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (

@@ -24,10 +24,11 @@ from pydantic import BaseModel, Field
 from arengine.audio.validation import probe
 from arengine.engine.engine import Engine
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
+from arengine.http.callbacks import checked_callback, subscribe, unsubscribe
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
-from arengine.http.schemas import JobResultQuery, RecognizeQuery, RecognizeResponse
+from arengine.http.schemas import JobQuery, JobResultQuery, RecognizeResponse
 from arengine.http.streaming import ending, error_line, ndjson, tag_lines
 from arengine.http.uploads import (
     AUDIO_BODY,
@@ -102,7 +103,7 @@ class JobsResponse(BaseModel):
     responses=error_responses(),
     openapi_extra=AUDIO_BODY,
 )
-async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]) -> JSONResponse:
+async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> JSONResponse:
     """Store an upload as a job (the body and parameters of `POST /v1/recognize`): 202 and a
     `Location` once it is safely on disk; the job runs whether or not the client stays."""
     started = received_at(request)
@@ -118,6 +119,7 @@ async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     engine.check(query.model, overrides)  # before reading the body: refuse fast
+    callback = await checked_callback(request, query.callback_url)
     _check_room(runner.store, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
@@ -142,7 +144,9 @@ async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
+    await subscribe(request, record.id, callback)
     if not await to_thread.run_sync(runner.store.add, record, settings.max_queued_jobs):
+        await unsubscribe(request, record.id, callback)
         target.unlink(missing_ok=True)
         raise _too_many(settings)
     runner.notify()

@@ -109,6 +109,22 @@ def _override_fields() -> dict[str, Any]:
     return fields
 
 
+class _JobQueryBase(_QueryBase):
+    """Query parameters of `POST /v1/jobs`: those of a recognition and its callback."""
+
+    callback_url: str | None = Field(
+        None,
+        max_length=2048,
+        description="http(s) URL the server POSTs to when the job ends (done, failed or "
+        "cancelled), signed by the Standard Webhooks scheme and retried for hours; its host "
+        "must pass webhook_allowed_hosts and resolve to a public address (else 422 "
+        "callback_url_refused). Default: the server's webhook_url, if set.",
+    )
+
+    def overrides(self) -> dict[str, float | str]:
+        return self.model_dump(exclude_none=True, exclude=set(_JobQueryBase.model_fields))
+
+
 class _ListenBase(BaseModel):
     """Query parameters of `WS /v1/listen` other than post-processing overrides."""
 
@@ -123,12 +139,19 @@ class _ListenBase(BaseModel):
 
 if TYPE_CHECKING:
     RecognizeQuery = _QueryBase
+    JobQuery = _JobQueryBase
     ListenQuery = _ListenBase
 else:
     RecognizeQuery = create_model(
         "RecognizeQuery",
         __base__=_QueryBase,
         __doc__="Query parameters of `POST /v1/recognize`, overrides of every kind included.",
+        **_override_fields(),
+    )
+    JobQuery = create_model(
+        "JobQuery",
+        __base__=_JobQueryBase,
+        __doc__="Query parameters of `POST /v1/jobs`, overrides of every kind included.",
         **_override_fields(),
     )
     ListenQuery = create_model(

@@ -140,6 +140,7 @@ def address_rule(address: IPAddress) -> str | None:
         (address.is_link_local, "a link-local address"),
         (address.is_multicast, "a multicast address"),
         (address in _SHARED, "a shared (CGNAT) address"),
+        (address.is_reserved, "a reserved address"),
         (address.is_private, "a private address"),
         (not address.is_global, "a reserved address"),
     )

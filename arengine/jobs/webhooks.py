@@ -133,6 +133,7 @@ def parse_secret(text: str) -> bytes:
     True
     """
     encoded = text.removeprefix(SECRET_PREFIX)
+    encoded += "=" * (-len(encoded) % 4)  # unpadded, as the reference implementation takes it
     try:
         key = base64.b64decode(encoded, validate=True)
     except binascii.Error:

@@ -48,7 +48,7 @@ class Receiver:
 
 def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
             status = receiver._next()
             with receiver.condition:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,11 +84,16 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def receiving(receiver: Receiver | None = None) -> Iterator[Receiver]:
-    """`receiver` listening on 127.0.0.1 (its port, or a free one) until the block ends."""
+def receiving(
+    receiver: Receiver | None = None, tls: ssl.SSLContext | None = None
+) -> Iterator[Receiver]:
+    """`receiver` listening on 127.0.0.1 (its port, or a free one) until the block ends; over
+    TLS with `tls` (a server context)."""
     receiver = receiver or Receiver()
     server = ThreadingHTTPServer(("127.0.0.1", receiver.port), _handler(receiver))
     server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     receiver.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

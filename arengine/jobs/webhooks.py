@@ -169,25 +169,32 @@ def headers(key: bytes, message_id: str, body: bytes, now: float) -> dict[str, s
 class _PinnedHTTPS(http.client.HTTPSConnection):
     """HTTPS to an address already checked, the certificate checked against the URL's host."""
 
-    def __init__(self, target: Target, address: IPAddress, timeout: float) -> None:
+    def __init__(
+        self, target: Target, address: IPAddress, timeout: float, tls: ssl.SSLContext
+    ) -> None:
         super().__init__(str(address), target.port, timeout=timeout)
         self._server_name = target.host
+        self._tls = tls
 
     def connect(self) -> None:
         sock = socket.create_connection((self.host, self.port), self.timeout)
-        self.sock = ssl.create_default_context().wrap_socket(
-            sock, server_hostname=self._server_name
-        )
+        self.sock = self._tls.wrap_socket(sock, server_hostname=self._server_name)
 
 
 def post(
-    target: Target, address: IPAddress, body: bytes, head: dict[str, str], timeout: float
+    target: Target,
+    address: IPAddress,
+    body: bytes,
+    head: dict[str, str],
+    timeout: float,
+    tls: ssl.SSLContext | None = None,
 ) -> int:
-    """POST `body` to `target` at `address` (connect and read each within `timeout`); the
-    answer's status, its body read up to `MAX_RESPONSE_BYTES` and no further."""
+    """POST `body` to `target` at `address` (connect and read each within `timeout`; https
+    checked by `tls`, by default the system's CAs, against the URL's host); the answer's
+    status, its body read up to `MAX_RESPONSE_BYTES` and no further."""
     connection: http.client.HTTPConnection
     if target.scheme == "https":
-        connection = _PinnedHTTPS(target, address, timeout)
+        connection = _PinnedHTTPS(target, address, timeout, tls or ssl.create_default_context())
     else:
         connection = http.client.HTTPConnection(str(address), target.port, timeout=timeout)
     try:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from standardwebhooks.webhooks import Webhook
 
-from arengine.jobs.destinations import Allowlist, IPAddress
+from arengine.jobs.destinations import Allowlist, IPAddress, parse_url
 from arengine.jobs.outbox import ORPHAN_AFTER_S, Outbox
 from arengine.jobs.store import JobError, JobRecord, JobState, JobStore, new_job_id
 from arengine.jobs.webhooks import (
@@ -26,6 +28,7 @@ from arengine.jobs.webhooks import (
     WebhookConfig,
     Webhooks,
     parse_secret,
+    post,
 )
 from arengine.system.metrics import WEBHOOK_OUTCOMES, WEBHOOK_RESULTS, Metrics
 from tests.conftest import wait_until
@@ -279,3 +282,39 @@ def test_the_backoff_doubles_with_jitter_up_to_its_cap() -> None:
     # The default policy keeps trying for hours.
     total = sum(min(10 * 2.0 ** (n - 1), 3600) for n in range(1, Policy().max_attempts))
     assert total / 2 > 3600
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A self-signed certificate for `localhost` (and its key), made by openssl."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    request = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    names = ["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"]
+    subprocess.run(
+        [*request, "-keyout", str(key), "-out", str(cert), *names],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_https_is_verified_against_the_url_s_host_at_the_checked_address(
+    certificate: tuple[Path, Path],
+) -> None:
+    cert, key = certificate
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    loopback = ipaddress.ip_address("127.0.0.1")
+    with receiving(tls=server) as receiver:
+        good = parse_url(f"https://localhost:{receiver.port}/hook")
+        assert post(good, loopback, b"{}", {}, 10, trusting) == 200
+        # The certificate names localhost, not the address connected to, nor another name.
+        other = parse_url(f"https://hooks.example.com:{receiver.port}/hook")
+        with pytest.raises(ssl.SSLCertVerificationError, match="mismatch"):
+            post(other, loopback, b"{}", {}, 10, trusting)
+        # Not trusted by the system's CAs.
+        with pytest.raises(ssl.SSLCertVerificationError):
+            post(good, loopback, b"{}", {}, 10)
+    assert [r.headers["host"] for r in receiver.received] == [f"localhost:{receiver.port}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HUGE = -1
 """A 200 whose body claims a GiB and streams until the client goes away."""
+DRIP = -2
+"""An answer's status line sent a byte at a time, a byte every 50 ms, for ever."""
 
 
 @dataclass
@@ -59,6 +62,9 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
             if status == HUGE:
                 self._huge()
                 return
+            if status == DRIP:
+                self._drip()
+                return
             self.send_response(status)
             if 300 <= status < 400:
                 self.send_header("location", f"http://127.0.0.1:{receiver.port}/elsewhere")
@@ -75,6 +81,15 @@ def _handler(receiver: Receiver) -> type[BaseHTTPRequestHandler]:
                     self.wfile.write(chunk)
                     self.wfile.flush()
             except OSError:  # the client closed the connection without reading it all
+                receiver.gave_up_streaming.set()
+
+        def _drip(self) -> None:
+            try:
+                while True:
+                    self.wfile.write(b"H")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
                 receiver.gave_up_streaming.set()
 
         def log_message(self, format: str, *args: object) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import http.client
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 MAX_RESPONSE_BYTES = 4096
 """Bytes of a receiver's answer read (for the log); the rest is never read."""
+ATTEMPT_TIMEOUTS = 3
+"""An attempt's whole deadline, in `webhook_timeout_s`: connecting, sending and the answer."""
 SENDERS = 4
 """Webhooks sent at once: a receiver that answers slowly holds one sender, not the others."""
 POLL_S = 1.0
@@ -197,6 +200,10 @@ def post(
         connection = _PinnedHTTPS(target, address, timeout, tls or ssl.create_default_context())
     else:
         connection = http.client.HTTPConnection(str(address), target.port, timeout=timeout)
+    # Each read waits at most `timeout`, but a receiver dripping a byte at a time would hold a
+    # sender for ever: past the whole attempt's deadline its connection is shut.
+    deadline = threading.Timer(ATTEMPT_TIMEOUTS * timeout, _hang_up, (connection,))
+    deadline.start()
     try:
         head = {**head, "host": target.host_header, "connection": "close"}
         connection.request("POST", target.path, body, head)
@@ -204,7 +211,15 @@ def post(
         response.read(MAX_RESPONSE_BYTES)
         return response.status
     finally:
+        deadline.cancel()
         connection.close()
+
+
+def _hang_up(connection: http.client.HTTPConnection) -> None:
+    sock = connection.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked read, which close would not
 
 
 def classify(status: int) -> Attempt:

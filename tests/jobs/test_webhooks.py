@@ -32,7 +32,7 @@ from arengine.jobs.webhooks import (
 )
 from arengine.system.metrics import WEBHOOK_OUTCOMES, WEBHOOK_RESULTS, Metrics
 from tests.conftest import wait_until
-from tests.receiver import HUGE, Receiver, receiving
+from tests.receiver import DRIP, HUGE, Receiver, receiving
 
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 FAST = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=10)
@@ -206,6 +206,17 @@ def test_a_huge_answer_is_not_read(tmp_path: Path) -> None:
         sent.finish(sent.job(receiver.url))
         assert sent.settled(Outcome.DELIVERED)
         assert receiver.gave_up_streaming.wait(60)
+
+
+def test_an_answer_dripped_a_byte_at_a_time_is_cut_off(tmp_path: Path) -> None:
+    """Each byte comes within the read timeout, the whole never: the attempt's deadline ends
+    it, and the webhook is retried."""
+    policy = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2)
+    with receiving(Receiver(script=[DRIP])) as receiver, sending(tmp_path, policy) as sent:
+        sent.finish(sent.job(receiver.url))
+        assert sent.settled(Outcome.DELIVERED)
+        assert receiver.gave_up_streaming.wait(60)
+    assert len(receiver.received) == 2 and sent.attempts(Attempt.ERROR) == 1
 
 
 def test_every_attempt_failing_gives_the_webhook_up(tmp_path: Path) -> None:

@@ -286,7 +286,7 @@ class Settings(BaseSettings):
         10.0,
         gt=0,
         le=300,
-        description="Connect timeout, and read timeout, of a webhook attempt in seconds; past either the attempt failed and is retried.",
+        description="Connect timeout, and read timeout, of a webhook attempt in seconds (the whole attempt ends within three times it); past either the attempt failed and is retried.",
     )
     api_keys: str | None = Field(
         None,

@@ -109,12 +109,6 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     started = received_at(request)
     runner = _runner(request)
     refuse_repeated(request)
-    if query.format is not None or query.progress or query.timeout_s is not None:
-        raise InvalidInput(
-            "format, progress and timeout_s do not apply to a job: ask "
-            "GET /v1/jobs/{id}/result for a format",
-            code=ErrorCode.INVALID_PARAMETER,
-        )
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
     overrides = query.overrides()

@@ -90,6 +90,8 @@ class Delivery:
     url: str
     body: bytes
     attempt: int
+    claimed: float
+    """When this attempt was marked (Unix time): it tells the attempt from a later one."""
 
 
 class Outbox:
@@ -173,14 +175,16 @@ class Outbox:
                 "sending_since = ? WHERE id = ?",
                 (attempt, now + retry_in(attempt), sender, now, row[0]),
             )
-        return Delivery(str(row[0]), str(row[1]), str(row[2]), str(row[3]).encode(), attempt)
+        return Delivery(str(row[0]), str(row[1]), str(row[2]), str(row[3]).encode(), attempt, now)
 
-    def release(self, delivery_id: str) -> None:
-        """The attempt failed: the webhook waits for the time its attempt set."""
+    def release(self, delivery: Delivery) -> None:
+        """The attempt failed: the webhook waits for the time its attempt set (unless a later
+        attempt has begun meanwhile, after this one was counted as cut off)."""
         with self._lock, self._db:
             self._db.execute(
-                "UPDATE webhook_outbox SET sender = NULL, sending_since = NULL WHERE id = ?",
-                (delivery_id,),
+                "UPDATE webhook_outbox SET sender = NULL, sending_since = NULL "
+                "WHERE id = ? AND sending_since = ?",
+                (delivery.id, delivery.claimed),
             )
 
     def remove(self, delivery_id: str) -> None:

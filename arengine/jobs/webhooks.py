@@ -49,6 +49,8 @@ MAX_RESPONSE_BYTES = 4096
 """Bytes of a receiver's answer read (for the log); the rest is never read."""
 ATTEMPT_TIMEOUTS = 3
 """An attempt's whole deadline, in `webhook_timeout_s`: connecting, sending and the answer."""
+CLOSE_WAIT_S = 2.0
+"""How long a shutdown waits for the attempts in flight."""
 SENDERS = 4
 """Webhooks sent at once: a receiver that answers slowly holds one sender, not the others."""
 POLL_S = 1.0
@@ -282,14 +284,17 @@ class Webhooks:
             self._condition.notify()
 
     def close(self) -> None:
-        """Stop; an attempt in flight ends first (within its timeouts) or counts as failed."""
+        """Stop within `CLOSE_WAIT_S`: an attempt still in flight then is left to the process's
+        exit, and counts as failed at the next start, as after a crash (so a slow receiver
+        never holds a shutdown for its timeouts)."""
         with self._condition:
             self._closing = True
             self._condition.notify_all()
+        deadline = time.monotonic() + CLOSE_WAIT_S
         for thread in self._threads:
-            if thread.is_alive():
-                thread.join(timeout=2 * self._config.policy.timeout_s + 1)
-        self.outbox.close()
+            thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        if not any(thread.is_alive() for thread in self._threads):
+            self.outbox.close()
 
     def _work(self) -> None:
         while True:
@@ -299,6 +304,8 @@ class Webhooks:
                     self.deliver(delivery)
                     continue
             except Exception:
+                if self._closing:
+                    return
                 log.exception("the webhook outbox failed; retrying")
             with self._condition:
                 if self._closing or self._condition.wait_for(lambda: self._closing, self._idle()):
@@ -357,7 +364,7 @@ class Webhooks:
             delivery.attempt,
             why,
         )
-        self.outbox.release(delivery.id)
+        self.outbox.release(delivery)
         return None
 
     def _end(self, delivery: Delivery, outcome: Outcome, why: str) -> Outcome:

@@ -329,3 +329,24 @@ def test_https_is_verified_against_the_url_s_host_at_the_checked_address(
         with pytest.raises(ssl.SSLCertVerificationError):
             post(good, loopback, b"{}", {}, 10)
     assert [r.headers["host"] for r in receiver.received] == [f"localhost:{receiver.port}"]
+
+
+def test_a_shutdown_does_not_wait_for_a_slow_receiver_and_the_attempt_is_retried(
+    tmp_path: Path,
+) -> None:
+    """A receiver that never finishes its answer: the senders stop without waiting for it (the
+    attempt is left in flight, as a crash leaves it), and the next start retries it."""
+    policy = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2)
+    with receiving(Receiver(script=[DRIP])) as receiver:
+        first = Sent(tmp_path, policy, LOOPBACK)
+        first.webhooks.start()
+        first.finish(first.job(receiver.url))
+        assert receiver.wait_for(1)
+        first.webhooks.close()  # returns before the attempt's deadline
+        assert first.outbox.depth() == 1
+        with sending(tmp_path) as restarted:
+            assert restarted.settled(Outcome.DELIVERED)
+        first.store.close()
+        assert receiver.gave_up_streaming.wait(60)  # the cut-off attempt hung up in the end
+    assert len(receiver.received) == 2
+    assert receiver.received[0].headers["webhook-id"] == receiver.received[1].headers["webhook-id"]

@@ -202,6 +202,11 @@ class ErrorCode(StrEnum):
         422,
         "a query parameter is unknown, repeated or outside its range (the message names it and the range)",
     )
+    CALLBACK_URL_REFUSED = (
+        "callback_url_refused",
+        422,
+        "a job's `callback_url` is not an http(s) URL, names a host `webhook_allowed_hosts` does not list, or resolves to a loopback, private, link-local or metadata address (the message names the rule); or the server has no `webhook_secret`",
+    )
     MISSING_FILE = (
         "missing_file",
         422,

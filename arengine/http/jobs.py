@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from arengine.audio.validation import probe
 from arengine.engine.engine import Engine
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
+from arengine.http.callbacks import checked_callback, subscribe, unsubscribe
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
@@ -112,6 +113,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     engine.check(query.model, overrides)  # before reading the body: refuse fast
+    callback = await checked_callback(request, query.callback_url)
     _check_room(runner.store, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
@@ -136,7 +138,9 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
+    await subscribe(request, record.id, callback)
     if not await to_thread.run_sync(runner.store.add, record, settings.max_queued_jobs):
+        await unsubscribe(request, record.id, callback)
         target.unlink(missing_ok=True)
         raise _too_many(settings)
     runner.notify()

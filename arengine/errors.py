@@ -197,6 +197,11 @@ class ErrorCode(StrEnum):
         422,
         "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
     )
+    INVALID_SOURCE = (
+        "invalid_source",
+        422,
+        "a live stream's `source` is not a short slug (1 to 64 characters of a-z, 0-9, _ and -)",
+    )
     INVALID_PARAMETER = (
         "invalid_parameter",
         422,

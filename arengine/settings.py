@@ -288,6 +288,70 @@ class Settings(BaseSettings):
         le=300,
         description="Connect timeout, and read timeout, of a webhook attempt in seconds (the whole attempt ends within three times it); past either the attempt failed and is retried.",
     )
+    max_sources: int = Field(
+        100,
+        ge=1,
+        le=10_000,
+        description='Live stream sources (?source=) the arengine_live_* metrics name; the names seen after the first this many are counted as source="other" (a client inventing names cannot grow the series).',
+    )
+    mqtt_url: str | None = Field(
+        None,
+        max_length=2048,
+        pattern=r"^mqtts?://",
+        description="MQTT broker that live streams' detections are published to: mqtt://host:1883, or mqtts://host:8883 for TLS (user:pass@ may come in it, but mqtt_username and ARENGINE_MQTT_PASSWORD keep them off the command line; never logged). Unset turns MQTT off.",
+    )
+    mqtt_username: str | None = Field(
+        None, max_length=256, description="MQTT user name (instead of one in mqtt_url)."
+    )
+    mqtt_password: SecretStr | None = Field(
+        None,
+        description="MQTT password (environment only, never a flag nor logged); or mqtt_password_file.",
+    )
+    mqtt_password_file: Path | None = Field(
+        None,
+        description="File holding mqtt_password (a mounted secret); its surrounding whitespace is ignored.",
+    )
+    mqtt_ca_file: Path | None = Field(
+        None,
+        description="CA certificates (PEM) that an mqtts:// broker's certificate is checked against; unset: the system's.",
+    )
+    mqtt_topic_prefix: str = Field(
+        "arengine",
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="First level of the MQTT topics: <prefix>/<source>/<model>/<label> (events), .../state (ON/OFF), <prefix>/<source>/availability, <prefix>/status.",
+    )
+    mqtt_labels: str | None = Field(
+        None,
+        max_length=8192,
+        description="Comma-separated labels that get an ON/OFF state topic and a Home Assistant binary sensor (announced when a stream of a source starts); unset: every label, each announced at its first detection. Events are published for every tag either way.",
+    )
+    mqtt_hold_s: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="Seconds a label's state stays ON after its last tag ends (then OFF, unless it was heard again).",
+    )
+    mqtt_discovery: bool = Field(
+        True,
+        description="Publish Home Assistant MQTT discovery: a binary sensor per source and watched label.",
+    )
+    mqtt_discovery_prefix: str = Field(
+        "homeassistant",
+        pattern=r"^[A-Za-z0-9_-]{1,64}$",
+        description="Home Assistant's discovery prefix.",
+    )
+    mqtt_max_queued: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description="Events kept for the MQTT broker while it is away or slow; past it the oldest are dropped and counted (arengine_mqtt_dropped_messages_total): recognition never waits for the broker.",
+    )
+    mqtt_reconnect_max_s: float = Field(
+        30.0,
+        ge=1,
+        le=3600,
+        description="Longest wait between two attempts to reconnect to the MQTT broker, in seconds (the wait doubles from 1 s).",
+    )
     api_keys: str | None = Field(
         None,
         description="Comma-separated API keys (environment only, never a flag: command lines are visible to every user); when set, every endpoint but /healthz, /readyz and (with metrics_public) /metrics needs Authorization: Bearer <key>. Unset turns authentication off; set but empty, or with an empty entry, refuses to start.",
@@ -345,6 +409,12 @@ class Settings(BaseSettings):
                 "webhook_url needs a secret to sign its webhooks: set ARENGINE_WEBHOOK_SECRET "
                 "or webhook_secret_file"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _mqtt_password_once(self) -> Settings:
+        if self.mqtt_password is not None and self.mqtt_password_file is not None:
+            raise ValueError("set mqtt_password or mqtt_password_file, not both")
         return self
 
     def api_key_list(self) -> tuple[str, ...]:

@@ -22,7 +22,8 @@ for option in "$@"; do
     # ffmpeg program only where one is on PATH (long files in parts: arengine/audio/parts.py).
     # fluidsynth and fluid-soundfont-gm: the notes and music tests render MIDI with FluidR3.
     # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
-    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus) ;;
+    # mosquitto: the MQTT broker that tests/e2e/test_mqtt.py starts on loopback.
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus mosquitto) ;;
     --system-only) system_only=1 ;;
     --check-torch) check_only=1 ;;
     *) echo "setup: unknown option $option (expected --test, --system-only, --check-torch)" >&2; exit 2 ;;

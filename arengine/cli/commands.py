@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
-ENV_ONLY = frozenset({"api_keys", "admin_keys", "webhook_secret"})
+ENV_ONLY = frozenset({"api_keys", "admin_keys", "webhook_secret", "mqtt_password"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (

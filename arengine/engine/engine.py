@@ -11,7 +11,7 @@ from pathlib import Path
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
-from arengine.engine.job import Job, JobSpec, TagListener
+from arengine.engine.job import Job, JobSpec, OpenListener, TagListener
 from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
@@ -173,10 +173,12 @@ class Engine:
         overrides: Overrides,
         request_id: str,
         on_tags: TagListener,
+        on_open: OpenListener | None = None,
     ) -> Job:
         """Run a live stream admitted by `check`, spooled where `arrival` says
         (`arengine/live/spool.py`): each model cut into `listen_segment_s` segments, each read
-        as soon as its audio has arrived; `on_tags` hears each tag once it is final."""
+        as soon as its audio has arrived; `on_tags` hears each tag once it is final, `on_open`
+        each label run that will be a tag while it is still open."""
         assert arrival.path is not None  # the spool opened it
         settings = self.settings
         spec = JobSpec(
@@ -189,6 +191,7 @@ class Engine:
             on_tags=on_tags,
             arrival=arrival,
             plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
+            on_open=on_open,
         )
         return self.pool.submit(spec)
 

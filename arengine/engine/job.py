@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
 TagListener = Callable[[list[Tag]], None]
+OpenListener = Callable[[str, str, float], None]
+"""Hears `(model, label, start_s)` when a live stream's run of a label will be a tag, before it
+ends (`LabelTagger.on_open`)."""
 """Called with each batch of tags as soon as they are final, in timestamp order."""
 
 
@@ -76,6 +79,9 @@ class JobSpec:
     plans: tuple[SegmentPlan, ...] | None = None
     """How each model's audio is cut, replacing the models' own plans: a live stream's shorter
     segments (`arengine/live/plans.py`)."""
+    on_open: OpenListener | None = None
+    """Optional, live streams only: hears each label run that will be a tag while it is still
+    open (from an engine thread, one call at a time)."""
     keeper: ScoreKeeper | None = None
     """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
     earlier run kept are post-processed from its scores, not inferred again."""
@@ -396,7 +402,12 @@ class Job:
     def _tagger(self, recognizer: Recognizer, overrides: Overrides) -> Tagger:
         """`recognizer`'s tagger; a live stream's releases each tag once final (`live_tagger`)."""
         tagger = recognizer.tagger(overrides)
-        return live_tagger(tagger) if self._live else tagger
+        if not self._live:
+            return tagger
+        opened = self.spec.on_open
+        if opened is None:
+            return live_tagger(tagger)
+        return live_tagger(tagger, functools.partial(opened, recognizer.name))
 
     @property
     def _live(self) -> bool:

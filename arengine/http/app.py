@@ -33,6 +33,8 @@ from arengine.http.upload_dir import UploadDir
 from arengine.jobs.runner import JobRunner, Replica, Retention
 from arengine.jobs.store import JobStore
 from arengine.jobs.webhooks import Webhooks, start_webhooks
+from arengine.live.sources import SourceLabels
+from arengine.notify.mqtt import start_mqtt
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.memory import Jemalloc
@@ -65,11 +67,14 @@ def create_app(settings: Settings) -> FastAPI:
         if runner is not None:
             metrics.watch_jobs(runner.store)
         app.state.webhooks = _webhooks(settings, metrics)
+        app.state.mqtt = start_mqtt(settings, metrics)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
             yield
         finally:
+            if app.state.mqtt is not None:
+                app.state.mqtt.close()
             if app.state.webhooks is not None:
                 app.state.webhooks.close()
             if runner is not None:
@@ -87,6 +92,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.mqtt = None
+    app.state.sources = SourceLabels(settings.max_sources)
     app.include_router(routes.router)
     app.include_router(render.router)
     app.include_router(jobs.router)

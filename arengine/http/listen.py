@@ -46,8 +46,10 @@ from arengine.http.errors import problem_text
 from arengine.http.schemas import ListenQuery
 from arengine.http.streaming import TagFeed, lines, stop
 from arengine.live.decoder import StreamDecoder
+from arengine.live.sources import DEFAULT_SOURCE, SourceLabels, source_name
 from arengine.live.spool import LiveSpool, StreamFormat
 from arengine.models.recognizer import Overrides, Recognizer
+from arengine.notify.mqtt import StreamNotice, notify
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 
@@ -84,8 +86,10 @@ async def listen(websocket: WebSocket) -> None:
     engine: Engine = websocket.app.state.engine
     code, reason, audio_s = 1000, "", 0.0
     model = websocket.query_params.get("model", "")
+    source = DEFAULT_SOURCE
     try:
         recognizers, overrides = _checked(websocket, engine)
+        source = source_name(websocket.query_params.get("source"))
         with engine.admission.listening_slot():
             fmt = StreamFormat.parse(
                 await _opening(websocket, engine.settings),
@@ -93,6 +97,7 @@ async def listen(websocket: WebSocket) -> None:
                 (engine.settings.min_sample_rate, engine.settings.max_sample_rate),
             )
             session = _Session(websocket, engine, fmt, started)
+            session.source = source
             try:
                 code, reason = await session.run(recognizers, overrides)
             finally:
@@ -114,6 +119,7 @@ async def listen(websocket: WebSocket) -> None:
                 "request_id": websocket.scope.get("state", {}).get("request_id"),
                 "path": websocket.url.path,
                 "model": model,
+                "source": source,
                 "close_code": code,
                 "audio_s": round(audio_s, 3),
                 "duration_s": round(time.monotonic() - started, 6),
@@ -183,6 +189,10 @@ class _Session:
         self.settings = engine.settings
         self.metrics: Metrics = websocket.app.state.metrics
         self.format = fmt
+        self.source = DEFAULT_SOURCE
+        """The stream's `?source=` (`arengine/live/sources.py`)."""
+        self.notice: StreamNotice | None = None
+        """What it tells the MQTT broker, when there is one (`arengine/notify/`)."""
         self.decoder: StreamDecoder | None = None
         self._pumped = asyncio.Event()
         """The decoder's output is all spooled (or it failed)."""
@@ -216,10 +226,13 @@ class _Session:
     ) -> tuple[int, str]:
         feed = _LiveFeed(self.spool)
         request_id: str = self.websocket.scope.get("state", {}).get("request_id", "listen")
+        notice = notify(self.websocket.app.state.mqtt, self.source, recognizers)
+        opened = None if notice is None else notice.opened
         job = self.engine.listen(
-            self.spool.arrival, recognizers, overrides, request_id, feed.listener()
+            self.spool.arrival, recognizers, overrides, request_id, feed.listener(), opened
         )
         feed.watch(job)
+        self.notice = notice
         single = recognizers[0].name if len(recognizers) == 1 else None
         tasks = [asyncio.ensure_future(self._read(job))]
         if self.decoder is not None:
@@ -227,6 +240,8 @@ class _Session:
         try:
             last = await self._send(feed, single)
         finally:
+            if notice is not None:
+                notice.close()
             for task in tasks:
                 task.cancel()
             stop(job)
@@ -254,7 +269,13 @@ class _Session:
                 if "label" in last:
                     model = last.get("model") or single or ""
                     lag = self.spool.seconds - float(last["end"])
-                    self.metrics.observe_live_tag(model, last["label"], lag)
+                    sources: SourceLabels = self.websocket.app.state.sources
+                    self.metrics.observe_live_tag(
+                        model, last["label"], lag, sources.of(self.source)
+                    )
+                    line = json.dumps({**last, "source": self.source})
+                    if self.notice is not None:
+                        self.notice.tagged(model, last)
                 await self.websocket.send_text(line)
         return last
 

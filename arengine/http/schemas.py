@@ -160,10 +160,16 @@ class _ListenBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = _QueryBase.model_fields["model"]  # type: ignore[assignment]
+    source: str | None = Field(
+        None,
+        description="The name of the microphone or camera the stream comes from: a slug of 1 to "
+        "64 characters (a-z, 0-9, _, -; default `default`), carried by the tags, the MQTT topics, "
+        "the log and the arengine_live_* metrics (`arengine/live/sources.py`).",
+    )
 
     def overrides(self) -> dict[str, float | str]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude={"model"})
+        return self.model_dump(exclude_none=True, exclude={"model", "source"})
 
 
 if TYPE_CHECKING:

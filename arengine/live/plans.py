@@ -16,6 +16,7 @@ the same; only their order across labels differs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from arengine.audio.segments import SegmentPlan
 from arengine.models.recognizer import Recognizer
@@ -38,9 +39,11 @@ def live_plan(recognizer: Recognizer, segment_s: float) -> SegmentPlan:
     return dataclasses.replace(plan, segment_frames=max(1, min(frames, plan.segment_frames)))
 
 
-def live_tagger(tagger: Tagger) -> Tagger:
+def live_tagger(tagger: Tagger, on_open: Callable[[str, float], None] | None = None) -> Tagger:
     """`tagger` set to release each tag as soon as it is final (a label tagger; other kinds'
-    tags are final in start order already)."""
+    tags are final in start order already); a label tagger also tells `on_open` of each run
+    that will be a tag, while it is still open (`LabelTagger.on_open`)."""
     if isinstance(tagger, LabelTagger):
         tagger.in_start_order = False
+        tagger.on_open = on_open
     return tagger

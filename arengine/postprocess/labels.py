@@ -9,7 +9,7 @@ labels come out ordered by start, as soon as no open run can precede them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -438,6 +438,11 @@ class LabelTagger:
         open. False (a live stream, `arengine/live/plans.py`): each run's tag comes as soon as
         it is final, so one label's tags are in order but a long run of another label does not
         hold them back."""
+        self.on_open: Callable[[str, float], None] | None = None
+        """Hears `(label, start_s)` once an open run has lasted its label's minimum duration:
+        its tag is sure to come, but only once the run ends (a live stream's MQTT state goes ON
+        at a sound's start, not at its end: `arengine/notify/`)."""
+        self._announced: set[int] = set()
 
     def push(self, scores: np.ndarray) -> list[Tag]:
         matrix = np.asarray(scores, dtype=np.float64).reshape(-1, self.inputs)
@@ -455,6 +460,8 @@ class LabelTagger:
             for label, run in list(self.open.items()):
                 if self.frame - run.last > self.gap_frames[label]:
                     self._close(label)
+            if self.on_open is not None:
+                self._announce_open(self.on_open)
             self.frame += 1
         if not self.in_start_order:
             return self._release(limit=None)
@@ -545,7 +552,18 @@ class LabelTagger:
             )
         return tags
 
+    def _announce_open(self, hear: Callable[[str, float], None]) -> None:
+        for label, run in self.open.items():
+            if label in self._announced:
+                continue
+            start = run.first * self.hop + (self.lead if run.first else 0)
+            end = run.last * self.hop + self.window - self.margin
+            if (end - start) * 1000 >= self.view.min_durations_ms[label] * self.rate:
+                self._announced.add(label)
+                hear(self.view.names[label], round(start / self.rate, 3))
+
     def _close(self, label: int) -> None:
+        self._announced.discard(label)
         run = self.open.pop(label)
         self.closed.append((run.first, label, run))
 

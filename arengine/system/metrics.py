@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -156,15 +156,16 @@ class Metrics:
             self.rejected.labels(code.value)
         self.live_tags = Counter(
             "arengine_live_tags",
-            "Tags sent to live streams (WS /v1/listen), by model and label: what alerts watch.",
-            ["model", "label"],
+            "Tags sent to live streams (WS /v1/listen), by model, label and source (?source=; "
+            "past max_sources names, other): what alerts watch.",
+            ["model", "label", "source"],
             registry=registry,
         )
         self.live_lag = Histogram(
             "arengine_live_lag_seconds",
             "Audio a live stream had sent past a tag's end when the tag was sent: how late tags "
             "come.",
-            ["model"],
+            ["model", "source"],
             buckets=_LAG_BUCKETS,
             registry=registry,
         )
@@ -185,6 +186,27 @@ class Metrics:
             self.webhook_deliveries.labels(outcome)
         for result in WEBHOOK_RESULTS:
             self.webhook_attempts.labels(result)
+        self.mqtt_published = Counter(
+            "arengine_mqtt_published_messages",
+            "Messages handed to the MQTT broker (mqtt_url).",
+            registry=registry,
+        )
+        self.mqtt_dropped = Counter(
+            "arengine_mqtt_dropped_messages",
+            "MQTT events dropped, oldest first, past mqtt_max_queued while the broker was away "
+            "or slow.",
+            registry=registry,
+        )
+        self.mqtt_connected = Gauge(
+            "arengine_mqtt_connected",
+            "1 while the MQTT broker (mqtt_url) is connected, else 0.",
+            registry=registry,
+        )
+        self.mqtt_queued = Gauge(
+            "arengine_mqtt_queued_messages",
+            "MQTT messages waiting for the broker.",
+            registry=registry,
+        )
         self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
         registry.register(ProcessMemoryCollector())
 
@@ -208,12 +230,19 @@ class Metrics:
                 self.audio_seconds.labels(name).inc(audio_s)
                 self.audio_duration.labels(name).observe(audio_s)
 
-    def observe_live_tag(self, model: str, label: str, lag_s: float) -> None:
+    def observe_live_tag(self, model: str, label: str, lag_s: float, source: str = "") -> None:
         """A tag sent to a live stream `lag_s` audio seconds after its end had arrived.
 
-        The label values are bounded by the loaded models' vocabularies."""
-        self.live_tags.labels(model, label).inc()
-        self.live_lag.labels(model).observe(max(lag_s, 0.0))
+        The label values are bounded by the loaded models' vocabularies, the sources by
+        `max_sources` (`arengine.live.sources.SourceLabels`)."""
+        self.live_tags.labels(model, label, source).inc()
+        self.live_lag.labels(model, source).observe(max(lag_s, 0.0))
+
+    def observe_mqtt(self, published: int = 0, dropped: int = 0) -> None:
+        """Messages handed to the MQTT broker, and messages dropped (the oldest, past
+        `mqtt_max_queued`, while the broker was away or slow)."""
+        self.mqtt_published.inc(published)
+        self.mqtt_dropped.inc(dropped)
 
     def reject(self, code: ErrorCode) -> None:
         """A request refused with error `code` (a 4xx or 503)."""

@@ -323,7 +323,7 @@ class Settings(BaseSettings):
     mqtt_labels: str | None = Field(
         None,
         max_length=8192,
-        description="Comma-separated labels that get an ON/OFF state topic and a Home Assistant binary sensor (announced when a stream of a source starts); unset: every label, each announced at its first detection. Events are published for every tag either way.",
+        description="Labels separated by ';' (Glass;Smoke detector, smoke alarm) that get an ON/OFF state topic and a Home Assistant binary sensor (announced when a stream of a source starts); unset: every label, each announced at its first detection. Events are published for every tag either way.",
     )
     mqtt_hold_s: float = Field(
         5.0,

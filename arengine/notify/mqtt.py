@@ -32,6 +32,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from arengine.models.recognizer import Recognizer
 from arengine.notify.topics import OFF, OFFLINE, ON, ONLINE, Topics
+from arengine.postprocess.vocabulary import split_list
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 
@@ -42,6 +43,9 @@ QOS = 1
 
 CLOSE_FLUSH_S = 2.0
 """How long a closing notifier waits for its last messages (the sources going offline)."""
+
+UNACKNOWLEDGED_MAX = 1000
+"""Messages handed to paho and not yet acknowledged by the broker; past it they are dropped."""
 
 KEEPALIVE_S = 30
 """Seconds between the client's pings: a broker gone without a word is noticed within 1.5 of it."""
@@ -144,8 +148,7 @@ class MqttNotifier:
         self.topics = Topics(settings.mqtt_topic_prefix, settings.mqtt_discovery_prefix)
         self.hold_s = settings.mqtt_hold_s
         self.discovery = settings.mqtt_discovery
-        labels = settings.mqtt_labels
-        self.watched = frozenset(filter(None, (s.strip() for s in (labels or "").split(","))))
+        self.watched = frozenset(split_list(settings.mqtt_labels or ""))
         """The labels with a state topic; empty: every label."""
         self._metrics = metrics
         self._max_queued = settings.mqtt_max_queued
@@ -173,8 +176,9 @@ class MqttNotifier:
             client.tls_set(ca_certs=ca, cert_reqs=ssl.CERT_REQUIRED)
         client.will_set(self.topics.status, OFFLINE, qos=QOS, retain=True)
         client.reconnect_delay_set(1, round(settings.mqtt_reconnect_max_s))
-        # paho's own queue (in flight, and what a reconnection sends again) is bounded too.
-        client.max_queued_messages_set(settings.mqtt_max_queued)
+        # paho's own queue (messages not yet acknowledged, which a reconnection sends again) is
+        # bounded too: a broker that takes messages but never acknowledges them.
+        client.max_queued_messages_set(UNACKNOWLEDGED_MAX)
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect

@@ -62,8 +62,10 @@ class Topics:
         return f"{self.prefix}/{source}/availability"
 
     def event(self, source: str, model: str, label: str) -> str:
-        """>>> Topics().event("hall", "events", "Glass")
-        'arengine/hall/events/Glass'
+        """Where a tag of `label` goes.
+
+        >>> Topics().event("hall", "events", "Gunshot, gunfire")
+        'arengine/hall/events/Gunshot, gunfire'
         """
         return f"{self.prefix}/{source}/{topic_level(model)}/{topic_level(label)}"
 

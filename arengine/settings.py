@@ -12,6 +12,10 @@ from pathlib import Path
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+HTTP_PARSERS = ("httptools", "h11")
+"""The HTTP/1.1 parsers `Settings.http_parser` takes (`arengine/http/protocol.py`); the first is
+the default."""
+
 
 class Settings(BaseSettings):
     """Server, engine and limit settings; `arengine serve --help` lists them as flags.
@@ -146,6 +150,11 @@ class Settings(BaseSettings):
         ge=1024,
         le=1024**2,
         description="Largest request line plus headers in bytes, however they arrive (431 and the connection closed above it).",
+    )
+    http_parser: str = Field(
+        HTTP_PARSERS[0],
+        pattern=f"^({'|'.join(HTTP_PARSERS)})$",
+        description="HTTP/1.1 parser: httptools (llhttp, in C: the least time under the GIL per body byte, and refuses request-smuggling shapes h11 accepts) or h11 (pure Python); both get the same connection limits.",
     )
     max_connections: int = Field(
         1000,

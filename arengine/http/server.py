@@ -180,7 +180,7 @@ def run(app: FastAPI, settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
-        http=protocol_class(limits, app.state.metrics),
+        http=protocol_class(limits, app.state.metrics, settings.http_parser),
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=settings.max_header_bytes,

@@ -129,18 +129,25 @@ def head_refusal(
     method: bytes, target: bytes, headers: Iterable[tuple[bytes, bytes]], max_header_bytes: int
 ) -> Refusal | None:
     """What a parser lets through in a complete request head: a size checked however the head
-    arrived (h11 checks only heads that arrive in pieces), and both framings at once."""
+    arrived (h11 checks only heads that arrive in pieces), both framings at once, and more than
+    one Host (httptools takes several, and none in HTTP/1.1, which h11 refuses before this)."""
     size = len(method) + len(target) + 12
     names = set()
+    hosts = 0
     for name, value in headers:
         size += len(name) + len(value) + 4
-        names.add(name.lower())
+        lowered = name.lower()
+        names.add(lowered)
+        hosts += lowered == b"host"
     if size > max_header_bytes:
         message = f"the request line and headers are {size} bytes; the limit is {max_header_bytes}"
         return Refusal(ErrorCode.HEADERS_TOO_LARGE, message)
     if b"content-length" in names and b"transfer-encoding" in names:
         # RFC 9112 6.3: a proxy and this server could frame the body differently (smuggling).
         return ambiguous_length()
+    if hosts > 1:
+        # RFC 9112 3.2: a proxy and this server could take different ones (the Host check).
+        return Refusal(ErrorCode.BAD_REQUEST, "malformed HTTP request (more than one Host)")
     return None
 
 
@@ -387,6 +394,10 @@ class LimitedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         method = self.parser.get_method()
         self._refusal = head_refusal(method, self.url, self.headers, self.limits.max_header_bytes)
+        hostless = not any(name == b"host" for name, _ in self.headers)
+        if self._refusal is None and hostless and self.parser.get_http_version() == "1.1":
+            # RFC 9112 3.2, as h11 does
+            self._refusal = Refusal(ErrorCode.BAD_REQUEST, "malformed HTTP request (no Host)")
         if self._refusal is not None:
             raise _Refused(self._refusal.message)
         self._awaiting_head = False

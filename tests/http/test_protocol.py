@@ -198,6 +198,8 @@ SMUGGLING = {
     "chunk data ending in a bare LF": (CHUNKED + b"4\r\nRIFF\n0\r\n\r\n", "bad_request"),
     "a bare CR in the headers": (b"GET / HTTP/1.1\r\nHost: x\rX: y\r\n\r\n", "bad_request"),
     "a NUL in a header": (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", "bad_request"),
+    "two Hosts": (b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", "bad_request"),
+    "no Host in HTTP/1.1": (b"GET / HTTP/1.1\r\nX: y\r\n\r\n", "bad_request"),
 }
 """Request shapes a proxy and a server may frame differently, refused by both parsers."""
 

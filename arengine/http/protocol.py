@@ -383,6 +383,8 @@ class LimitedHttpToolsProtocol(ConnectionGuard, HttpToolsProtocol):
         if self._refusal is None:
             error = sys.exception()  # uvicorn calls this while handling the parser's error
             reason = str(error) if isinstance(error, httptools.HttpParserError) else "unparsable"
+            if isinstance(error, httptools.HttpParserCallbackError):  # uvicorn's, e.g. the URL
+                reason = f"unparsable request line or headers: {error.__context__}"[:200]
             code = _HTTPTOOLS_CODES.get(reason, ErrorCode.BAD_REQUEST)
             self._refusal = parser_refusal(code, reason, self.limits.max_header_bytes)
         super().send_400_response(msg)

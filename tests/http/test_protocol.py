@@ -233,6 +233,12 @@ def test_httptools_refuses_what_h11_takes(shape: str) -> None:
     assert _refusal(_exchange("httptools", request)) == (400, code)
 
 
+def test_a_target_uvicorn_cannot_parse_gets_the_json_400_naming_why() -> None:
+    reply = _exchange("httptools", b"GET http://[::1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert _refusal(reply) == (400, "bad_request")
+    assert b"invalid url" in reply
+
+
 @pytest.mark.parametrize("value", [b"-1", b"abc", b"1e3", b"0x10", b"12, 13", b"9" * 20 + b"x"])
 def test_a_malformed_content_length_is_refused(value: bytes, parser: str) -> None:
     request = POST + b"Content-Length: " + value + b"\r\n\r\nRIFF"

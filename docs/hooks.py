@@ -18,7 +18,6 @@ from mkdocs.structure.files import File, Files  # noqa: E402
 
 from docs.references import PAGES  # noqa: E402
 
-
 COPIED = {"changelog.md": "CHANGELOG.md", "contributing.md": "CONTRIBUTING.md"}
 """Pages that are files of the repository's root, shown in the site as they are."""
 

@@ -171,9 +171,7 @@ def _operation(method: str, path: str, op: Mapping[str, Any]) -> str:
         for param in params:
             meaning = param.get("description") or param.get("schema", {}).get("description", "")
             required = "yes" if param.get("required") else "no"
-            lines.append(
-                f"| `{param['name']}` | {param['in']} | {required} | {_cell(meaning)} |"
-            )
+            lines.append(f"| `{param['name']}` | {param['in']} | {required} | {_cell(meaning)} |")
     body = op.get("requestBody", {}).get("content", {})
     if body:
         lines += ["", "Body: " + ", ".join(f"`{media}`" for media in body)]

@@ -11,7 +11,9 @@ CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 
 def test_every_path_in_the_code_map_exists() -> None:
     paths = set(
-        re.findall(r"\b((?:arengine|tests|loadtests|deploy|models)/[\w./-]*\w)(?![\w<])", CONTRIBUTING)
+        re.findall(
+            r"\b((?:arengine|tests|loadtests|deploy|models)/[\w./-]*\w)(?![\w<])", CONTRIBUTING
+        )
     )
     assert len(paths) >= 10
     missing = sorted(path for path in paths if not (ROOT / path).exists())

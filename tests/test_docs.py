@@ -154,6 +154,7 @@ def test_every_page_written_or_generated_is_in_the_navigation() -> None:
     assert nav == written | set(references.PAGES) | {"changelog.md", "contributing.md"}
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict_and_references_no_external_asset(tmp_path: Path) -> None:
     """`make test` builds the site too; this checks what it holds: the generated pages, and no
     font, script, style or image from another host (the site is served offline)."""

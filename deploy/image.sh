@@ -82,6 +82,12 @@ sources_hash() {
       2>/dev/null || find Dockerfile .dockerignore pyproject.toml deploy/setup.sh arengine models -type f; } \
     | grep -v -e '__pycache__' -e '\.pyc$' -e '\.egg-info' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16
 }
+# The documentation site is built into the package (mkdocs.yml's site_dir), so the image serves it
+# at /docs/site/; without mkdocs (`deploy/setup.sh --test` installs it) the image has none. Like
+# the README, the site is not in the sources' hash: a docs edit alone does not rebuild.
+if [ -x .venv/bin/mkdocs ]; then
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet && say "documentation built in"
+fi
 sources=$(sources_hash)
 if [ -n "$reuse" ] && [ "$(docker image inspect -f '{{ index .Config.Labels "arengine.sources" }}' "$tag" 2>/dev/null)" = "$sources" ]; then
   say "$tag is up to date (sources $sources); not rebuilt"

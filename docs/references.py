@@ -161,7 +161,31 @@ def _openapi() -> dict[str, Any]:
     return create_app(Settings()).openapi()
 
 
-def _operation(method: str, path: str, op: Mapping[str, Any]) -> str:
+def _fields(schema: Mapping[str, Any], ref: str) -> list[str]:
+    """The fields of a response's schema (its top-level properties) as table rows."""
+    name = ref.rsplit("/", 1)[-1]
+    properties = schema["components"]["schemas"][name].get("properties", {})
+    if not properties:
+        return []
+    rows = ["", f"Answer (`{name}`):", "", "| field | meaning |", "|---|---|"]
+    for field, spec in properties.items():
+        rows.append(f"| `{field}` | {_cell(spec.get('description', spec.get('title', '')))} |")
+    return rows
+
+
+def _answer_ref(op: Mapping[str, Any]) -> str | None:
+    for status in ("200", "201", "202"):
+        content = op.get("responses", {}).get(status, {}).get("content", {})
+        for media in content.values():
+            ref = media.get("schema", {}).get("$ref")
+            if isinstance(ref, str):
+                return ref
+    return None
+
+
+def _operation(
+    method: str, path: str, op: Mapping[str, Any], schema: Mapping[str, Any] | None = None
+) -> str:
     lines = [f"### `{method.upper()} {path}`", "", _cell(op.get("summary", ""))]
     if op.get("description"):
         lines += ["", op["description"].strip()]
@@ -175,6 +199,9 @@ def _operation(method: str, path: str, op: Mapping[str, Any]) -> str:
     body = op.get("requestBody", {}).get("content", {})
     if body:
         lines += ["", "Body: " + ", ".join(f"`{media}`" for media in body)]
+    ref = _answer_ref(op)
+    if schema is not None and ref is not None:
+        lines += _fields(schema, ref)
     responses = op.get("responses", {})
     if responses:
         lines += ["", "| status | meaning |", "|---|---|"]
@@ -189,7 +216,7 @@ def api_page(schema: Mapping[str, Any] | None = None) -> str:
     """Every operation of the OpenAPI schema, grouped by tag (or by first path segment)."""
     schema = schema if schema is not None else _openapi()
     sections = [
-        _operation(method, path, op)
+        _operation(method, path, op, schema)
         for path, methods in schema["paths"].items()
         for method, op in methods.items()
     ]

@@ -16,7 +16,15 @@ from arengine.models.registry import DEFAULT_MODELS_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-QUICK_STARTS = dict(re.findall(r"<!-- quick-start: (\w+) -->\n```sh\n(.*?)\n```", README, re.S))
+
+
+def quick_starts(path: Path) -> dict[str, str]:
+    """The commands of each block marked `<!-- quick-start: NAME -->` in `path`, by name."""
+    text = path.read_text(encoding="utf-8")
+    return dict(re.findall(r"<!-- quick-start: ([\w-]+) -->\n```sh\n(.*?)\n```", text, re.S))
+
+
+QUICK_STARTS = quick_starts(ROOT / "README.md")
 """Each quick start's commands, by name."""
 
 GUIDES = {

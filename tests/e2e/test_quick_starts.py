@@ -1,5 +1,5 @@
-"""The README's quick starts, run as they are written (`tests/test_readme.py` checks that each
-guide opens with the same commands).
+"""The README's quick starts and the worked example of the own-model guide, run as they are
+written (`tests/test_readme.py` checks that each guide opens with the README's commands).
 
 Each block runs line by line in a folder of its own holding the files it names: an `arengine
 serve` line starts a real server with its flags (relative paths made inside that folder) through
@@ -25,7 +25,7 @@ from arengine.models.fingerprint import SAMPLE_RATE
 from tests.conftest import RecordingFactory, Server, ServerFactory
 from tests.fingerprints import Placed, mix, piece
 from tests.recordings import DEBIAN_SOUNDS, mono_16k, write
-from tests.test_readme import QUICK_STARTS
+from tests.test_readme import QUICK_STARTS, quick_starts
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +42,15 @@ def _server_flags(words: list[str], folder: Path) -> list[str]:
     return flags
 
 
-def run_quick_start(name: str, folder: Path, serve: ServerFactory) -> list[str]:
-    """Run quick start `name` in `folder`; the standard output of each command line."""
+OWN_MODEL = quick_starts(ROOT / "docs" / "guides" / "own-model.md")["own-model"]
+"""The own-model guide's worked example, run from a folder that looks like the repository's root."""
+
+
+def run_quick_start(
+    name: str, folder: Path, serve: ServerFactory, block: str | None = None
+) -> list[str]:
+    """Run quick start `name` (or the commands of `block`) in `folder`; the standard output of
+    each command line."""
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -51,9 +58,9 @@ def run_quick_start(name: str, folder: Path, serve: ServerFactory) -> list[str]:
     }
     server: Server | None = None
     outputs = []
-    for line in QUICK_STARTS[name].splitlines():
+    for line in (block or QUICK_STARTS[name]).splitlines():
         words = shlex.split(line, comments=True)
-        if words[:2] == ["arengine", "serve"]:
+        if words[:2] in (["arengine", "serve"], [".venv/bin/arengine", "serve"]):
             server = serve(*_server_flags(words[2:], folder))
             continue
         command = line if server is None else line.replace(URL, server.url)
@@ -125,3 +132,21 @@ def test_a_batch_of_long_files_as_jobs(
     rows = (tmp_path / "tags" / "day.csv").read_text().strip().splitlines()
     assert rows[0].startswith("start,end,label,score") and len(rows) - 1 == len(day.speech)
     assert (tmp_path / "tags" / "clip.csv").exists()
+
+
+def test_the_own_model_guide_exports_an_onnx_classifier_that_loads_and_tags(
+    tmp_path: Path, serve: ServerFactory
+) -> None:
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    (tmp_path / "models").symlink_to(ROOT / "models")
+    rate = 16000
+    t = np.arange(2 * rate) / rate
+    noise = 0.2 * np.random.default_rng(1).standard_normal(2 * rate)
+    silence = np.zeros(rate)
+    beeps = [silence, 0.3 * np.sin(2 * np.pi * 880 * t), silence, noise, silence]
+    write(np.concatenate(beeps).astype(np.float32), rate, tmp_path / "beeps.wav")
+    _, answer, models = run_quick_start("own-model", tmp_path, serve, OWN_MODEL)
+    assert (tmp_path / "my-models" / "tones" / "model.onnx").is_file()
+    assert [tag["label"] for tag in json.loads(answer)["tags"]] == ["tone", "noise"]
+    tones = next(model for model in json.loads(models)["models"] if model["name"] == "tones")
+    assert tones["input_shape"] == [None, 32, 47]

@@ -5,6 +5,10 @@ from its declaration in `arengine/settings.py`); the README's error table, the
 metrics' `reason` label values and the OpenAPI responses of every route are derived from it (and a
 test checks the README against it). Stages raise these errors; only `arengine.http` turns them
 into responses, so no stage imports FastAPI.
+
+Each error class subclasses the client's family of its status (`arengine_client.errors`, shared
+with the client distribution): `except arengine_client.TooLarge` catches the server's `TooLarge`
+raised in-process as well as a 413 answer.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from arengine.settings import (
     MAX_STREAMS,
     size_text,
 )
+from arengine_client import errors as shared
 
 
 class ErrorCode(StrEnum):
@@ -300,7 +305,7 @@ class ErrorCode(StrEnum):
     )
 
 
-class ArengineError(Exception):
+class ArengineError(shared.ArengineError):
     """Base class: `code` is the stable identifier for clients, `status` its HTTP status.
 
     A subclass names a family of errors and may give a default code; raise sites pick a more
@@ -308,87 +313,81 @@ class ArengineError(Exception):
     """
 
     default_code: ErrorCode | None = None
+    code: ErrorCode
 
     def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
-        super().__init__(message)
         chosen = code or self.default_code
         if chosen is None:
             raise TypeError(f"{type(self).__name__} needs an explicit ErrorCode")
-        self.message = message
-        self.code: ErrorCode = chosen
-
-    @property
-    def status(self) -> int:
-        """The HTTP status of this error's code."""
-        return self.code.status
+        super().__init__(message, code=chosen, status=chosen.status)
 
 
-class CorruptAudio(ArengineError):
+class CorruptAudio(ArengineError, shared.BadRequest):
     """The upload is not decodable audio, or not a well-formed body."""
 
     default_code = ErrorCode.CORRUPT_AUDIO
 
 
-class TooLarge(ArengineError):
+class TooLarge(ArengineError, shared.TooLarge):
     """The upload or the recording exceeds a configured cap (the code says which)."""
 
 
-class UnsupportedFormat(ArengineError):
+class UnsupportedFormat(ArengineError, shared.UnsupportedFormat):
     """The container, codec or content type is not one arengine decodes."""
 
     default_code = ErrorCode.UNSUPPORTED_FORMAT
 
 
-class InvalidInput(ArengineError):
+class InvalidInput(ArengineError, shared.InvalidInput):
     """A parameter, a form field or a property of the audio is outside what is accepted."""
 
     default_code = ErrorCode.INVALID_PARAMETER
 
 
-class UnknownModel(ArengineError):
+class UnknownModel(ArengineError, shared.NotFound):
     """The requested model is not loaded."""
 
     default_code = ErrorCode.UNKNOWN_MODEL
 
 
-class NotReady(ArengineError):
+class NotReady(ArengineError, shared.Unavailable):
     """The server is starting (models not loaded) or stopping."""
 
     default_code = ErrorCode.NOT_READY
 
 
-class Forbidden(ArengineError):
+class Forbidden(ArengineError, shared.Forbidden):
     """A request this client may not make: one a browser was made to send (a foreign Host or
     Origin), or a change that needs an administrator key."""
 
     default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
-class Unauthorized(ArengineError):
+class Unauthorized(ArengineError, shared.Unauthorized):
     """No API key (or administrator key, where one is needed), or not a configured one."""
 
     default_code = ErrorCode.UNAUTHORIZED
 
 
-class BodyTimeout(ArengineError):
+class BodyTimeout(ArengineError, shared.BodyTimeout):
     """The client stopped sending its body, or sent it too slowly (the code says which)."""
 
     default_code = ErrorCode.BODY_TIMEOUT
 
 
-class InsufficientStorage(ArengineError):
+class InsufficientStorage(ArengineError, shared.InsufficientStorage):
     """The upload could not be spooled: the upload directory is full or unwritable."""
 
     default_code = ErrorCode.INSUFFICIENT_STORAGE
 
 
-class Overloaded(ArengineError):
+class Overloaded(ArengineError, shared.Unavailable):
     """Admission control: the server holds as much pending work as it is allowed; retry later."""
 
     default_code = ErrorCode.OVERLOADED
 
 
-class DeadlineExceeded(ArengineError):
+class DeadlineExceeded(ArengineError, shared.DeadlineExceeded):
     """The request's deadline passed; its remaining work was dropped."""
 
     default_code = ErrorCode.DEADLINE_EXCEEDED

@@ -24,19 +24,28 @@ KEY_SUBPROTOCOL = "arengine.key."
 
 class ApiKeyMiddleware:
     """Refuse every HTTP request and WebSocket handshake outside `public_paths` that lacks one
-    of `keys` (401; a WebSocket handshake gets the same HTTP answer, before it is accepted)."""
+    of `keys` (401; a WebSocket handshake gets the same HTTP answer, before it is accepted), or
+    under one of `public_prefixes` (the documentation site's files)."""
 
-    def __init__(self, app: ASGIApp, keys: Iterable[str], public_paths: Iterable[str]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: Iterable[str],
+        public_paths: Iterable[str],
+        public_prefixes: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.keys = [key.encode() for key in keys]
         if not self.keys:
             raise ValueError("ApiKeyMiddleware needs at least one key")
         self.public_paths = frozenset(public_paths)
+        self.public_prefixes = public_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] not in ("http", "websocket")
             or scope["path"] in self.public_paths
+            or scope["path"].startswith(self.public_prefixes)
             or self._allowed(scope)
         ):
             await self.app(scope, receive, send)

@@ -63,6 +63,11 @@ class ErrorCode(StrEnum):
         401,
         "API keys are configured and the request has none of them (`WWW-Authenticate: Bearer`)",
     )
+    AMBIGUOUS_CREDENTIALS = (
+        "ambiguous_credentials",
+        401,
+        "the request sends more than one credential (two `Authorization` headers, or a header and a WebSocket key subprotocol): it is refused, whichever would pass",
+    )
     ADMIN_REQUIRED = (
         "admin_required",
         401,

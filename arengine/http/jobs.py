@@ -8,7 +8,6 @@ did not exist. Jobs are off (404 `jobs_disabled`) unless the server has a `data_
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
 import time
@@ -23,7 +22,8 @@ from pydantic import BaseModel, Field
 
 from arengine.audio.validation import probe
 from arengine.engine.engine import Engine
-from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
+from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded, Unauthorized
+from arengine.http.auth import IDENTITY
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
@@ -292,15 +292,15 @@ def _runner(request: Request) -> JobRunner:
 
 
 def _owner(request: Request) -> str | None:
-    """The identity of the API key that made the request (a hash of it); None with keys off.
-
-    The API key middleware has already refused a request without a configured key.
-    """
+    """The identity of the API key that made the request, as the API key middleware checked
+    it (`arengine.http.auth`); None with keys off."""
     settings: Settings = request.app.state.settings
     if not settings.api_key_list():
         return None
-    _, _, token = request.headers.get("authorization", "").partition(" ")
-    return hashlib.sha256(token.strip().encode()).hexdigest()[:32]
+    owner: str | None = getattr(request.state, IDENTITY, None)
+    if owner is None:  # the middleware always leaves one: never fall back to keys-off jobs
+        raise Unauthorized("send Authorization: Bearer <API key>")
+    return owner
 
 
 async def _record(request: Request, job_id: str) -> JobRecord:

@@ -4,12 +4,15 @@ beside it.
 A job is acknowledged only once its upload is on disk (written, fsynced, renamed into
 `uploads/`) and its row committed; a result is renamed into `results/` before its row says
 `done`. Whatever a crash leaves between those steps (a file with no row, a row marked
-`cancelled`) is removed by `recover` at the next start.
+`cancelled`) is removed by `recover` at the next start, once no other server shares the data
+directory: each holds a shared lock on it (`arengine.system.claims`), since another replica's
+upload still arriving, or renamed in just before its row is committed, has no row yet either.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -20,6 +23,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
+
+from arengine.system.claims import DirectoryClaim
+
+log = logging.getLogger(__name__)
 
 DATABASE = "jobs.sqlite3"
 UPLOADS = "uploads"
@@ -113,11 +120,14 @@ class JobStore:
     True
     """
 
-    def __init__(self, folder: Path, connection: sqlite3.Connection) -> None:
+    def __init__(
+        self, folder: Path, connection: sqlite3.Connection, claim: DirectoryClaim
+    ) -> None:
         self.folder = folder
         self.uploads = folder / UPLOADS
         self.results = folder / RESULTS
         self._db = connection
+        self._claim = claim
         self._lock = threading.Lock()
 
     @classmethod
@@ -136,7 +146,7 @@ class JobStore:
         for name, kind in _ADDED_COLUMNS.items():
             if name not in present:
                 connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
-        return cls(folder, connection)
+        return cls(folder, connection, DirectoryClaim.hold(folder))
 
     def upload_path(self, job_id: str) -> Path:
         return self.uploads / f"{job_id}.upload"
@@ -367,7 +377,8 @@ class JobStore:
         for job in self.in_state(JobState.DONE):
             # A done job no longer needs its upload; a crash may have come before it was removed.
             self.upload_path(job).unlink(missing_ok=True)
-        self._sweep()
+        if self._claim.alone(self._sweep) is None:
+            log.info("data directory %s is in use by another server: not swept", self.folder)
         return running
 
     def in_state(self, state: JobState) -> list[str]:
@@ -379,6 +390,7 @@ class JobStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self._claim.close()
 
     def _active(self) -> int:
         row = self._db.execute(

@@ -244,6 +244,29 @@ def test_a_key_sees_and_touches_only_its_own_jobs(models_dir: Path, tmp_path: Pa
         _error(client.get(f"/v1/jobs/{job_id}"), 401, "unauthorized")
 
 
+def test_a_request_with_two_keys_is_refused_and_reaches_no_job(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    """A job's owner came from the first `Authorization` header and the key check from the last:
+    `[Bearer x, Bearer beta]` made a job owned by `x` that any key sending `Bearer x` first
+    could read and delete."""
+    keys = "alpha-key-123,beta-key-456"
+    data = tmp_path / "data"
+    beta = BETA["Authorization"]
+    with _serving(models_dir, data, api_keys=keys) as client:
+        wav = {"file": ("a.wav", _wav(), "audio/wav")}
+        smuggled = [("Authorization", "Bearer x"), ("Authorization", beta)]
+        _error(client.post("/v1/jobs", files=wav, headers=smuggled), 401, "ambiguous_credentials")
+        assert list((data / "uploads").iterdir()) == []
+        job_id = _submit(client, _wav(), headers=BETA)
+        for first in ("Bearer x", ALPHA["Authorization"], beta):
+            headers = [("Authorization", first), ("Authorization", beta)]
+            for method, path in (("GET", ""), ("GET", "/result"), ("DELETE", "")):
+                response = client.request(method, f"/v1/jobs/{job_id}{path}", headers=headers)
+                _error(response, 401, "ambiguous_credentials")
+        assert _ended(client, job_id, headers=BETA)["state"] == "done"
+
+
 def test_past_the_queue_bound_a_job_is_refused_with_retry_after(
     models_dir: Path, tmp_path: Path
 ) -> None:

@@ -112,3 +112,26 @@ def test_ended_jobs_past_the_retention_time_or_the_budget_go_oldest_first(tmp_pa
     fourth = _ended_job(store, now - 10, 10)
     assert store.expire(ended_before=time.time() + 1, max_bytes=1 << 30) == [fourth]
     assert store.oldest_active() == waiting.created
+
+
+def test_a_starting_replica_leaves_what_another_is_still_writing(tmp_path: Path) -> None:
+    """Replicas share a data directory: one starting must not sweep another's upload while it
+    arrives, nor one renamed into place just before its row is committed (that replica then
+    answered 500)."""
+    serving = JobStore.open(tmp_path)
+    arriving = serving.uploads / "arengine-abcd1234.upload"  # as the spooler names it
+    arriving.write_bytes(b"RIFF")
+    renamed = serving.upload_path(new_job_id())
+    renamed.write_bytes(b"RIFF")
+    result = serving.results / f".{new_job_id()}.json.tmp"  # a result being written
+    result.write_bytes(b"{")
+    starting = JobStore.open(tmp_path)
+    assert starting.recover("other:8000") == []
+    assert arriving.exists() and renamed.exists() and result.exists()
+    serving.close()
+    starting.close()
+    # Once no other server holds the directory, a start sweeps what a dead one left.
+    alone = JobStore.open(tmp_path)
+    alone.recover()
+    assert list(alone.uploads.iterdir()) == list(alone.results.iterdir()) == []
+    alone.close()

@@ -303,6 +303,11 @@ class ErrorCode(StrEnum):
         507,
         "the upload directory is full or unwritable; the partial file is removed",
     )
+    JOB_STORAGE_FULL = (
+        "job_storage_full",
+        507,
+        "the job store's files pass `job_storage_bytes` with only jobs queued, running or not yet read: no new job until some are read, deleted or past `job_retention_s`",
+    )
 
 
 class ArengineError(Exception):

@@ -47,17 +47,17 @@ class ApiKeyMiddleware:
             return
         try:
             token = credential(scope)
+            if not self._allowed(token):
+                raise Unauthorized("send Authorization: Bearer <API key>")
         except Unauthorized as error:
-            await self._refuse(error, scope, receive, send)
-            return
-        if not self._allowed(token):
-            error = Unauthorized("send Authorization: Bearer <API key>")
             await self._refuse(error, scope, receive, send)
             return
         scope.setdefault("state", {})[IDENTITY] = identity(token)
         await self.app(scope, receive, send)
 
-    async def _refuse(self, error: Unauthorized, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(
+        self, error: Unauthorized, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         scope["app"].state.metrics.reject(error.code)
         await error_response(error.code, error.message)(scope, receive, send)
 

@@ -49,7 +49,7 @@ from arengine.jobs.store import (
     new_job_id,
 )
 from arengine.outputs.formats import STREAM, Format, get_format, negotiate
-from arengine.settings import Settings
+from arengine.settings import Settings, size_text
 from arengine.types import Result, result_dict, result_of
 
 router = APIRouter()
@@ -118,7 +118,7 @@ async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     engine.check(query.model, overrides)  # before reading the body: refuse fast
-    _check_room(runner.store, settings)
+    await to_thread.run_sync(_check_room, runner, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
         await to_thread.run_sync(probe, upload.path, engine.limits, query.stream)
@@ -201,6 +201,7 @@ async def job_result(
             f"format {fmt.name} holds only notes and this job's result has other tags",
             code=ErrorCode.INVALID_PARAMETER,
         )
+    await _mark_read(store, record)
     if output == "json" and format is None:
         # A `RecognizeResponse`'s JSON, from the engine's own result: validating thousands of
         # tags into the model and again on the way out took a third of a 2-hour job's answer.
@@ -243,9 +244,11 @@ async def _events(runner: JobRunner, record: JobRecord) -> AsyncIterator[bytes]:
     elif current.state is JobState.FAILED or current.result is None:
         error = current.error or JobError(ErrorCode.INTERNAL_ERROR.value, "the job failed")
         yield error_line(error.code, error.message)
+        await _mark_read(runner.store, current)
     else:
         text = await to_thread.run_sync((runner.store.results / current.result).read_bytes)
         yield ending(result_of(json.loads(text)), sent)
+        await _mark_read(runner.store, current)
 
 
 def _progress(record: JobRecord) -> dict[str, Any]:
@@ -309,12 +312,27 @@ async def _record(request: Request, job_id: str) -> JobRecord:
     record = await to_thread.run_sync(store.get, job_id) if _JOB_ID.match(job_id) else None
     if record is None or record.owner != _owner(request):
         raise ArengineError(f"no job {job_id[:64]!r}", code=ErrorCode.JOB_NOT_FOUND)
+    if record.state is JobState.FAILED:  # its error, about to be told, is its outcome
+        await _mark_read(store, record)
     return record
 
 
-def _check_room(store: JobStore, settings: Settings) -> None:
-    if store.active() >= settings.max_queued_jobs:
+async def _mark_read(store: JobStore, record: JobRecord) -> None:
+    """Its owner has its outcome: from now on the disk budget may remove the job."""
+    if record.read is None:
+        await to_thread.run_sync(store.mark_read, record.id)
+
+
+def _check_room(runner: JobRunner, settings: Settings) -> None:
+    if runner.store.active() >= settings.max_queued_jobs:
         raise _too_many(settings)
+    if not runner.within_budget():
+        raise ArengineError(
+            f"the job store's files pass its disk budget ({size_text(settings.job_storage_bytes)},"
+            " job_storage_bytes) with jobs queued, running or whose outcome nobody has read "
+            "yet, which it never removes: retry once some are read or deleted",
+            code=ErrorCode.JOB_STORAGE_FULL,
+        )
 
 
 def _too_many(settings: Settings) -> Overloaded:

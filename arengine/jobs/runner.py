@@ -85,6 +85,8 @@ class JobRunner:
         self._tags: dict[str, list[Tag]] = {}
         """The tags final so far of each job running here (for `GET /v1/jobs/{id}/events`)."""
         self._closing = False
+        self._full = False
+        """Whether the store's files passed the budget at the last look (warned once)."""
         self._threads = [
             threading.Thread(target=self._work, name=f"arengine-jobs-{i}", daemon=True)
             for i in range(threads)
@@ -133,12 +135,28 @@ class JobRunner:
                 thread.join(timeout=10)
         self.store.close()
 
-    def expire(self) -> None:
-        """Remove the ended jobs past the retention time, then past the disk budget."""
+    def expire(self) -> bool:
+        """Remove the ended jobs past the retention time, then those already read past the disk
+        budget; whether the store's files are within the budget after."""
         retention = self._retention
         removed = self.store.expire(time.time() - retention.seconds, retention.max_bytes)
         for job_id in removed:
             log.info("job %s: removed (past its retention time or the disk budget)", job_id)
+        full = self.store.size() > retention.max_bytes
+        if full and not self._full:
+            log.warning(
+                "the job store's files pass the disk budget (job_storage_bytes, %d bytes) with "
+                "only jobs queued, running or not yet read: new jobs are refused (507 "
+                "job_storage_full) until some are read, deleted or past their retention time",
+                retention.max_bytes,
+            )
+        self._full = full
+        return not full
+
+    def within_budget(self) -> bool:
+        """Whether the store's files are within the disk budget, once what the budget may
+        remove is removed: a new job is refused while they are not."""
+        return self.store.size() <= self._retention.max_bytes or self.expire()
 
     def take_over(self) -> None:
         """Queue again the running jobs of replicas that fell silent (stopped or stuck)."""

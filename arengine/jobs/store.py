@@ -49,15 +49,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL,
     result TEXT,
     runner TEXT,
-    heartbeat REAL
+    heartbeat REAL,
+    read REAL
 )
 """
-_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL"}
+_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL", "read": "REAL"}
 """Columns a store made by an earlier version lacks: added when it is opened."""
 _COLUMNS = (
     "id, owner, model, overrides, stream, filename, state, done_s, duration_s, "
     "error_code, error_message, created, finished, result"
 )
+_READ = f"{_COLUMNS}, read"
+"""What a record is read from: the columns a new job is written with, and when it was read."""
 
 
 class JobState(StrEnum):
@@ -100,6 +103,9 @@ class JobRecord:
     finished: float | None
     result: str | None
     """The result file's name in `results/`, once done."""
+    read: float | None = None
+    """When its owner was first given its outcome (a done job's result, a failed job's error;
+    Unix time): only then may the disk budget remove it."""
 
 
 def new_job_id() -> str:
@@ -120,9 +126,7 @@ class JobStore:
     True
     """
 
-    def __init__(
-        self, folder: Path, connection: sqlite3.Connection, claim: DirectoryClaim
-    ) -> None:
+    def __init__(self, folder: Path, connection: sqlite3.Connection, claim: DirectoryClaim) -> None:
         self.folder = folder
         self.uploads = folder / UPLOADS
         self.results = folder / RESULTS
@@ -193,16 +197,14 @@ class JobStore:
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._lock:
-            row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
+            row = self._db.execute(f"SELECT {_READ} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else _record(row)
 
     def owned_by(self, owner: str | None) -> list[JobRecord]:
         """`owner`'s jobs, oldest first (with keys off, owner None: every job)."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE owner IS ? ORDER BY created, rowid", (owner,)
+                f"SELECT {_READ} FROM jobs WHERE owner IS ? ORDER BY created, rowid", (owner,)
             ).fetchall()
         return [_record(row) for row in rows]
 
@@ -212,7 +214,7 @@ class JobStore:
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE state = ? ORDER BY created, rowid LIMIT 1",
+                f"SELECT {_READ} FROM jobs WHERE state = ? ORDER BY created, rowid LIMIT 1",
                 (JobState.QUEUED.value,),
             ).fetchone()
             if row is None:
@@ -313,23 +315,33 @@ class JobStore:
             ).fetchone()
         return None if row[0] is None else float(row[0])
 
+    def mark_read(self, job_id: str) -> None:
+        """Note that the owner of ended job `job_id` has been given its outcome (the first time
+        counts)."""
+        with self._lock, self._db:
+            self._db.execute(
+                "UPDATE jobs SET read = ? WHERE id = ? AND read IS NULL", (time.time(), job_id)
+            )
+
     def expire(self, ended_before: float, max_bytes: int) -> list[str]:
         """Remove the ended jobs (done, failed) that ended before `ended_before` (Unix time),
-        then, while the store's files hold more than `max_bytes`, the ended ones that ended
-        first. Returns the ids removed."""
+        then, while the store's files hold more than `max_bytes`, the ended ones already read
+        that ended first: a job nobody has read stays until its retention time. Returns the
+        ids removed."""
         with self._lock:
             ended = self._db.execute(
-                "SELECT id, finished FROM jobs WHERE state IN (?, ?) ORDER BY finished, rowid",
+                "SELECT id, finished, read FROM jobs WHERE state IN (?, ?) "
+                "ORDER BY finished, rowid",
                 (JobState.DONE.value, JobState.FAILED.value),
             ).fetchall()
         total = self.size()
         removed: list[str] = []
-        for job_id, finished in ended:
-            if float(finished or 0) >= ended_before and total <= max_bytes:
-                break
-            total -= self._files_size(str(job_id))
-            self.remove(str(job_id))
-            removed.append(str(job_id))
+        for job_id, finished, read in ended:
+            past = float(finished or 0) < ended_before
+            if past or (total > max_bytes and read is not None):
+                total -= self._files_size(str(job_id))
+                self.remove(str(job_id))
+                removed.append(str(job_id))
         return removed
 
     def size(self) -> int:
@@ -449,7 +461,7 @@ def commit_file(source: Path, target: Path) -> None:
 
 def _record(row: tuple[object, ...]) -> JobRecord:
     (job_id, owner, model, overrides, stream, filename, state, done_s, duration_s) = row[:9]
-    (error_code, error_message, created, finished, result) = row[9:]
+    (error_code, error_message, created, finished, result, read) = row[9:]
     return JobRecord(
         id=str(job_id),
         owner=None if owner is None else str(owner),
@@ -464,4 +476,5 @@ def _record(row: tuple[object, ...]) -> JobRecord:
         created=float(str(created)),
         finished=None if finished is None else float(str(finished)),
         result=None if result is None else str(result),
+        read=None if read is None else float(str(read)),
     )

@@ -285,6 +285,44 @@ def test_past_the_queue_bound_a_job_is_refused_with_retry_after(
         assert sorted(path.name for path in (data / "uploads").iterdir()) == []
 
 
+def test_queued_uploads_past_the_budget_remove_no_unread_job_and_refuse_new_ones(
+    tmp_path: Path,
+) -> None:
+    """The budget counted queued uploads, so past it every job was removed as it finished and
+    its client got 404. A finished job now stays until it is read; new jobs get 507 while the
+    files pass the budget; a job read is what the budget removes."""
+    models, gate = gated_models(tmp_path / "gated")
+    clip = marked(tmp_path / "held.wav", [("quiet", 4.0), ("mark", 1.0), ("quiet", 3.0)])
+    data = tmp_path / "data"
+    with _serving(models, data, job_storage_bytes=1 << 20) as client, gate.held():
+        job_id = _submit(client, clip.read_bytes(), "?model=gate")
+        assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
+        # Meanwhile another replica took in two large jobs: the uploads alone pass the budget.
+        with sqlite3.connect(data / DATABASE) as db:
+            for other in ("a" * 22, "b" * 22):
+                db.execute(
+                    "INSERT INTO jobs (id, model, overrides, state, created) VALUES (?,?,?,?,?)",
+                    (other, "speech", "{}", "running", time.time()),
+                )
+                (data / "uploads" / f"{other}.upload").write_bytes(b"R" * (600 << 10))
+        gate.open()
+
+        def finished() -> bool:  # or removed, as it was
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            return job.get("state") not in ("queued", "running")
+
+        assert wait_until(finished, 120)
+        assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "done"
+        client.app.state.jobs.expire()  # what the upkeep does every minute
+        refused = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+        assert "job_storage_bytes" in _error(refused, 507, "job_storage_full")
+        assert client.get(f"/v1/jobs/{job_id}/result").json()["tags"]
+        # Read, it is the budget's to remove (at the next look: here, the next job refused).
+        again = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+        _error(again, 507, "job_storage_full")
+        _error(client.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+
+
 def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
     models_dir: Path, tmp_path: Path, recording: RecordingFactory
 ) -> None:

@@ -301,7 +301,7 @@ class ErrorCode(StrEnum):
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",
         507,
-        "the upload directory is full or unwritable; the partial file is removed",
+        "the upload directory or the job store's data directory is full or unwritable; the partial file is removed (a job's `error` when its files could not be written)",
     )
     JOB_STORAGE_FULL = (
         "job_storage_full",
@@ -387,7 +387,8 @@ class BodyTimeout(ArengineError):
 
 
 class InsufficientStorage(ArengineError):
-    """The upload could not be spooled: the upload directory is full or unwritable."""
+    """A file could not be written: the upload directory or the job store's is full or
+    unwritable."""
 
     default_code = ErrorCode.INSUFFICIENT_STORAGE
 

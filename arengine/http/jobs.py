@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -22,7 +23,14 @@ from pydantic import BaseModel, Field
 
 from arengine.audio.validation import probe
 from arengine.engine.engine import Engine
-from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded, Unauthorized
+from arengine.errors import (
+    ArengineError,
+    ErrorCode,
+    InsufficientStorage,
+    InvalidInput,
+    Overloaded,
+    Unauthorized,
+)
 from arengine.http.auth import IDENTITY
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
@@ -47,6 +55,7 @@ from arengine.jobs.store import (
     JobStore,
     commit_file,
     new_job_id,
+    storage_full,
 )
 from arengine.outputs.formats import STREAM, Format, get_format, negotiate
 from arengine.settings import Settings, size_text
@@ -122,28 +131,26 @@ async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
         await to_thread.run_sync(probe, upload.path, engine.limits, query.stream)
-        record = JobRecord(
-            id=new_job_id(),
-            owner=_owner(request),
-            model=query.model,
-            overrides=overrides,
-            stream=query.stream,
-            filename=upload.filename,
-            state=JobState.QUEUED,
-            done_s=0.0,
-            duration_s=None,
-            error=None,
-            created=time.time(),
-            finished=None,
-            result=None,
-        )
-        target = runner.store.upload_path(record.id)
-        await to_thread.run_sync(commit_file, upload.path, target)
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
-    if not await to_thread.run_sync(runner.store.add, record, settings.max_queued_jobs):
-        target.unlink(missing_ok=True)
+    record = JobRecord(
+        id=new_job_id(),
+        owner=_owner(request),
+        model=query.model,
+        overrides=overrides,
+        stream=query.stream,
+        filename=upload.filename,
+        state=JobState.QUEUED,
+        done_s=0.0,
+        duration_s=None,
+        error=None,
+        created=time.time(),
+        finished=None,
+        result=None,
+    )
+    limit = settings.max_queued_jobs
+    if not await to_thread.run_sync(_commit, runner.store, upload.path, record, limit):
         raise _too_many(settings)
     runner.notify()
     body = JobOut.of(record).model_dump(mode="json")
@@ -153,9 +160,9 @@ async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]
 @router.get("/v1/jobs", response_model=JobsResponse, responses=error_responses(401, 404))
 async def list_jobs(request: Request) -> JobsResponse:
     """The caller's jobs, oldest first."""
-    store = _runner(request).store
-    records = await to_thread.run_sync(store.owned_by, _owner(request))
-    return JobsResponse(jobs=[JobOut.of(record) for record in records])
+    runner = _runner(request)
+    records = await to_thread.run_sync(runner.store.owned_by, _owner(request))
+    return JobsResponse(jobs=[JobOut.of(runner.current(record)) for record in records])
 
 
 @router.get(
@@ -239,6 +246,7 @@ async def _events(runner: JobRunner, record: JobRecord) -> AsyncIterator[bytes]:
         yield tag_lines(tags) + ndjson([_progress(current)])
         await asyncio.sleep(EVENTS_EVERY_S)
         current = await to_thread.run_sync(runner.store.get, record.id)
+        current = None if current is None else runner.current(current)
     if current is None or current.state is JobState.CANCELLED:
         yield error_line(ErrorCode.JOB_NOT_FOUND.value, f"job {record.id} was removed")
     elif current.state is JobState.FAILED or current.result is None:
@@ -308,10 +316,12 @@ def _owner(request: Request) -> str | None:
 
 async def _record(request: Request, job_id: str) -> JobRecord:
     """The caller's job `job_id`; 404 `job_not_found` for an unknown id or another key's job."""
-    store = _runner(request).store
+    runner = _runner(request)
+    store = runner.store
     record = await to_thread.run_sync(store.get, job_id) if _JOB_ID.match(job_id) else None
     if record is None or record.owner != _owner(request):
         raise ArengineError(f"no job {job_id[:64]!r}", code=ErrorCode.JOB_NOT_FOUND)
+    record = runner.current(record)
     if record.state is JobState.FAILED:  # its error, about to be told, is its outcome
         await _mark_read(store, record)
     return record
@@ -321,6 +331,26 @@ async def _mark_read(store: JobStore, record: JobRecord) -> None:
     """Its owner has its outcome: from now on the disk budget may remove the job."""
     if record.read is None:
         await to_thread.run_sync(store.mark_read, record.id)
+
+
+def _commit(store: JobStore, spooled: Path, record: JobRecord, limit: int) -> bool:
+    """Rename the spooled upload into place and commit the job's row; False when `limit` jobs
+    are queued or running. A full disk is a 507; a refusal leaves no file behind."""
+    target = store.upload_path(record.id)
+    try:
+        commit_file(spooled, target)
+        if store.add(record, limit):
+            return True
+    except Exception as error:
+        spooled.unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
+        if not storage_full(error):
+            raise
+        raise InsufficientStorage(
+            "the data directory is full: the job could not be stored; retry once there is room"
+        ) from None
+    target.unlink(missing_ok=True)
+    return False
 
 
 def _check_room(runner: JobRunner, settings: Settings) -> None:

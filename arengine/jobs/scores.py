@@ -25,6 +25,7 @@ what is read; the next append overwrites it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,8 @@ from typing import Any, overload
 import numpy as np
 import zstandard
 
+from arengine.errors import InsufficientStorage
+from arengine.jobs.store import storage_full
 from arengine.models.recognizer import Recognizer
 from arengine.postprocess.notes import NOTE_COLUMNS
 from arengine.postprocess.palette import MAX_VALUES, Palette
@@ -182,7 +185,8 @@ class ScoreLog:
     def open(cls, path: Path, plan: tuple[ModelPlan, ...]) -> ScoreLog:
         """The log at `path` for a job of `plan`: what an earlier run kept, when its plan was the
         same; a fresh log otherwise."""
-        file = path.open("r+b" if path.exists() else "w+b")
+        # Unbuffered: a write the full disk refuses leaves no bytes behind to be written later.
+        file = path.open("r+b" if path.exists() else "w+b", buffering=0)
         log = cls(path, plan, file)
         try:
             end = log._scan()
@@ -284,11 +288,29 @@ class ScoreLog:
         payload = json.dumps(header).encode() + b"\n" + body
         with self._lock:
             offset = self._file.seek(0, os.SEEK_END)
-            self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
-            self._file.flush()
-            # The checkpoint survives a machine's crash, not only the process's.
-            os.fsync(self._file.fileno())
+            try:
+                record = memoryview(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+                while record:
+                    record = record[self._file.write(record) :]
+                # The checkpoint survives a machine's crash, not only the process's.
+                os.fsync(self._file.fileno())
+            except OSError as error:
+                if not storage_full(error):
+                    raise
+                self._cut(offset)
+                # The job's error, not a stage's fault with a traceback: the engine fails the
+                # job with it.
+                raise InsufficientStorage(
+                    f"the data directory is full: the job's scores could not be kept "
+                    f"({error.strerror or error}); submit it again once there is room"
+                ) from None
         return int(offset)
+
+    def _cut(self, offset: int) -> None:
+        """Drop a record cut short at `offset`, so that a later one is not written after it
+        (the scan stops at the first record it cannot read)."""
+        with contextlib.suppress(OSError):  # the next open truncates after the last whole one
+            self._file.truncate(offset)
 
     def _body_at(self, offset: int) -> tuple[dict[str, Any], bytes]:
         """The header and body of a record that `keep` wrote or the scan checked (which is

@@ -11,6 +11,7 @@ upload still arriving, or renamed in just before its row is committed, has no ro
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -264,9 +265,11 @@ class JobStore:
         result: str | None = None,
         duration_s: float | None = None,
         runner: str = "",
+        finished: float | None = None,
     ) -> bool:
         """Mark a running job done (with its result file's name and the recording's duration)
-        or failed (with `error`); False if it is no longer running (removed meanwhile)."""
+        or failed (with `error`), `finished` then (Unix time; default now); False if it is no
+        longer running (removed meanwhile)."""
         if (error is None) == (result is None):
             raise ValueError("a job finishes with either a result or an error")
         state = JobState.DONE if error is None else JobState.FAILED
@@ -279,7 +282,7 @@ class JobStore:
                     state.value,
                     None if error is None else error.code,
                     None if error is None else error.message,
-                    time.time(),
+                    time.time() if finished is None else finished,
                     result,
                     duration_s,
                     duration_s,
@@ -317,11 +320,15 @@ class JobStore:
 
     def mark_read(self, job_id: str) -> None:
         """Note that the owner of ended job `job_id` has been given its outcome (the first time
-        counts)."""
-        with self._lock, self._db:
-            self._db.execute(
-                "UPDATE jobs SET read = ? WHERE id = ? AND read IS NULL", (time.time(), job_id)
-            )
+        counts). A full disk leaves it unread: the side on which nothing is lost."""
+        try:
+            with self._lock, self._db:
+                self._db.execute(
+                    "UPDATE jobs SET read = ? WHERE id = ? AND read IS NULL", (time.time(), job_id)
+                )
+        except sqlite3.OperationalError as error:
+            if not storage_full(error):
+                raise
 
     def expire(self, ended_before: float, max_bytes: int) -> list[str]:
         """Remove the ended jobs (done, failed) that ended before `ended_before` (Unix time),
@@ -431,6 +438,18 @@ class JobStore:
                     ".scores",
                 ):
                     path.unlink(missing_ok=True)
+
+
+def storage_full(error: BaseException) -> bool:
+    """Whether `error` says the data directory's disk (or the user's quota) is full: an OSError
+    of the file writes, SQLite's SQLITE_FULL of the database's.
+
+    >>> storage_full(OSError(errno.ENOSPC, "No space left on device"))
+    True
+    """
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
 
 
 def write_durably(path: Path, data: bytes) -> None:

@@ -4,7 +4,10 @@ files a crash leaves behind."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 import re
 import sqlite3
 import time
@@ -321,6 +324,85 @@ def test_queued_uploads_past_the_budget_remove_no_unread_job_and_refuse_new_ones
         again = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
         _error(again, 507, "job_storage_full")
         _error(client.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+
+
+class _FullDatabase:
+    """The store's connection on a full disk: every write fails with SQLITE_FULL, as SQLite's
+    own do when its files cannot grow; reads go through."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        self.full = True
+
+    def execute(self, sql: str, *parameters: Any) -> sqlite3.Cursor:
+        if self.full and sql.split()[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            raise _sqlite_full()
+        return self._connection.execute(sql, *parameters)
+
+    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
+        rows = list(rows)
+        if self.full and rows:
+            raise _sqlite_full()
+        return self._connection.executemany(sql, rows)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self._connection.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._connection.__exit__(*exc)
+
+
+def _sqlite_full() -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError("database or disk is full")
+    error.sqlite_errorcode = sqlite3.SQLITE_FULL
+    return error
+
+
+def _no_room(fd: int) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_data_directory_fails_a_running_job_visibly_and_is_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the data directory full mid-job, the job stayed `running` at 0 s with no error for
+    as long as the disk was full, and the upkeep logged a traceback every 10 s."""
+    models, gate = gated_models(tmp_path / "gated")
+    clip = marked(tmp_path / "held.wav", [("quiet", 4.0), ("mark", 1.0), ("quiet", 8.0)])
+    caplog.set_level(logging.INFO, "arengine.jobs")
+    with _serving(models, tmp_path / "data") as client, gate.held():
+        job_id = _submit(client, clip.read_bytes(), "?model=gate")
+        assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
+        runner = client.app.state.jobs
+        database = _FullDatabase(runner.store._db)
+        with monkeypatch.context() as full:
+            full.setattr(runner.store, "_db", database)
+            full.setattr(os, "fsync", _no_room)
+            gate.open()
+            assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "failed")
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            assert job["error"]["code"] == "insufficient_storage", job
+            assert "full" in job["error"]["message"] and job["finished"]
+            [listed] = client.get("/v1/jobs").json()["jobs"]
+            assert listed == job
+            for _ in range(3):  # the upkeep's rounds while the disk stays full
+                runner.look_after()
+            refused = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+            _error(refused, 507, "insufficient_storage")
+            database.full = False
+        runner.look_after()  # the disk has room again: the job's end is recorded
+        stored = runner.store.get(job_id)
+        assert stored is not None and stored.state is JobState.FAILED
+        assert stored.error is not None and stored.error.code == "insufficient_storage"
+        assert client.get(f"/v1/jobs/{job_id}").json() == job
+    logged = [r for r in caplog.records if r.name.startswith("arengine.jobs")]
+    assert not [r for r in logged if r.exc_info], "no traceback for a full disk"
+    warned = [r for r in logged if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "is full" in warned[0].getMessage()
+    assert any("has room again" in r.getMessage() for r in logged)
+    assert sorted(path.name for path in (tmp_path / "data" / "uploads").iterdir()) == [
+        f"{job_id}.upload"
+    ]
 
 
 def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(

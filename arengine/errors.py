@@ -170,7 +170,7 @@ class ErrorCode(StrEnum):
     SCORES_NOT_KEPT = (
         "scores_not_kept",
         409,
-        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+        "new post-processing parameters for a job whose scores were not kept (its models changed, it ended before they were kept, or their file is damaged)",
     )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
@@ -256,6 +256,11 @@ class ErrorCode(StrEnum):
         "internal_error",
         500,
         "an unexpected server fault; the message has the request id, the log the traceback",
+    )
+    JOB_RESULT_DAMAGED = (
+        "job_result_damaged",
+        500,
+        "a done job's stored result file cannot be read (damaged, or removed outside the server): submit the recording again",
     )
     STAGE_FAILED = (
         "stage_failed",

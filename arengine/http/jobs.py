@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
@@ -47,7 +48,7 @@ from arengine.http.uploads import (
 )
 from arengine.jobs.retag import retag
 from arengine.jobs.runner import JobRunner
-from arengine.jobs.scores import ScoreLog
+from arengine.jobs.scores import DamagedScores, ScoreLog
 from arengine.jobs.store import (
     JobError,
     JobRecord,
@@ -61,6 +62,7 @@ from arengine.outputs.formats import STREAM, Format, get_format, negotiate
 from arengine.settings import Settings, size_text
 from arengine.types import Result, result_dict, result_of
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
@@ -195,11 +197,9 @@ async def job_result(
     if record.state is not JobState.DONE or record.result is None:
         raise ArengineError(_not_done(record), code=ErrorCode.JOB_NOT_DONE)
     store = _runner(request).store
-    text = await to_thread.run_sync((store.results / record.result).read_bytes)
     overrides = query.overrides()
-    stored = json.loads(text)
     # New parameters derive the tags again: the stored ones are not made into tags.
-    result = result_of({**stored, "tags": []} if overrides else stored)
+    result = await to_thread.run_sync(_stored_result, store, record, not overrides)
     if overrides:
         engine: Engine = request.app.state.engine
         result = await to_thread.run_sync(_retagged, engine, store, record, result, overrides)
@@ -254,8 +254,12 @@ async def _events(runner: JobRunner, record: JobRecord) -> AsyncIterator[bytes]:
         yield error_line(error.code, error.message)
         await _mark_read(runner.store, current)
     else:
-        text = await to_thread.run_sync((runner.store.results / current.result).read_bytes)
-        yield ending(result_of(json.loads(text)), sent)
+        try:
+            result = await to_thread.run_sync(_stored_result, runner.store, current)
+        except ArengineError as damaged:
+            yield error_line(damaged.code.value, damaged.message)
+            return
+        yield ending(result, sent)
         await _mark_read(runner.store, current)
 
 
@@ -270,6 +274,21 @@ async def delete_job(request: Request, job_id: str) -> Response:
     record = await _record(request, job_id)
     await to_thread.run_sync(_runner(request).cancel, record.id)
     return Response(status_code=204)
+
+
+def _stored_result(store: JobStore, record: JobRecord, tags: bool = True) -> Result:
+    """A done job's result from its file (without its tags unless `tags`); 500
+    `job_result_damaged` when the file cannot be read as one."""
+    try:
+        stored = json.loads((store.results / str(record.result)).read_bytes())
+        return result_of(stored if tags else {**stored, "tags": []})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        log.error("job %s: its result file cannot be read: %r", record.id, error)
+        raise ArengineError(
+            f"job {record.id} is done but its stored result cannot be read (damaged, or removed "
+            "outside the server): submit the recording again",
+            code=ErrorCode.JOB_RESULT_DAMAGED,
+        ) from None
 
 
 def _retagged(
@@ -288,8 +307,15 @@ def _retagged(
             f"job {record.id} kept no scores: ask for its result without new parameters",
             code=ErrorCode.SCORES_NOT_KEPT,
         )
-    with ScoreLog.reading(path) as (plan, kept):
-        return retag(result, recognizers, combined, plan, kept)
+    try:
+        with ScoreLog.reading(path) as (plan, kept):
+            return retag(result, recognizers, combined, plan, kept)
+    except DamagedScores as error:
+        raise ArengineError(
+            f"job {record.id}'s kept scores are damaged ({error}): ask for its result without "
+            "new parameters",
+            code=ErrorCode.SCORES_NOT_KEPT,
+        ) from None
 
 
 def _runner(request: Request) -> JobRunner:

@@ -55,6 +55,10 @@ _SPLIT = {"notes": NOTE_COLUMNS}
 without pitch bends (`NotesTagger.columns_read`)."""
 
 
+class DamagedScores(ValueError):
+    """A kept scores file that holds no plan, or a record that cannot be read back."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelPlan:
     """What must not change between runs of a job for its kept scores to apply."""
@@ -215,7 +219,7 @@ class ScoreLog:
             log = cls(path, (), file)
             plan = log._read_plan()
             if plan is None:
-                raise ValueError(f"{path.name} holds no plan")
+                raise DamagedScores(f"{path.name} holds no plan")
             log.plan = plan
             log.offsets = [{} for _ in plan]
             log.total_samples = [None] * len(plan)
@@ -320,7 +324,7 @@ class ScoreLog:
             return header, os.pread(self._file.fileno(), length, start)
         record = self._record_at(offset)
         if record is None:
-            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
+            raise DamagedScores(f"{self.path.name}: the record at {offset} cannot be read")
         return record[0], record[1]
 
     def _record_at(self, offset: int) -> tuple[dict[str, Any], bytes, int] | None:
@@ -337,14 +341,22 @@ class ScoreLog:
         if len(payload) < length or zlib.crc32(payload) != crc:
             return None
         line, _, body = payload.partition(b"\n")
-        header: dict[str, Any] = json.loads(line)
+        try:
+            header = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(header, dict):
+            return None
         return header, body, offset + _FRAME.size + length
 
     def _read_plan(self) -> tuple[ModelPlan, ...] | None:
         record = self._record_at(0)
         if record is None or "plan" not in record[0]:
             return None
-        return tuple(ModelPlan(**model) for model in record[0]["plan"])
+        try:
+            return tuple(ModelPlan(**model) for model in record[0]["plan"])
+        except TypeError:  # not a plan this version wrote
+            return None
 
     def _finished(self) -> list[KeptModel] | None:
         """Every model's scores in order, if each model ended with all its segments kept."""
@@ -441,7 +453,7 @@ def _decoded(
 ) -> np.ndarray | Palette:
     read = _CODECS.get(codec)
     if read is None:
-        raise ValueError(f"unknown codec {codec!r}")
+        raise DamagedScores(f"unknown codec {codec!r}")
     scores: np.ndarray | Palette = read(body, dtype, shape)
     return scores
 

@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import os
+import random
 import re
 import sqlite3
 import time
@@ -114,6 +115,30 @@ def test_a_failed_job_says_why_and_has_no_result(jobs: InProcessClient) -> None:
     assert job["state"] == "failed" and job["error"]["code"] == "stage_failed"
     message = _error(jobs.get(f"/v1/jobs/{job_id}/result"), 409, "job_not_done")
     assert "failed" in message and "stage_failed" in message
+
+
+def test_damaged_kept_scores_or_result_say_so(jobs: InProcessClient, data_dir: Path) -> None:
+    """Damaged kept scores made new parameters a 500 rather than 409 `scores_not_kept`, and a
+    damaged result file a 500 with no hint."""
+    job_id = _submit(jobs, _wav(seconds=2.0))
+    assert _ended(jobs, job_id)["state"] == "done"
+    scores, result = (
+        data_dir / "results" / f"{job_id}.scores",
+        data_dir / "results" / f"{job_id}.json",
+    )
+    for damage in (b"", random.Random(7).randbytes(5000)):
+        scores.write_bytes(damage)
+        message = _error(
+            jobs.get(f"/v1/jobs/{job_id}/result?threshold=0.7"), 409, "scores_not_kept"
+        )
+        assert "damaged" in message
+    for damage in (b"", b'{"model": "speech"', b"[1, 2]", random.Random(8).randbytes(500)):
+        result.write_bytes(damage)
+        for query in ("", "?format=csv", "?threshold=0.7"):
+            response = jobs.get(f"/v1/jobs/{job_id}/result{query}")
+            assert "submit the recording again" in _error(response, 500, "job_result_damaged")
+        last = json.loads(jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()[-1])
+        assert last["error"]["code"] == "job_result_damaged"
 
 
 def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_dir: Path) -> None:

@@ -190,6 +190,7 @@ async def job_result(
     `Accept` header's) if given; 409 `job_not_done` before. With post-processing parameters
     (`?threshold=0.7`: any of its models'), its tags are derived again from the scores the job
     kept, in milliseconds, as a recognition with those parameters would give them."""
+    refuse_repeated(request)
     record = await _record(request, job_id)
     format = query.format
     output = format or negotiate(request.headers.get("accept")) or "json"

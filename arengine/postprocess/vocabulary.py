@@ -46,12 +46,16 @@ def split_values(name: str, text: str) -> dict[str, float]:
         try:
             if not colon or not label.strip():
                 raise ValueError(item)
-            values[label.strip()] = float(number)
+            value = float(number)
         except ValueError:
             raise _invalid(
                 f"{name} takes label:value items separated by '{SEPARATOR}' "
                 f"(Glass:0.2;Siren:0.4), got {item!r}"
             ) from None
+        # Names match in any case: a label given twice would leave which value wins to chance.
+        if any(label.strip().casefold() == known.casefold() for known in values):
+            raise _invalid(f"{name} gives {label.strip()!r} more than once; give each label once")
+        values[label.strip()] = value
     return values
 
 

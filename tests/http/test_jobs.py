@@ -141,6 +141,31 @@ def test_damaged_kept_scores_or_result_say_so(jobs: InProcessClient, data_dir: P
         assert last["error"]["code"] == "job_result_damaged"
 
 
+def test_repeated_parameters_and_labels_given_twice_are_refused_as_a_recognition_does(
+    tmp_path: Path,
+) -> None:
+    """A job's result took `threshold=0.7&threshold=0.2` (one of them, silently) and a per-label
+    list naming a label twice in any case."""
+    models, _ = gated_models(tmp_path / "gated")
+    with _serving(models, tmp_path / "data") as client:
+        job_id = _submit(client, _wav(), "?model=gate")
+        assert _ended(client, job_id)["state"] == "done"
+        for query in ("threshold=0.7&threshold=0.2", "format=csv&format=json"):
+            response = client.get(f"/v1/jobs/{job_id}/result?{query}")
+            assert "more than once" in _error(response, 422, "invalid_parameter")
+        wav = {"file": ("a.wav", _wav(), "audio/wav")}
+        for twice in ("loud:0.2;LOUD:0.7", "loud:0.2;loud:0.2"):
+            for response in (
+                client.get(f"/v1/jobs/{job_id}/result", params={"thresholds": twice}),
+                client.post(
+                    "/v1/recognize", params={"model": "gate", "thresholds": twice}, files=wav
+                ),
+            ):
+                assert "more than once" in _error(response, 422, "invalid_parameter")
+        once = client.get(f"/v1/jobs/{job_id}/result", params={"thresholds": "loud:0.2"})
+        assert once.status_code == 200
+
+
 def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_dir: Path) -> None:
     job_id = _submit(jobs, _wav(seconds=2.0))
     assert _ended(jobs, job_id)["state"] == "done"

@@ -40,7 +40,7 @@ def split_values(name: str, text: str) -> dict[str, float]:
     >>> split_values("thresholds", "Inside, small room:0.6")
     {'Inside, small room': 0.6}
     """
-    values = {}
+    values: dict[str, float] = {}
     for item in split_list(text):
         label, colon, number = item.rpartition(":")
         try:

@@ -137,20 +137,14 @@ class JobStore:
 
     @classmethod
     def open(cls, folder: Path) -> JobStore:
-        """Open (or create) the store in `folder`."""
-        for path in (folder, folder / UPLOADS, folder / RESULTS):
-            path.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(
-            folder / DATABASE, check_same_thread=False, isolation_level=None, timeout=30
-        )
-        connection.execute("PRAGMA journal_mode=WAL")
-        # FULL: a committed job survives a power cut too, not only a killed process.
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute(_SCHEMA)
-        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
-        for name, kind in _ADDED_COLUMNS.items():
-            if name not in present:
-                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
+        """Open (or create) the store in `folder`; `StoreUnusable` names the file and what to
+        do when it cannot be (a damaged database, a folder that cannot be written)."""
+        try:
+            for path in (folder, folder / UPLOADS, folder / RESULTS):
+                path.mkdir(parents=True, exist_ok=True)
+            connection = _connect(folder / DATABASE)
+        except (sqlite3.Error, OSError) as error:
+            raise StoreUnusable(folder / DATABASE, error) from error
         return cls(folder, connection, DirectoryClaim.hold(folder))
 
     def upload_path(self, job_id: str) -> Path:
@@ -438,6 +432,39 @@ class JobStore:
                     ".scores",
                 ):
                     path.unlink(missing_ok=True)
+
+
+class StoreUnusable(RuntimeError):
+    """The job store cannot be opened: the message names its file and what to do."""
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        reason = getattr(error, "strerror", None) or str(error)
+        super().__init__(
+            f"the job store {path} cannot be opened ({reason}): if it is damaged, move it "
+            f"aside with its -wal and -shm files (its jobs are lost) or restore it from a "
+            f"backup, then start again; or start with another --data-dir"
+        )
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed job survives a power cut too, not only a killed process.
+        connection.execute("PRAGMA synchronous=FULL")
+        # A file that opens but whose pages are damaged fails here, not at its first job.
+        problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError(f"damaged: {'; '.join(problems[:3])}")
+        connection.execute(_SCHEMA)
+        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
 
 
 def storage_full(error: BaseException) -> bool:

@@ -68,6 +68,11 @@ class ErrorCode(StrEnum):
         401,
         "API keys are configured and the request has none of them (`WWW-Authenticate: Bearer`)",
     )
+    AMBIGUOUS_CREDENTIALS = (
+        "ambiguous_credentials",
+        401,
+        "the request sends more than one credential (two `Authorization` headers, or a header and a WebSocket key subprotocol): it is refused, whichever would pass",
+    )
     ADMIN_REQUIRED = (
         "admin_required",
         401,
@@ -170,7 +175,7 @@ class ErrorCode(StrEnum):
     SCORES_NOT_KEPT = (
         "scores_not_kept",
         409,
-        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+        "new post-processing parameters for a job whose scores were not kept (its models changed, it ended before they were kept, or their file is damaged)",
     )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
@@ -262,6 +267,11 @@ class ErrorCode(StrEnum):
         500,
         "an unexpected server fault; the message has the request id, the log the traceback",
     )
+    JOB_RESULT_DAMAGED = (
+        "job_result_damaged",
+        500,
+        "a done job's stored result file cannot be read (damaged, or removed outside the server): submit the recording again",
+    )
     STAGE_FAILED = (
         "stage_failed",
         500,
@@ -306,7 +316,12 @@ class ErrorCode(StrEnum):
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",
         507,
-        "the upload directory is full or unwritable; the partial file is removed",
+        "the upload directory or the job store's data directory is full or unwritable; the partial file is removed (a job's `error` when its files could not be written)",
+    )
+    JOB_STORAGE_FULL = (
+        "job_storage_full",
+        507,
+        "the job store's files pass `job_storage_bytes` with only jobs queued, running or not yet read: no new job until some are read, deleted or past `job_retention_s`",
     )
 
 
@@ -381,7 +396,8 @@ class BodyTimeout(ArengineError, shared.BodyTimeout):
 
 
 class InsufficientStorage(ArengineError, shared.InsufficientStorage):
-    """The upload could not be spooled: the upload directory is full or unwritable."""
+    """A file could not be written: the upload directory or the job store's is full or
+    unwritable."""
 
     default_code = ErrorCode.INSUFFICIENT_STORAGE
 

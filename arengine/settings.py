@@ -244,7 +244,7 @@ class Settings(BaseSettings):
         50 << 30,
         ge=1 << 20,
         le=1 << 50,
-        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs are removed, oldest first. Jobs queued or running are never removed.",
+        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs whose outcome has been read (result fetched, error seen) are removed, oldest first. Jobs queued, running or not yet read are never removed before job_retention_s; while they alone pass it, POST /v1/jobs answers 507 job_storage_full.",
     )
     webhook_url: str | None = Field(
         None,

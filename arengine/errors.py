@@ -21,6 +21,8 @@ from arengine.settings import (
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
     MAX_RESULT_TAGS,
+    MAX_STREAM_TEXT_BYTES,
+    MAX_STREAM_TEXT_DEPTH,
     MAX_STREAMS,
     size_text,
 )
@@ -195,7 +197,8 @@ class ErrorCode(StrEnum):
     INVALID_STREAM_MESSAGE = (
         "invalid_stream_message",
         422,
-        "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
+        "a live stream's message is not what the protocol takes at that point (the message names what it takes), or a text message passed "
+        f"{size_text(MAX_STREAM_TEXT_BYTES)} or nests deeper than {MAX_STREAM_TEXT_DEPTH} levels",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",

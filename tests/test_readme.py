@@ -18,6 +18,7 @@ from arengine.settings import (
     MAX_MULTIPART_PARTS,
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
+    MAX_STREAM_TEXT_BYTES,
     MAX_STREAMS,
     Settings,
     size_text,
@@ -114,6 +115,11 @@ FIXED_LIMITS = {
     ErrorCode.RESULT_TOO_LARGE: ("passed {}", size_text(MAX_RESULT_BYTES), "up to {})"),
     ErrorCode.TOO_MANY_STREAMS: ("more than {} streams", MAX_STREAMS, "more than {} streams"),
     ErrorCode.DECODE_BOMB: ("more than {} of samples", size_text(MAX_PACKET_BYTES), None),
+    ErrorCode.INVALID_STREAM_MESSAGE: (
+        "text message passed {}",
+        size_text(MAX_STREAM_TEXT_BYTES),
+        "a text message over {}",
+    ),
 }
 """Each fixed limit (`arengine/settings.py`): how its error's description and the README's prose
 quote it."""

@@ -270,6 +270,27 @@ def _gauge(server: Server, name: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+@pytest.mark.parametrize("container", ["webm", "ogg"])
+def test_a_codec_change_midway_is_refused_live_and_posted(
+    tight: Server, talk: Recording, container: str
+) -> None:
+    """Opus, then another file of Vorbis, sent as one stream and posted as one file. Before:
+    the WebM decoded to about twice its length (Vorbis packets fed to the Opus decoder), the
+    Ogg ended with `corrupt_audio` live and `truncated` posted."""
+    opus = _encoded(talk.path, f".{container}", *CODECS["webm"][:2])
+    vorbis = _encoded(talk.path, f".vorbis.{container}", "-c:a", "libvorbis")
+    data = opus.read_bytes() + vorbis.read_bytes()
+    lines, close, reason = _stream(tight, data, {"format": container})
+    assert lines[-1]["error"]["code"] == "audio_format_changed", lines[-1]
+    assert "Opus to Vorbis" in lines[-1]["error"]["message"]
+    assert (close, reason) == (4422, "audio_format_changed")
+    with tight.client() as client:
+        posted = client.post("/v1/recognize", files={"file": data})
+    assert posted.status_code == 422, posted.text
+    assert posted.json()["error"]["code"] == "audio_format_changed"
+    assert wait_until(lambda: not _decoders(tight))
+
+
 def test_a_container_opening_with_a_rate_is_refused(tight: Server) -> None:
     with _ws(tight) as ws:
         ws.send(json.dumps({"format": "webm", "sample_rate": 48000}))

@@ -248,7 +248,7 @@ class ErrorCode(StrEnum):
     AUDIO_FORMAT_CHANGED = (
         "audio_format_changed",
         422,
-        "the stream changes sample rate or channels midway (chained Ogg, concatenated ADTS or MP3)",
+        "the stream changes codec, sample rate or channels midway (chained Ogg, concatenated WebM, ADTS or MP3)",
     )
     CANCELLED = (
         "cancelled",

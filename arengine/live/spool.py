@@ -104,10 +104,9 @@ def parse_message(text: str, what: str) -> Any:
     >>> parse_message('{"end": true}', "a message")
     {'end': True}
     """
-    size = len(text.encode(errors="surrogatepass"))
-    if size > MAX_STREAM_TEXT_BYTES:
-        cap = size_text(MAX_STREAM_TEXT_BYTES)
-        raise _invalid(f"{what} has {size} bytes; a text message has at most {cap}")
+    # Characters first: a long message is not encoded only to be measured.
+    if len(text) > MAX_STREAM_TEXT_BYTES or len(text.encode()) > MAX_STREAM_TEXT_BYTES:
+        raise _invalid(f"{what} passed {size_text(MAX_STREAM_TEXT_BYTES)}")
     if _depth(text) > MAX_STREAM_TEXT_DEPTH:
         raise _invalid(f"{what} nests deeper than {MAX_STREAM_TEXT_DEPTH} levels")
     try:

@@ -21,6 +21,8 @@ from arengine.settings import (
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
     MAX_RESULT_TAGS,
+    MAX_STREAM_TEXT_BYTES,
+    MAX_STREAM_TEXT_DEPTH,
     MAX_STREAMS,
     size_text,
 )
@@ -200,7 +202,8 @@ class ErrorCode(StrEnum):
     INVALID_STREAM_MESSAGE = (
         "invalid_stream_message",
         422,
-        "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
+        "a live stream's message is not what the protocol takes at that point (the message names what it takes), or a text message passed "
+        f"{size_text(MAX_STREAM_TEXT_BYTES)} or nests deeper than {MAX_STREAM_TEXT_DEPTH} levels",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
@@ -255,7 +258,7 @@ class ErrorCode(StrEnum):
     AUDIO_FORMAT_CHANGED = (
         "audio_format_changed",
         422,
-        "the stream changes sample rate or channels midway (chained Ogg, concatenated ADTS or MP3)",
+        "the stream changes codec, sample rate or channels midway (chained Ogg, concatenated WebM, ADTS or MP3)",
     )
     CANCELLED = (
         "cancelled",

@@ -411,6 +411,13 @@ MAX_METADATA_DEPTH = 16
 a document. Nested some hundreds deep, JSON is read back but cannot be answered (every listing of
 the library failed), and deeper still it is not even read."""
 
+MAX_STREAM_TEXT_BYTES = 4 << 10
+"""Bytes a live stream's text message (its opening, its end) may have: both take a few dozen."""
+
+MAX_STREAM_TEXT_DEPTH = 4
+"""Nesting a live stream's text message may have: both are flat objects; deeper JSON is refused
+before it is parsed, so no message can make the parser recurse."""
+
 
 def size_text(size: int) -> str:
     """A byte count as messages and docs write it.

@@ -23,6 +23,7 @@ from arengine.settings import (
     MAX_MULTIPART_PARTS,
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
+    MAX_STREAM_TEXT_BYTES,
     MAX_STREAMS,
     Settings,
     size_text,
@@ -124,6 +125,11 @@ FIXED_LIMITS = {
     ErrorCode.RESULT_TOO_LARGE: ("passed {}", size_text(MAX_RESULT_BYTES), "up to {})"),
     ErrorCode.TOO_MANY_STREAMS: ("more than {} streams", MAX_STREAMS, "more than {} streams"),
     ErrorCode.DECODE_BOMB: ("more than {} of samples", size_text(MAX_PACKET_BYTES), None),
+    ErrorCode.INVALID_STREAM_MESSAGE: (
+        "text message passed {}",
+        size_text(MAX_STREAM_TEXT_BYTES),
+        "a text message over {}",
+    ),
 }
 """Each fixed limit (a named constant of the settings module): how its error's description and
 the guides' prose quote it."""

@@ -21,6 +21,8 @@ from arengine.settings import (
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
     MAX_RESULT_TAGS,
+    MAX_STREAM_TEXT_BYTES,
+    MAX_STREAM_TEXT_DEPTH,
     MAX_STREAMS,
     size_text,
 )
@@ -67,6 +69,11 @@ class ErrorCode(StrEnum):
         "unauthorized",
         401,
         "API keys are configured and the request has none of them (`WWW-Authenticate: Bearer`)",
+    )
+    AMBIGUOUS_CREDENTIALS = (
+        "ambiguous_credentials",
+        401,
+        "the request sends more than one credential (two `Authorization` headers, or a header and a WebSocket key subprotocol): it is refused, whichever would pass",
     )
     ADMIN_REQUIRED = (
         "admin_required",
@@ -170,7 +177,7 @@ class ErrorCode(StrEnum):
     SCORES_NOT_KEPT = (
         "scores_not_kept",
         409,
-        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+        "new post-processing parameters for a job whose scores were not kept (its models changed, it ended before they were kept, or their file is damaged)",
     )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
@@ -195,7 +202,8 @@ class ErrorCode(StrEnum):
     INVALID_STREAM_MESSAGE = (
         "invalid_stream_message",
         422,
-        "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
+        "a live stream's message is not what the protocol takes at that point (the message names what it takes), or a text message passed "
+        f"{size_text(MAX_STREAM_TEXT_BYTES)} or nests deeper than {MAX_STREAM_TEXT_DEPTH} levels",
     )
     INVALID_SOURCE = (
         "invalid_source",
@@ -255,7 +263,7 @@ class ErrorCode(StrEnum):
     AUDIO_FORMAT_CHANGED = (
         "audio_format_changed",
         422,
-        "the stream changes sample rate or channels midway (chained Ogg, concatenated ADTS or MP3)",
+        "the stream changes codec, sample rate or channels midway (chained Ogg, concatenated WebM, ADTS or MP3)",
     )
     CANCELLED = (
         "cancelled",
@@ -266,6 +274,11 @@ class ErrorCode(StrEnum):
         "internal_error",
         500,
         "an unexpected server fault; the message has the request id, the log the traceback",
+    )
+    JOB_RESULT_DAMAGED = (
+        "job_result_damaged",
+        500,
+        "a done job's stored result file cannot be read (damaged, or removed outside the server): submit the recording again",
     )
     STAGE_FAILED = (
         "stage_failed",
@@ -311,7 +324,12 @@ class ErrorCode(StrEnum):
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",
         507,
-        "the upload directory is full or unwritable; the partial file is removed",
+        "the upload directory or the job store's data directory is full or unwritable; the partial file is removed (a job's `error` when its files could not be written)",
+    )
+    JOB_STORAGE_FULL = (
+        "job_storage_full",
+        507,
+        "the job store's files pass `job_storage_bytes` with only jobs queued, running or not yet read: no new job until some are read, deleted or past `job_retention_s`",
     )
 
 
@@ -386,7 +404,8 @@ class BodyTimeout(ArengineError, shared.BodyTimeout):
 
 
 class InsufficientStorage(ArengineError, shared.InsufficientStorage):
-    """The upload could not be spooled: the upload directory is full or unwritable."""
+    """A file could not be written: the upload directory or the job store's is full or
+    unwritable."""
 
     default_code = ErrorCode.INSUFFICIENT_STORAGE
 

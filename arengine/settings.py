@@ -12,6 +12,10 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+HTTP_PARSERS = ("httptools", "h11")
+"""The HTTP/1.1 parsers `Settings.http_parser` takes (`arengine/http/protocol.py`); the first is
+the default."""
+
 
 class Settings(BaseSettings):
     """Server, engine and limit settings; `arengine serve --help` lists them as flags.
@@ -147,6 +151,11 @@ class Settings(BaseSettings):
         le=1024**2,
         description="Largest request line plus headers in bytes, however they arrive (431 and the connection closed above it).",
     )
+    http_parser: str = Field(
+        HTTP_PARSERS[0],
+        pattern=f"^({'|'.join(HTTP_PARSERS)})$",
+        description="HTTP/1.1 parser: httptools (llhttp, in C: the least time under the GIL per body byte, and refuses request-smuggling shapes h11 accepts) or h11 (pure Python); both get the same connection limits.",
+    )
     max_connections: int = Field(
         1000,
         ge=1,
@@ -244,7 +253,7 @@ class Settings(BaseSettings):
         50 << 30,
         ge=1 << 20,
         le=1 << 50,
-        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs are removed, oldest first. Jobs queued or running are never removed.",
+        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs whose outcome has been read (result fetched, error seen) are removed, oldest first. Jobs queued, running or not yet read are never removed before job_retention_s; while they alone pass it, POST /v1/jobs answers 507 job_storage_full.",
     )
     webhook_url: str | None = Field(
         None,
@@ -471,6 +480,13 @@ MAX_METADATA_DEPTH = 16
 """How deep a reference's `metadata` may nest (the object itself is level 1): a few fields, not
 a document. Nested some hundreds deep, JSON is read back but cannot be answered (every listing of
 the library failed), and deeper still it is not even read."""
+
+MAX_STREAM_TEXT_BYTES = 4 << 10
+"""Bytes a live stream's text message (its opening, its end) may have: both take a few dozen."""
+
+MAX_STREAM_TEXT_DEPTH = 4
+"""Nesting a live stream's text message may have: both are flat objects; deeper JSON is refused
+before it is parsed, so no message can make the parser recurse."""
 
 
 def size_text(size: int) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from arengine.settings import HTTP_PARSERS, Settings
 from tests.conftest import RecordingFactory, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,3 +202,12 @@ def _ready(url: str, server: subprocess.Popen[bytes]) -> bool:
             pass
         time.sleep(0.2)
     return False
+
+
+def test_the_default_http_parser_is_installed_with_the_package() -> None:
+    """A pip install and the image (the same `pip install`) serve with the same parser: the
+    default one is a dependency, not an extra uvicorn may or may not find."""
+    dependencies = _project(ROOT)["project"]["dependencies"]
+    names = {re.split(r"[<>=!~ ;\[]", dependency)[0].lower() for dependency in dependencies}
+    assert HTTP_PARSERS[0] in names
+    assert Settings.model_fields["http_parser"].default == HTTP_PARSERS[0]

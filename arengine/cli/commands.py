@@ -309,6 +309,7 @@ def serve(settings: Settings, argv: list[str]) -> None:
     from arengine.system.allocator import active_allocator, reexec_with_jemalloc
     from arengine.system.logs import configure as configure_logging
 
+    _check_job_store(settings)
     if settings.jemalloc:
         reexec_with_jemalloc(argv, settings.malloc_conf)
     # OpenMP reads this when torch loads; set before the import so no pool starts wider.
@@ -335,6 +336,19 @@ def serve(settings: Settings, argv: list[str]) -> None:
     if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
     server.run(create_app(settings), settings)
+
+
+def _check_job_store(settings: Settings) -> None:
+    """Exit with one line naming the job store and what to do when it cannot be opened, before
+    the server starts (where it would be a traceback from the application's start)."""
+    if settings.data_dir is None:
+        return
+    from arengine.jobs.store import JobStore, StoreUnusable
+
+    try:
+        JobStore.open(settings.data_dir).close()
+    except StoreUnusable as error:
+        sys.exit(f"arengine: {error}")
 
 
 def _engine(settings: Settings) -> Any:

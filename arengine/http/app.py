@@ -107,7 +107,9 @@ def create_app(settings: Settings) -> FastAPI:
         # An administrator may do what a user may: the references endpoints check for the
         # administrator keys themselves.
         keys = (*keys, *settings.admin_key_list())
-        app.add_middleware(ApiKeyMiddleware, keys=keys, public_paths=public)
+        app.add_middleware(
+            ApiKeyMiddleware, keys=keys, public_paths=public, public_prefixes=web.PUBLIC_PREFIXES
+        )
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -119,7 +121,7 @@ def create_app(settings: Settings) -> FastAPI:
         SecurityMiddleware,
         hosts=_allowed_hosts(settings),
         origins=(settings.cors_origins or "").split(",") if settings.cors_origins else (),
-        csp={"/docs": web.DOCS_CSP},
+        csp={"/docs": web.DOCS_CSP, web.SITE_PATH: web.SITE_CSP},
     )
     app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)

@@ -1,7 +1,8 @@
 """Slow and idle clients against a real server: drippers, slowloris, idle connections, the
 connection cap, descriptor exhaustion, and what the protocol refuses before the application.
 
-Settings are small (a 3 s grace period, 1 s header timeout) so each case takes seconds.
+Settings are small (a 3 s grace period, 1 s header timeout) so each case takes seconds. Each
+case runs under each HTTP parser (`--http-parser`).
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from arengine.settings import HTTP_PARSERS
 from tests.conftest import Server, ServerFactory, start_server, stop_server, wait_until
 
 MIN_RATE = 2000
 GRACE_S = 3.0
 
 
-@pytest.fixture(scope="module")
-def server(serve: ServerFactory) -> Server:
+@pytest.fixture(scope="module", params=HTTP_PARSERS)
+def server(serve: ServerFactory, request: pytest.FixtureRequest) -> Server:
     return serve(
+        "--http-parser",
+        request.param,
         "--models",
         "speech",
         "--engine-threads",

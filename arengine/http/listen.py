@@ -97,8 +97,7 @@ async def listen(websocket: WebSocket) -> None:
                 engine.settings.max_channels,
                 (engine.settings.min_sample_rate, engine.settings.max_sample_rate),
             )
-            session = _Session(websocket, engine, fmt, started)
-            session.source = source
+            session = _Session(websocket, engine, fmt, started, source)
             try:
                 code, reason = await session.run(recognizers, overrides)
             finally:
@@ -190,14 +189,19 @@ class _Session:
     """One accepted stream: its spool, its job, a reader of audio and a sender of lines."""
 
     def __init__(
-        self, websocket: WebSocket, engine: Engine, fmt: StreamFormat, started: float
+        self,
+        websocket: WebSocket,
+        engine: Engine,
+        fmt: StreamFormat,
+        started: float,
+        source: str = DEFAULT_SOURCE,
     ) -> None:
         self.websocket = websocket
         self.engine = engine
         self.settings = engine.settings
         self.metrics: Metrics = websocket.app.state.metrics
         self.format = fmt
-        self.source = DEFAULT_SOURCE
+        self.source = source
         """The stream's `?source=` (`arengine/live/sources.py`)."""
         self.notice: StreamNotice | None = None
         """What it tells the MQTT broker, when there is one (`arengine/notify/`)."""
@@ -234,13 +238,17 @@ class _Session:
     ) -> tuple[int, str]:
         feed = _LiveFeed(self.spool)
         request_id: str = self.websocket.scope.get("state", {}).get("request_id", "listen")
-        notice = notify(self.websocket.app.state.mqtt, self.source, recognizers)
+        notice = self.notice = notify(self.websocket.app.state.mqtt, self.source, recognizers)
         opened = None if notice is None else notice.opened
-        job = self.engine.listen(
-            self.spool.arrival, recognizers, overrides, request_id, feed.listener(), opened
-        )
+        try:
+            job = self.engine.listen(
+                self.spool.arrival, recognizers, overrides, request_id, feed.listener(), opened
+            )
+        except BaseException:
+            if notice is not None:  # its source would stay online
+                notice.close()
+            raise
         feed.watch(job)
-        self.notice = notice
         single = recognizers[0].name if len(recognizers) == 1 else None
         tasks = [asyncio.ensure_future(self._read(job))]
         if self.decoder is not None:

@@ -423,12 +423,15 @@ def test_a_page_of_another_origin_cannot_open_a_stream(server: Server, talk: Rec
 
 
 def test_live_tags_are_counted_per_model_and_label(server: Server, talk: Recording) -> None:
-    before = _series(server, 'arengine_live_tags_total{label="speech",model="speech"}')
-    lags = _series(server, 'arengine_live_lag_seconds_count{model="speech"}')
+    """By source too: a stream that names none is `default`'s."""
+    tags = 'arengine_live_tags_total{label="speech",model="speech",source="default"}'
+    counts = 'arengine_live_lag_seconds_count{model="speech",source="default"}'
+    before, lags = _series(server, tags), _series(server, counts)
     lines, _, _ = _stream(server, _pcm(talk.path))
     assert len(_tags(lines)) == 2
-    assert _series(server, 'arengine_live_tags_total{label="speech",model="speech"}') == before + 2
-    assert _series(server, 'arengine_live_lag_seconds_count{model="speech"}') == lags + 2
+    assert all(tag["source"] == "default" for tag in lines if "label" in tag)
+    assert _series(server, tags) == before + 2
+    assert _series(server, counts) == lags + 2
 
 
 def test_the_async_client_yields_the_tags_and_raises_the_servers_error(

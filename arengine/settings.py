@@ -24,7 +24,11 @@ class Settings(BaseSettings):
     9000
     """
 
-    model_config = SettingsConfigDict(env_prefix="ARENGINE_", frozen=True, extra="forbid")
+    # hide_input_in_errors: a refusal must not print what came in, keys and passwords (an
+    # mqtt_url's user:pass@) among it.
+    model_config = SettingsConfigDict(
+        env_prefix="ARENGINE_", frozen=True, extra="forbid", hide_input_in_errors=True
+    )
 
     host: str = Field(
         "127.0.0.1", description="Interface to bind; anything but loopback is an explicit choice."
@@ -421,9 +425,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _mqtt_password_once(self) -> Settings:
+    def _mqtt_broker(self) -> Settings:
         if self.mqtt_password is not None and self.mqtt_password_file is not None:
             raise ValueError("set mqtt_password or mqtt_password_file, not both")
+        if self.mqtt_url is not None:
+            # Imported here: the notifier reads the settings. A wrong URL or credentials stop
+            # `serve` at once, with the message, rather than in the app's start.
+            from arengine.notify.mqtt import Broker
+
+            Broker.of(self)
         return self
 
     def api_key_list(self) -> tuple[str, ...]:

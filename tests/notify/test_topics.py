@@ -65,11 +65,17 @@ def test_the_password_comes_from_the_environment_or_a_file(
         ({"mqtt_url": "mqtt://h", "mqtt_password": "q"}, "needs a user name"),
     ],
 )
-def test_credentials_given_twice_or_half_are_refused(
+def test_credentials_given_twice_or_half_are_refused_with_the_settings(
     settings: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        Broker.of(Settings(**settings))  # type: ignore[arg-type]
+        Settings(**settings)  # type: ignore[arg-type]
+
+
+def test_a_wrong_url_stops_serve_with_its_message_and_not_its_password() -> None:
+    with pytest.raises(ValueError, match="broker's address only") as refused:
+        Settings(mqtt_url="mqtt://user:pa55word@host/topic")
+    assert "pa55word" not in str(refused.value)
 
 
 def test_the_password_is_never_a_flag() -> None:

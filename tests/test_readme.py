@@ -11,7 +11,7 @@ from pathlib import Path
 
 from arengine.cli.commands import ENV_ONLY
 from arengine.errors import ErrorCode
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
 from arengine.outputs.formats import FORMATS
 from arengine.settings import (
     MAX_FIELD_BYTES,

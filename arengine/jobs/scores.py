@@ -40,8 +40,8 @@ from typing import Any, overload
 import numpy as np
 import zstandard
 
-from arengine.models.recognizer import Recognizer
-from arengine.postprocess.notes import NOTE_COLUMNS
+from arengine.kinds.base import Recognizer
+from arengine.kinds.notes.tagger import NOTE_COLUMNS
 from arengine.postprocess.palette import MAX_VALUES, Palette
 
 _FRAME = struct.Struct("<II")

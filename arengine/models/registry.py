@@ -18,10 +18,10 @@ import numpy as np
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.models.kinds import KINDS, Kind, kind_of
-from arengine.models.manifest import Manifest, ManifestError, read_manifest
-from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.runtimes import RUNTIMES
+from arengine.kinds.base import Kind, Overrides, Recognizer
+from arengine.kinds.catalog import KINDS, kind_of
+from arengine.kinds.classifier.runtimes import RUNTIMES
+from arengine.kinds.manifest import Manifest, ManifestError, read_manifest
 from arengine.postprocess.labels import understands
 from arengine.postprocess.vocabulary import Vocabulary
 

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 
 from arengine.errors import ErrorCode
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
 from tests.http.conftest import InProcessClient
 
 

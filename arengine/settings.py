@@ -344,6 +344,11 @@ the demuxer's and the analyser's memory."""
 MAX_PACKET_BYTES = 16 << 20
 """Float32 bytes one compressed packet may decode to (a real one: well under 1 MiB)."""
 
+MAX_METADATA_DEPTH = 16
+"""How deep a reference's `metadata` may nest (the object itself is level 1): a few fields, not
+a document. Nested some hundreds deep, JSON is read back but cannot be answered (every listing of
+the library failed), and deeper still it is not even read."""
+
 
 def size_text(size: int) -> str:
     """A byte count as messages and docs write it.

@@ -13,12 +13,18 @@ reads, in this order of trust:
 A time with a zone (GUANO's offset, AudioMoth's UTC offset) comes back aware; the others naive
 (the recorder's local clock). Only the chunk headers are read, so a file of any length costs a few
 small reads.
+
+What a file says is data, not a promise: a time that is not a date (month 13), a `TimeReference`
+past one day, or a date so late that the recording's times after it are not dates any more
+(9999-12-31) gives a warning and no time from that place; the next place is read then.
 """
 
 from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -29,26 +35,68 @@ _AUDIOMOTH = re.compile(
 )
 _MAX_TEXT = 1 << 16
 """The most bytes of a text chunk read (GUANO and INFO are a few hundred)."""
+SPAN = timedelta(days=366)
+"""How far past its first sample a recording's times must still be dates (a result holds at
+most 116 days): an earlier or later start is refused, so no output format meets a time it
+cannot write."""
+_EARLIEST, _LATEST = datetime.min + timedelta(days=1), datetime.max - SPAN
+"""A day of room before: an aware time's UTC offset moves it by less than a day."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordingTime:
+    """When the first sample was recorded (None where the file says nothing usable), and why a
+    time the file states was not used."""
+
+    when: datetime | None
+    warnings: tuple[str, ...] = ()
+
+
+def recording_time(path: Path, name: str | None = None) -> RecordingTime:
+    """The wall-clock time of the recording's first sample, and what was wrong with any time the
+    file states but that cannot be used (each place that gives one is read in order of trust).
+
+    `name` is the name the user gave the file (an upload's), when `path` is a temporary copy.
+
+    >>> recording_time(Path("/nonexistent/SITE_99991231_235959.wav")).warnings
+    ('the file name gives 9999-12-31T23:59:59, too late to be a recording time: ignored',)
+    """
+    chunks = _riff_chunks(path)
+    sample_rate = _sample_rate(chunks.get(b"fmt "))
+    warnings: list[str] = []
+    readers: tuple[tuple[str, Callable[[list[str]], datetime | None]], ...] = (
+        ("the bext chunk", lambda warn: _bext(chunks.get(b"bext"), sample_rate, warn)),
+        ("the GUANO Timestamp", lambda warn: _guano(chunks.get(b"guan"), warn)),
+        ("the AudioMoth comment", lambda warn: _audiomoth(chunks.get(b"LIST"), warn)),
+        ("the file name", lambda warn: _from_name(name or path.name)),
+    )
+    for place, read in readers:
+        found = read(warnings)
+        if found is None:
+            continue
+        problem = _out_of_range(found)
+        if problem is None:
+            return RecordingTime(found, tuple(warnings))
+        warnings.append(f"{place} gives {found.isoformat()}, {problem}: ignored")
+    return RecordingTime(None, tuple(warnings))
 
 
 def recorded_at(path: Path, name: str | None = None) -> datetime | None:
-    """The wall-clock time of the recording's first sample, or None where the file says none.
-
-    `name` is the name the user gave the file (an upload's), when `path` is a temporary copy.
+    """The wall-clock time of the recording's first sample, or None where the file says none
+    (`recording_time` also says why a stated time was not used).
 
     >>> recorded_at(Path("/nonexistent/SITE_20250501_053000.wav"))
     datetime.datetime(2025, 5, 1, 5, 30)
     """
-    chunks = _riff_chunks(path)
-    sample_rate = _sample_rate(chunks.get(b"fmt "))
-    for found in (
-        _bext(chunks.get(b"bext"), sample_rate),
-        _guano(chunks.get(b"guan")),
-        _audiomoth(chunks.get(b"LIST")),
-        _from_name(name or path.name),
-    ):
-        if found is not None:
-            return found
+    return recording_time(path, name).when
+
+
+def _out_of_range(when: datetime) -> str | None:
+    naive = when.replace(tzinfo=None)
+    if naive > _LATEST:
+        return "too late to be a recording time"
+    if naive < _EARLIEST:
+        return "too early to be a recording time"
     return None
 
 
@@ -91,7 +139,10 @@ def _sample_rate(fmt: bytes | None) -> int | None:
     return struct.unpack_from("<I", fmt, 4)[0] if fmt is not None and len(fmt) >= 8 else None
 
 
-def _bext(chunk: bytes | None, sample_rate: int | None) -> datetime | None:
+_DAY_S = 86_400
+
+
+def _bext(chunk: bytes | None, sample_rate: int | None, warnings: list[str]) -> datetime | None:
     if chunk is None or len(chunk) < 346:
         return None
     date = chunk[320:330].decode("ascii", "replace")
@@ -102,16 +153,30 @@ def _bext(chunk: bytes | None, sample_rate: int | None) -> datetime | None:
         return None
     try:
         day = datetime(int(digits[0]), int(digits[1]), int(digits[2]))
-        reference = (high << 32) | low
-        if reference and sample_rate:
-            return day + timedelta(seconds=reference / sample_rate)
-        hms = [int(x) for x in re.findall(r"\d+", clock)]
-        return day.replace(hour=hms[0], minute=hms[1], second=hms[2]) if len(hms) == 3 else None
     except ValueError:
+        warnings.append(f"the bext chunk's OriginationDate {date!r} is not a date: ignored")
+        return None
+    reference = (high << 32) | low
+    if reference and sample_rate:
+        # Samples since midnight: a day's worth or more is not a time of that day (and 2**52
+        # samples overflowed `timedelta`); OriginationTime is the time then.
+        if reference < _DAY_S * sample_rate:
+            return day + timedelta(seconds=reference / sample_rate)
+        warnings.append(
+            f"the bext chunk's TimeReference ({reference} samples at {sample_rate} Hz) is not a "
+            "time of day: OriginationTime used instead"
+        )
+    hms = [int(x) for x in re.findall(r"\d+", clock)]
+    if len(hms) != 3:
+        return None
+    try:
+        return day.replace(hour=hms[0], minute=hms[1], second=hms[2])
+    except ValueError:
+        warnings.append(f"the bext chunk's OriginationTime {clock!r} is not a time: ignored")
         return None
 
 
-def _guano(chunk: bytes | None) -> datetime | None:
+def _guano(chunk: bytes | None, warnings: list[str]) -> datetime | None:
     if chunk is None:
         return None
     for line in chunk.decode("utf-8", "replace").splitlines():
@@ -120,11 +185,13 @@ def _guano(chunk: bytes | None) -> datetime | None:
             try:
                 return datetime.fromisoformat(value.strip())
             except ValueError:
+                stated = value.strip()[:64]
+                warnings.append(f"the GUANO Timestamp {stated!r} is not a time: ignored")
                 return None
     return None
 
 
-def _audiomoth(chunk: bytes | None) -> datetime | None:
+def _audiomoth(chunk: bytes | None, warnings: list[str]) -> datetime | None:
     if chunk is None or chunk[:4] != b"INFO":
         return None
     found = _AUDIOMOTH.search(chunk.decode("latin-1"))
@@ -137,6 +204,7 @@ def _audiomoth(chunk: bytes | None) -> datetime | None:
         zone = UTC if not offset else timezone(offset)
         return datetime(year, month, day, hour, minute, second, tzinfo=zone)
     except ValueError:
+        warnings.append(f"the AudioMoth comment's time {found.group(0)!r} is not a time: ignored")
         return None
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from arengine.audio.arrival import Arrival, abandoned
-from arengine.audio.recorded import recorded_at
+from arengine.audio.recorded import recorded_at, recording_time
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
@@ -421,9 +421,11 @@ class Job:
         info = self._sources.info()  # the decoded length, not the header's claim
         # Read at the end: recorders write GUANO after the audio, which a WAV read while it
         # uploads has only now (unless its last bytes are still on their way).
-        when = recorded_at(self.spec.path, self.spec.name)
-        if when is not None:
-            info = dataclasses.replace(info, recorded_at=when.isoformat())
+        found = recording_time(self.spec.path, self.spec.name)
+        if found.when is not None:
+            info = dataclasses.replace(info, recorded_at=found.when.isoformat())
+        if found.warnings:
+            info = dataclasses.replace(info, warnings=(*info.warnings, *found.warnings))
         with self._lock:
             if self.finished:
                 return

@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import torch
 from anyio import to_thread
@@ -22,7 +23,11 @@ from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
-from arengine.http.errors import InternalErrorMiddleware, install_error_handlers
+from arengine.http.errors import (
+    InternalErrorMiddleware,
+    install_error_handlers,
+    with_any_request_errors,
+)
 from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopback
 from arengine.http.upload_dir import UploadDir
 from arengine.jobs.runner import JobRunner, Replica, Retention
@@ -68,7 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
             engine.close()
             uploads.close()
 
-    app = FastAPI(
+    app = _App(
         title="arengine",
         version=__version__,
         lifespan=lifespan,
@@ -109,6 +114,16 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(AccessLogMiddleware)
     app.add_middleware(RequestIdMiddleware)  # added last, so outermost: the access log sees the id
     return app
+
+
+class _App(FastAPI):
+    """FastAPI, whose OpenAPI document also lists what any request may be answered before a
+    route sees it (a 431 from the protocol, a bad Host), on every operation."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            self.openapi_schema = with_any_request_errors(super().openapi())
+        return self.openapi_schema
 
 
 def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:

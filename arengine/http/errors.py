@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine.errors import ArengineError, ErrorCode
@@ -59,6 +60,39 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
+ANY_REQUEST = (
+    ErrorCode.BAD_REQUEST,
+    ErrorCode.BAD_CONTENT_LENGTH,
+    ErrorCode.AMBIGUOUS_LENGTH,
+    ErrorCode.FORBIDDEN_HOST,
+    ErrorCode.HEADER_TIMEOUT,
+    ErrorCode.HEADERS_TOO_LARGE,
+    ErrorCode.TOO_MANY_CONNECTIONS,
+)
+"""What any request may be answered before a route sees it: the protocol's refusals
+(`protocol.py`) and the Host check (`security.py`)."""
+_OPERATIONS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def with_any_request_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` (FastAPI's OpenAPI document, changed in place) with `ANY_REQUEST` among the
+    responses of every operation, so that a client reads a 431 or a 408 there too."""
+    error_body = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    for item in schema.get("paths", {}).values():
+        for method, operation in item.items():
+            if method not in _OPERATIONS:
+                continue
+            responses = operation.setdefault("responses", {})
+            for code in ANY_REQUEST:
+                entry = responses.setdefault(
+                    str(code.status), {"description": "", "content": error_body}
+                )
+                if f"`{code}`" not in entry["description"]:
+                    said = [entry["description"]] if entry["description"] else []
+                    entry["description"] = "; ".join([*said, f"`{code}`: {code.description}"])
+    return schema
+
+
 def _count_refusal(request: Request, code: ErrorCode) -> None:
     if 400 <= code.status < 500 or code.status == 503:
         metrics: Metrics = request.app.state.metrics
@@ -87,7 +121,27 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
 async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
     code = _HTTP_CODES.get(error.status_code, ErrorCode.BAD_REQUEST)
     _count_refusal(request, code)
-    return error_response(code, str(error.detail), status=error.status_code)
+    response = error_response(code, str(error.detail), status=error.status_code)
+    if error.status_code == 405:  # RFC 9110 15.5.6: a 405 says what the path takes
+        response.headers["Allow"] = ", ".join(_allowed_methods(request))
+    return response
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """The methods some route of the request's path takes: Starlette's own `Allow` names only
+    those of the first route that matched, where a path often has one route a method. Each
+    method is asked of the routes (included routers answer `matches` as a route does)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes
+        )
+    ]
 
 
 class InternalErrorMiddleware:

@@ -27,7 +27,7 @@ from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
-from arengine.http.schemas import JobResultQuery, RecognizeQuery, RecognizeResponse
+from arengine.http.schemas import JobQuery, JobResultQuery, RecognizeResponse
 from arengine.http.streaming import ending, error_line, ndjson, tag_lines
 from arengine.http.uploads import (
     AUDIO_BODY,
@@ -102,18 +102,12 @@ class JobsResponse(BaseModel):
     responses=error_responses(),
     openapi_extra=AUDIO_BODY,
 )
-async def create_job(request: Request, query: Annotated[RecognizeQuery, Query()]) -> JSONResponse:
+async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> JSONResponse:
     """Store an upload as a job (the body and parameters of `POST /v1/recognize`): 202 and a
     `Location` once it is safely on disk; the job runs whether or not the client stays."""
     started = received_at(request)
     runner = _runner(request)
     refuse_repeated(request)
-    if query.format is not None or query.progress or query.timeout_s is not None:
-        raise InvalidInput(
-            "format, progress and timeout_s do not apply to a job: ask "
-            "GET /v1/jobs/{id}/result for a format",
-            code=ErrorCode.INVALID_PARAMETER,
-        )
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
     overrides = query.overrides()

@@ -40,10 +40,10 @@ from arengine.errors import (
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.uploads import AUDIO_BODY, UploadLimits, UploadPace, check_declared_length, spool
-from arengine.kinds.fingerprint.library import Library, Reference
+from arengine.kinds.fingerprint.library import Library, Reference, metadata_depth
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.kinds.fingerprint.references import add_file
-from arengine.settings import Settings
+from arengine.settings import MAX_METADATA_DEPTH, Settings
 
 MAX_METADATA_CHARS = 4096
 """The longest `metadata` (JSON text) a reference takes: a few fields, not a document."""
@@ -126,7 +126,8 @@ async def add_reference(
         str | None,
         Query(
             max_length=MAX_METADATA_CHARS,
-            description='A JSON object kept with it, e.g. `{"client": "acme"}`.',
+            description='A JSON object kept with it, e.g. `{"client": "acme"}`, nested at most '
+            f"{MAX_METADATA_DEPTH} levels deep.",
         ),
     ] = None,
 ) -> Response:
@@ -245,15 +246,25 @@ def _writer(request: Request) -> CapacityLimiter:
 
 
 def _metadata(text: str | None) -> dict[str, Any]:
+    """The `metadata` query as stored: a JSON object of bounded size (the query's length) and
+    depth, refused at the door (stored, a deep one failed every later listing of the library)."""
     if text is None:
         return {}
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidInput(f"metadata: not JSON ({error.msg} at character {error.pos})") from None
+        raise _bad_metadata(f"not JSON ({error.msg} at character {error.pos})") from None
+    except RecursionError:  # nested past what the parser reads (about 1,000 levels)
+        raise _bad_metadata(f"nested more than {MAX_METADATA_DEPTH} levels deep") from None
     if not isinstance(value, dict):
-        raise InvalidInput(f"metadata: a JSON object is needed, got a {type(value).__name__}")
+        raise _bad_metadata(f"a JSON object is needed, got a {type(value).__name__}")
+    if metadata_depth(value) > MAX_METADATA_DEPTH:
+        raise _bad_metadata(f"nested more than {MAX_METADATA_DEPTH} levels deep")
     return value
+
+
+def _bad_metadata(problem: str) -> InvalidInput:
+    return InvalidInput(f"metadata: {problem}", code=ErrorCode.INVALID_PARAMETER)
 
 
 def _stem(filename: str | None) -> str | None:

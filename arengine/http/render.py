@@ -38,8 +38,8 @@ from arengine.errors import (
     UnsupportedFormat,
 )
 from arengine.http.errors import error_responses, problem_text
-from arengine.http.schemas import RecognizeResponse
-from arengine.outputs.formats import Format, get_format, known_formats
+from arengine.http.schemas import RecognizeResponse, format_enum
+from arengine.outputs.formats import STREAM, Format, get_format, known_formats
 from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, size_text
 from arengine.types import Result, Tag
 
@@ -66,7 +66,11 @@ _RESULT_BODY = {
 )
 async def render(
     request: Request,
-    format: Annotated[str, Query(max_length=16, description=f"One of: {known_formats()}.")],
+    format: Annotated[
+        str,
+        Query(max_length=16, description=f"One of: {known_formats()} but {STREAM}.",
+              json_schema_extra=format_enum(stream=False)),
+    ],
     name: Annotated[
         str | None,
         Query(max_length=255, description="The recording's file name: the download is named "

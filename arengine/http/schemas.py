@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from arengine.kinds.catalog import KINDS
 from arengine.models.registry import LoadedModel, weights_format_of
-from arengine.outputs.formats import STREAM, Format, get_format, known_formats
+from arengine.outputs.formats import FORMAT_NAMES, STREAM, Format, get_format, known_formats
 from arengine.postprocess.vocabulary import Vocabulary
 from arengine.types import Result, result_dict, result_of
 
@@ -22,8 +22,9 @@ DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
 
 
-class _QueryBase(BaseModel):
-    """Query parameters of `POST /v1/recognize` other than post-processing overrides."""
+class _UploadBase(BaseModel):
+    """Query parameters of an upload to tag (`POST /v1/recognize`, `POST /v1/jobs`) other than
+    post-processing overrides."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -36,18 +37,6 @@ class _QueryBase(BaseModel):
         "commas (`speech,notes`): the upload is decoded once, every tag carries its `model`, "
         "and the tags of all of them come in one timestamp order.",
     )
-    timeout_s: float | None = Field(
-        None,
-        ge=0.5,
-        le=86_400,
-        description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
-    )
-    format: str | None = Field(
-        None,
-        max_length=16,
-        description=f"Response format (see GET /v1/formats): {known_formats()}; {STREAM} streams "
-        "the tags as they are final. Default: from the Accept header, else json.",
-    )
     stream: int | None = Field(
         None,
         ge=0,
@@ -56,6 +45,33 @@ class _QueryBase(BaseModel):
         "(default: the first; video streams are never decoded).",
     )
 
+    def overrides(self) -> dict[str, float | str]:
+        """The post-processing parameters the client set; the model's defaults fill the rest."""
+        return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
+
+
+def format_enum(*, stream: bool) -> dict[str, Any]:
+    """The OpenAPI `enum` of a `format` parameter: every name it takes (`ndjson` where it
+    streams). The check itself is `get_format`'s, whose message lists them."""
+    return {"enum": [*FORMAT_NAMES, *([STREAM] if stream else [])]}
+
+
+class _QueryBase(_UploadBase):
+    """Query parameters of `POST /v1/recognize` other than post-processing overrides."""
+
+    timeout_s: float | None = Field(
+        None,
+        ge=0.5,
+        le=86_400,
+        description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
+    )
+    format: (
+        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(stream=True))] | None
+    ) = Field(
+        None,
+        description=f"Response format (see GET /v1/formats): {known_formats()}; {STREAM} "
+        "streams the tags as they are final. Default: from the Accept header, else json.",
+    )
     progress: bool = Field(
         False,
         description=f"{STREAM} only: also send a `progress` line (`audio_s` post-processed, "
@@ -69,9 +85,24 @@ class _QueryBase(BaseModel):
             get_format(name)  # ValueError listing the formats: a 422
         return name
 
-    def overrides(self) -> dict[str, float | str]:
-        """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
+
+_NOT_FOR_JOBS = ("format", "progress", "timeout_s")
+"""`POST /v1/recognize`'s options that a job has no use for (its result is fetched later)."""
+
+
+class _JobBase(_UploadBase):
+    """Query parameters of `POST /v1/jobs` other than post-processing overrides: the upload's,
+    without what only a waiting client uses (so the schema does not offer them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_waiting_options(cls, values: Any) -> Any:
+        if isinstance(values, dict) and any(name in values for name in _NOT_FOR_JOBS):
+            raise ValueError(
+                f"{', '.join(_NOT_FOR_JOBS)} do not apply to a job: ask "
+                "GET /v1/jobs/{id}/result for a format"
+            )
+        return values
 
 
 def _override_fields() -> dict[str, Any]:
@@ -123,12 +154,19 @@ class _ListenBase(BaseModel):
 
 if TYPE_CHECKING:
     RecognizeQuery = _QueryBase
+    JobQuery = _JobBase
     ListenQuery = _ListenBase
 else:
     RecognizeQuery = create_model(
         "RecognizeQuery",
         __base__=_QueryBase,
         __doc__="Query parameters of `POST /v1/recognize`, overrides of every kind included.",
+        **_override_fields(),
+    )
+    JobQuery = create_model(
+        "JobQuery",
+        __base__=_JobBase,
+        __doc__="Query parameters of `POST /v1/jobs`, overrides of every kind included.",
         **_override_fields(),
     )
     ListenQuery = create_model(
@@ -144,11 +182,12 @@ class _JobResultBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: str | None = Field(
+    format: (
+        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(stream=False))] | None
+    ) = Field(
         None,
-        max_length=16,
-        description=f"One of: {known_formats()} but {STREAM}. Default: from the Accept header, "
-        "else json.",
+        description=f"One of: {known_formats()} but {STREAM}. Default: from the Accept "
+        "header, else json.",
     )
 
     def overrides(self) -> dict[str, float | str]:

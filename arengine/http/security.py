@@ -48,11 +48,23 @@ def is_loopback(host: str) -> bool:
 
 
 def host_name(value: str) -> str:
-    """The name of a `Host` header, without its port: `[::1]:8000` is `::1`."""
+    """The name of a `Host` header, without its port: `[::1]:8000` is `::1`.
+
+    Only a port of digits is taken off: `127.0.0.1:1@evil` stays whole (and so matches no
+    allowed name), where taking all after the last colon let it pass as `127.0.0.1`.
+    """
     value = value.strip().lower()
     if value.startswith("["):
-        return value[1:].partition("]")[0]
-    return value.rpartition(":")[0] if value.count(":") == 1 else value
+        name, _, rest = value[1:].partition("]")
+        return name if _is_port(rest) else value
+    name, colon, port = value.rpartition(":")
+    return name if colon and ":" not in name and _is_port(":" + port) else value
+
+
+def _is_port(text: str) -> bool:
+    """Whether `text` is what may follow a Host's name: nothing, or `:` and a port number."""
+    port = text[1:]
+    return text == "" or (text[:1] == ":" and (port == "" or (port.isascii() and port.isdigit())))
 
 
 class SecurityMiddleware:

@@ -2,7 +2,8 @@
 Praat TextGrid (written and read by `praatio`), ELAN EAF (`pympi-ling`) and JAMS.
 
 TextGrid and EAF tiers cannot hold overlapping intervals, so each label gets its own tier and a
-tag that overlaps an earlier one of its label goes to a further tier (`A4 (2)`).
+tag that overlaps an earlier one of its label goes to a further tier (`A4 (2)`); every tier's name
+is its own, even where a label reads like a further tier's.
 
 JAMS is written as plain JSON in its schema: the `jams` package pulls pandas, scipy and mir_eval
 into the server only to serialise a dict, and it warns under the current jsonschema; the tests
@@ -38,7 +39,7 @@ def _tiers(tags: tuple[Tag, ...]) -> dict[str, list[Tag]]:
     """Tags grouped into tiers with no overlap inside a tier: each tag (in start order) goes to
     the first of its label's tiers free at its start. Per label, a heap of the busy tiers by
     end and one of the free tiers by number: n log n, where trying every tier was quadratic."""
-    tiers: dict[str, list[Tag]] = {}
+    tiers: dict[tuple[str, int], list[Tag]] = {}
     busy: dict[str, list[tuple[float, int]]] = {}
     free: dict[str, list[int]] = {}
     for tag in sorted(tags, key=lambda t: t.start):
@@ -48,8 +49,25 @@ def _tiers(tags: tuple[Tag, ...]) -> dict[str, list[Tag]]:
             heapq.heappush(available, heapq.heappop(ends)[1])
         count = heapq.heappop(available) if available else len(ends) + 1
         heapq.heappush(ends, (tag.end, count))
-        tiers.setdefault(label if count == 1 else f"{label} ({count})", []).append(tag)
-    return tiers
+        tiers.setdefault((label, count), []).append(tag)
+    return _named(tiers)
+
+
+def _named(tiers: dict[tuple[str, int], list[Tag]]) -> dict[str, list[Tag]]:
+    """Each tier by a name of its own: its label, then `label (2)`, `label (3)`... for the
+    further ones. A label may itself read `A (2)`: the names of real labels are taken first and
+    a further tier that would reuse one gets `A (2.2)` instead (Praat refused the file, ELAN
+    merged the two tiers)."""
+    used = {label for label, count in tiers if count == 1}
+    named: dict[str, list[Tag]] = {}
+    for (label, count), tags in tiers.items():
+        name, again = (label, 1) if count == 1 else (f"{label} ({count})", 1)
+        while count > 1 and name in used:
+            again += 1
+            name = f"{label} ({count}.{again})"
+        used.add(name)
+        named[name] = tags
+    return named
 
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -106,7 +106,15 @@ def _wall_clock(result: Result) -> Callable[[float], str] | None:
     file's UTC offset where it gives one), when the result knows `audio.recorded_at`."""
     if result.audio.recorded_at is None:
         return None
-    start = datetime.fromisoformat(result.audio.recorded_at)
+    latest = max([result.audio.duration_s, *(tag.end for tag in result.tags)])
+    try:
+        start = datetime.fromisoformat(result.audio.recorded_at)
+        start + timedelta(seconds=latest)
+    except (ValueError, OverflowError):
+        # A time whose tags run past the last date (9999-12-31), or not a time: the engine
+        # refuses such a file's time with a warning, but a result sent to `/v1/render` may
+        # hold one. No wall clock then, as for a file that states no time.
+        return None
     return lambda seconds: (start + timedelta(seconds=seconds)).isoformat(timespec="milliseconds")
 
 
@@ -210,9 +218,13 @@ _LINE_BREAKS = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def _render_audacity(result: Result, source: str) -> str:
-    return "".join(
-        f"{t.start:.6f}\t{t.end:.6f}\t{_LINE_BREAKS.sub(' ', t.label)}\n" for t in result.tags
-    )
+    return "".join(f"{t.start:.6f}\t{t.end:.6f}\t{_audacity_label(t.label)}\n" for t in result.tags)
+
+
+def _audacity_label(label: str) -> str:
+    """One cell: a tab would start another column where a spreadsheet opens the file (and there
+    a formula, from `x\t=1+1`), a line break another label."""
+    return _inert(_LINE_BREAKS.sub(" ", label).replace("\t", " "))
 
 
 def _parse_audacity(text: str) -> list[Tag]:
@@ -222,7 +234,7 @@ def _parse_audacity(text: str) -> list[Tag]:
         if not line.strip() or line.startswith("\\"):
             continue
         start, end, label = [*line.split("\t", 2), ""][:3]
-        tags.append(Tag(float(start), float(end), label, 0.0))
+        tags.append(Tag(float(start), float(end), _read_inert(label), 0.0))
     return tags
 
 
@@ -259,9 +271,10 @@ def _render_raven(result: Result, source: str) -> str:
             low, high = tag.frequency_hz / _QUARTER_TONE, tag.frequency_hz * _QUARTER_TONE
         cells = [index, "Spectrogram 1", 1, f"{tag.start:.6f}", f"{tag.end:.6f}"]
         # Tab-separated: a label keeps its spaces ("American Robin", as BirdNET writes it).
-        label = re.sub(r"[\t\r\n]+", " ", tag.label).strip() or "_"
+        # Made inert after the trimming: trimmed, an inert " =1+1" would be a formula again.
+        label = _inert(_raven_text(tag.label) or "_")
         cells += [f"{low:.3f}", f"{high:.3f}", label, f"{tag.score:.6f}"]
-        cells += [tag.scientific_name or ""] if species else []
+        cells += [_inert(_raven_text(tag.scientific_name or ""))] if species else []
         cells += [clock(tag.start), clock(tag.end)] if clock else []
         if known:
             cells += [tag.reference or "", *(_seconds_cell(t) for t in _reference_span(tag))]
@@ -275,15 +288,20 @@ def _parse_raven(text: str) -> list[Tag]:
         Tag(
             float(row["Begin Time (s)"]),
             float(row["End Time (s)"]),
-            row.get("Annotation") or "",
+            _read_inert(row.get("Annotation") or ""),
             float(row.get("Score") or 0.0),
-            scientific_name=row.get("Scientific Name") or None,
+            scientific_name=_read_inert(row.get("Scientific Name") or "") or None,
             reference=row.get(_RAVEN_REFERENCE[0]) or None,
             reference_start=_optional(row.get(_RAVEN_REFERENCE[1])),
             reference_end=_optional(row.get(_RAVEN_REFERENCE[2])),
         )
         for row in rows
     ]
+
+
+def _raven_text(text: str) -> str:
+    """A text cell of a tab-separated line: tabs and line breaks as spaces."""
+    return re.sub(r"[\t\r\n]+", " ", text).strip()
 
 
 _RAVEN_REFERENCE = ["Reference", "Reference Begin (s)", "Reference End (s)"]

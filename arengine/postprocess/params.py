@@ -29,18 +29,23 @@ class Bounds:
     whole: bool = False
     infinite_is_unlimited: bool = False
     """`inf` is accepted and means no limit (manifests only: queries refuse non-finite numbers)."""
+    excluded: tuple[float, ...] = ()
+    """Values inside the range that mean nothing (birds' `week` 0: -1 is all year, 1-48 a week)."""
 
     def text(self) -> str:
         """The range as a client reads it, for example `0 < x < 1` or `0 <= x <= 60000`."""
         low = "<" if self.low_open else "<="
         high = "<" if self.high_open else "<="
         kind = "a whole number " if self.whole else ""
-        return f"{kind}{_number(self.low)} {low} x {high} {_number(self.high)}"
+        but = "".join(f", not {_number(value)}" for value in self.excluded)
+        return f"{kind}{_number(self.low)} {low} x {high} {_number(self.high)}{but}"
 
     def accepts(self, value: float) -> bool:
         if math.isinf(value) and value > 0 and self.infinite_is_unlimited:
             return True
         if not math.isfinite(value) or (self.whole and not float(value).is_integer()):
+            return False
+        if value in self.excluded:
             return False
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from arengine.audio.recorded import birdnet_week, recorded_at
+from arengine.audio.recorded import birdnet_week, recorded_at, recording_time
 
 RATE = 48000
 
@@ -91,3 +91,65 @@ def test_birdnets_48_week_year() -> None:
     assert birdnet_week(datetime(2025, 1, 1)) == 1
     assert birdnet_week(datetime(2025, 5, 1)) == 16  # day 121 of 365: ceil(15.9)
     assert birdnet_week(datetime(2024, 12, 31)) == 48
+
+
+def _guano(timestamp: bytes) -> bytes:
+    return _chunk(b"guan", b"GUANO|Version: 1.0\nTimestamp: " + timestamp + b"\n")
+
+
+def _moth(clock: bytes) -> bytes:
+    return _chunk(b"LIST", b"INFO" + _chunk(b"ICMT", b"Recorded at " + clock + b" by AudioMoth"))
+
+
+def test_a_time_too_late_for_the_recording_s_times_is_a_warning_and_no_time(
+    tmp_path: Path,
+) -> None:
+    """9999-12-31 23:59:59 from any place: the wall clock of a tag after it is no date (the
+    table formats answered 500); the time is left out, with a warning naming its place."""
+    late = [
+        ("name", [], "SITE_99991231_235959.wav"),
+        ("bext", [_bext(b"9999-12-31", b"23:59:59", 0)], "a.wav"),
+        ("GUANO", [_guano(b"9999-12-31T23:59:59")], "a.wav"),
+        ("AudioMoth", [_moth(b"23:59:59 31/12/9999 (UTC)")], "a.wav"),
+    ]
+    for place, chunks, name in late:
+        found = recording_time(_wav(tmp_path / name, chunks))
+        assert found.when is None, place
+        [warning] = found.warnings
+        assert "9999-12-31T23:59:59" in warning and "too late" in warning, warning
+    early = recording_time(_wav(tmp_path / "b.wav", [_guano(b"0001-01-01T00:00:00+05:00")]))
+    assert early.when is None and "too early" in early.warnings[0]
+
+
+def test_a_later_place_gives_the_time_when_an_earlier_one_is_impossible(tmp_path: Path) -> None:
+    path = _wav(tmp_path / "SITE_20250501_053000.wav", [_guano(b"9999-12-31T23:59:59")])
+    found = recording_time(path)
+    assert found.when == datetime(2025, 5, 1, 5, 30)
+    assert len(found.warnings) == 1 and "GUANO" in found.warnings[0]
+
+
+def test_a_bext_time_reference_of_a_day_or_more_is_not_a_time_of_day(tmp_path: Path) -> None:
+    """2**52 samples overflowed `timedelta` (500 `stage_failed` in every format); a day and a
+    second moved the date silently. Both: a warning, and OriginationTime instead."""
+    for reference in (1 << 52, (1 << 64) - 1, (86_400 + 1) * RATE, 86_400 * RATE):
+        path = _wav(tmp_path / "a.wav", [_bext(b"2025-05-01", b"05:31:10", reference)])
+        found = recording_time(path)
+        assert found.when == datetime(2025, 5, 1, 5, 31, 10), reference
+        [warning] = found.warnings
+        assert "TimeReference" in warning and f"{reference} samples" in warning
+    # The day's last sample is a time of that day.
+    last = _wav(tmp_path / "b.wav", [_bext(b"2025-05-01", b"05:31:10", 86_400 * RATE - 1)])
+    assert recorded_at(last) == datetime(2025, 5, 1, 23, 59, 59, 999979)
+
+
+def test_impossible_times_in_the_file_are_warnings(tmp_path: Path) -> None:
+    for chunk, place in (
+        (_bext(b"2025-13-01", b"05:31:10", 0), "OriginationDate"),
+        (_bext(b"2025-05-01", b"25:61:10", 0), "OriginationTime"),
+        (_guano(b"2025-05-01 at dawn"), "GUANO"),
+        (_moth(b"05:30:00 31/02/2025 (UTC)"), "AudioMoth"),
+        (_moth(b"05:30:00 01/05/2025 (UTC+30)"), "AudioMoth"),
+    ):
+        found = recording_time(_wav(tmp_path / "a.wav", [chunk]))
+        assert found.when is None and len(found.warnings) == 1, place
+        assert place in found.warnings[0], found.warnings

@@ -4,6 +4,7 @@ while they run."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import threading
@@ -17,6 +18,7 @@ import pytest
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
 from arengine.kinds.fingerprint.references import library_of
 from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.settings import MAX_METADATA_DEPTH
 from tests.conftest import Server, ServerFactory
 from tests.fingerprints import Placed, mix, piece
 from tests.recordings import write
@@ -159,6 +161,23 @@ def test_with_no_administrator_keys_writes_are_off(
         assert [r["title"] for r in client.get(JINGLES).json()["references"]] == ["jingle0"]
 
 
+def _nested(depth: int) -> str:
+    """A JSON object nested `depth` levels deep, itself the first."""
+    return '{"a": ' + "[" * (depth - 1) + "]" * (depth - 1) + "}"
+
+
+def test_metadata_nested_to_the_bound_is_kept(keyed: Server, material: Path) -> None:
+    flac = {"file": ("j.flac", (material / "jingle1.flac").read_bytes())}
+    deepest = _nested(MAX_METADATA_DEPTH)
+    with keyed.client() as client:
+        added = client.post(JINGLES, params={"metadata": deepest}, files=flac, headers=ADMIN)
+        assert added.status_code == 201, added.text
+        assert added.json()["metadata"] == {"file": "j.flac", **json.loads(deepest)}
+        listed = client.get(JINGLES, headers=USER)
+        assert listed.status_code == 200 and len(listed.json()["references"]) == 2
+        assert client.delete(f"{JINGLES}/{added.json()['id']}", headers=ADMIN).status_code == 204
+
+
 def _silence(folder: Path) -> bytes:
     return write(np.zeros(5 * SAMPLE_RATE, np.float32), SAMPLE_RATE, folder / "s.wav").read_bytes()
 
@@ -174,6 +193,11 @@ def _too_long(folder: Path) -> bytes:
         (JINGLES, {"metadata": "{not json"}, "flac", 422, "invalid_parameter"),
         (JINGLES, {"metadata": "[1, 2]"}, "flac", 422, "invalid_parameter"),
         (JINGLES, {"metadata": "x" * 5000}, "flac", 422, "invalid_parameter"),
+        # Stored, 300 deep failed every later listing (500 for every user) and the add itself
+        # answered 500 (a retry added it again); 1,500 deep was a 500 at once.
+        (JINGLES, {"metadata": _nested(300)}, "flac", 422, "invalid_parameter"),
+        (JINGLES, {"metadata": _nested(1500)}, "flac", 422, "invalid_parameter"),
+        (JINGLES, {"metadata": _nested(MAX_METADATA_DEPTH + 1)}, "flac", 422, "invalid_parameter"),
         (JINGLES, {"title": "t" * 300}, "flac", 422, "invalid_parameter"),
         (JINGLES, {"title": ""}, "flac", 422, "invalid_parameter"),
         ("/v1/models/nowhere/references", {}, "flac", 404, "unknown_model"),

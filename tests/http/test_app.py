@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import struct
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,11 @@ import pytest
 import soundfile as sf
 
 from arengine.errors import ErrorCode
+from arengine.http.errors import ANY_REQUEST
 from arengine.kinds.catalog import KINDS
+from arengine.outputs.formats import ALIASES, FORMATS
+from tests.audio.test_recorded import _bext
+from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient
 
 
@@ -145,6 +150,51 @@ def test_the_schema_derives_errors_and_parameter_docs_from_their_declarations(
             assert f"{kind.name}: {doc}" in described[name]
 
 
+def test_every_operation_lists_what_any_request_may_be_answered(client: InProcessClient) -> None:
+    """A 431 (headers too large), a bad Host or a header timeout can answer any request before
+    a route sees it: the schema says so on every operation, not only on the uploads'."""
+    schema = client.get("/openapi.json").json()
+    operations = [op for item in schema["paths"].values() for op in item.values()]
+    assert len(operations) > 10
+    for operation in operations:
+        for code in ANY_REQUEST:
+            described = operation["responses"][str(code.status)]["description"]
+            assert f"`{code}`" in described, (operation["operationId"], code)
+    ref = operations[0]["responses"]["431"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref.rsplit("/", 1)[1] in schema["components"]["schemas"]
+
+
+def _parameters(schema: dict[str, Any], path: str, method: str) -> dict[str, Any]:
+    return {p["name"]: p["schema"] for p in schema["paths"][path][method]["parameters"]}
+
+
+def test_the_schema_lists_the_formats_format_takes(client: InProcessClient) -> None:
+    schema = client.get("/openapi.json").json()
+    recognize = _parameters(schema, "/v1/recognize", "post")["format"]
+    result = _parameters(schema, "/v1/jobs/{job_id}/result", "get")["format"]
+    render = _parameters(schema, "/v1/render", "post")["format"]
+    names = sorted([*FORMATS, *ALIASES])
+    assert sorted(_enum(recognize)) == sorted([*names, "ndjson"])
+    assert sorted(_enum(result)) == sorted(_enum(render)) == names
+
+
+def _enum(schema: dict[str, Any]) -> list[str]:
+    """The `enum` of a parameter's schema, optional (`anyOf` with null) or not."""
+    for branch in schema.get("anyOf", [schema]):
+        if "enum" in branch:
+            return list(branch["enum"])
+    raise AssertionError(f"no enum in {schema}")
+
+
+def test_post_jobs_offers_no_parameter_it_refuses(client: InProcessClient) -> None:
+    """`format`, `progress` and `timeout_s` are for a client that waits: a job refuses them, so
+    its schema does not offer them (schemathesis sent them and got 422s)."""
+    schema = client.get("/openapi.json").json()
+    job = _parameters(schema, "/v1/jobs", "post")
+    recognize = _parameters(schema, "/v1/recognize", "post")
+    assert set(recognize) - set(job) == {"format", "progress", "timeout_s"}
+
+
 def test_refusals_are_counted_by_their_code(client: InProcessClient) -> None:
     def count() -> float:
         for line in client.get("/metrics").text.splitlines():
@@ -162,3 +212,53 @@ def test_unknown_routes_and_methods_answer_the_error_body(client: InProcessClien
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
     wrong = client.get("/v1/recognize")
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (405, "method_not_allowed")
+    assert wrong.headers["allow"] == "POST"
+
+
+def test_a_405_says_every_method_the_path_takes(client: InProcessClient) -> None:
+    """RFC 9110: a 405 carries `Allow`, listing the methods of every route of the path (one
+    route a method here), not only those of the first route that matched."""
+    answer = client.request("PUT", "/v1/models/speech/references")
+    assert answer.status_code == 405 and answer.json()["error"]["code"] == "method_not_allowed"
+    assert answer.headers["allow"] == "GET, POST"
+    one = client.request("PATCH", "/v1/models/speech/references/1")
+    assert one.headers["allow"] == "DELETE, GET"
+
+
+@pytest.mark.parametrize(
+    ("name", "chunks", "warned", "at"),
+    [
+        ("SITE_99991231_235959.wav", [], "too late", None),
+        ("a.wav", [_bext(b"9999-12-31", b"23:59:59", 0)], "too late", None),
+        ("a.wav", [_bext(b"2025-05-01", b"05:31:10", 1 << 52)], "TimeReference",
+         "2025-05-01T05:31:10"),
+    ],
+    ids=["name 9999-12-31", "bext 9999-12-31", "bext TimeReference 2**52"],
+)  # fmt: skip
+def test_an_impossible_recording_time_is_a_warning_in_every_format(
+    client: InProcessClient,
+    recording: RecordingFactory,
+    name: str,
+    chunks: list[bytes],
+    warned: str,
+    at: str | None,
+) -> None:
+    """9999-12-31 23:59:59 gave 500 for csv, raven and birdnet; a TimeReference of 2**52
+    samples 500 `stage_failed` for every format. Now: 200, a warning, and no wall clock (or the
+    bext chunk's OriginationTime)."""
+    body = with_chunks(recording("talk.wav").path.read_bytes(), chunks)
+    for fmt in (f for f in FORMATS if f not in ("json", "midi")):
+        answer = client.post(f"/v1/recognize?format={fmt}", files={"file": (name, body)})
+        assert answer.status_code == 200, (fmt, answer.text)
+        assert "9999-12-31" not in answer.text, fmt  # no wall clock
+    answer = client.post("/v1/recognize", files={"file": (name, body)}).json()
+    [warning] = answer["audio"]["warnings"]
+    assert warned in warning and answer["audio"].get("recorded_at") == at
+    assert answer["tags"]  # tags whose wall clock would have been past the last date
+
+
+def with_chunks(wav: bytes, chunks: list[bytes]) -> bytes:
+    """A RIFF/WAVE file with `chunks` before its `data` chunk."""
+    at = wav.index(b"data", 12)
+    body = wav[8:at] + b"".join(chunks) + wav[at:]
+    return b"RIFF" + struct.pack("<I", len(body)) + body

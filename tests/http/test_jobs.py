@@ -313,3 +313,29 @@ def _left_job(store: JobStore, audio: Path, state: str) -> str:
         with sqlite3.connect(store.folder / DATABASE) as db:
             db.execute("UPDATE jobs SET state = 'cancelled' WHERE id = ?", (job_id,))
     return job_id
+
+
+def test_a_job_recorded_at_an_impossible_time_answers_in_every_table_format(
+    jobs: InProcessClient, recording: RecordingFactory
+) -> None:
+    """A recording named for 9999-12-31 23:59:59: its job's result gave 500 for csv, raven and
+    birdnet (a wall clock past the last date), and so did its tags derived again."""
+    body = recording("talk.wav").path.read_bytes()
+    files = {"file": ("SITE_99991231_235959.wav", body, "audio/wav")}
+    job_id = jobs.post("/v1/jobs", files=files).json()["id"]
+    assert _ended(jobs, job_id)["state"] == "done"
+    result = jobs.get(f"/v1/jobs/{job_id}/result").json()
+    assert result["tags"] and "recorded_at" not in result["audio"]
+    assert "too late" in result["audio"]["warnings"][0]
+    for fmt in ("csv", "raven", "birdnet", "kaleidoscope"):
+        for query in ({}, {"threshold": 0.6}):
+            got = jobs.get(f"/v1/jobs/{job_id}/result", params={"format": fmt, **query})
+            assert got.status_code == 200, (fmt, got.text)
+            assert "9999-12-31" not in got.text
+
+
+def test_a_job_takes_no_parameter_only_a_waiting_client_uses(jobs: InProcessClient) -> None:
+    wav = {"file": ("a.wav", _wav(), "audio/wav")}
+    for query in ("format=csv", "progress=true", "timeout_s=5"):
+        message = _error(jobs.post(f"/v1/jobs?{query}", files=wav), 422, "invalid_parameter")
+        assert "do not apply to a job" in message and "GET /v1/jobs/{id}/result" in message

@@ -228,3 +228,21 @@ def test_every_writer_stops_at_the_deadline(name: str) -> None:
     with pytest.raises(DeadlineExceeded) as stopped:
         FORMATS[name].encode(timed, "x")
     assert stopped.value.code == ErrorCode.RENDER_TIMEOUT
+
+
+@pytest.mark.parametrize("name", ["csv", "raven", "birdnet", "kaleidoscope", "textgrid"])
+def test_a_late_recording_time_or_a_numbered_label_renders(
+    client: InProcessClient, recording: RecordingFactory, name: str
+) -> None:
+    """A result recorded at 9999-12-31 23:59:59 (500 in the table formats), its labels `A`
+    twice overlapping and `A (2)` (500 in TextGrid): written, without the wall clock."""
+    result, _ = _recognized(client, recording)
+    result["audio"]["recorded_at"] = "9999-12-31T23:59:59"
+    tag = {"start": 0.5, "end": 2.0, "score": 0.9}
+    result["tags"] = [{**tag, "label": "A"}, {**tag, "label": "A"}, {**tag, "label": "A (2)"}]
+    rendered = client.post(
+        "/v1/render", params={"format": name}, content=json.dumps(result), headers=JSON
+    )
+    assert rendered.status_code == 200, rendered.text
+    assert sorted(t.label for t in FORMATS[name].parse(rendered.content)) == ["A", "A", "A (2)"]
+    assert "9999" not in rendered.text

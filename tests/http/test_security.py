@@ -24,10 +24,22 @@ def test_every_answer_carries_the_browser_headers(client: InProcessClient, path:
         assert headers["content-security-policy"] == PAGE_CSP
 
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:8000", "127.0.0.1.evil.example"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:8000",
+        "127.0.0.1.evil.example",
+        "127.0.0.1:1@evil",  # passed as 127.0.0.1: all after the last colon was taken as a port
+        "localhost:80:80",
+        "[::1]:1@evil",
+        "[::1]evil",
+        "127.0.0.1:\xb2",  # a superscript 2 is a digit to `str.isdigit`, not a port
+    ],
+)
 def test_a_rebinding_page_is_refused_by_its_host(client: InProcessClient, host: str) -> None:
     """A DNS-rebinding page reaches 127.0.0.1 under its own name: its Host gives it away."""
-    response = client.get("/v1/models", headers={"Host": host})
+    response = client.get("/v1/models", headers={"Host": host.encode("latin-1")})
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "forbidden_host"
 
@@ -39,6 +51,8 @@ def test_loopback_names_are_accepted(client: InProcessClient, host: str) -> None
 
 def test_host_names_without_their_port() -> None:
     assert [host_name(h) for h in ["a:1", "[::1]:80", "::1", "A.b"]] == ["a", "::1", "::1", "a.b"]
+    assert host_name("a:") == "a"  # an empty port is one (RFC 3986)
+    assert host_name("a:1@b") == "a:1@b" and host_name("[::1]:x") == "[::1]:x"
 
 
 @pytest.mark.parametrize(

@@ -237,8 +237,8 @@ def _reading(name: str, label: str) -> str:
         return re.sub(r"[\t\r\n]+", " ", label).strip() or "_"
     if name in ("vtt", "srt"):
         return " ".join(label.split())
-    if name == "txt":
-        return re.sub("[\r\n\u2028]", " ", label)
+    if name == "txt":  # one cell: a tab would start a column where a spreadsheet opens it
+        return re.sub("[\t\r\n\u2028]", " ", label)
     if name in ("eaf", "textgrid"):
         text = re.sub("[\x00-\x08\x0b\x0c\x0e-\x1f]", "\ufffd", label)
         return text.replace("\r\n", "\n").replace("\r", "\n")  # as the readers normalise
@@ -350,3 +350,53 @@ def test_no_wall_clock_columns_when_the_time_is_unknown() -> None:
     for name in ("csv", "birdnet", "raven", "kaleidoscope"):
         header = FORMATS[name].text(result, "x").splitlines()[0]
         assert not re.search("_at|Date|DATE", header), (name, header)
+
+
+@pytest.mark.parametrize("at", ["9999-12-31T23:59:59", "9999-12-31T23:59:59+01:00", "not a time"])
+def test_a_time_no_tag_s_wall_clock_can_follow_gives_no_wall_clock(at: str) -> None:
+    """A result sent to `/v1/render` may hold a time whose tags run past the last date: every
+    format is written, without the wall clock (the table formats answered 500)."""
+    result = _recorded(BIRDS, at)
+    for name, fmt in FORMATS.items():
+        if fmt.accepts([t.label for t in result.tags]):
+            assert fmt.encode(result, "x"), name
+    for name in ("csv", "birdnet", "raven", "kaleidoscope"):
+        header = FORMATS[name].text(result, "x").splitlines()[0]
+        assert not re.search("_at|Date|DATE", header), (name, header)
+
+
+@pytest.mark.parametrize("name", ["textgrid", "eaf"])
+def test_a_label_that_reads_like_a_further_tier_keeps_its_own_tier(name: str) -> None:
+    """`A` twice overlapping and a label `A (2)`: TextGrid answered 500 (two tiers of one
+    name), EAF put `A (2)`'s tag in the tier of A's second one."""
+    tags = (
+        Tag(0.0, 2.0, "A", 0.5),
+        Tag(1.0, 3.0, "A", 0.5),
+        Tag(1.5, 2.5, "A (2)", 0.5),
+        Tag(1.6, 2.6, "A (2)", 0.5),
+        Tag(1.7, 2.7, "A (2) (2)", 0.5),
+    )
+    tiers = _tiers(tags)
+    assert len(tiers) == 5 and sorted(len(tier) for tier in tiers.values()) == [1] * 5
+    assert tiers["A (2)"] == [tags[2]] and tiers["A (2) (2)"] == [tags[4]]
+    fmt = FORMATS[name]
+    parsed = fmt.parse(fmt.encode(_result(tags), "talk"))
+    assert sorted(t.label for t in parsed) == sorted(t.label for t in tags)
+
+
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1", "-2+3", "@SUM(A1)", " =1+1", "\t=1+1", "x\t=1"]
+
+
+@pytest.mark.parametrize("name", ["txt", "raven"])
+def test_no_cell_of_the_tab_separated_tables_starts_a_formula(name: str) -> None:
+    """Raven and Audacity tables are opened in spreadsheets as the CSVs are: a reference title
+    `=HYPERLINK(...)` ran there, and Raven's trimming made the inert ` =1+1` a formula."""
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, scientific_name=label) for label in FORMULAS)
+    text = FORMATS[name].text(_result(tags, "birds"), "x")
+    for row in list(csv.reader(io.StringIO(text), delimiter="\t"))[1 if name == "raven" else 0 :]:
+        assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row), row
+    parsed = [t.label for t in FORMATS[name].parse(text)]
+    if name == "raven":
+        assert parsed == [" ".join(label.split()) for label in FORMULAS]
+    else:
+        assert parsed == [label.replace("\t", " ") for label in FORMULAS]

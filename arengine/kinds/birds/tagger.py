@@ -63,7 +63,7 @@ class BirdsParams(Params):
     lon: float | None = param(None, "Longitude of the recorder (with lat).", Bounds(-180, 180))
     week: int = param(
         -1, "Week of the year in BirdNET's 48-week calendar (1-48), -1 for all year.",
-        Bounds(-1, 48, whole=True),
+        Bounds(-1, 48, whole=True, excluded=(0,)),
     )  # fmt: skip
     sf_thresh: float = param(
         0.03, "The location model's score a species needs to be expected there.",

@@ -20,6 +20,7 @@ quantisation error that a plain float network would accumulate over 28 layers.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -117,7 +118,7 @@ class Yamnet(nn.Module):
             self.convs.append(conv)
             self.quants.append(quant)
             self._layers.append(_Layer(conv, quant.low, quant.high))
-            if INT8:  # oneDNN's operators exist only where torch has oneDNN
+            if INT8 and int8_sums_exact():  # oneDNN's operators exist only with oneDNN
                 self._int8.append(_Int8Layer(state, prefix, conv, source, quant))
             scale, source = quant.scale, quant
         self.last_scale = scale
@@ -224,7 +225,54 @@ class _Layer:
 
 
 INT8: bool = FUSED
-"""Whether `Yamnet.body` runs the convolutions as oneDNN's int8 kernels (`_Int8Layer`)."""
+"""Whether `Yamnet.body` may run the convolutions as oneDNN's int8 kernels (`_Int8Layer`): it
+does where they also sum exactly (`int8_sums_exact`)."""
+
+
+@functools.cache
+def int8_sums_exact() -> bool:
+    """Whether oneDNN's int8 convolutions sum u8 x s8 products exactly on this CPU.
+
+    With VNNI or AMX they do (int32 sums). Without them (AVX2, AVX-512 before VNNI, or
+    `ONEDNN_MAX_CPU_ISA` capping the kernels there) pairs of products are added in int16 and
+    saturate: a loud input's activations (255) against large weights (127) lose half their sum,
+    and on AVX-512 without VNNI the events scores moved by up to 17 steps of their grid on
+    Debian's sounds. Probed once with exactly such a convolution: 64 inputs of 255 against
+    weights of 127, -127, -128 and 127 alternating, and a ramp summing to 0, each channel
+    scaled to land on a whole output step.
+    """
+    channels = 64
+    u = torch.full((1, channels, 1, 1), 255, dtype=torch.uint8)
+    u = u.contiguous(memory_format=torch.channels_last)
+    weight = torch.full((4, channels, 1, 1), 127, dtype=torch.int8)
+    weight[1] = -127
+    weight[2, ::2] = -128
+    weight[3] = (torch.arange(channels) * 2 - 63).to(torch.int8).reshape(channels, 1, 1)
+    sums = 255 * weight.double().sum(dim=(1, 2, 3))
+    weight_scale = 100.0 / sums.abs().clamp(min=1)
+    expected = (sums * weight_scale).round() + 128
+    one = [1, 1]
+    packed = torch.ops.onednn.qconv_prepack(weight, weight_scale, 1.0, 0, one, [0, 0], one, 1, None)
+    out = torch.ops.onednn.qconv2d_pointwise(
+        u,
+        1.0,
+        0,
+        packed,
+        weight_scale,
+        torch.zeros(4, dtype=torch.int64),
+        torch.zeros(4),
+        one,
+        [0, 0],
+        one,
+        1,
+        1.0,
+        128,
+        None,
+        "none",
+        [],
+        None,
+    )
+    return bool(torch.equal(out.flatten().double(), expected))
 
 
 class _Int8Layer:

@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from contextlib import closing
@@ -31,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from arengine.settings import MAX_METADATA_DEPTH
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS references_ (
@@ -157,9 +162,39 @@ class Library:
 COLUMNS = "id, title, duration_s, metadata, first_s, last_s"
 
 
+def metadata_depth(value: Any) -> int:
+    """How deep `value` (parsed JSON) nests: 0 for a number or text, 1 for `{}` or `{"a": 1}`.
+
+    Counted without recursion, so that no nesting can overflow the stack here.
+    """
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _stored_metadata(text: str, reference: int) -> dict[str, Any]:
+    """The metadata as stored, or `{}` where it cannot be answered (stored before its depth
+    was bounded): one reference's metadata must not make the library's listing fail."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, dict) and metadata_depth(value) <= MAX_METADATA_DEPTH:
+        return value
+    log.warning("reference %d: its metadata cannot be read back (%d characters); shown as {}",
+                reference, len(text))  # fmt: skip
+    return {}
+
+
 def _reference(row: tuple[Any, ...]) -> Reference:
     id_, title, duration_s, metadata, first_s, last_s = row
-    return Reference(int(id_), str(title), float(duration_s), json.loads(metadata), first_s, last_s)
+    stored = _stored_metadata(metadata, int(id_))
+    return Reference(int(id_), str(title), float(duration_s), stored, first_s, last_s)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -110,3 +110,10 @@ def test_parameters_are_checked_with_their_ranges() -> None:
     with pytest.raises(InvalidInput, match=r"week must be a whole number -1 <= x <= 48"):
         BirdsParams().with_overrides({"week": 2.5})
     assert BirdsParams().with_overrides({"lat": 40, "lon": -80, "week": 19}).week == 19
+
+
+def test_week_0_is_refused() -> None:
+    """-1 is all year and 1-48 a week; 0 was taken and meant nothing BirdNET defines."""
+    with pytest.raises(InvalidInput, match=r"week must be a whole number -1 <= x <= 48, not 0"):
+        BirdsParams().with_overrides({"week": 0})
+    assert BirdsParams().with_overrides({"week": -1}).week == -1

@@ -27,7 +27,7 @@ from arengine.kinds.fingerprint.landmarks import (
     fingerprint_blocks,
     running_max,
 )
-from arengine.kinds.fingerprint.library import Library
+from arengine.kinds.fingerprint.library import Library, metadata_depth
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.types import Tag
 from tests.fingerprints import Placed, mix, piece
@@ -211,6 +211,32 @@ def test_the_library_keeps_offsets_whole(tmp_path: Path) -> None:
     np.testing.assert_array_equal(library.lookup(np.array([5, 6])), [[5, ref, 5_000_000_000]])
     [found] = library.references()
     assert (found.title, found.duration_s, found.metadata) == ("long", 1e6, {"a": [1, 2]})
+
+
+def test_metadata_nested_too_deep_to_answer_does_not_break_the_listing(tmp_path: Path) -> None:
+    """Metadata stored nested 300 deep (answering it failed: every listing of the library gave
+    500) or 5,000 deep (not even read back): that reference lists with `{}`, the others whole."""
+    library = Library.create(tmp_path / "library.sqlite")
+    kept = library.add("kept", 1.0, {"a": {"b": [1]}}, np.array([[1, 1]]))
+    for depth in (300, 5000):
+        ref = library.add(f"deep{depth}", 1.0, {}, np.array([[2, 2]]))
+        deep = '{"a": ' + "[" * depth + "]" * depth + "}"
+        with library.connection() as connection:
+            connection.execute("UPDATE references_ SET metadata = ? WHERE id = ?", (deep, ref))
+    listed = {found.title: found.metadata for found in library.references()}
+    assert listed == {"kept": {"a": {"b": [1]}}, "deep300": {}, "deep5000": {}}
+    found = library.reference(kept)
+    assert found is not None and found.metadata == {"a": {"b": [1]}}
+
+
+def test_metadata_depth_counts_levels_without_recursion() -> None:
+    assert [metadata_depth(v) for v in (1, "x", {}, {"a": 1}, {"a": [1, {"b": []}]})] == [
+        0, 0, 1, 1, 4
+    ]  # fmt: skip
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert metadata_depth({"a": deep}) == 100_002
 
 
 def test_running_max_is_the_maximum_of_the_whole_window() -> None:

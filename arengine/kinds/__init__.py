@@ -4,5 +4,5 @@
 base and the `Kind` declaration (`base.py`), manifests (`manifest.py`), log-mel features
 (`mel.py`) and the label kinds' manifest reading (`labels.py`).
 
-May import: audio, errors, postprocess, types.
+May import: audio, errors, postprocess, settings (its fixed limits), types.
 """

@@ -16,8 +16,8 @@ Adding a kind `birds` touches its own folder, `arengine/kinds/birds/`, and one l
    takes `params: BirdsParams | None` and whose `tagger()` is annotated with the tagger class it
    returns; its network, features and other parts in modules of their own beside it.
 2. `tagger.py`: a `Params` dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the
-   `Tagger` contract (`arengine/postprocess/`); or, for label scores, a `LabelParams` subclass
-   tagged by the shared `LabelTagger` (`arengine/postprocess/labels.py`).
+   `Tagger` contract (`arengine/postprocess/`); or, for label scores, `params.py` with a
+   `LabelParams` subclass, tagged by the shared `LabelTagger` (`arengine/postprocess/labels.py`).
 3. `kind.py`: its builder and `KIND = Kind(...)`.
 4. Here: `birds.KIND` in `KINDS` (and its import); the kind's name in the `kind = ...` comment of
    `models/README.md`'s manifest example; a folder under `models/` with its `manifest.toml` (and

@@ -6,7 +6,7 @@ from __future__ import annotations
 from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.classifier.recognizer import ClassifierRecognizer
 from arengine.kinds.classifier.runtimes import load_network
-from arengine.kinds.labels import label_params
+from arengine.kinds.label_manifest import label_params
 from arengine.kinds.manifest import Manifest
 from arengine.kinds.mel import MelParams
 from arengine.postprocess.labels import LabelParams, LabelTagger

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.events.network import HOP_S as EVENTS_HOP_S
+from arengine.kinds.events.params import EventParams
 from arengine.kinds.events.recognizer import EventsRecognizer, read_class_map
-from arengine.kinds.labels import label_params
+from arengine.kinds.label_manifest import label_params
 from arengine.kinds.manifest import Manifest, ManifestError
-from arengine.postprocess.labels import EventParams, LabelTagger
+from arengine.postprocess.labels import LabelTagger
 from arengine.postprocess.vocabulary import Ontology, Vocabulary
 
 

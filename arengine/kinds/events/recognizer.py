@@ -22,7 +22,8 @@ from arengine.kinds.events.network import (
     WINDOW,
     Yamnet,
 )
-from arengine.postprocess.labels import EventParams, LabelTagger
+from arengine.kinds.events.params import EventParams
+from arengine.postprocess.labels import LabelTagger
 from arengine.postprocess.vocabulary import Vocabulary
 
 

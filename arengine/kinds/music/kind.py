@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from arengine.kinds.base import Kind, Recognizer
-from arengine.kinds.labels import label_params
+from arengine.kinds.label_manifest import label_params
 from arengine.kinds.manifest import Manifest, ManifestError
 from arengine.kinds.music.network import LABELS as MUSIC_LABELS
+from arengine.kinds.music.params import MusicParams
 from arengine.kinds.music.recognizer import MusicRecognizer
-from arengine.postprocess.labels import LabelTagger, MusicParams
+from arengine.postprocess.labels import LabelTagger
 
 
 def _music(manifest: Manifest, segment_s: float) -> Recognizer:

@@ -18,7 +18,8 @@ from arengine.kinds.music.network import (
     MusicLogMel,
     Musicnn,
 )
-from arengine.postprocess.labels import LabelTagger, MusicParams
+from arengine.kinds.music.params import MusicParams
+from arengine.postprocess.labels import LabelTagger
 from arengine.postprocess.vocabulary import Vocabulary
 
 CHUNK_PATCHES = 1

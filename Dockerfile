@@ -23,22 +23,25 @@ ENV ARENGINE_VENV=/opt/venv \
     PYTHONDONTWRITEBYTECODE=1
 WORKDIR /app
 COPY pyproject.toml ./
+COPY client/pyproject.toml client/README.md client/
 COPY deploy/setup.sh deploy/setup.sh
 # The same command as `make serve`'s set-up. The install is editable (as in the README), so the
 # package stays at /app, which is where it resolves its models/ folder; /app is copied as is.
-# It runs before the sources are copied, on empty package folders (pyproject's list) and README
-# in their place: the editable install maps the packages to /app/arengine and /app/models, which
-# the COPYs below fill. So the dependencies (torch and the rest, minutes to install) are a layer
-# of their own, and a change to arengine/, models/ or the README rebuilds in seconds from the cache.
+# It runs before the sources are copied, on empty package folders (pyproject's list and the
+# client's arengine_client) and README in their place: the editable installs map the packages to
+# /app/arengine, /app/models and /app/client/arengine_client, which the COPYs below fill. So the
+# dependencies (torch and the rest, minutes to install) are a layer of their own, and a change to
+# arengine/, client/, models/ or the README rebuilds in seconds from the cache.
 RUN python3 -c 'for p in (s := __import__("tomllib").load(open("pyproject.toml", "rb"))["tool"]["setuptools"]).get("packages", ["arengine"]): \
         __import__("pathlib").Path(s.get("package-dir", {}).get(p, p.replace(".", "/"))).mkdir(parents=True, exist_ok=True)' \
-    && touch arengine/__init__.py README.md \
+    && mkdir client/arengine_client && touch arengine/__init__.py client/arengine_client/__init__.py README.md \
     && deploy/setup.sh \
-    && rm -r arengine models README.md
+    && rm -r arengine models README.md client/arengine_client
 COPY README.md ./
+COPY client client
 COPY arengine arengine
 COPY models models
-RUN /opt/venv/bin/python -m compileall -q /app/arengine \
+RUN /opt/venv/bin/python -m compileall -q /app/arengine /app/client/arengine_client \
     && /opt/venv/bin/arengine --version
 
 FROM ${PYTHON_IMAGE} AS runtime

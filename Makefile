@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up first, so each works on a fresh machine.
-.PHONY: serve test test-fast bench image
+.PHONY: serve test test-fast bench image docs
 
 serve:
 	deploy/setup.sh
@@ -7,9 +7,10 @@ serve:
 
 test:
 	deploy/setup.sh --test
-	.venv/bin/ruff check arengine tests loadtests models
-	.venv/bin/ruff format --check arengine tests loadtests models
+	.venv/bin/ruff check arengine client tests loadtests models docs
+	.venv/bin/ruff format --check arengine client tests loadtests models docs
 	.venv/bin/mypy
+	.venv/bin/mkdocs build --strict --quiet
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	.venv/bin/coverage run -m pytest
 	.venv/bin/coverage combine -q
@@ -20,8 +21,8 @@ test:
 # Sets up only when the venv is missing; `make test` stays the full CI run.
 test-fast:
 	test -x .venv/bin/pytest || deploy/setup.sh --test
-	.venv/bin/ruff check arengine tests loadtests models
-	.venv/bin/ruff format --check arengine tests loadtests models
+	.venv/bin/ruff check arengine client tests loadtests models docs
+	.venv/bin/ruff format --check arengine client tests loadtests models docs
 	.venv/bin/mypy
 	.venv/bin/pytest -q -m "not slow and not container"
 
@@ -34,3 +35,9 @@ bench:
 # The container image arengine:latest (base and torch source chosen by what is reachable).
 image:
 	deploy/image.sh
+
+# The documentation site (docs/, mkdocs.yml) on http://127.0.0.1:8001, rebuilt as pages change;
+# `make test` builds it with --strict. The reference pages are generated from the code.
+docs:
+	test -x .venv/bin/mkdocs || deploy/setup.sh --test
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs serve --dev-addr 127.0.0.1:8001

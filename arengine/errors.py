@@ -5,6 +5,10 @@ from its declaration in `arengine/settings.py`); the README's error table, the
 metrics' `reason` label values and the OpenAPI responses of every route are derived from it (and a
 test checks the README against it). Stages raise these errors; only `arengine.http` turns them
 into responses, so no stage imports FastAPI.
+
+Each error class subclasses the client's family of its status (`arengine_client.errors`, shared
+with the client distribution): `except arengine_client.TooLarge` catches the server's `TooLarge`
+raised in-process as well as a 413 answer.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from arengine.settings import (
     MAX_PACKET_BYTES,
     MAX_RESULT_BYTES,
     MAX_RESULT_TAGS,
+    MAX_STREAM_TEXT_BYTES,
+    MAX_STREAM_TEXT_DEPTH,
     MAX_STREAMS,
     size_text,
 )
+from arengine_client import errors as shared
 
 
 class ErrorCode(StrEnum):
@@ -62,6 +69,11 @@ class ErrorCode(StrEnum):
         "unauthorized",
         401,
         "API keys are configured and the request has none of them (`WWW-Authenticate: Bearer`)",
+    )
+    AMBIGUOUS_CREDENTIALS = (
+        "ambiguous_credentials",
+        401,
+        "the request sends more than one credential (two `Authorization` headers, or a header and a WebSocket key subprotocol): it is refused, whichever would pass",
     )
     ADMIN_REQUIRED = (
         "admin_required",
@@ -165,7 +177,7 @@ class ErrorCode(StrEnum):
     SCORES_NOT_KEPT = (
         "scores_not_kept",
         409,
-        "new post-processing parameters for a job whose scores were not kept (its models changed, or it ended before they were kept)",
+        "new post-processing parameters for a job whose scores were not kept (its models changed, it ended before they were kept, or their file is damaged)",
     )
     HEADERS_TOO_LARGE = (
         "headers_too_large",
@@ -190,12 +202,18 @@ class ErrorCode(StrEnum):
     INVALID_STREAM_MESSAGE = (
         "invalid_stream_message",
         422,
-        "a live stream's message is not what the protocol takes at that point (the message names what it takes)",
+        "a live stream's message is not what the protocol takes at that point (the message names what it takes), or a text message passed "
+        f"{size_text(MAX_STREAM_TEXT_BYTES)} or nests deeper than {MAX_STREAM_TEXT_DEPTH} levels",
     )
     INVALID_PARAMETER = (
         "invalid_parameter",
         422,
         "a query parameter is unknown, repeated or outside its range (the message names it and the range)",
+    )
+    CALLBACK_URL_REFUSED = (
+        "callback_url_refused",
+        422,
+        "a job's `callback_url` is not an http(s) URL, names a host `webhook_allowed_hosts` does not list, or resolves to a loopback, private, link-local or metadata address (the message names the rule); or the server has no `webhook_secret`",
     )
     MISSING_FILE = (
         "missing_file",
@@ -240,7 +258,7 @@ class ErrorCode(StrEnum):
     AUDIO_FORMAT_CHANGED = (
         "audio_format_changed",
         422,
-        "the stream changes sample rate or channels midway (chained Ogg, concatenated ADTS or MP3)",
+        "the stream changes codec, sample rate or channels midway (chained Ogg, concatenated WebM, ADTS or MP3)",
     )
     CANCELLED = (
         "cancelled",
@@ -251,6 +269,11 @@ class ErrorCode(StrEnum):
         "internal_error",
         500,
         "an unexpected server fault; the message has the request id, the log the traceback",
+    )
+    JOB_RESULT_DAMAGED = (
+        "job_result_damaged",
+        500,
+        "a done job's stored result file cannot be read (damaged, or removed outside the server): submit the recording again",
     )
     STAGE_FAILED = (
         "stage_failed",
@@ -296,11 +319,16 @@ class ErrorCode(StrEnum):
     INSUFFICIENT_STORAGE = (
         "insufficient_storage",
         507,
-        "the upload directory is full or unwritable; the partial file is removed",
+        "the upload directory or the job store's data directory is full or unwritable; the partial file is removed (a job's `error` when its files could not be written)",
+    )
+    JOB_STORAGE_FULL = (
+        "job_storage_full",
+        507,
+        "the job store's files pass `job_storage_bytes` with only jobs queued, running or not yet read: no new job until some are read, deleted or past `job_retention_s`",
     )
 
 
-class ArengineError(Exception):
+class ArengineError(shared.ArengineError):
     """Base class: `code` is the stable identifier for clients, `status` its HTTP status.
 
     A subclass names a family of errors and may give a default code; raise sites pick a more
@@ -308,87 +336,82 @@ class ArengineError(Exception):
     """
 
     default_code: ErrorCode | None = None
+    code: ErrorCode
 
     def __init__(self, message: str, *, code: ErrorCode | None = None) -> None:
-        super().__init__(message)
         chosen = code or self.default_code
         if chosen is None:
             raise TypeError(f"{type(self).__name__} needs an explicit ErrorCode")
-        self.message = message
-        self.code: ErrorCode = chosen
-
-    @property
-    def status(self) -> int:
-        """The HTTP status of this error's code."""
-        return self.code.status
+        super().__init__(message, code=chosen, status=chosen.status)
 
 
-class CorruptAudio(ArengineError):
+class CorruptAudio(ArengineError, shared.BadRequest):
     """The upload is not decodable audio, or not a well-formed body."""
 
     default_code = ErrorCode.CORRUPT_AUDIO
 
 
-class TooLarge(ArengineError):
+class TooLarge(ArengineError, shared.TooLarge):
     """The upload or the recording exceeds a configured cap (the code says which)."""
 
 
-class UnsupportedFormat(ArengineError):
+class UnsupportedFormat(ArengineError, shared.UnsupportedFormat):
     """The container, codec or content type is not one arengine decodes."""
 
     default_code = ErrorCode.UNSUPPORTED_FORMAT
 
 
-class InvalidInput(ArengineError):
+class InvalidInput(ArengineError, shared.InvalidInput):
     """A parameter, a form field or a property of the audio is outside what is accepted."""
 
     default_code = ErrorCode.INVALID_PARAMETER
 
 
-class UnknownModel(ArengineError):
+class UnknownModel(ArengineError, shared.NotFound):
     """The requested model is not loaded."""
 
     default_code = ErrorCode.UNKNOWN_MODEL
 
 
-class NotReady(ArengineError):
+class NotReady(ArengineError, shared.Unavailable):
     """The server is starting (models not loaded) or stopping."""
 
     default_code = ErrorCode.NOT_READY
 
 
-class Forbidden(ArengineError):
+class Forbidden(ArengineError, shared.Forbidden):
     """A request this client may not make: one a browser was made to send (a foreign Host or
     Origin), or a change that needs an administrator key."""
 
     default_code = ErrorCode.FORBIDDEN_ORIGIN
 
 
-class Unauthorized(ArengineError):
+class Unauthorized(ArengineError, shared.Unauthorized):
     """No API key (or administrator key, where one is needed), or not a configured one."""
 
     default_code = ErrorCode.UNAUTHORIZED
 
 
-class BodyTimeout(ArengineError):
+class BodyTimeout(ArengineError, shared.BodyTimeout):
     """The client stopped sending its body, or sent it too slowly (the code says which)."""
 
     default_code = ErrorCode.BODY_TIMEOUT
 
 
-class InsufficientStorage(ArengineError):
-    """The upload could not be spooled: the upload directory is full or unwritable."""
+class InsufficientStorage(ArengineError, shared.InsufficientStorage):
+    """A file could not be written: the upload directory or the job store's is full or
+    unwritable."""
 
     default_code = ErrorCode.INSUFFICIENT_STORAGE
 
 
-class Overloaded(ArengineError):
+class Overloaded(ArengineError, shared.Unavailable):
     """Admission control: the server holds as much pending work as it is allowed; retry later."""
 
     default_code = ErrorCode.OVERLOADED
 
 
-class DeadlineExceeded(ArengineError):
+class DeadlineExceeded(ArengineError, shared.DeadlineExceeded):
     """The request's deadline passed; its remaining work was dropped."""
 
     default_code = ErrorCode.DEADLINE_EXCEEDED

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -244,7 +244,49 @@ class Settings(BaseSettings):
         50 << 30,
         ge=1 << 20,
         le=1 << 50,
-        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs are removed, oldest first. Jobs queued or running are never removed.",
+        description="Disk budget of the job store's files (uploads, results, kept scores): past it the ended jobs whose outcome has been read (result fetched, error seen) are removed, oldest first. Jobs queued, running or not yet read are never removed before job_retention_s; while they alone pass it, POST /v1/jobs answers 507 job_storage_full.",
+    )
+    webhook_url: str | None = Field(
+        None,
+        max_length=2048,
+        description="Default callback_url of every job created without one (there are no per-key settings): the server POSTs there when the job ends. Needs webhook_secret.",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None,
+        description="Secret that signs webhooks (Standard Webhooks: whsec_ and base64 of 24 to 64 random bytes; environment only, never a flag nor logged); or webhook_secret_file. Unset turns callback_url off (422).",
+    )
+    webhook_secret_file: Path | None = Field(
+        None,
+        description="File holding webhook_secret (a mounted secret); its surrounding whitespace is ignored.",
+    )
+    webhook_allowed_hosts: str | None = Field(
+        None,
+        max_length=8192,
+        description="Comma-separated hosts a callback_url may name: names (a.example.com), wildcards (*.example.com, * for any) and addresses or networks (10.1.0.0/16). Loopback, link-local, private, shared (CGNAT), multicast, unspecified, reserved and cloud metadata addresses are refused, checked on the resolved address at creation and again at each delivery, unless a network here holds them. Default: any public host.",
+    )
+    webhook_max_attempts: int = Field(
+        12,
+        ge=1,
+        le=100,
+        description="Attempts a webhook gets before it is given up (a 2xx ends it sooner; a 4xx other than 408 and 429 stops it).",
+    )
+    webhook_backoff_s: float = Field(
+        10.0,
+        ge=0.001,
+        le=3600,
+        description="Wait after a webhook's first failed attempt, in seconds; it doubles with each attempt (up to webhook_max_backoff_s), less a random part of up to half (jitter). The defaults retry for about 3.5 hours.",
+    )
+    webhook_max_backoff_s: float = Field(
+        3600.0,
+        ge=0.001,
+        le=86_400,
+        description="Longest wait between two attempts of a webhook, in seconds.",
+    )
+    webhook_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Connect timeout, and read timeout, of a webhook attempt in seconds (the whole attempt ends within three times it); past either the attempt failed and is retried.",
     )
     api_keys: str | None = Field(
         None,
@@ -291,6 +333,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 "a key is both in ARENGINE_API_KEYS and ARENGINE_ADMIN_KEYS: administrator "
                 "keys are kept apart from users' keys, so give each its own"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _webhook_signed(self) -> Settings:
+        if self.webhook_url is not None and (
+            self.webhook_secret is None and self.webhook_secret_file is None
+        ):
+            raise ValueError(
+                "webhook_url needs a secret to sign its webhooks: set ARENGINE_WEBHOOK_SECRET "
+                "or webhook_secret_file"
             )
         return self
 
@@ -348,6 +401,13 @@ MAX_METADATA_DEPTH = 16
 """How deep a reference's `metadata` may nest (the object itself is level 1): a few fields, not
 a document. Nested some hundreds deep, JSON is read back but cannot be answered (every listing of
 the library failed), and deeper still it is not even read."""
+
+MAX_STREAM_TEXT_BYTES = 4 << 10
+"""Bytes a live stream's text message (its opening, its end) may have: both take a few dozen."""
+
+MAX_STREAM_TEXT_DEPTH = 4
+"""Nesting a live stream's text message may have: both are flat objects; deeper JSON is refused
+before it is parsed, so no message can make the parser recurse."""
 
 
 def size_text(size: int) -> str:

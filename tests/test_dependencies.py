@@ -1,9 +1,10 @@
 """What a plain `pip install arengine` installs is what the client and the command line import.
 
-Every third-party module that an `arengine` module loaded by `arengine.client` or `arengine.cli`
-imports (at the top or inside a function) must come from a runtime dependency of pyproject.toml,
-not from an extra: before, `httpx` was a test extra, and `arengine.client` and `arengine recognize
---server` ended in `ModuleNotFoundError` on a plain install.
+Every third-party module that an `arengine` or `arengine_client` module loaded by
+`arengine.client` or `arengine.cli` imports (at the top or inside a function) must come from a
+runtime dependency of pyproject.toml, not from an extra: before, `httpx` was a test extra, and
+`arengine.client` and `arengine recognize --server` ended in `ModuleNotFoundError` on a plain
+install. The client distribution's own imports are checked by `tests/client/test_distribution.py`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
+CODE = {"arengine": ROOT, "arengine_client": ROOT / "client"}
+"""Where each of the two distributions' packages is in the checkout."""
 
 _LOADED = (
     "import json, sys; import arengine.client, arengine.cli, arengine.cli.commands, "
-    "arengine.cli.remote; print(json.dumps(sorted(m for m in sys.modules "
-    "if m == 'arengine' or m.startswith('arengine.'))))"
+    "arengine_client.remote, arengine_client.listen, arengine_client.cli; "
+    "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in CODE)))"
 )
 
 
@@ -48,7 +51,11 @@ def loaded_modules() -> list[str]:
     """The arengine modules that importing the client and the command line loads (a fresh
     interpreter: this test process has imported much more)."""
     out = subprocess.run(
-        [sys.executable, "-c", _LOADED], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-c", f"CODE = {sorted(CODE)!r}; {_LOADED}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     names: list[str] = json.loads(out.stdout)
     return names
@@ -56,7 +63,7 @@ def loaded_modules() -> list[str]:
 
 def imported_top_levels(module: str) -> set[str]:
     """The top-level names of every absolute import in a module's source."""
-    path = ROOT / Path(*module.split("."))
+    path = CODE[module.split(".")[0]] / Path(*module.split("."))
     source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
     tree = ast.parse(source.read_text(encoding="utf-8"))
     names: set[str] = set()
@@ -70,12 +77,12 @@ def imported_top_levels(module: str) -> set[str]:
 
 def test_the_client_and_the_cli_import_only_runtime_dependencies() -> None:
     modules = loaded_modules()
-    assert "arengine.client" in modules and "arengine.cli.remote" in modules
+    assert "arengine.client" in modules and "arengine_client.remote" in modules
     third_party = {
         name
         for module in modules
         for name in imported_top_levels(module)
-        if name not in sys.stdlib_module_names and name not in {"arengine", "__future__"}
+        if name not in sys.stdlib_module_names and name not in {*CODE, "__future__"}
     }
     distributions = packages_distributions()
     runtime = runtime_dependencies()

@@ -746,8 +746,9 @@ def test_jobs_run_on_one_pod_with_the_store_on_a_claim_of_its_own(
     resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SQLite (WAL) needs every process using the store on one host, with working POSIX locks:
-    one pod, a ReadWriteOnce claim mounted where ARENGINE_DATA_DIR says, big enough for every
-    queued upload and the ended jobs' budget; the Deployment's replicas have jobs off."""
+    one pod, a ReadWriteOnce claim mounted where ARENGINE_DATA_DIR says, big enough for the store's
+    budget and the uploads accepted just under it, a budget that holds every queued upload; the
+    Deployment's replicas have jobs off."""
     jobs = resources[JOBS]
     assert jobs["spec"]["replicas"] == 1, "a second pod would get a claim (and a store) of its own"
     container = _container(jobs)
@@ -762,6 +763,9 @@ def test_jobs_run_on_one_pod_with_the_store_on_a_claim_of_its_own(
     pod_volumes = {volume["name"] for volume in jobs["spec"]["template"]["spec"]["volumes"]}
     assert mounts[str(settings.data_dir)] not in pod_volumes, "the claim, not an emptyDir"
     queued = settings.max_queued_jobs * settings.max_upload_bytes
+    # The budget counts the queued uploads: a full queue alone must not pass it (new jobs would
+    # get 507 before too_many_jobs), and the claim holds it plus the uploads accepted just under.
+    assert settings.job_storage_bytes > queued
     assert _bytes(claim["resources"]["requests"]["storage"]) >= queued + settings.job_storage_bytes
     assert settings.job_threads == settings.engine_threads, "only jobs come to this pod"
     deployment_env = _env(_container(resources["Deployment"]))

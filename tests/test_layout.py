@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "arengine"
-CODE_MAP = ROOT / "README.md"
+CODE_MAP = ROOT / "CONTRIBUTING.md"
 """Where the code map lives: its "How it works" section, a row per room."""
 _ALLOWED = re.compile(r"^May import: (?P<rooms>[^.]*)\.", re.MULTILINE)
 _TOP_ALLOWED = re.compile(r"`(?P<module>\w+)\.py`(?: and `(?P<other>\w+)\.py`)? (?P<rule>[^;.]*)")

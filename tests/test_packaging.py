@@ -1,13 +1,16 @@
-"""What `pip install .` installs: the code and the built-in models.
+"""What `pip install .` installs: the code and the built-in models; and the client distribution
+(`client/`, arengine-client) it depends on.
 
 A plain install used to have the code only: the models/ folder stayed in the checkout, `arengine
 models` printed an empty table and `arengine serve` answered 503 for ever. pyproject.toml now
-installs models/ as the package's `arengine/models/builtin/`.
+installs models/ as the package's `arengine/models/builtin/`. The client alone is installed and
+run against a server by `tests/e2e/test_client_alone.py`.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -15,6 +18,7 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,6 +34,34 @@ def _setuptools() -> dict[str, object]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     tool: dict[str, object] = config["tool"]["setuptools"]
     return tool
+
+
+def _project(folder: Path) -> dict[str, Any]:
+    config: dict[str, Any] = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+    return config
+
+
+def test_the_client_distribution_is_released_with_arengine() -> None:
+    """One version for both; arengine depends on exactly that client; the client needs only
+    httpx and websockets; both install the same `arengine` command."""
+    server, client = _project(ROOT), _project(ROOT / "client")
+    version = server["project"]["version"]
+    assert client["project"]["name"] == "arengine-client"
+    assert client["project"]["version"] == version
+    assert f"arengine-client=={version}" in server["project"]["dependencies"]
+    names = [re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0] for d in client["project"]["dependencies"]]
+    assert names == ["httpx", "websockets"]
+    assert client["project"]["scripts"] == server["project"]["scripts"]
+    assert server["project"]["scripts"] == {"arengine": "arengine_client.cli:main"}
+    code = sorted(
+        ".".join(folder.relative_to(ROOT / "client").parts)
+        for folder in (ROOT / "client").rglob("*")
+        if folder.is_dir()
+        and any(folder.glob("*.py"))
+        # `build`: where pip builds, in the folder it is given
+        and not {"__pycache__", "build"} & set(folder.relative_to(ROOT / "client").parts)
+    )
+    assert client["tool"]["setuptools"]["packages"] == code == ["arengine_client"]
 
 
 def test_every_folder_of_code_is_a_listed_package() -> None:
@@ -51,16 +83,18 @@ def _install(tmp_path: Path) -> Path:
     its dependencies are this interpreter's (a `.pth` file), so nothing is downloaded."""
     source = tmp_path / "source"
     source.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.sqlite*", "*.egg-info", "build")
     for name in SOURCES:
         if (ROOT / name).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.sqlite*")
             shutil.copytree(ROOT / name, source / name, ignore=ignore)
         else:
             shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(ROOT / "client", tmp_path / "client", ignore=ignore)
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(wheels)]
-    subprocess.run([*build, str(source)], check=True, capture_output=True, timeout=300)
+    for folder in (source, tmp_path / "client"):
+        subprocess.run([*build, str(folder)], check=True, capture_output=True, timeout=300)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
@@ -73,9 +107,12 @@ def _install(tmp_path: Path) -> Path:
     # Appended after the venv's own site-packages, and not a site folder itself (its .pth files,
     # the checkout's editable install among them, are not read).
     Path(purelib, "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    wheel = next(wheels.glob("arengine-*.whl"))
+    # Both distributions' wheels: arengine imports arengine_client, whose editable install in the
+    # checkout's environment is not on the path above.
+    built = [str(wheel) for wheel in sorted(wheels.glob("arengine*.whl"))]
+    assert len(built) == 2, built
     install = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--force-reinstall"]
-    subprocess.run([*install, str(wheel)], check=True, capture_output=True, timeout=300)
+    subprocess.run([*install, *built], check=True, capture_output=True, timeout=300)
     return venv
 
 

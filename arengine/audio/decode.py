@@ -27,6 +27,7 @@ import soundfile as sf
 
 from arengine.audio import containers, ffmpeg, sniff, wav
 from arengine.audio.arrival import Arrival
+from arengine.audio.chains import Links
 from arengine.audio.tee import Tee
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
 from arengine.settings import MAX_PACKET_BYTES, size_text
@@ -178,10 +179,11 @@ def _ffmpeg_blocks(
     decoded = 0
     demuxer = containers.demuxer_for(info.format)
     mixdown = ffmpeg.Mixdown(block_frames)
-    with ffmpeg.open_upload(path, demuxer) as container:
+    links = Links.of(demuxer)
+    with ffmpeg.open_upload(path, demuxer, links) as container:
         packets = PacketDecoder(container.streams[info.stream].codec_context, info.channels)
         # Bound late on purpose: the message names where the change was met.
-        for packet, error in _stream_packets(container, info, lambda: decoded):  # noqa: B023
+        for packet, error in _stream_packets(container, info, lambda: decoded, links):  # noqa: B023
             if error is not None:
                 _stopped_early(report, decoded / info.sample_rate, error)
                 break
@@ -203,17 +205,18 @@ def too_long(max_frames: int, sample_rate: int) -> TooLarge:
 
 
 def _stream_packets(
-    container: Any, info: AudioInfo, decoded: Callable[[], int]
+    container: Any, info: AudioInfo, decoded: Callable[[], int], links: Links | None
 ) -> Iterator[tuple[Any, Exception | None]]:
-    """`ffmpeg.packets` of `info`'s stream; a change of codec parameters is refused (422),
-    naming where it was met (`decoded()` frames in)."""
+    """`ffmpeg.packets` of `info`'s stream; a change of codec or of its parameters is refused
+    (422), naming where it was met (`decoded()` frames in)."""
     try:
-        yield from ffmpeg.packets(container, info.stream)
-    except ffmpeg.ParametersChanged:
+        yield from ffmpeg.packets(container, info.stream, links)
+    except ffmpeg.ParametersChanged as change:
+        how = f" ({change})" if str(change) else ""
         raise InvalidInput(
-            f"the {info.format} stream changes its codec parameters after "
+            f"the {info.format} stream changes its codec parameters{how} after "
             f"{decoded() / info.sample_rate:.1f} s; accepted: one sample rate and channel count "
-            "per recording",
+            "per recording, in one codec",
             code=ErrorCode.AUDIO_FORMAT_CHANGED,
         ) from None
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import av
 import av.container
@@ -23,6 +23,7 @@ import av.filter
 import numpy as np
 
 from arengine.audio import containers
+from arengine.audio.chains import Links
 from arengine.audio.containers import DEMUXERS
 
 _OPTIONS = {
@@ -39,7 +40,8 @@ class NestedOpenRefused(PermissionError):
 
 
 class ParametersChanged(Exception):
-    """The stream changes its codec parameters midway (a chained Ogg with another rate, say)."""
+    """The stream changes its codec parameters midway (a chained Ogg with another rate, say);
+    its message, if any, says how ("Opus to Vorbis")."""
 
 
 def _refuse_nested(url: str, flags: int, options: dict[str, str]) -> Any:
@@ -47,13 +49,36 @@ def _refuse_nested(url: str, flags: int, options: dict[str, str]) -> Any:
 
 
 @contextmanager
-def open_upload(path: Path, demuxer: str | None = None) -> Iterator[av.container.InputContainer]:
+def open_upload(
+    path: Path, demuxer: str | None = None, links: Links | None = None
+) -> Iterator[av.container.InputContainer]:
     """The upload at `path`, opened by FFmpeg through a file object; PyAV's errors pass through.
 
     `demuxer` (one of `DEMUXERS`) skips FFmpeg's probe; otherwise it chooses among `DEMUXERS`.
+    `links` is shown every byte FFmpeg reads (a chained stream's files, `chains.py`).
     """
-    with open(path, "rb") as file, open_file(file, demuxer) as container:
-        yield container
+    with open(path, "rb") as raw, open_file(_Shown(raw, links) if links else raw, demuxer) as file:
+        yield file
+
+
+class _Shown:
+    """A file read through, each read's bytes shown to `links` at their offset."""
+
+    def __init__(self, file: BinaryIO, links: Links) -> None:
+        self._file = file
+        self._links = links
+
+    def read(self, size: int = -1) -> bytes:
+        at = self._file.tell()
+        data = self._file.read(size)
+        self._links.seen(at, data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
 
 
 @contextmanager
@@ -191,10 +216,11 @@ class Mixdown:
 
 
 def packets(
-    container: av.container.InputContainer, index: int
+    container: av.container.InputContainer, index: int, links: Links | None = None
 ) -> Iterator[tuple[av.Packet[Any] | None, Exception | None]]:
     """The packets of stream `index`, then None to flush the decoder; a demuxer error ends the
-    stream and is yielded instead of raised, so the caller decides truncated or corrupt."""
+    stream and is yielded instead of raised, so the caller decides truncated or corrupt.
+    `ParametersChanged` where the stream changes format, FFmpeg's or `links`'s finding."""
     stream = container.streams[index]
     for other in container.streams:
         if other.index != index:
@@ -210,6 +236,18 @@ def packets(
             # FFmpeg's Ogg demuxer stops where a chained stream changes its codec parameters.
             raise ParametersChanged() from None
         except av.error.FFmpegError as error:
+            _check_links(links)  # its Ogg demuxer stops where the codec changes
             yield None, error
             return
+        # Matroska's demuxer passes a second file's packets on to the first file's decoder.
+        _check_links(links, packet.pos)
         yield packet, None
+
+
+def _check_links(links: Links | None, position: int | None = None) -> None:
+    """`ParametersChanged` if `links` found a file of another format, and the packet at
+    `position` (None: unknown, or a demuxer error) lies in it (the demuxer reads ahead)."""
+    if links is None or links.changed is None:
+        return
+    if position is None or position < 0 or position >= links.changed_at:
+        raise ParametersChanged(links.changed)

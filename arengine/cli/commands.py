@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arengine import __version__
-from arengine.live import formats as live
 from arengine.outputs.combined import TABLES
 from arengine.outputs.formats import (
     FORMAT_NAMES,
@@ -27,16 +26,20 @@ from arengine.outputs.formats import (
     known_formats,
 )
 from arengine.settings import Settings
+from arengine_client.cli import (
+    JOB_OVER_S,
+    add_server_flags,
+    listen_command,
+    listen_parser,
+)
+from arengine_client.files import print_skipped, report
 
 if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
     from arengine.cli.runner import Failure, Planned
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
-JOB_OVER_S = 600.0
-"""`recognize --server` sends a recording longer than this as a job: the server's default
-`request_timeout_s` is as long, and a job survives a dropped connection and a restart."""
-ENV_ONLY = frozenset({"api_keys", "admin_keys"})
+ENV_ONLY = frozenset({"api_keys", "admin_keys", "webhook_secret"})
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (
@@ -70,17 +73,6 @@ formats (other names in brackets):
     + """
 exit status: 0 when every file was recognized, 1 when any failed, 2 on a usage error"""
 )
-
-
-LISTEN_EXAMPLES = """examples:
-  ffmpeg -i rtsp://camera/stream -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -
-  ffmpeg -i rtsp://cam/stream -c:a libopus -f webm - | arengine listen --server URL --format webm -
-  arecord -f S16_LE -r 16000 -c 1 -t raw | arengine listen --server URL --model speech,events -
-  arengine listen --server URL --realtime --model events hall.flac > tags.ndjson
-
-Tags are printed as JSON lines as each becomes final, the summary last.
-exit status: 0 when the stream ended with its summary, 1 when the server ended it with an error,
-2 when it could not start"""
 
 
 REFERENCES_EXAMPLES = """examples:
@@ -143,21 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
     )
-    recognize.add_argument(
-        "--server",
-        metavar="URL",
-        help="send the files to this arengine server (or load balancer) instead of an in-process "
-        "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
-    )
-    recognize.add_argument(
-        "--job-over-s",
-        type=float,
-        default=JOB_OVER_S,
-        metavar="SECONDS",
-        help="with --server: a recording longer than this is sent as a job (POST /v1/jobs), "
-        "which survives a dropped connection and a server restart; its result is fetched once "
-        f"done (default: {JOB_OVER_S:g})",
-    )
+    add_server_flags(recognize, required=False)
     recognize.add_argument(
         "--resume",
         action="store_true",
@@ -174,47 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
-    listen = commands.add_parser(
-        "listen",
-        help="send a live stream to a server and print its tags as they come",
-        description="Send raw PCM or a WebM/Ogg stream from standard input (-), or an audio "
-        "file, to a server's "
-        "WS /v1/listen; print each tag as a JSON line as soon as it is final. The API key comes "
-        "from ARENGINE_API_KEY.",
-        epilog=LISTEN_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    listen.add_argument(
-        "source", metavar="INPUT", help="- for raw PCM on standard input, or a file"
-    )
-    listen.add_argument("--server", metavar="URL", required=True, help="the arengine server")
-    listen.add_argument(
-        "--model", default="speech", help="model name, or several separated by commas"
-    )
-    listen.add_argument(
-        "--format",
-        "--pcm-format",
-        dest="pcm_format",
-        choices=live.FORMATS,
-        default="s16le",
-        help="standard input's audio: raw PCM samples, or a WebM/Ogg stream (Opus or Vorbis) "
-        "that states its own rate and channels (default: s16le)",
-    )
-    listen.add_argument(
-        "--sample-rate", type=int, default=16000, help="standard input's rate (default: 16000)"
-    )
-    listen.add_argument(
-        "--channels", type=int, default=1, help="standard input's channels (default: 1)"
-    )
-    listen.add_argument(
-        "--realtime",
-        action="store_true",
-        help="send a file at real speed, as a live source would (default: as fast as the "
-        "server reads)",
-    )
-    listen.add_argument(
-        "--progress", action="store_true", help="print the progress lines to standard error"
-    )
+    listen = listen_parser(commands)
     _add_parameter_flags(listen)
     models = commands.add_parser(
         "models",
@@ -366,32 +304,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(references(settings, **options))
 
 
-def listen_command(
-    source: str,
-    server: str,
-    model: str,
-    pcm_format: str,
-    sample_rate: int,
-    channels: int,
-    realtime: bool,
-    progress: bool,
-    parameters: Mapping[str, float | str],
-) -> int:
-    """`arengine listen`: 0 when the stream ended with its summary (`arengine/cli/listen.py`)."""
-    from arengine.cli.listen import listen
-    from arengine.cli.remote import Remote
-
-    opening: dict[str, Any] = {"format": pcm_format}
-    if pcm_format not in live.CONTAINER_FORMATS:
-        opening.update(sample_rate=sample_rate, channels=channels)
-    return listen(Remote.from_env(server), source, model, opening, realtime, progress, parameters)
-
-
 def serve(settings: Settings, argv: list[str]) -> None:
     """Run the server; re-executes once under jemalloc first when it is wanted and installed."""
     from arengine.system.allocator import active_allocator, reexec_with_jemalloc
     from arengine.system.logs import configure as configure_logging
 
+    _check_job_store(settings)
     if settings.jemalloc:
         reexec_with_jemalloc(argv, settings.malloc_conf)
     # OpenMP reads this when torch loads; set before the import so no pool starts wider.
@@ -418,6 +336,19 @@ def serve(settings: Settings, argv: list[str]) -> None:
     if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
         log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
     server.run(create_app(settings), settings)
+
+
+def _check_job_store(settings: Settings) -> None:
+    """Exit with one line naming the job store and what to do when it cannot be opened, before
+    the server starts (where it would be a traceback from the application's start)."""
+    if settings.data_dir is None:
+        return
+    from arengine.jobs.store import JobStore, StoreUnusable
+
+    try:
+        JobStore.open(settings.data_dir).close()
+    except StoreUnusable as error:
+        sys.exit(f"arengine: {error}")
 
 
 def _engine(settings: Settings) -> Any:
@@ -459,7 +390,7 @@ def recognize(
     files, skipped = expand(inputs)
     if not files:
         print("arengine: no audio files found in the inputs", file=sys.stderr)
-        _print_skipped(skipped)
+        print_skipped(skipped)
         return 2
     if jobs < 1:
         print("arengine: --jobs must be at least 1", file=sys.stderr)
@@ -477,7 +408,7 @@ def recognize(
         print(f"resume: {len(work) - len(todo)} outputs already there, skipped", file=sys.stderr)
     failures: list[Failure] = []
     if todo and server is not None:
-        from arengine.cli.remote import Remote, recognize_remote
+        from arengine_client.remote import Remote, recognize_remote
 
         remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
         failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
@@ -495,8 +426,8 @@ def recognize(
         count = write_combined(work, fmt, combined, failures)
         print(f"combined: {count} files' rows in {combined}", file=sys.stderr)
     if todo:
-        _print_skipped(skipped)
-    return _report(failures, todo)
+        print_skipped(skipped)
+    return report(failures, todo)
 
 
 def _combined_refusal(combined: Path | None, fmt: Format, work: Sequence[Planned]) -> str | None:
@@ -525,23 +456,6 @@ def _refusal(
         if not get_format(format).accepts(recognizer.labels):
             return f"format {format} holds only notes; model {recognizer.name!r} tags none"
     return None
-
-
-def _report(failures: list[Any], work: Sequence[Any]) -> int:
-    """The failure report of both modes; the exit status."""
-    if failures:
-        print(f"arengine: {len(failures)} of {len(work)} files failed:", file=sys.stderr)
-        for failure in failures:
-            print(f"  {failure.path}: {failure.reason}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _print_skipped(skipped: list[Failure]) -> None:
-    if skipped:
-        print(f"arengine: skipped {len(skipped)} file(s) that hold no audio:", file=sys.stderr)
-        for item in skipped:
-            print(f"  {item.path}: {item.reason}", file=sys.stderr)
 
 
 def list_models(settings: Settings, markdown: bool = False) -> int:

@@ -1,4 +1,5 @@
-"""`arengine recognize`: many files through one in-process engine, one output file per input.
+"""`arengine recognize`: many files through one in-process engine, one output file per input
+(the names, `--resume` and each file's end are `arengine_client.files`, shared with `--server`).
 
 Example::
 
@@ -10,17 +11,13 @@ Example::
 from __future__ import annotations
 
 import itertools
-import os
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TextIO
 
 from arengine.audio.validation import AudioLimits, probe
-from arengine.cli.progress import Progress, make_progress
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
@@ -28,17 +25,25 @@ from arengine.kinds.base import Overrides
 from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
 from arengine.types import Result
+from arengine_client.files import Failure, Planned, plan, remaining, settle, write_file
+from arengine_client.progress import make_progress
+
+__all__ = [
+    "Failure",
+    "Planned",
+    "expand",
+    "not_audio",
+    "plan",
+    "recognize_files",
+    "remaining",
+    "settle",
+    "write_combined",
+]
 
 _ANY_SHAPE = AudioLimits(
     max_duration_s=float("inf"), max_channels=2**31, min_sample_rate=0, max_sample_rate=2**31
 )
 """Limits that refuse nothing: sorting a folder only asks whether a file holds audio at all."""
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    path: Path
-    reason: str
 
 
 def expand(inputs: Iterable[Path]) -> tuple[list[Path], list[Failure]]:
@@ -73,60 +78,6 @@ def not_audio(path: Path) -> str | None:
     except (ArengineError, OSError):
         return None
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """One input file and the output file it gets."""
-
-    path: Path
-    target: Path
-
-
-def plan(
-    files: Sequence[Path], fmt: Format, out: Path, folders: Sequence[Path] = ()
-) -> list[Planned]:
-    """Each file with its output under `out`, a name that depends only on the file and the inputs
-    named (so `--resume` finds it again): a file under one of `folders` keeps its path under
-    that folder (`x/a.wav` -> `<out>/x/a.<ext>`), one named directly goes in `out`; files that
-    would share a name keep their extension (`a.wav.<ext>`, `a.mp3.<ext>`), and what still
-    collides (one name in two folders named) gets `-2`, `-3`... in the order of the inputs.
-    """
-    places = [_place(path, folders) for path in files]
-    stems = Counter(_key(place.with_suffix("")) for place in places)
-    whole = Counter(_key(place) for place in places)
-    names = [
-        place
-        if stems[_key(place.with_suffix(""))] > 1 and whole[_key(place)] == 1
-        else place.with_suffix("")
-        for place in places
-    ]
-    seen: Counter[str] = Counter()
-    planned = []
-    for path, name in zip(files, names, strict=True):
-        seen[_key(name)] += 1
-        count = seen[_key(name)]
-        unique = name if count == 1 else name.with_name(f"{name.name}-{count}")
-        planned.append(Planned(path, out / f"{unique}.{fmt.extension}"))
-    return planned
-
-
-def _place(path: Path, folders: Sequence[Path]) -> PurePath:
-    """Where under the output folder a file's output goes, before its format's extension."""
-    for folder in folders:
-        if path.is_relative_to(folder):
-            return path.relative_to(folder)
-    return PurePath(path.name or "recording")
-
-
-def _key(name: PurePath) -> str:
-    """Names that are one file on a case-insensitive file system (macOS, Windows) are one."""
-    return str(name).casefold()
-
-
-def remaining(work: Sequence[Planned]) -> list[Planned]:
-    """The files whose output is not there yet (`--resume`)."""
-    return [item for item in work if not item.target.exists()]
 
 
 def recognize_files(
@@ -169,35 +120,6 @@ def recognize_files(
     return failures
 
 
-def settle(
-    outcome: Callable[[], Result],
-    item: Planned,
-    fmt: Format,
-    progress: Progress,
-    failures: list[Failure],
-    reason_of: Callable[[Exception], str | None] = lambda error: None,
-) -> None:
-    """Write one finished file's output, or record its failure; `reason_of` names the errors of
-    the caller's transport (None for an error it does not expect, which is raised)."""
-    try:
-        result = outcome()
-        _write(item.target, fmt.encode(result, item.path.stem))
-    except Exception as error:
-        reason = _reason(error) or reason_of(error)
-        if reason is None:
-            raise
-        failures.append(Failure(item.path, reason))
-        progress.failed(item.path, reason)
-    else:
-        progress.finished(item.path, result, item.target)
-
-
-def _reason(error: Exception) -> str | None:
-    if isinstance(error, ArengineError):
-        return error.message
-    return str(error) if isinstance(error, OSError) else None
-
-
 def _submit(
     engine: Engine, path: Path, model: str, index: int, overrides: Overrides
 ) -> tuple[Future[Result], Job | None]:
@@ -221,14 +143,6 @@ def _duration(engine: Engine, path: Path) -> float:
         return 0.0
 
 
-def _write(target: Path, data: bytes) -> None:
-    """Write through a temporary name so a half-written file never has the final name."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.partial")
-    partial.write_bytes(data)
-    os.replace(partial, target)
-
-
 def write_combined(
     work: Sequence[Planned], fmt: Format, target: Path, failures: Sequence[Failure]
 ) -> int:
@@ -241,7 +155,7 @@ def write_combined(
         for item in work
         if item.path not in failed and item.target.is_file()
     ]
-    _write(target, combine(fmt, parts).encode("utf-8"))
+    write_file(target, combine(fmt, parts).encode("utf-8"))
     return len(parts)
 
 

@@ -32,6 +32,7 @@ from arengine.http.security import LOOPBACK_HOSTS, SecurityMiddleware, is_loopba
 from arengine.http.upload_dir import UploadDir
 from arengine.jobs.runner import JobRunner, Replica, Retention
 from arengine.jobs.store import JobStore
+from arengine.jobs.webhooks import Webhooks, start_webhooks
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.memory import Jemalloc
@@ -63,11 +64,14 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.jobs = runner
         if runner is not None:
             metrics.watch_jobs(runner.store)
+        app.state.webhooks = _webhooks(settings, metrics)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
         try:
             yield
         finally:
+            if app.state.webhooks is not None:
+                app.state.webhooks.close()
             if runner is not None:
                 runner.close()
             engine.close()
@@ -96,7 +100,9 @@ def create_app(settings: Settings) -> FastAPI:
         # An administrator may do what a user may: the references endpoints check for the
         # administrator keys themselves.
         keys = (*keys, *settings.admin_key_list())
-        app.add_middleware(ApiKeyMiddleware, keys=keys, public_paths=public)
+        app.add_middleware(
+            ApiKeyMiddleware, keys=keys, public_paths=public, public_prefixes=web.PUBLIC_PREFIXES
+        )
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -108,7 +114,7 @@ def create_app(settings: Settings) -> FastAPI:
         SecurityMiddleware,
         hosts=_allowed_hosts(settings),
         origins=(settings.cors_origins or "").split(",") if settings.cors_origins else (),
-        csp={"/docs": web.DOCS_CSP},
+        csp={"/docs": web.DOCS_CSP, web.SITE_PATH: web.SITE_CSP},
     )
     app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
     app.add_middleware(AccessLogMiddleware)
@@ -131,12 +137,25 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
     if settings.data_dir is None:
         return None
     retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
-    name = settings.replica_name or f"{socket.gethostname()}:{settings.port}"
-    replica = Replica(name, settings.job_lease_s)
+    replica = Replica(_replica_name(settings), settings.job_lease_s)
     store = JobStore.open(settings.data_dir)
     runner = JobRunner(store, engine, settings.max_running_jobs, retention, replica)
     runner.start()
     return runner
+
+
+def _replica_name(settings: Settings) -> str:
+    return settings.replica_name or f"{socket.gethostname()}:{settings.port}"
+
+
+def _webhooks(settings: Settings, metrics: Metrics) -> Webhooks | None:
+    """The job webhooks' senders (None: jobs off, or no webhook secret), their gauges watched."""
+    if settings.data_dir is None:
+        return None
+    webhooks = start_webhooks(settings, settings.data_dir, metrics, _replica_name(settings))
+    if webhooks is not None:
+        metrics.watch_webhooks(webhooks.outbox)
+    return webhooks
 
 
 def _allowed_hosts(settings: Settings) -> list[str]:

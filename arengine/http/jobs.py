@@ -8,12 +8,13 @@ did not exist. Jobs are off (404 `jobs_disabled`) unless the server has a `data_
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
+import logging
 import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 from anyio import to_thread
@@ -23,7 +24,16 @@ from pydantic import BaseModel, Field
 
 from arengine.audio.validation import probe
 from arengine.engine.engine import Engine
-from arengine.errors import ArengineError, ErrorCode, InvalidInput, Overloaded
+from arengine.errors import (
+    ArengineError,
+    ErrorCode,
+    InsufficientStorage,
+    InvalidInput,
+    Overloaded,
+    Unauthorized,
+)
+from arengine.http.auth import IDENTITY
+from arengine.http.callbacks import checked_callback, subscribe, unsubscribe
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.render import download
@@ -39,7 +49,7 @@ from arengine.http.uploads import (
 )
 from arengine.jobs.retag import retag
 from arengine.jobs.runner import JobRunner
-from arengine.jobs.scores import ScoreLog
+from arengine.jobs.scores import DamagedScores, ScoreLog
 from arengine.jobs.store import (
     JobError,
     JobRecord,
@@ -47,11 +57,13 @@ from arengine.jobs.store import (
     JobStore,
     commit_file,
     new_job_id,
+    storage_full,
 )
 from arengine.outputs.formats import STREAM, Format, get_format, negotiate
-from arengine.settings import Settings
+from arengine.settings import Settings, size_text
 from arengine.types import Result, result_dict, result_of
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9_-]{22}$")
@@ -112,32 +124,38 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
     engine.check(query.model, overrides)  # before reading the body: refuse fast
-    _check_room(runner.store, settings)
+    callback = await checked_callback(request, query.callback_url)
+    await to_thread.run_sync(_check_room, runner, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
         await to_thread.run_sync(probe, upload.path, engine.limits, query.stream)
-        record = JobRecord(
-            id=new_job_id(),
-            owner=_owner(request),
-            model=query.model,
-            overrides=overrides,
-            stream=query.stream,
-            filename=upload.filename,
-            state=JobState.QUEUED,
-            done_s=0.0,
-            duration_s=None,
-            error=None,
-            created=time.time(),
-            finished=None,
-            result=None,
-        )
-        target = runner.store.upload_path(record.id)
-        await to_thread.run_sync(commit_file, upload.path, target)
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
-    if not await to_thread.run_sync(runner.store.add, record, settings.max_queued_jobs):
-        target.unlink(missing_ok=True)
+    record = JobRecord(
+        id=new_job_id(),
+        owner=_owner(request),
+        model=query.model,
+        overrides=overrides,
+        stream=query.stream,
+        filename=upload.filename,
+        state=JobState.QUEUED,
+        done_s=0.0,
+        duration_s=None,
+        error=None,
+        created=time.time(),
+        finished=None,
+        result=None,
+    )
+    limit = settings.max_queued_jobs
+    await subscribe(request, record.id, callback)
+    try:
+        committed = await to_thread.run_sync(_commit, runner.store, upload.path, record, limit)
+    except BaseException:
+        await unsubscribe(request, record.id, callback)
+        raise
+    if not committed:
+        await unsubscribe(request, record.id, callback)
         raise _too_many(settings)
     runner.notify()
     body = JobOut.of(record).model_dump(mode="json")
@@ -147,9 +165,9 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
 @router.get("/v1/jobs", response_model=JobsResponse, responses=error_responses(401, 404))
 async def list_jobs(request: Request) -> JobsResponse:
     """The caller's jobs, oldest first."""
-    store = _runner(request).store
-    records = await to_thread.run_sync(store.owned_by, _owner(request))
-    return JobsResponse(jobs=[JobOut.of(record) for record in records])
+    runner = _runner(request)
+    records = await to_thread.run_sync(runner.store.owned_by, _owner(request))
+    return JobsResponse(jobs=[JobOut.of(runner.current(record)) for record in records])
 
 
 @router.get(
@@ -175,6 +193,7 @@ async def job_result(
     `Accept` header's) if given; 409 `job_not_done` before. With post-processing parameters
     (`?threshold=0.7`: any of its models'), its tags are derived again from the scores the job
     kept, in milliseconds, as a recognition with those parameters would give them."""
+    refuse_repeated(request)
     record = await _record(request, job_id)
     format = query.format
     output = format or negotiate(request.headers.get("accept")) or "json"
@@ -182,11 +201,9 @@ async def job_result(
     if record.state is not JobState.DONE or record.result is None:
         raise ArengineError(_not_done(record), code=ErrorCode.JOB_NOT_DONE)
     store = _runner(request).store
-    text = await to_thread.run_sync((store.results / record.result).read_bytes)
     overrides = query.overrides()
-    stored = json.loads(text)
     # New parameters derive the tags again: the stored ones are not made into tags.
-    result = result_of({**stored, "tags": []} if overrides else stored)
+    result = await to_thread.run_sync(_stored_result, store, record, not overrides)
     if overrides:
         engine: Engine = request.app.state.engine
         result = await to_thread.run_sync(_retagged, engine, store, record, result, overrides)
@@ -195,6 +212,7 @@ async def job_result(
             f"format {fmt.name} holds only notes and this job's result has other tags",
             code=ErrorCode.INVALID_PARAMETER,
         )
+    await _mark_read(store, record)
     if output == "json" and format is None:
         # A `RecognizeResponse`'s JSON, from the engine's own result: validating thousands of
         # tags into the model and again on the way out took a third of a 2-hour job's answer.
@@ -232,14 +250,21 @@ async def _events(runner: JobRunner, record: JobRecord) -> AsyncIterator[bytes]:
         yield tag_lines(tags) + ndjson([_progress(current)])
         await asyncio.sleep(EVENTS_EVERY_S)
         current = await to_thread.run_sync(runner.store.get, record.id)
+        current = None if current is None else runner.current(current)
     if current is None or current.state is JobState.CANCELLED:
         yield error_line(ErrorCode.JOB_NOT_FOUND.value, f"job {record.id} was removed")
     elif current.state is JobState.FAILED or current.result is None:
         error = current.error or JobError(ErrorCode.INTERNAL_ERROR.value, "the job failed")
         yield error_line(error.code, error.message)
+        await _mark_read(runner.store, current)
     else:
-        text = await to_thread.run_sync((runner.store.results / current.result).read_bytes)
-        yield ending(result_of(json.loads(text)), sent)
+        try:
+            result = await to_thread.run_sync(_stored_result, runner.store, current)
+        except ArengineError as damaged:
+            yield error_line(damaged.code.value, damaged.message)
+            return
+        yield ending(result, sent)
+        await _mark_read(runner.store, current)
 
 
 def _progress(record: JobRecord) -> dict[str, Any]:
@@ -253,6 +278,21 @@ async def delete_job(request: Request, job_id: str) -> Response:
     record = await _record(request, job_id)
     await to_thread.run_sync(_runner(request).cancel, record.id)
     return Response(status_code=204)
+
+
+def _stored_result(store: JobStore, record: JobRecord, tags: bool = True) -> Result:
+    """A done job's result from its file (without its tags unless `tags`); 500
+    `job_result_damaged` when the file cannot be read as one."""
+    try:
+        stored = json.loads((store.results / str(record.result)).read_bytes())
+        return result_of(stored if tags else {**stored, "tags": []})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        log.error("job %s: its result file cannot be read: %r", record.id, error)
+        raise ArengineError(
+            f"job {record.id} is done but its stored result cannot be read (damaged, or removed "
+            "outside the server): submit the recording again",
+            code=ErrorCode.JOB_RESULT_DAMAGED,
+        ) from None
 
 
 def _retagged(
@@ -271,8 +311,15 @@ def _retagged(
             f"job {record.id} kept no scores: ask for its result without new parameters",
             code=ErrorCode.SCORES_NOT_KEPT,
         )
-    with ScoreLog.reading(path) as (plan, kept):
-        return retag(result, recognizers, combined, plan, kept)
+    try:
+        with ScoreLog.reading(path) as (plan, kept):
+            return retag(result, recognizers, combined, plan, kept)
+    except DamagedScores as error:
+        raise ArengineError(
+            f"job {record.id}'s kept scores are damaged ({error}): ask for its result without "
+            "new parameters",
+            code=ErrorCode.SCORES_NOT_KEPT,
+        ) from None
 
 
 def _runner(request: Request) -> JobRunner:
@@ -286,29 +333,66 @@ def _runner(request: Request) -> JobRunner:
 
 
 def _owner(request: Request) -> str | None:
-    """The identity of the API key that made the request (a hash of it); None with keys off.
-
-    The API key middleware has already refused a request without a configured key.
-    """
+    """The identity of the API key that made the request, as the API key middleware checked
+    it (`arengine.http.auth`); None with keys off."""
     settings: Settings = request.app.state.settings
     if not settings.api_key_list():
         return None
-    _, _, token = request.headers.get("authorization", "").partition(" ")
-    return hashlib.sha256(token.strip().encode()).hexdigest()[:32]
+    owner: str | None = getattr(request.state, IDENTITY, None)
+    if owner is None:  # the middleware always leaves one: never fall back to keys-off jobs
+        raise Unauthorized("send Authorization: Bearer <API key>")
+    return owner
 
 
 async def _record(request: Request, job_id: str) -> JobRecord:
     """The caller's job `job_id`; 404 `job_not_found` for an unknown id or another key's job."""
-    store = _runner(request).store
+    runner = _runner(request)
+    store = runner.store
     record = await to_thread.run_sync(store.get, job_id) if _JOB_ID.match(job_id) else None
     if record is None or record.owner != _owner(request):
         raise ArengineError(f"no job {job_id[:64]!r}", code=ErrorCode.JOB_NOT_FOUND)
+    record = runner.current(record)
+    if record.state is JobState.FAILED:  # its error, about to be told, is its outcome
+        await _mark_read(store, record)
     return record
 
 
-def _check_room(store: JobStore, settings: Settings) -> None:
-    if store.active() >= settings.max_queued_jobs:
+async def _mark_read(store: JobStore, record: JobRecord) -> None:
+    """Its owner has its outcome: from now on the disk budget may remove the job."""
+    if record.read is None:
+        await to_thread.run_sync(store.mark_read, record.id)
+
+
+def _commit(store: JobStore, spooled: Path, record: JobRecord, limit: int) -> bool:
+    """Rename the spooled upload into place and commit the job's row; False when `limit` jobs
+    are queued or running. A full disk is a 507; a refusal leaves no file behind."""
+    target = store.upload_path(record.id)
+    try:
+        commit_file(spooled, target)
+        if store.add(record, limit):
+            return True
+    except Exception as error:
+        spooled.unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
+        if not storage_full(error):
+            raise
+        raise InsufficientStorage(
+            "the data directory is full: the job could not be stored; retry once there is room"
+        ) from None
+    target.unlink(missing_ok=True)
+    return False
+
+
+def _check_room(runner: JobRunner, settings: Settings) -> None:
+    if runner.store.active() >= settings.max_queued_jobs:
         raise _too_many(settings)
+    if not runner.within_budget():
+        raise ArengineError(
+            f"the job store's files pass its disk budget ({size_text(settings.job_storage_bytes)},"
+            " job_storage_bytes) with jobs queued, running or whose outcome nobody has read "
+            "yet, which it never removes: retry once some are read or deleted",
+            code=ErrorCode.JOB_STORAGE_FULL,
+        )
 
 
 def _too_many(settings: Settings) -> Overloaded:

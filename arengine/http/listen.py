@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -47,7 +48,7 @@ from arengine.http.schemas import ListenQuery
 from arengine.http.streaming import TagFeed, lines, stop
 from arengine.kinds.base import Overrides, Recognizer
 from arengine.live.decoder import StreamDecoder
-from arengine.live.spool import LiveSpool, StreamFormat
+from arengine.live.spool import LiveSpool, StreamFormat, parse_message
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 
@@ -98,13 +99,20 @@ async def listen(websocket: WebSocket) -> None:
             finally:
                 audio_s = session.spool.seconds
                 session.spool.close()
-    except WebSocketDisconnect:
+    except (WebSocketDisconnect, OSError):  # OSError: a send to a connection already closed
         code, reason = 1001, "the client went away"
     except ArengineError as error:
         _refused(websocket, error)
         code, reason = close_code(error.code), error.code.value
         with contextlib.suppress(Exception):  # the client may be gone already
             await websocket.send_text(_error_line(error))
+    except Exception:  # a fault of ours still ends the stream with its line and its code
+        request_id = websocket.scope.get("state", {}).get("request_id")
+        log.exception("a live stream failed", extra={"fields": {"request_id": request_id}})
+        fault = _fault(request_id)
+        code, reason = close_code(fault.code), fault.code.value
+        with contextlib.suppress(Exception):
+            await websocket.send_text(_error_line(fault))
     with contextlib.suppress(Exception):
         await websocket.close(code, reason)
     log.info(
@@ -224,6 +232,8 @@ class _Session:
         tasks = [asyncio.ensure_future(self._read(job))]
         if self.decoder is not None:
             tasks.append(asyncio.ensure_future(self._pump(self.decoder, job)))
+        for task in tasks:
+            task.add_done_callback(functools.partial(_noticed, job, request_id))
         try:
             last = await self._send(feed, single)
         finally:
@@ -290,6 +300,13 @@ class _Session:
         """Spool the decoder's PCM until it exits; its failure ends the job."""
         try:
             await decoder.pump(self.spool.write, lambda: self.spool.full)
+            if self.spool.full:
+                # The stream ends at its cap here, as a PCM stream's does in `_read`: its job
+                # finishes, so its summary and its close follow. The child, whose output nobody
+                # reads any more, would block writing it, then stop reading its input, and the
+                # reader feeding it would wait for ever: it goes now.
+                self.spool.end()
+                await decoder.close()
         except ArengineError as error:
             job.abort(error)
         except OSError as error:  # the upload directory is full
@@ -319,16 +336,34 @@ class _LiveFeed(TagFeed):
         return line
 
 
+def _noticed(job: Job, request_id: str, task: asyncio.Future[None]) -> None:
+    """A reading or decoding task that died of an unexpected error ends its stream (500, the
+    cause logged): otherwise nothing reads the client any more, so the idle timeout no longer
+    applies, and the stream would hold its slot and its spool until its deadline."""
+    if task.cancelled() or task.exception() is None:
+        return
+    error = task.exception()
+    log.error(
+        "a live stream's task failed", exc_info=error, extra={"fields": {"request_id": request_id}}
+    )
+    job.abort(_fault(request_id))
+
+
+def _fault(request_id: str | None) -> ArengineError:
+    """A fault of the server's ending a stream (500): the cause goes to the log, not the client."""
+    return ArengineError(
+        f"the stream failed for request {request_id}; the server log has the cause",
+        code=ErrorCode.INTERNAL_ERROR,
+    )
+
+
 def _unstored(error: OSError) -> InsufficientStorage:
     return InsufficientStorage(f"the stream could not be stored: {error.strerror or error}")
 
 
 def _ends(text: str | None) -> bool:
     """Whether a text message is `{"end": true}`; `InvalidInput` for any other."""
-    try:
-        message = json.loads(text or "")
-    except ValueError:
-        message = None
+    message = parse_message(text or "", "a text message after the opening")
     if message != {"end": True}:
         raise InvalidInput(
             'after the opening message a stream sends binary audio and ends with {"end": true}; '

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from arengine.errors import ErrorCode
 from arengine.system.metrics import Metrics
@@ -251,6 +252,27 @@ class LimitedH11Protocol(H11Protocol):
             cls._capped_since = now
             cap = cls.limits.max_connections
             log.warning("max_connections (%d) reached: refusing new connections", cap)
+
+
+class WebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol, quiet about a client that broke the protocol.
+
+    A message over `ws_max_size` makes the protocol send its 1009 close and close the
+    connection, which lingers (`_LingeringTransport`) while the client is still sending the
+    message: uvicorn handled each later read as a new failure and wrote after the end it had
+    sent, logging an asyncio "Fatal error" per read. Here what comes while the connection closes
+    is dropped, and the application, whose connection uvicorn closed under it, sees a client that
+    went away (`ClientDisconnected`) rather than a `RuntimeError` on its next send.
+    """
+
+    def data_received(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            return  # the rest of what the client sends after the close: dropped
+        super().data_received(data)
+
+    def handle_parser_exception(self) -> None:
+        super().handle_parser_exception()
+        self.disconnected = True
 
 
 def protocol_class(limits: ConnectionLimits, metrics: Metrics | None) -> type[LimitedH11Protocol]:

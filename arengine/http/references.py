@@ -37,6 +37,7 @@ from arengine.errors import (
     Unauthorized,
     UnknownModel,
 )
+from arengine.http.auth import credential
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.uploads import AUDIO_BODY, UploadLimits, UploadPace, check_declared_length, spool
@@ -220,15 +221,15 @@ def _require_admin(request: Request) -> None:
             "folder",
             code=ErrorCode.ADMIN_DISABLED,
         )
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = credential(request.scope)  # the one the API key middleware checked, if it runs
+    if not token:
         raise Unauthorized(
             "send Authorization: Bearer <administrator key> to change references",
             code=ErrorCode.ADMIN_REQUIRED,
         )
     matched = False
     for key in keys:  # every key is compared, so timing does not tell which one matched
-        matched |= hmac.compare_digest(token.strip().encode(), key)
+        matched |= hmac.compare_digest(token, key)
     if not matched:
         raise Forbidden(
             "this key may not change references: that needs an administrator key",

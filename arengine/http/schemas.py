@@ -92,7 +92,21 @@ _NOT_FOR_JOBS = ("format", "progress", "timeout_s")
 
 class _JobBase(_UploadBase):
     """Query parameters of `POST /v1/jobs` other than post-processing overrides: the upload's,
-    without what only a waiting client uses (so the schema does not offer them)."""
+    without what only a waiting client uses (so the schema does not offer them), and the
+    job's callback."""
+
+    callback_url: str | None = Field(
+        None,
+        max_length=2048,
+        description="http(s) URL the server POSTs to when the job ends (done, failed or "
+        "cancelled), signed by the Standard Webhooks scheme and retried for hours; its host "
+        "must pass webhook_allowed_hosts and resolve to a public address (else 422 "
+        "callback_url_refused). Default: the server's webhook_url, if set.",
+    )
+
+    def overrides(self) -> dict[str, float | str]:
+        """The post-processing parameters the client set (the callback is none of them)."""
+        return {k: v for k, v in super().overrides().items() if k != "callback_url"}
 
     @model_validator(mode="before")
     @classmethod

@@ -71,7 +71,7 @@ class SecurityMiddleware:
     """The Host and Origin checks and the response headers above.
 
     `hosts`: accepted Host names (`*`: any); `origins`: cross-origin pages allowed to POST;
-    `csp`: a policy per path, `PAGE_CSP` elsewhere.
+    `csp`: a policy per path (one ending in `/`: for everything under it), `PAGE_CSP` elsewhere.
     """
 
     def __init__(
@@ -86,6 +86,12 @@ class SecurityMiddleware:
         self.origins = frozenset(origin.strip().rstrip("/").lower() for origin in origins)
         self.csp = csp or {}
 
+    def _policy(self, path: str) -> str:
+        if path in self.csp:
+            return self.csp[path]
+        under = [prefix for prefix in self.csp if prefix.endswith("/") and path.startswith(prefix)]
+        return self.csp[max(under, key=len)] if under else PAGE_CSP
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -94,7 +100,7 @@ class SecurityMiddleware:
         host = headers.get(b"host", b"").decode("latin-1")
         method = "WEBSOCKET" if scope["type"] == "websocket" else scope["method"]
         error = self._refusal(method, host, headers.get(b"origin"))
-        policy = self.csp.get(scope["path"], PAGE_CSP).encode()
+        policy = self._policy(scope["path"]).encode()
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

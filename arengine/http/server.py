@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from arengine.http.protocol import ConnectionLimits, protocol_class
+from arengine.http.protocol import ConnectionLimits, WebSocketProtocol, protocol_class
 from arengine.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -184,9 +184,10 @@ def run(app: FastAPI, settings: Settings) -> None:
         timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
         timeout_keep_alive=5,
         h11_max_incomplete_event_size=settings.max_header_bytes,
-        # The sans-I/O protocol reads no further message until the application has taken the
-        # last one: the back-pressure of `WS /v1/listen` (`arengine/http/listen.py`).
-        ws="websockets-sansio",
+        # uvicorn's sans-I/O protocol (`WebSocketProtocol`) reads no further message until the
+        # application has taken the last one: the back-pressure of `WS /v1/listen`
+        # (`arengine/http/listen.py`).
+        ws=WebSocketProtocol,
         ws_max_size=settings.listen_max_message_bytes,
         # No keep-alive pings: a stream held back by that back-pressure reads no frame, pongs
         # included, so a ping would time out and drop a stream that is only being slowed down. A

@@ -3,20 +3,20 @@
 Only a directory named by `upload_dir` is swept: the system temporary directory is shared with
 other programs (and other arengine servers). Only regular files of this user named as the spooler
 names them (`arengine-`, eight random characters, `.upload`) are removed, and only when no other
-live server uses the directory: every server holds a shared `flock` on the directory itself, and
-sweeps only if it can take that lock exclusively (the kernel releases it when a server dies,
-SIGKILL included).
+live server uses the directory (`arengine.system.claims`: the lock the job store's sweep honours
+too).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import re
 import stat
 from pathlib import Path
+
+from arengine.system.claims import DirectoryClaim
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,8 @@ class UploadDir:
     """A claim on an upload directory for a server's life: `UploadDir.claim(directory)` at
     start-up, `close()` at the end."""
 
-    def __init__(self, lock: int | None, swept: int) -> None:
-        self._lock = lock
+    def __init__(self, claim: DirectoryClaim | None, swept: int) -> None:
+        self._claim = claim
         self.swept = swept
 
     @classmethod
@@ -38,24 +38,19 @@ class UploadDir:
         if directory is None:
             return cls(None, 0)
         try:
-            lock = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            claim = DirectoryClaim.hold(directory)
         except OSError as error:
             log.warning("upload directory %s not swept: %s", directory, error.strerror)
             return cls(None, 0)
-        swept = 0
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        swept = claim.alone(lambda: sweep(directory))
+        if swept is None:
             log.info("upload directory %s is in use by another server: not swept", directory)
-        else:
-            swept = sweep(directory)
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        return cls(lock, swept)
+        return cls(claim, swept or 0)
 
     def close(self) -> None:
-        if self._lock is not None:
-            os.close(self._lock)  # releases the lock
-            self._lock = None
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
 
 
 def sweep(directory: Path) -> int:

@@ -1,5 +1,6 @@
-"""The browser page at `/` and the API's Swagger UI at `/docs`: their files are served from the
-packages, nothing from a CDN (both work offline), no build step (plain ES modules)."""
+"""The browser page at `/`, the API's Swagger UI at `/docs` and, when it was built into the package,
+the documentation site at `/docs/site/`: their files are served from the packages, nothing from a
+CDN (all work offline), no build step for the page (plain ES modules)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from fastapi import APIRouter
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, Response
 from starlette.exceptions import HTTPException
 from swagger_ui_bundle import swagger_ui_path
 
@@ -30,8 +31,22 @@ DOCS_ASSETS = {
     "swagger-ui.css": "text/css; charset=utf-8",
     "favicon-32x32.png": "image/png",
 }
+SITE = STATIC / "site"
+"""The documentation site as `mkdocs build` writes it (mkdocs.yml's `site_dir`), when it was built
+before the package was installed (`make test` builds it; the image then carries it)."""
+SITE_PATH = "/docs/site/"
+SITE_CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+"""The site: static files of its own; MkDocs' theme starts itself from small inline scripts."""
 PUBLIC_PATHS = ("/", *(f"/static/{name}" for name in ASSETS))
 """The page holds no data, so API keys do not guard it (its API calls still need one)."""
+PUBLIC_PREFIXES = (SITE_PATH,)
+"""Nor the documentation site, every file under it."""
+_DOCS_LINK = b'<a id="docs-site" href="/docs/site/index.html" hidden>'
+"""The page's footer link to the site, shown only when the site is there."""
 _DOCS = get_swagger_ui_html(
     openapi_url="/openapi.json",
     title="arengine API",
@@ -53,9 +68,12 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/")
-async def page() -> FileResponse:
-    """The upload page."""
-    return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+async def page() -> Response:
+    """The upload page; its footer links to the documentation site when it is built in."""
+    html = (STATIC / "index.html").read_bytes()
+    if (SITE / "index.html").is_file():
+        html = html.replace(_DOCS_LINK, _DOCS_LINK.replace(b" hidden>", b">"))
+    return Response(html, media_type="text/html; charset=utf-8")
 
 
 @router.get("/static/{name}")
@@ -70,6 +88,17 @@ async def asset(name: str) -> FileResponse:
 async def docs() -> HTMLResponse:
     """Swagger UI over `/openapi.json`."""
     return HTMLResponse(_DOCS)
+
+
+@router.get("/docs/site/{path:path}")
+async def site(path: str) -> FileResponse:
+    """A file of the documentation site (`/docs/site/` is its home page); 404 when it is not
+    built in. Only files inside the site's folder are served."""
+    root = SITE.resolve()
+    target = (root / (path or "index.html")).resolve()
+    if not target.is_relative_to(root) or not target.is_file():
+        raise HTTPException(404, "no such page of the documentation (is it built in?)")
+    return FileResponse(target)
 
 
 @router.get("/docs/{name}")

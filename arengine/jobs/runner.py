@@ -18,13 +18,20 @@ import logging
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode
 from arengine.jobs.scores import ModelPlan, ScoreLog
-from arengine.jobs.store import JobError, JobRecord, JobStore, write_durably
+from arengine.jobs.store import (
+    JobError,
+    JobRecord,
+    JobState,
+    JobStore,
+    storage_full,
+    write_durably,
+)
 from arengine.types import Result, Tag, result_dict
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,17 @@ class Retention:
 
     seconds: float
     max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a job ended: its result file's name and the recording's duration, or its error."""
+
+    error: JobError | None
+    result: str | None = None
+    duration_s: float | None = None
+    finished: float = 0.0
+    """Unix time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +103,13 @@ class JobRunner:
         self._tags: dict[str, list[Tag]] = {}
         """The tags final so far of each job running here (for `GET /v1/jobs/{id}/events`)."""
         self._closing = False
+        self._full = False
+        """Whether the store's files passed the budget at the last look (warned once)."""
+        self._no_room = False
+        """Whether the data directory's disk was full at the last write (logged once)."""
+        self._unrecorded: dict[str, Outcome] = {}
+        """Jobs that ended here while the store's disk was full: recorded once it has room,
+        shown meanwhile (`current`)."""
         self._threads = [
             threading.Thread(target=self._work, name=f"arengine-jobs-{i}", daemon=True)
             for i in range(threads)
@@ -120,6 +145,22 @@ class JobRunner:
         with self._condition:
             return self._tags.get(job_id, [])[start:]
 
+    def current(self, record: JobRecord) -> JobRecord:
+        """`record` as this server knows it: an end the store could not record yet (its disk is
+        full) is the job's state meanwhile."""
+        with self._condition:
+            outcome = self._unrecorded.get(record.id)
+        if outcome is None or record.state is not JobState.RUNNING:
+            return record
+        return replace(
+            record,
+            state=JobState.DONE if outcome.error is None else JobState.FAILED,
+            error=outcome.error,
+            result=outcome.result,
+            duration_s=outcome.duration_s or record.duration_s,
+            finished=outcome.finished,
+        )
+
     def close(self) -> None:
         """Stop taking jobs and let the threads end; running jobs keep their `running` rows."""
         with self._condition:
@@ -133,12 +174,28 @@ class JobRunner:
                 thread.join(timeout=10)
         self.store.close()
 
-    def expire(self) -> None:
-        """Remove the ended jobs past the retention time, then past the disk budget."""
+    def expire(self) -> bool:
+        """Remove the ended jobs past the retention time, then those already read past the disk
+        budget; whether the store's files are within the budget after."""
         retention = self._retention
         removed = self.store.expire(time.time() - retention.seconds, retention.max_bytes)
         for job_id in removed:
             log.info("job %s: removed (past its retention time or the disk budget)", job_id)
+        full = self.store.size() > retention.max_bytes
+        if full and not self._full:
+            log.warning(
+                "the job store's files pass the disk budget (job_storage_bytes, %d bytes) with "
+                "only jobs queued, running or not yet read: new jobs are refused (507 "
+                "job_storage_full) until some are read, deleted or past their retention time",
+                retention.max_bytes,
+            )
+        self._full = full
+        return not full
+
+    def within_budget(self) -> bool:
+        """Whether the store's files are within the disk budget, once what the budget may
+        remove is removed: a new job is refused while they are not."""
+        return self.store.size() <= self._retention.max_bytes or self.expire()
 
     def take_over(self) -> None:
         """Queue again the running jobs of replicas that fell silent (stopped or stuck)."""
@@ -149,21 +206,87 @@ class JobRunner:
         if again:
             self.notify()
 
+    def look_after(self) -> None:
+        """One round of upkeep: record the ends a full disk held back, and take over silent
+        replicas' jobs. A full disk is logged once, not each round with a traceback."""
+        try:
+            self._record_held_back()
+            self.take_over()
+        except Exception as error:
+            self._store_failed(error, "looking after the job store failed; retrying")
+
     def _look_after(self) -> None:
-        """Every few seconds, take over silent replicas' jobs; every minute, expire."""
+        """Every few seconds, `look_after`; every minute, expire."""
         tick = min(self._replica.lease_s / 3, RETENTION_EVERY_S)
         expired = 0.0
         while True:
-            try:
-                self.take_over()
-                if time.monotonic() - expired >= RETENTION_EVERY_S:
-                    expired = time.monotonic()
+            self.look_after()
+            if time.monotonic() - expired >= RETENTION_EVERY_S:
+                expired = time.monotonic()
+                try:
                     self.expire()
-            except Exception:
-                log.exception("looking after the job store failed; retrying")
+                except Exception as error:
+                    self._store_failed(error, "expiring jobs failed; retrying")
             with self._condition:
                 if self._closing or self._condition.wait_for(lambda: self._closing, tick):
                     return
+
+    def _store_failed(self, error: Exception, message: str) -> None:
+        """Log a failure of the store: a full disk once (until a write succeeds again), any
+        other fault with its traceback."""
+        if not storage_full(error):
+            log.exception(message)
+        elif not self._no_room:
+            self._no_room = True
+            log.error(
+                "the data directory %s is full (%s): jobs fail with insufficient_storage, and "
+                "their ends are recorded once there is room",
+                self.store.folder,
+                error,
+            )
+
+    def _room_again(self) -> None:
+        if self._no_room:
+            self._no_room = False
+            log.info("the data directory %s has room again", self.store.folder)
+
+    def _record(self, job_id: str, outcome: Outcome) -> bool | None:
+        """Record how job `job_id` ended; False when it is no longer this server's (removed,
+        or taken over), None when the disk is full (held back, recorded by the upkeep)."""
+        error, result = outcome.error, outcome.result
+        try:
+            ours = self.store.finish(
+                job_id,
+                error=error,
+                result=result,
+                duration_s=outcome.duration_s,
+                runner=self._replica.name,
+                finished=outcome.finished,
+            )
+        except Exception as failure:
+            if not storage_full(failure):
+                raise
+            with self._condition:
+                self._unrecorded[job_id] = outcome
+            self._store_failed(failure, "")
+            return None
+        with self._condition:
+            self._unrecorded.pop(job_id, None)
+        self._room_again()
+        if ours and error is None:
+            # Its result and scores are all a done job needs: the recording is not kept.
+            self.store.upload_path(job_id).unlink(missing_ok=True)
+        elif ours:
+            self.store.scores_path(job_id).unlink(missing_ok=True)
+        return ours
+
+    def _record_held_back(self) -> None:
+        with self._condition:
+            held = list(self._unrecorded.items())
+        for job_id, outcome in held:
+            if self._record(job_id, outcome) is None:
+                return  # still full
+            log.info("job %s: its end is recorded", job_id)
 
     def _stopping(self) -> bool:
         return self._closing or self._engine.stopping
@@ -180,8 +303,8 @@ class JobRunner:
                         self._condition.wait(_IDLE_POLL_S)
             try:
                 self._run(record)
-            except Exception:  # the store failed: the row stays running, run again at restart
-                log.exception("job %s: the job store failed", record.id)
+            except Exception as error:  # the store failed: the row stays running, run again
+                self._store_failed(error, f"job {record.id}: the job store failed")
 
     def _claim(self) -> JobRecord | None:
         """The next queued job once the models are loaded; a store fault is logged and retried
@@ -189,10 +312,13 @@ class JobRunner:
         if not self._engine.ready:
             return None
         try:
-            return self.store.claim_next(self._replica.name)
-        except Exception:
-            log.exception("the job store failed; retrying")
+            claimed = self.store.claim_next(self._replica.name)
+        except Exception as error:
+            self._store_failed(error, "the job store failed; retrying")
             return None
+        if claimed is not None:
+            self._room_again()
+        return claimed
 
     def _run(self, record: JobRecord) -> None:
         log.info("job %s: running %s", record.id, record.model)
@@ -203,23 +329,16 @@ class JobRunner:
         except ArengineError as error:
             self._failed(record, JobError(error.code.value, error.message))
             return
-        except OSError as error:
-            log.error("job %s: its result could not be stored: %s", record.id, error)
-            message = f"the result could not be stored ({error.strerror or error})"
-            self._failed(record, JobError(ErrorCode.INSUFFICIENT_STORAGE.value, message))
+        except Exception as error:
+            self._failed(record, _unexpected(record, error))
             return
-        except Exception:
-            log.exception("job %s: unexpected error", record.id)
-            message = f"an unexpected error; the server log has it under job {record.id}"
-            self._failed(record, JobError(ErrorCode.INTERNAL_ERROR.value, message))
-            return
-        duration = result.audio.duration_s
-        name = self._replica.name
-        if self.store.finish(record.id, result=path.name, duration_s=duration, runner=name):
+        outcome = Outcome(None, path.name, result.audio.duration_s, time.time())
+        recorded = self._record(record.id, outcome)
+        if recorded:
             log.info("job %s: done, %d tags", record.id, len(result.tags))
-            # Its result and scores are all a done job needs: the recording is not kept.
-            self.store.upload_path(record.id).unlink(missing_ok=True)
             self.expire()  # its files may have passed the disk budget
+        elif recorded is None:
+            log.info("job %s: done; recorded once there is room", record.id)
         elif self.store.get(record.id) is None:  # removed while it ran
             path.unlink(missing_ok=True)
 
@@ -257,8 +376,12 @@ class JobRunner:
                     try:
                         return job.future.result(timeout=PROGRESS_EVERY_S)
                     except FutureTimeout:
-                        if not self.store.progress(record.id, *job.progress, self._replica.name):
-                            # Removed (perhaps through another replica), or taken over.
+                        try:
+                            ours = self.store.progress(record.id, *job.progress, self._replica.name)
+                        except BaseException:  # a full disk, say: the job stops with it
+                            job.cancel()
+                            raise
+                        if not ours:  # removed (perhaps through another replica), or taken over
                             job.cancel()
             finally:
                 with self._condition:
@@ -274,9 +397,26 @@ class JobRunner:
             # runs the job again.
             log.info("job %s: stopped by the shutdown; it runs again at the next start", record.id)
             return
-        if self.store.finish(record.id, error=error, runner=self._replica.name):
-            self.store.scores_path(record.id).unlink(missing_ok=True)
-            log.info("job %s: failed, %s: %s", record.id, error.code, error.message)
+        recorded = self._record(record.id, Outcome(error, finished=time.time()))
+        if recorded is not False:
+            later = "" if recorded else " (recorded once there is room)"
+            log.info("job %s: failed, %s: %s%s", record.id, error.code, error.message, later)
+
+
+def _unexpected(record: JobRecord, error: Exception) -> JobError:
+    """A job's error for an exception that is no `ArengineError`: a full disk (its files or the
+    database) or an unwritable file is `insufficient_storage`, anything else a fault logged."""
+    if storage_full(error) or isinstance(error, OSError):
+        log.error("job %s: its files could not be written: %s", record.id, error)
+        reason = error.strerror if isinstance(error, OSError) else None
+        return JobError(
+            ErrorCode.INSUFFICIENT_STORAGE.value,
+            f"the data directory is full or unwritable ({reason or error}): the job's files "
+            "could not be written; submit it again once there is room",
+        )
+    log.exception("job %s: unexpected error", record.id, exc_info=error)
+    message = f"an unexpected error; the server log has it under job {record.id}"
+    return JobError(ErrorCode.INTERNAL_ERROR.value, message)
 
 
 def _log_resumed(job_id: str, scores: ScoreLog) -> None:

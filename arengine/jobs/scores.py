@@ -25,6 +25,7 @@ what is read; the next append overwrites it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -40,6 +41,8 @@ from typing import Any, overload
 import numpy as np
 import zstandard
 
+from arengine.errors import InsufficientStorage
+from arengine.jobs.store import storage_full
 from arengine.kinds.base import Recognizer
 from arengine.kinds.notes.tagger import NOTE_COLUMNS
 from arengine.postprocess.palette import MAX_VALUES, Palette
@@ -50,6 +53,10 @@ _MAX_RECORD = 1 << 30
 _SPLIT = {"notes": NOTE_COLUMNS}
 """Kinds whose rows are kept in two parts, and the first part's columns: the columns read
 without pitch bends (`NotesTagger.columns_read`)."""
+
+
+class DamagedScores(ValueError):
+    """A kept scores file that holds no plan, or a record that cannot be read back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +189,8 @@ class ScoreLog:
     def open(cls, path: Path, plan: tuple[ModelPlan, ...]) -> ScoreLog:
         """The log at `path` for a job of `plan`: what an earlier run kept, when its plan was the
         same; a fresh log otherwise."""
-        file = path.open("r+b" if path.exists() else "w+b")
+        # Unbuffered: a write the full disk refuses leaves no bytes behind to be written later.
+        file = path.open("r+b" if path.exists() else "w+b", buffering=0)
         log = cls(path, plan, file)
         try:
             end = log._scan()
@@ -211,7 +219,7 @@ class ScoreLog:
             log = cls(path, (), file)
             plan = log._read_plan()
             if plan is None:
-                raise ValueError(f"{path.name} holds no plan")
+                raise DamagedScores(f"{path.name} holds no plan")
             log.plan = plan
             log.offsets = [{} for _ in plan]
             log.total_samples = [None] * len(plan)
@@ -284,11 +292,29 @@ class ScoreLog:
         payload = json.dumps(header).encode() + b"\n" + body
         with self._lock:
             offset = self._file.seek(0, os.SEEK_END)
-            self._file.write(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
-            self._file.flush()
-            # The checkpoint survives a machine's crash, not only the process's.
-            os.fsync(self._file.fileno())
+            try:
+                record = memoryview(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+                while record:
+                    record = record[self._file.write(record) :]
+                # The checkpoint survives a machine's crash, not only the process's.
+                os.fsync(self._file.fileno())
+            except OSError as error:
+                if not storage_full(error):
+                    raise
+                self._cut(offset)
+                # The job's error, not a stage's fault with a traceback: the engine fails the
+                # job with it.
+                raise InsufficientStorage(
+                    f"the data directory is full: the job's scores could not be kept "
+                    f"({error.strerror or error}); submit it again once there is room"
+                ) from None
         return int(offset)
+
+    def _cut(self, offset: int) -> None:
+        """Drop a record cut short at `offset`, so that a later one is not written after it
+        (the scan stops at the first record it cannot read)."""
+        with contextlib.suppress(OSError):  # the next open truncates after the last whole one
+            self._file.truncate(offset)
 
     def _body_at(self, offset: int) -> tuple[dict[str, Any], bytes]:
         """The header and body of a record that `keep` wrote or the scan checked (which is
@@ -298,7 +324,7 @@ class ScoreLog:
             return header, os.pread(self._file.fileno(), length, start)
         record = self._record_at(offset)
         if record is None:
-            raise ValueError(f"{self.path.name}: the record at {offset} cannot be read")
+            raise DamagedScores(f"{self.path.name}: the record at {offset} cannot be read")
         return record[0], record[1]
 
     def _record_at(self, offset: int) -> tuple[dict[str, Any], bytes, int] | None:
@@ -315,14 +341,22 @@ class ScoreLog:
         if len(payload) < length or zlib.crc32(payload) != crc:
             return None
         line, _, body = payload.partition(b"\n")
-        header: dict[str, Any] = json.loads(line)
+        try:
+            header = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(header, dict):
+            return None
         return header, body, offset + _FRAME.size + length
 
     def _read_plan(self) -> tuple[ModelPlan, ...] | None:
         record = self._record_at(0)
         if record is None or "plan" not in record[0]:
             return None
-        return tuple(ModelPlan(**model) for model in record[0]["plan"])
+        try:
+            return tuple(ModelPlan(**model) for model in record[0]["plan"])
+        except TypeError:  # not a plan this version wrote
+            return None
 
     def _finished(self) -> list[KeptModel] | None:
         """Every model's scores in order, if each model ended with all its segments kept."""
@@ -419,7 +453,7 @@ def _decoded(
 ) -> np.ndarray | Palette:
     read = _CODECS.get(codec)
     if read is None:
-        raise ValueError(f"unknown codec {codec!r}")
+        raise DamagedScores(f"unknown codec {codec!r}")
     scores: np.ndarray | Palette = read(body, dtype, shape)
     return scores
 

@@ -4,12 +4,16 @@ beside it.
 A job is acknowledged only once its upload is on disk (written, fsynced, renamed into
 `uploads/`) and its row committed; a result is renamed into `results/` before its row says
 `done`. Whatever a crash leaves between those steps (a file with no row, a row marked
-`cancelled`) is removed by `recover` at the next start.
+`cancelled`) is removed by `recover` at the next start, once no other server shares the data
+directory: each holds a shared lock on it (`arengine.system.claims`), since another replica's
+upload still arriving, or renamed in just before its row is committed, has no row yet either.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import secrets
 import sqlite3
@@ -20,6 +24,10 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
+
+from arengine.system.claims import DirectoryClaim
+
+log = logging.getLogger(__name__)
 
 DATABASE = "jobs.sqlite3"
 UPLOADS = "uploads"
@@ -42,15 +50,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL,
     result TEXT,
     runner TEXT,
-    heartbeat REAL
+    heartbeat REAL,
+    read REAL
 )
 """
-_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL"}
+_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL", "read": "REAL"}
 """Columns a store made by an earlier version lacks: added when it is opened."""
 _COLUMNS = (
     "id, owner, model, overrides, stream, filename, state, done_s, duration_s, "
     "error_code, error_message, created, finished, result"
 )
+_READ = f"{_COLUMNS}, read"
+"""What a record is read from: the columns a new job is written with, and when it was read."""
 
 
 class JobState(StrEnum):
@@ -93,6 +104,9 @@ class JobRecord:
     finished: float | None
     result: str | None
     """The result file's name in `results/`, once done."""
+    read: float | None = None
+    """When its owner was first given its outcome (a done job's result, a failed job's error;
+    Unix time): only then may the disk budget remove it."""
 
 
 def new_job_id() -> str:
@@ -113,30 +127,25 @@ class JobStore:
     True
     """
 
-    def __init__(self, folder: Path, connection: sqlite3.Connection) -> None:
+    def __init__(self, folder: Path, connection: sqlite3.Connection, claim: DirectoryClaim) -> None:
         self.folder = folder
         self.uploads = folder / UPLOADS
         self.results = folder / RESULTS
         self._db = connection
+        self._claim = claim
         self._lock = threading.Lock()
 
     @classmethod
     def open(cls, folder: Path) -> JobStore:
-        """Open (or create) the store in `folder`."""
-        for path in (folder, folder / UPLOADS, folder / RESULTS):
-            path.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(
-            folder / DATABASE, check_same_thread=False, isolation_level=None, timeout=30
-        )
-        connection.execute("PRAGMA journal_mode=WAL")
-        # FULL: a committed job survives a power cut too, not only a killed process.
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute(_SCHEMA)
-        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
-        for name, kind in _ADDED_COLUMNS.items():
-            if name not in present:
-                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
-        return cls(folder, connection)
+        """Open (or create) the store in `folder`; `StoreUnusable` names the file and what to
+        do when it cannot be (a damaged database, a folder that cannot be written)."""
+        try:
+            for path in (folder, folder / UPLOADS, folder / RESULTS):
+                path.mkdir(parents=True, exist_ok=True)
+            connection = _connect(folder / DATABASE)
+        except (sqlite3.Error, OSError) as error:
+            raise StoreUnusable(folder / DATABASE, error) from error
+        return cls(folder, connection, DirectoryClaim.hold(folder))
 
     def upload_path(self, job_id: str) -> Path:
         return self.uploads / f"{job_id}.upload"
@@ -183,16 +192,14 @@ class JobStore:
 
     def get(self, job_id: str) -> JobRecord | None:
         with self._lock:
-            row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
-            ).fetchone()
+            row = self._db.execute(f"SELECT {_READ} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if row is None else _record(row)
 
     def owned_by(self, owner: str | None) -> list[JobRecord]:
         """`owner`'s jobs, oldest first (with keys off, owner None: every job)."""
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE owner IS ? ORDER BY created, rowid", (owner,)
+                f"SELECT {_READ} FROM jobs WHERE owner IS ? ORDER BY created, rowid", (owner,)
             ).fetchall()
         return [_record(row) for row in rows]
 
@@ -202,7 +209,7 @@ class JobStore:
         with self._lock, self._db:
             self._db.execute("BEGIN IMMEDIATE")
             row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM jobs WHERE state = ? ORDER BY created, rowid LIMIT 1",
+                f"SELECT {_READ} FROM jobs WHERE state = ? ORDER BY created, rowid LIMIT 1",
                 (JobState.QUEUED.value,),
             ).fetchone()
             if row is None:
@@ -252,9 +259,11 @@ class JobStore:
         result: str | None = None,
         duration_s: float | None = None,
         runner: str = "",
+        finished: float | None = None,
     ) -> bool:
         """Mark a running job done (with its result file's name and the recording's duration)
-        or failed (with `error`); False if it is no longer running (removed meanwhile)."""
+        or failed (with `error`), `finished` then (Unix time; default now); False if it is no
+        longer running (removed meanwhile)."""
         if (error is None) == (result is None):
             raise ValueError("a job finishes with either a result or an error")
         state = JobState.DONE if error is None else JobState.FAILED
@@ -267,7 +276,7 @@ class JobStore:
                     state.value,
                     None if error is None else error.code,
                     None if error is None else error.message,
-                    time.time(),
+                    time.time() if finished is None else finished,
                     result,
                     duration_s,
                     duration_s,
@@ -303,23 +312,37 @@ class JobStore:
             ).fetchone()
         return None if row[0] is None else float(row[0])
 
+    def mark_read(self, job_id: str) -> None:
+        """Note that the owner of ended job `job_id` has been given its outcome (the first time
+        counts). A full disk leaves it unread: the side on which nothing is lost."""
+        try:
+            with self._lock, self._db:
+                self._db.execute(
+                    "UPDATE jobs SET read = ? WHERE id = ? AND read IS NULL", (time.time(), job_id)
+                )
+        except sqlite3.OperationalError as error:
+            if not storage_full(error):
+                raise
+
     def expire(self, ended_before: float, max_bytes: int) -> list[str]:
         """Remove the ended jobs (done, failed) that ended before `ended_before` (Unix time),
-        then, while the store's files hold more than `max_bytes`, the ended ones that ended
-        first. Returns the ids removed."""
+        then, while the store's files hold more than `max_bytes`, the ended ones already read
+        that ended first: a job nobody has read stays until its retention time. Returns the
+        ids removed."""
         with self._lock:
             ended = self._db.execute(
-                "SELECT id, finished FROM jobs WHERE state IN (?, ?) ORDER BY finished, rowid",
+                "SELECT id, finished, read FROM jobs WHERE state IN (?, ?) "
+                "ORDER BY finished, rowid",
                 (JobState.DONE.value, JobState.FAILED.value),
             ).fetchall()
         total = self.size()
         removed: list[str] = []
-        for job_id, finished in ended:
-            if float(finished or 0) >= ended_before and total <= max_bytes:
-                break
-            total -= self._files_size(str(job_id))
-            self.remove(str(job_id))
-            removed.append(str(job_id))
+        for job_id, finished, read in ended:
+            past = float(finished or 0) < ended_before
+            if past or (total > max_bytes and read is not None):
+                total -= self._files_size(str(job_id))
+                self.remove(str(job_id))
+                removed.append(str(job_id))
         return removed
 
     def size(self) -> int:
@@ -367,7 +390,8 @@ class JobStore:
         for job in self.in_state(JobState.DONE):
             # A done job no longer needs its upload; a crash may have come before it was removed.
             self.upload_path(job).unlink(missing_ok=True)
-        self._sweep()
+        if self._claim.alone(self._sweep) is None:
+            log.info("data directory %s is in use by another server: not swept", self.folder)
         return running
 
     def in_state(self, state: JobState) -> list[str]:
@@ -379,6 +403,7 @@ class JobStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        self._claim.close()
 
     def _active(self) -> int:
         row = self._db.execute(
@@ -409,6 +434,51 @@ class JobStore:
                     path.unlink(missing_ok=True)
 
 
+class StoreUnusable(RuntimeError):
+    """The job store cannot be opened: the message names its file and what to do."""
+
+    def __init__(self, path: Path, error: BaseException) -> None:
+        reason = getattr(error, "strerror", None) or str(error)
+        super().__init__(
+            f"the job store {path} cannot be opened ({reason}): if it is damaged, move it "
+            f"aside with its -wal and -shm files (its jobs are lost) or restore it from a "
+            f"backup, then start again; or start with another --data-dir"
+        )
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        # FULL: a committed job survives a power cut too, not only a killed process.
+        connection.execute("PRAGMA synchronous=FULL")
+        # A file that opens but whose pages are damaged fails here, not at its first job.
+        problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise sqlite3.DatabaseError(f"damaged: {'; '.join(problems[:3])}")
+        connection.execute(_SCHEMA)
+        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in present:
+                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def storage_full(error: BaseException) -> bool:
+    """Whether `error` says the data directory's disk (or the user's quota) is full: an OSError
+    of the file writes, SQLite's SQLITE_FULL of the database's.
+
+    >>> storage_full(OSError(errno.ENOSPC, "No space left on device"))
+    True
+    """
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
 def write_durably(path: Path, data: bytes) -> None:
     """Write `data` to `path` so that a crash leaves either the whole file or none: a temporary
     name, fsync, rename, fsync of the folder."""
@@ -437,7 +507,7 @@ def commit_file(source: Path, target: Path) -> None:
 
 def _record(row: tuple[object, ...]) -> JobRecord:
     (job_id, owner, model, overrides, stream, filename, state, done_s, duration_s) = row[:9]
-    (error_code, error_message, created, finished, result) = row[9:]
+    (error_code, error_message, created, finished, result, read) = row[9:]
     return JobRecord(
         id=str(job_id),
         owner=None if owner is None else str(owner),
@@ -452,4 +522,5 @@ def _record(row: tuple[object, ...]) -> JobRecord:
         created=float(str(created)),
         finished=None if finished is None else float(str(finished)),
         result=None if result is None else str(result),
+        read=None if read is None else float(str(read)),
     )

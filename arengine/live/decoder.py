@@ -33,6 +33,7 @@ import av
 import numpy as np
 
 from arengine.audio import ffmpeg
+from arengine.audio.chains import Links
 from arengine.audio.decode import PacketDecoder
 from arengine.errors import ArengineError, CorruptAudio, ErrorCode, InvalidInput
 from arengine.live.formats import CONTAINER_FORMATS
@@ -142,13 +143,18 @@ class _Input:
     """The child's standard input as FFmpeg reads it: what has come, never waiting for a full
     buffer (a file object's `read(n)` on a pipe would hold 32 KiB, seconds of Opus, back)."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, container: str) -> None:
         self._fd = fd
+        self._read = 0
         self.ended = False
+        self.links = Links(CONTAINER_FORMATS[container])
+        """The chained files the stream carries: a second one of another codec is refused."""
 
     def read(self, size: int) -> bytes:
         data = os.read(self._fd, size)
         self.ended = self.ended or not data
+        self.links.seen(self._read, data)
+        self._read += len(data)
         return data
 
 
@@ -166,10 +172,11 @@ def decode(container: str, source: _Input, out: BinaryIO) -> None:
                     _write(mixdown.push(frame), out)
                 out.flush()
             _write(mixdown.flush(), out)
-    except ffmpeg.ParametersChanged:
+    except ffmpeg.ParametersChanged as change:
+        how = f" ({change})" if str(change) else ""
         raise InvalidInput(
-            f"the {container} stream changes its codec parameters; accepted: one sample rate "
-            "and channel count per stream",
+            f"the {container} stream changes its codec parameters{how}; accepted: one sample "
+            "rate and channel count per stream, in one codec",
             code=ErrorCode.AUDIO_FORMAT_CHANGED,
         ) from None
     except av.error.FFmpegError as error:
@@ -202,7 +209,7 @@ def _frames(
     packets = PacketDecoder(
         demuxed.streams[choice.index].codec_context, choice.channels, f"the {container} stream"
     )
-    for packet, error in ffmpeg.packets(demuxed, choice.index):
+    for packet, error in ffmpeg.packets(demuxed, choice.index, source.links):
         if error is not None:
             if source.ended and packets.total:
                 return  # the client stopped mid-cluster: what came is decoded
@@ -238,7 +245,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m arengine.live.decoder {'|'.join(CONTAINER_FORMATS)}")
         return 2
     try:
-        decode(argv[0], _Input(sys.stdin.fileno()), sys.stdout.buffer)
+        decode(argv[0], _Input(sys.stdin.fileno(), argv[0]), sys.stdout.buffer)
     except ArengineError as error:
         sys.stderr.write(json.dumps({"code": error.code.value, "message": error.message}) + "\n")
         return 1

@@ -1,15 +1,10 @@
-"""What a live stream may carry, declared once for the server, the client and the command.
+"""What a live stream may carry: declared once in the client distribution
+(`arengine_client.live`), which the server, the client and the command share.
 
 Raw PCM says its rate and channels in the opening message; a container stream states its own
 and is decoded by a child process per stream (`decoder.py`).
 """
 
-PCM_FORMATS: dict[str, tuple[int, int]] = {"s16le": (1, 2), "f32le": (3, 4)}
-"""Raw PCM a stream may carry: its WAV format tag and bytes per sample."""
+from arengine_client.live import CONTAINER_FORMATS, FORMATS, PCM_FORMATS
 
-CONTAINER_FORMATS: dict[str, str] = {"webm": "matroska", "ogg": "ogg"}
-"""Container streams (a browser's MediaRecorder chunks: WebM; Ogg), and the FFmpeg demuxer of
-each. Their codec is Opus or Vorbis (`decoder.DECODERS`)."""
-
-FORMATS = (*PCM_FORMATS, *CONTAINER_FORMATS)
-"""Every `format` an opening message may name."""
+__all__ = ["CONTAINER_FORMATS", "FORMATS", "PCM_FORMATS"]

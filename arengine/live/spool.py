@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from arengine.audio.wav import UNSTATED, WavLayout
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.live import decoder
 from arengine.live.formats import CONTAINER_FORMATS, FORMATS, PCM_FORMATS
+from arengine.settings import MAX_STREAM_TEXT_BYTES, MAX_STREAM_TEXT_DEPTH, size_text
 
 DECODED = "s16le"
 """How a container stream's audio is spooled (at `decoder.RATE`, mono): 16 bits are as fine as
@@ -67,22 +69,19 @@ class StreamFormat:
         >>> StreamFormat.parse('{"format": "webm"}', 8, (8000, 192000)).spooled
         StreamFormat(format='s16le', sample_rate=48000, channels=1)
         """
-        try:
-            message: Any = json.loads(text)
-        except ValueError:
-            message = None
+        message = parse_message(text, "the opening message")
         if not isinstance(message, dict):
             raise _invalid("the opening message is not a JSON object")
         unknown = sorted(set(message) - {"format", "sample_rate", "channels"})
         if unknown:
             raise _invalid(f"the opening message has {', '.join(unknown)}")
         name, rate, channels = (message.get(key) for key in ("format", "sample_rate", "channels"))
+        if not isinstance(name, str) or name not in FORMATS:
+            raise _invalid(f"format {_shown(name)} is not accepted")
         if name in CONTAINER_FORMATS:
             if rate is not None or channels is not None:
                 raise _invalid(f"a {name} stream states its own sample_rate and channels")
             return cls(name, decoder.RATE, 1)
-        if name not in PCM_FORMATS:
-            raise _invalid(f"format {name!r} is not accepted")
         if not _whole(rate) or not rates[0] <= rate <= rates[1]:
             raise InvalidInput(
                 f"sample_rate {rate!r}; accepted: {rates[0]} to {rates[1]} Hz",
@@ -95,6 +94,47 @@ class StreamFormat:
                 code=ErrorCode.UNSUPPORTED_CHANNELS,
             )
         return cls(name, rate, channels)
+
+
+def parse_message(text: str, what: str) -> Any:
+    """A stream's text message (`what` names it) parsed as JSON within `MAX_STREAM_TEXT_BYTES`
+    and `MAX_STREAM_TEXT_DEPTH`; `InvalidInput` otherwise. The depth is counted before parsing,
+    so no message makes the parser recurse (a `RecursionError` is no `ValueError`).
+
+    >>> parse_message('{"end": true}', "a message")
+    {'end': True}
+    """
+    # Characters first: a long message is not encoded only to be measured.
+    if len(text) > MAX_STREAM_TEXT_BYTES or len(text.encode()) > MAX_STREAM_TEXT_BYTES:
+        raise _invalid(f"{what} passed {size_text(MAX_STREAM_TEXT_BYTES)}")
+    if _depth(text) > MAX_STREAM_TEXT_DEPTH:
+        raise _invalid(f"{what} nests deeper than {MAX_STREAM_TEXT_DEPTH} levels")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise _invalid(f"{what} is not JSON") from None
+
+
+def _depth(text: str) -> int:
+    """How deep the brackets of JSON `text` nest, strings skipped."""
+    depth = deepest = 0
+    for token in _BRACKETS.findall(text):
+        if token in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in "]}":
+            depth -= 1
+    return deepest
+
+
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]')
+"""A JSON string (skipped whole, even unterminated) or a bracket."""
+
+
+def _shown(value: object) -> str:
+    """`value` quoted in a message, cut short: a client's value may be long."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
 
 
 def _whole(value: object) -> TypeGuard[int]:

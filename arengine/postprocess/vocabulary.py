@@ -40,18 +40,22 @@ def split_values(name: str, text: str) -> dict[str, float]:
     >>> split_values("thresholds", "Inside, small room:0.6")
     {'Inside, small room': 0.6}
     """
-    values = {}
+    values: dict[str, float] = {}
     for item in split_list(text):
         label, colon, number = item.rpartition(":")
         try:
             if not colon or not label.strip():
                 raise ValueError(item)
-            values[label.strip()] = float(number)
+            value = float(number)
         except ValueError:
             raise _invalid(
                 f"{name} takes label:value items separated by '{SEPARATOR}' "
                 f"(Glass:0.2;Siren:0.4), got {item!r}"
             ) from None
+        # Names match in any case: a label given twice would leave which value wins to chance.
+        if any(label.strip().casefold() == known.casefold() for known in values):
+            raise _invalid(f"{name} gives {label.strip()!r} more than once; give each label once")
+        values[label.strip()] = value
     return values
 
 

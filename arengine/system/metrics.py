@@ -76,6 +76,24 @@ class JobsState(Protocol):
         ...
 
 
+class OutboxState(Protocol):
+    """What the webhook gauges read (`Outbox` provides it)."""
+
+    def depth(self) -> int:
+        """Webhooks not yet delivered nor given up."""
+        ...
+
+    def oldest(self) -> float | None:
+        """When the oldest of them was made (Unix time)."""
+        ...
+
+
+WEBHOOK_OUTCOMES = ("delivered", "rejected", "refused", "exhausted")
+"""Values of `arengine_webhook_deliveries_total`'s `outcome` (`arengine.jobs.webhooks.Outcome`)."""
+WEBHOOK_RESULTS = ("2xx", "3xx", "4xx", "5xx", "error")
+"""Values of `arengine_webhook_attempts_total`'s `result` (`arengine.jobs.webhooks.Attempt`)."""
+
+
 class Metrics:
     """Every arengine metric, registered on `registry`.
 
@@ -150,6 +168,23 @@ class Metrics:
             buckets=_LAG_BUCKETS,
             registry=registry,
         )
+        self.webhook_deliveries = Counter(
+            "arengine_webhook_deliveries",
+            "Job webhooks ended, by outcome: delivered (2xx), rejected (a 4xx but 408 and 429), "
+            "refused (its host resolved to a refused address), exhausted (every attempt failed).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.webhook_attempts = Counter(
+            "arengine_webhook_attempts",
+            "Job webhook attempts, by result: 2xx, 3xx, 4xx, 5xx, or error (no answer).",
+            ["result"],
+            registry=registry,
+        )
+        for outcome in WEBHOOK_OUTCOMES:  # every series exists from the start, at 0
+            self.webhook_deliveries.labels(outcome)
+        for result in WEBHOOK_RESULTS:
+            self.webhook_attempts.labels(result)
         self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
         registry.register(ProcessMemoryCollector())
 
@@ -185,6 +220,18 @@ class Metrics:
         if code not in REJECTION_CODES:
             raise ValueError(f"{code} is answered with {code.status}, not counted as a refusal")
         self.rejected.labels(code.value).inc()
+
+    def observe_webhook_attempt(self, result: str) -> None:
+        """One webhook attempt: `result` is one of `WEBHOOK_RESULTS`."""
+        self.webhook_attempts.labels(result).inc()
+
+    def observe_webhook_outcome(self, outcome: str) -> None:
+        """A webhook ended: `outcome` is one of `WEBHOOK_OUTCOMES`."""
+        self.webhook_deliveries.labels(outcome).inc()
+
+    def watch_webhooks(self, outbox: OutboxState) -> None:
+        """Report the webhook outbox's gauges."""
+        self.registry.register(OutboxCollector(outbox))
 
     def watch_jobs(self, jobs: JobsState) -> None:
         """Report the job store's gauges."""
@@ -296,6 +343,28 @@ class JobsCollector(Collector):
         )
         size = self._jobs.size()
         yield _gauge("arengine_jobs_storage_bytes", "Bytes of the job store's files.", size)
+
+
+class OutboxCollector(Collector):
+    """The webhook outbox's depth and its oldest webhook's age, read at scrape time."""
+
+    def __init__(self, outbox: OutboxState, clock: Callable[[], float] = time.time) -> None:
+        self._outbox = outbox
+        self._clock = clock
+
+    def collect(self) -> Iterable[Metric]:
+        yield _gauge(
+            "arengine_webhook_outbox_depth",
+            "Job webhooks waiting in the outbox (not yet delivered nor given up).",
+            self._outbox.depth(),
+        )
+        oldest = self._outbox.oldest()
+        age = 0.0 if oldest is None else max(self._clock() - oldest, 0.0)
+        yield _gauge(
+            "arengine_webhook_outbox_oldest_age_seconds",
+            "Age of the oldest webhook in the outbox, from its job's end (0 when none is).",
+            age,
+        )
 
 
 class ProcessMemoryCollector(Collector):

@@ -163,6 +163,40 @@ def test_a_stream_changing_rate_and_layout_midway(tmp_path: Path, kind: str) -> 
     assert caught.value.status == 422
 
 
+CODEC_CHANGES = {
+    "webm": (("-c:a", "libopus", "-f", "webm"), ("-c:a", "libvorbis", "-f", "webm")),
+    "ogg": (("-c:a", "libopus"), ("-c:a", "libvorbis")),
+}
+"""Opus then Vorbis, each a file of its own, concatenated: a chained Ogg, or two WebM files."""
+
+
+@pytest.mark.parametrize("kind", CODEC_CHANGES)
+def test_a_stream_changing_codec_midway(tmp_path: Path, kind: str) -> None:
+    """Before: the WebM decoded to 32 s for 24 s of audio, the second file's Vorbis packets fed
+    to the first file's Opus decoder, without a warning; the chained Ogg ended at 12 s,
+    `truncated` with a warning about an "Invalid argument"."""
+    opus, vorbis = CODEC_CHANGES[kind]
+    first = sine(tmp_path / f"a.{kind}", 12.0, 48000, 440, *opus)
+    second = sine(tmp_path / f"b.{kind}", 12.0, 48000, 660, *vorbis)
+    path = tmp_path / f"changed.{kind}"
+    path.write_bytes(first.read_bytes() + second.read_bytes())
+    with pytest.raises(InvalidInput, match=r"\(Opus to Vorbis\) after 12\.0 s") as caught:
+        _decoded(path)
+    assert caught.value.code == "audio_format_changed"
+    assert caught.value.status == 422
+
+
+def test_two_webm_files_of_one_codec_are_decoded_whole(tmp_path: Path) -> None:
+    """A MediaRecorder restarted, its files sent one after the other: the same Opus track twice,
+    decoded as before (FFmpeg reads the second file's packets on)."""
+    first = sine(tmp_path / "a.webm", 2.0, 48000, 440, "-c:a", "libopus", "-f", "webm")
+    second = sine(tmp_path / "b.webm", 3.0, 48000, 660, "-c:a", "libopus", "-f", "webm")
+    path = tmp_path / "twice.webm"
+    path.write_bytes(first.read_bytes() + second.read_bytes())
+    info = _decoded(path)
+    assert info.duration_s == pytest.approx(5.0, abs=0.05)
+
+
 def test_a_truncated_m4a_returns_what_is_there_and_says_so(tmp_path: Path) -> None:
     path = sine(tmp_path / "a.m4a", 6.0, 44100, 440, "-c:a", "aac", "-movflags", "+faststart")
     data = path.read_bytes()

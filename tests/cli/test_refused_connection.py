@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from arengine.cli.remote import Remote, recognize_remote
 from arengine.cli.runner import plan
 from arengine.client import Client, RetryPolicy
 from arengine.outputs.formats import get_format
+from arengine_client.remote import Remote, recognize_remote
 from tests.conftest import RecordingFactory
 
 

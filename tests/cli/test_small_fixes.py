@@ -6,7 +6,7 @@ import pytest
 
 from arengine import __version__
 from arengine.cli.commands import build_parser
-from arengine.cli.progress import _Counts
+from arengine_client.progress import _Counts
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,6 @@ import httpx
 import pytest
 import soundfile as sf
 
-from arengine.cli.remote import Remote, recognize_remote
 from arengine.cli.runner import plan
 from arengine.client import (
     AsyncClient,
@@ -33,6 +32,7 @@ from arengine.client import (
 )
 from arengine.outputs.formats import FORMATS
 from arengine.types import Tag, result_dict
+from arengine_client.remote import Remote, recognize_remote
 from tests.conftest import RecordingFactory, Server, free_port, start_server, stop_server
 from tests.music import PIANO, Note, render
 from tests.recordings import ffmpeg

@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -81,6 +82,17 @@ def _lines(ws: ClientConnection) -> list[dict[str, Any]]:
             lines.append(json.loads(message))
     except ConnectionClosed:
         pass
+    return lines
+
+
+def _lines_within(ws: ClientConnection, seconds: float) -> list[dict[str, Any]]:
+    """Every message until the server closes, which must be within `seconds` (a stream that
+    never ends fails the test rather than hanging it)."""
+    lines = []
+    deadline = time.monotonic() + seconds
+    with suppress(ConnectionClosed):
+        while True:
+            lines.append(json.loads(ws.recv(timeout=max(0.0, deadline - time.monotonic()))))
     return lines
 
 
@@ -285,6 +297,28 @@ def test_a_message_over_the_size_limit_closes_the_connection(tight: Server) -> N
     assert ws.close_code == 1009
 
 
+@pytest.mark.parametrize("opened", [False, True])
+@pytest.mark.parametrize("message", [b"\0" * (2 << 20), "x" * (2 << 20)])
+def test_a_huge_message_closes_the_connection_without_a_fatal_error(
+    tight: Server, opened: bool, message: str | bytes
+) -> None:
+    """A 2 MiB message (128 times the limit), before or after the opening: 1009, and the server
+    logs no asyncio "Fatal error" (before: one per such message, from the protocol's
+    data_received) and keeps serving."""
+    with _ws(tight, max_size=None) as ws:
+        if opened:
+            ws.send(json.dumps(OPENING))
+        with suppress(ConnectionClosed):
+            ws.send(message)
+        _lines_within(ws, 60)
+    assert ws.close_code == 1009
+    assert wait_until(lambda: _gauge(tight, "arengine_live_streams") == 0)
+    lines, code, _ = _stream(tight, b"\0" * 3200)
+    assert code == 1000 and "summary" in lines[-1]
+    log = tight.log.read_text()
+    assert "Fatal error" not in log and "Traceback" not in log
+
+
 @pytest.mark.parametrize(
     ("first", "code"),
     [
@@ -295,6 +329,18 @@ def test_a_message_over_the_size_limit_closes_the_connection(tight: Server) -> N
         ('{"format": "s16le", "sample_rate": 5}', "unsupported_sample_rate"),
         ('{"format": "s16le", "sample_rate": "16000"}', "unsupported_sample_rate"),
         ('{"format": "s16le", "sample_rate": 16000, "channels": 99}', "unsupported_channels"),
+        # Before: a TypeError (an unhashable format) or a RecursionError, closed with 1006.
+        ('{"format": ["s16le"]}', "invalid_stream_message"),
+        ('{"format": {"s16le": 1}, "sample_rate": 16000}', "invalid_stream_message"),
+        ("[" * 10_000, "invalid_stream_message"),
+        (
+            '{"format": "s16le", "sample_rate": ' + "[" * 5000 + "]" * 5000 + "}",
+            "invalid_stream_message",
+        ),
+        (
+            json.dumps({"format": "s16le", "sample_rate": 16000, "pad": "x" * 8000}),
+            "invalid_stream_message",
+        ),
     ],
 )
 def test_a_bad_opening_message_is_refused(tight: Server, first: str | bytes, code: str) -> None:
@@ -303,6 +349,29 @@ def test_a_bad_opening_message_is_refused(tight: Server, first: str | bytes, cod
         lines = _lines(ws)
     assert _error(lines) == code
     assert (ws.close_code, ws.close_reason) == (4422, code)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        '{"end": ' + "[" * 50_000 + "]" * 50_000 + "}",
+        '{"end": true, "pad": "' + "x" * 100_000 + '"}',
+    ],
+)
+def test_a_deeply_nested_or_long_text_message_ends_the_stream(server: Server, text: str) -> None:
+    """Before: the reading task died of a RecursionError nobody awaited, and the stream sent
+    progress lines for as long as the client stayed, holding its slot and its spool file."""
+    with _ws(server) as ws:
+        ws.send(json.dumps(OPENING))
+        ws.send(b"\0" * 3200)
+        ws.send(text)
+        lines = _lines_within(ws, 60)
+    assert _error(lines) == "invalid_stream_message"
+    assert (ws.close_code, ws.close_reason) == (4422, "invalid_stream_message")
+    assert wait_until(lambda: _gauge(server, "arengine_live_streams") == 0)
+    assert wait_until(lambda: not list(server.upload_dir.iterdir()))
+    assert "Traceback" not in server.log.read_text()
 
 
 def test_a_text_message_other_than_the_end_ends_the_stream(tight: Server) -> None:

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import soundfile as sf
 from websockets.exceptions import ConnectionClosed
@@ -189,6 +192,103 @@ def test_garbage_after_good_audio_is_skipped_and_the_good_audio_tagged(
     (pcm_start, pcm_end, _), *_ = _pcm_tags(tight, talk.path)
     assert (start, end) == pytest.approx((pcm_start, pcm_end), abs=0.065)
     assert lines[-1]["summary"]["audio"]["duration_s"] < 0.6 * talk.duration_s
+
+
+CODECS = {
+    "webm": ("-c:a", "libopus", "-b:a", "32k", "-f", "webm"),
+    "ogg": ("-c:a", "libvorbis", "-ar", "22050"),
+}
+"""A browser's WebM/Opus, and Ogg/Vorbis at a rate the decoder resamples."""
+
+
+@pytest.fixture(scope="module")
+def capped(serve: ServerFactory) -> Server:
+    """Streams of at most 4 s."""
+    return serve(*TIGHT, "--listen-max-duration-s", "4")
+
+
+@pytest.fixture
+def long_talk(recording: RecordingFactory) -> Recording:
+    """A phrase, then two minutes of noise: far more bytes of Opus or Vorbis past a 4-s cap
+    than the decoder's pipes hold (Opus at 32 kbit/s: 480 KB)."""
+    return recording("long.wav", pieces=[("silence", 1.0), ("speech", 0), ("noise", 120.0)])
+
+
+def _lines_within(ws: ClientConnection, seconds: float) -> list[dict[str, Any]]:
+    """Every message until the server closes, which must be within `seconds`."""
+    lines = []
+    deadline = time.monotonic() + seconds
+    with suppress(ConnectionClosed):
+        while True:
+            lines.append(json.loads(ws.recv(timeout=max(0.0, deadline - time.monotonic()))))
+    return lines
+
+
+@pytest.mark.parametrize("container", ["webm", "ogg"])
+def test_a_container_stream_ends_at_its_longest_duration_with_its_summary(
+    capped: Server, long_talk: Recording, container: str
+) -> None:
+    """As a PCM stream does (`test_listen.py`): the summary at the cap, then 4413, and nothing
+    left behind. Before: the decoder's output stopped being read at the cap, the child stopped
+    reading its input, and the stream sent progress lines until its job's deadline, then
+    `deadline_exceeded`, and never closed."""
+    data = _encoded(long_talk.path, f".{container}", *CODECS[container]).read_bytes()
+    with _ws(capped) as ws:
+        ws.send(json.dumps({"format": container}))
+        for start in range(0, len(data), TIMESLICE_BYTES):
+            ws.send(data[start : start + TIMESLICE_BYTES])
+        ws.send(json.dumps({"end": True}))
+        lines = _lines_within(ws, 60)
+    assert "summary" in lines[-1], lines[-1]
+    assert lines[-1]["summary"]["audio"]["duration_s"] == 4.0
+    assert len(_tags(lines)) == 1
+    assert (ws.close_code, ws.close_reason) == (4413, "listen_too_long")
+    assert wait_until(lambda: not _decoders(capped))
+    assert wait_until(lambda: _gauge(capped, "arengine_live_streams") == 0)
+    assert wait_until(lambda: not list(capped.upload_dir.iterdir()))
+
+
+@pytest.mark.parametrize("container", ["webm", "ogg"])
+def test_a_client_that_leaves_past_the_cap_leaves_nothing_behind(
+    capped: Server, long_talk: Recording, container: str
+) -> None:
+    """Before: the slot, the spool file and the decoder were held until a restart, which then
+    waited the whole shutdown timeout."""
+    data = _encoded(long_talk.path, f".{container}", *CODECS[container]).read_bytes()
+    with _ws(capped) as ws:
+        ws.send(json.dumps({"format": container}))
+        for start in range(0, len(data), TIMESLICE_BYTES):
+            ws.send(data[start : start + TIMESLICE_BYTES])
+    assert wait_until(lambda: _gauge(capped, "arengine_live_streams") == 0)
+    assert wait_until(lambda: not _decoders(capped))
+    assert wait_until(lambda: not list(capped.upload_dir.iterdir()))
+
+
+def _gauge(server: Server, name: str) -> float:
+    text = httpx.get(server.url + "/metrics").text
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, flags=re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.parametrize("container", ["webm", "ogg"])
+def test_a_codec_change_midway_is_refused_live_and_posted(
+    tight: Server, talk: Recording, container: str
+) -> None:
+    """Opus, then another file of Vorbis, sent as one stream and posted as one file. Before:
+    the WebM decoded to about twice its length (Vorbis packets fed to the Opus decoder), the
+    Ogg ended with `corrupt_audio` live and `truncated` posted."""
+    opus = _encoded(talk.path, f".{container}", *CODECS["webm"][:2])
+    vorbis = _encoded(talk.path, f".vorbis.{container}", "-c:a", "libvorbis")
+    data = opus.read_bytes() + vorbis.read_bytes()
+    lines, close, reason = _stream(tight, data, {"format": container})
+    assert lines[-1]["error"]["code"] == "audio_format_changed", lines[-1]
+    assert "Opus to Vorbis" in lines[-1]["error"]["message"]
+    assert (close, reason) == (4422, "audio_format_changed")
+    with tight.client() as client:
+        posted = client.post("/v1/recognize", files={"file": data})
+    assert posted.status_code == 422, posted.text
+    assert posted.json()["error"]["code"] == "audio_format_changed"
+    assert wait_until(lambda: not _decoders(tight))
 
 
 def test_a_container_opening_with_a_rate_is_refused(tight: Server) -> None:

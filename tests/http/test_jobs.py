@@ -4,7 +4,11 @@ files a crash leaves behind."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
+import random
 import re
 import sqlite3
 import time
@@ -111,6 +115,55 @@ def test_a_failed_job_says_why_and_has_no_result(jobs: InProcessClient) -> None:
     assert job["state"] == "failed" and job["error"]["code"] == "stage_failed"
     message = _error(jobs.get(f"/v1/jobs/{job_id}/result"), 409, "job_not_done")
     assert "failed" in message and "stage_failed" in message
+
+
+def test_damaged_kept_scores_or_result_say_so(jobs: InProcessClient, data_dir: Path) -> None:
+    """Damaged kept scores made new parameters a 500 rather than 409 `scores_not_kept`, and a
+    damaged result file a 500 with no hint."""
+    job_id = _submit(jobs, _wav(seconds=2.0))
+    assert _ended(jobs, job_id)["state"] == "done"
+    scores, result = (
+        data_dir / "results" / f"{job_id}.scores",
+        data_dir / "results" / f"{job_id}.json",
+    )
+    for damage in (b"", random.Random(7).randbytes(5000)):
+        scores.write_bytes(damage)
+        message = _error(
+            jobs.get(f"/v1/jobs/{job_id}/result?threshold=0.7"), 409, "scores_not_kept"
+        )
+        assert "damaged" in message
+    for damage in (b"", b'{"model": "speech"', b"[1, 2]", random.Random(8).randbytes(500)):
+        result.write_bytes(damage)
+        for query in ("", "?format=csv", "?threshold=0.7"):
+            response = jobs.get(f"/v1/jobs/{job_id}/result{query}")
+            assert "submit the recording again" in _error(response, 500, "job_result_damaged")
+        last = json.loads(jobs.get(f"/v1/jobs/{job_id}/events").text.splitlines()[-1])
+        assert last["error"]["code"] == "job_result_damaged"
+
+
+def test_repeated_parameters_and_labels_given_twice_are_refused_as_a_recognition_does(
+    tmp_path: Path,
+) -> None:
+    """A job's result took `threshold=0.7&threshold=0.2` (one of them, silently) and a per-label
+    list naming a label twice in any case."""
+    models, _ = gated_models(tmp_path / "gated")
+    with _serving(models, tmp_path / "data") as client:
+        job_id = _submit(client, _wav(), "?model=gate")
+        assert _ended(client, job_id)["state"] == "done"
+        for query in ("threshold=0.7&threshold=0.2", "format=csv&format=json"):
+            response = client.get(f"/v1/jobs/{job_id}/result?{query}")
+            assert "more than once" in _error(response, 422, "invalid_parameter")
+        wav = {"file": ("a.wav", _wav(), "audio/wav")}
+        for twice in ("loud:0.2;LOUD:0.7", "loud:0.2;loud:0.2"):
+            for response in (
+                client.get(f"/v1/jobs/{job_id}/result", params={"thresholds": twice}),
+                client.post(
+                    "/v1/recognize", params={"model": "gate", "thresholds": twice}, files=wav
+                ),
+            ):
+                assert "more than once" in _error(response, 422, "invalid_parameter")
+        once = client.get(f"/v1/jobs/{job_id}/result", params={"thresholds": "loud:0.2"})
+        assert once.status_code == 200
 
 
 def test_deleting_a_job_removes_its_row_and_files(jobs: InProcessClient, data_dir: Path) -> None:
@@ -244,6 +297,29 @@ def test_a_key_sees_and_touches_only_its_own_jobs(models_dir: Path, tmp_path: Pa
         _error(client.get(f"/v1/jobs/{job_id}"), 401, "unauthorized")
 
 
+def test_a_request_with_two_keys_is_refused_and_reaches_no_job(
+    models_dir: Path, tmp_path: Path
+) -> None:
+    """A job's owner came from the first `Authorization` header and the key check from the last:
+    `[Bearer x, Bearer beta]` made a job owned by `x` that any key sending `Bearer x` first
+    could read and delete."""
+    keys = "alpha-key-123,beta-key-456"
+    data = tmp_path / "data"
+    beta = BETA["Authorization"]
+    with _serving(models_dir, data, api_keys=keys) as client:
+        wav = {"file": ("a.wav", _wav(), "audio/wav")}
+        smuggled = [("Authorization", "Bearer x"), ("Authorization", beta)]
+        _error(client.post("/v1/jobs", files=wav, headers=smuggled), 401, "ambiguous_credentials")
+        assert list((data / "uploads").iterdir()) == []
+        job_id = _submit(client, _wav(), headers=BETA)
+        for first in ("Bearer x", ALPHA["Authorization"], beta):
+            headers = [("Authorization", first), ("Authorization", beta)]
+            for method, path in (("GET", ""), ("GET", "/result"), ("DELETE", "")):
+                response = client.request(method, f"/v1/jobs/{job_id}{path}", headers=headers)
+                _error(response, 401, "ambiguous_credentials")
+        assert _ended(client, job_id, headers=BETA)["state"] == "done"
+
+
 def test_past_the_queue_bound_a_job_is_refused_with_retry_after(
     models_dir: Path, tmp_path: Path
 ) -> None:
@@ -260,6 +336,123 @@ def test_past_the_queue_bound_a_job_is_refused_with_retry_after(
         _error(response, 503, "too_many_jobs")
         assert response.headers["retry-after"]
         assert sorted(path.name for path in (data / "uploads").iterdir()) == []
+
+
+def test_queued_uploads_past_the_budget_remove_no_unread_job_and_refuse_new_ones(
+    tmp_path: Path,
+) -> None:
+    """The budget counted queued uploads, so past it every job was removed as it finished and
+    its client got 404. A finished job now stays until it is read; new jobs get 507 while the
+    files pass the budget; a job read is what the budget removes."""
+    models, gate = gated_models(tmp_path / "gated")
+    clip = marked(tmp_path / "held.wav", [("quiet", 4.0), ("mark", 1.0), ("quiet", 3.0)])
+    data = tmp_path / "data"
+    with _serving(models, data, job_storage_bytes=1 << 20) as client, gate.held():
+        job_id = _submit(client, clip.read_bytes(), "?model=gate")
+        assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
+        # Meanwhile another replica took in two large jobs: the uploads alone pass the budget.
+        with sqlite3.connect(data / DATABASE) as db:
+            for other in ("a" * 22, "b" * 22):
+                db.execute(
+                    "INSERT INTO jobs (id, model, overrides, state, created) VALUES (?,?,?,?,?)",
+                    (other, "speech", "{}", "running", time.time()),
+                )
+                (data / "uploads" / f"{other}.upload").write_bytes(b"R" * (600 << 10))
+        gate.open()
+
+        def finished() -> bool:  # or removed, as it was
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            return job.get("state") not in ("queued", "running")
+
+        assert wait_until(finished, 120)
+        assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "done"
+        client.app.state.jobs.expire()  # what the upkeep does every minute
+        refused = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+        assert "job_storage_bytes" in _error(refused, 507, "job_storage_full")
+        assert client.get(f"/v1/jobs/{job_id}/result").json()["tags"]
+        # Read, it is the budget's to remove (at the next look: here, the next job refused).
+        again = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+        _error(again, 507, "job_storage_full")
+        _error(client.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
+
+
+class _FullDatabase:
+    """The store's connection on a full disk: every write fails with SQLITE_FULL, as SQLite's
+    own do when its files cannot grow; reads go through."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        self.full = True
+
+    def execute(self, sql: str, *parameters: Any) -> sqlite3.Cursor:
+        if self.full and sql.split()[0].upper() in ("INSERT", "UPDATE", "DELETE"):
+            raise _sqlite_full()
+        return self._connection.execute(sql, *parameters)
+
+    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
+        rows = list(rows)
+        if self.full and rows:
+            raise _sqlite_full()
+        return self._connection.executemany(sql, rows)
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self._connection.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._connection.__exit__(*exc)
+
+
+def _sqlite_full() -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError("database or disk is full")
+    error.sqlite_errorcode = sqlite3.SQLITE_FULL
+    return error
+
+
+def _no_room(fd: int) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_data_directory_fails_a_running_job_visibly_and_is_logged_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the data directory full mid-job, the job stayed `running` at 0 s with no error for
+    as long as the disk was full, and the upkeep logged a traceback every 10 s."""
+    models, gate = gated_models(tmp_path / "gated")
+    clip = marked(tmp_path / "held.wav", [("quiet", 4.0), ("mark", 1.0), ("quiet", 8.0)])
+    caplog.set_level(logging.INFO, "arengine.jobs")
+    with _serving(models, tmp_path / "data") as client, gate.held():
+        job_id = _submit(client, clip.read_bytes(), "?model=gate")
+        assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
+        runner = client.app.state.jobs
+        database = _FullDatabase(runner.store._db)
+        with monkeypatch.context() as full:
+            full.setattr(runner.store, "_db", database)
+            full.setattr(os, "fsync", _no_room)
+            gate.open()
+            assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "failed")
+            job = client.get(f"/v1/jobs/{job_id}").json()
+            assert job["error"]["code"] == "insufficient_storage", job
+            assert "full" in job["error"]["message"] and job["finished"]
+            [listed] = client.get("/v1/jobs").json()["jobs"]
+            assert listed == job
+            for _ in range(3):  # the upkeep's rounds while the disk stays full
+                runner.look_after()
+            refused = client.post("/v1/jobs", files={"file": ("a.wav", _wav(), "audio/wav")})
+            _error(refused, 507, "insufficient_storage")
+            database.full = False
+        runner.look_after()  # the disk has room again: the job's end is recorded
+        stored = runner.store.get(job_id)
+        assert stored is not None and stored.state is JobState.FAILED
+        assert stored.error is not None and stored.error.code == "insufficient_storage"
+        assert client.get(f"/v1/jobs/{job_id}").json() == job
+    logged = [r for r in caplog.records if r.name.startswith("arengine.jobs")]
+    assert not [r for r in logged if r.exc_info], "no traceback for a full disk"
+    warned = [r for r in logged if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "is full" in warned[0].getMessage()
+    assert any("has room again" in r.getMessage() for r in logged)
+    assert sorted(path.name for path in (tmp_path / "data" / "uploads").iterdir()) == [
+        f"{job_id}.upload"
+    ]
 
 
 def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(

@@ -183,8 +183,8 @@ def _fields(count: int, value: bytes) -> bytes:
 def test_the_multipart_limits_are_the_declared_ones_as_the_error_table_says(
     tmp_path: Path, body: bytes, code: ErrorCode, quoted: str
 ) -> None:
-    """The refusal, its code's description (the README's error table) and the declaration agree;
-    `quoted` is what the README's prose says."""
+    """The refusal, its code's description (the site's error reference) and the declaration agree;
+    `quoted` is what the guides' prose says."""
     roomy = UploadLimits(max_bytes=10**8)
     within = _fields(MAX_MULTIPART_PARTS, b"x" * MAX_FIELD_BYTES)
     with pytest.raises(ArengineError) as raised:

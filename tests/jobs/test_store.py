@@ -95,6 +95,8 @@ def test_ended_jobs_past_the_retention_time_or_the_budget_go_oldest_first(tmp_pa
     store = JobStore.open(tmp_path)
     now = time.time()
     first, second, third = (_ended_job(store, now + i, 1000) for i in range(3))
+    for job_id in (first, second, third):
+        store.mark_read(job_id)
     waiting = _record(now + 3)
     assert store.add(waiting, limit=100)
     store.upload_path(waiting.id).write_bytes(b"y" * 5000)
@@ -112,3 +114,51 @@ def test_ended_jobs_past_the_retention_time_or_the_budget_go_oldest_first(tmp_pa
     fourth = _ended_job(store, now - 10, 10)
     assert store.expire(ended_before=time.time() + 1, max_bytes=1 << 30) == [fourth]
     assert store.oldest_active() == waiting.created
+
+
+def test_the_budget_never_removes_an_ended_job_nobody_has_read(tmp_path: Path) -> None:
+    """Queued uploads past the budget made every job deleted as it finished: its client, told
+    its job was stored, then got 404. Unread, a job waits for its retention time."""
+    store = JobStore.open(tmp_path)
+    now = time.time()
+    unread, read = _ended_job(store, now + 1, 1000), _ended_job(store, now + 2, 1000)
+    waiting = _record(now + 3)
+    assert store.add(waiting, limit=100)
+    store.upload_path(waiting.id).write_bytes(b"y" * 5000)
+    store.mark_read(read)
+    assert store.expire(ended_before=now - 60, max_bytes=100) == [read]
+    job = store.get(unread)
+    assert job is not None and job.state is JobState.DONE and job.read is None
+    assert store.result_path(unread).exists()
+    store.mark_read(unread)
+    first_read = store.get(unread)
+    assert first_read is not None and first_read.read is not None
+    store.mark_read(unread)  # the first time counts
+    assert store.get(unread) == first_read
+    assert store.expire(ended_before=now - 60, max_bytes=100) == [unread]
+    # The retention time removes even a job nobody read.
+    forgotten = _ended_job(store, now - 1, 10)
+    assert store.expire(ended_before=time.time() + 1, max_bytes=1 << 30) == [forgotten]
+
+
+def test_a_starting_replica_leaves_what_another_is_still_writing(tmp_path: Path) -> None:
+    """Replicas share a data directory: one starting must not sweep another's upload while it
+    arrives, nor one renamed into place just before its row is committed (that replica then
+    answered 500)."""
+    serving = JobStore.open(tmp_path)
+    arriving = serving.uploads / "arengine-abcd1234.upload"  # as the spooler names it
+    arriving.write_bytes(b"RIFF")
+    renamed = serving.upload_path(new_job_id())
+    renamed.write_bytes(b"RIFF")
+    result = serving.results / f".{new_job_id()}.json.tmp"  # a result being written
+    result.write_bytes(b"{")
+    starting = JobStore.open(tmp_path)
+    assert starting.recover("other:8000") == []
+    assert arriving.exists() and renamed.exists() and result.exists()
+    serving.close()
+    starting.close()
+    # Once no other server holds the directory, a start sweeps what a dead one left.
+    alone = JobStore.open(tmp_path)
+    alone.recover()
+    assert list(alone.uploads.iterdir()) == list(alone.results.iterdir()) == []
+    alone.close()

@@ -66,6 +66,9 @@ def test_lists_split_on_semicolons_never_inside_audioset_names() -> None:
     }
     with pytest.raises(InvalidInput, match=r"label:value items separated by ';'"):
         split_values("thresholds", "Glass=0.2")
+    for twice in ("Glass:0.2;Glass:0.3", "Glass:0.2; glass :0.2"):
+        with pytest.raises(InvalidInput, match="more than once"):
+            split_values("thresholds", twice)
 
 
 def test_a_tag_is_scored_by_its_peak_and_carries_the_audioset_id() -> None:

@@ -1,5 +1,8 @@
 """`arengine recognize`'s progress: bars on a terminal (tqdm), plain lines on a pipe or a file.
 
+Both modes use it, in-process and `--server`; tqdm is optional here (`arengine-client[bars]`,
+and a dependency of arengine): without it a terminal gets the lines too.
+
 On a terminal: one bar per file being recognized, in audio seconds (it moves inside a long file,
 with the real-time factor so far), and one overall bar in audio seconds with files done and ETA.
 Elsewhere (a log, CI): one line per finished file, the overall line after it, and for a long file a
@@ -15,14 +18,13 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from tqdm import tqdm
-
-from arengine.types import Result
+from arengine_client.types import Result
 
 
 class Progress(Protocol):
@@ -36,8 +38,8 @@ class Progress(Protocol):
 def make_progress(
     files: int, total_audio_s: float, stream: TextIO, every_s: float = 10.0
 ) -> Progress:
-    """Bars when `stream` is a terminal, lines otherwise."""
-    if stream.isatty():
+    """Bars when `stream` is a terminal (and tqdm is installed), lines otherwise."""
+    if stream.isatty() and importlib.util.find_spec("tqdm") is not None:
         return Bars(files, total_audio_s, stream)
     return Lines(files, total_audio_s, stream, every_s=every_s)
 
@@ -126,6 +128,9 @@ class Bars:
     """tqdm bars: the overall one at the top, one per file being recognized below it."""
 
     def __init__(self, files: int, total_audio_s: float, stream: TextIO) -> None:
+        from tqdm import tqdm
+
+        self._tqdm = tqdm
         self.counts = _Counts(files, total_audio_s)
         self.stream = stream
         self.overall = self._bar("overall", total_audio_s, 0)
@@ -134,7 +139,7 @@ class Bars:
         self._slots: dict[Path, int] = {}
 
     def _bar(self, name: str, total: float, position: int) -> Any:
-        return tqdm(
+        return self._tqdm(
             total=total,
             desc=name,
             unit="s",
@@ -194,7 +199,7 @@ class Bars:
         self._slots.pop(path, None)
         if bar is not None:
             bar.close()
-        tqdm.write(message, file=self.stream)
+        self._tqdm.write(message, file=self.stream)
 
     def close(self) -> None:
         for bar in self._bars.values():

@@ -10,7 +10,8 @@ arengine listen --server URL --format webm -`: a tenth of the bytes over the net
 file is decoded by libsndfile (WAV, FLAC, OGG, MP3...) and sent as `f32le` at its own rate,
 at real speed with `--realtime`. Each tag is printed as one JSON line to standard output (the
 lines of `POST /v1/recognize?format=ndjson`), the summary last; progress lines go to standard
-error with `--progress`.
+error with `--progress`. Without soundfile (the client alone, not `arengine-client[audio]`) a
+file must be a 16-bit PCM WAV, sent as it is (`s16le`); other files go through standard input.
 """
 
 from __future__ import annotations
@@ -19,16 +20,15 @@ import asyncio
 import json
 import sys
 import time
+import wave
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-import soundfile
-
-from arengine.cli.remote import Remote
-from arengine.client import AsyncClient, ServerError
-from arengine.live.formats import CONTAINER_FORMATS
+from arengine_client._async import AsyncClient
+from arengine_client.errors import ArengineError
+from arengine_client.live import CONTAINER_FORMATS
+from arengine_client.remote import Remote
 
 CHUNK_S = 0.1
 """Audio per message: short, so that a stream read at real speed is sent as it comes."""
@@ -55,7 +55,7 @@ def listen(
             read = _stdin_reader()
         else:
             read, opening = _file_reader(Path(source))
-    except (OSError, soundfile.LibsndfileError) as error:
+    except (OSError, RuntimeError, wave.Error) as error:  # soundfile's errors are RuntimeErrors
         print(f"arengine: cannot read {source}: {error}", file=sys.stderr)
         return 2
     if opening["format"] in CONTAINER_FORMATS:
@@ -71,7 +71,7 @@ def listen(
         chunks = _chunks(read, max(1, int(rate * CHUNK_S)), rate if realtime else None)
     try:
         asyncio.run(_print_lines(remote, chunks, opening, model, overrides or {}, out, progress))
-    except ServerError as error:
+    except ArengineError as error:
         print(f"arengine: the stream ended: {error.code}: {error.message}", file=sys.stderr)
         return 1
     except OSError as error:
@@ -115,17 +115,43 @@ def _stdin_reader() -> Reader:
 
 
 def _file_reader(path: Path) -> tuple[Reader, dict[str, Any]]:
-    """A reader of the file's audio as interleaved f32le, and the opening that describes it."""
+    """A reader of the file's audio as interleaved f32le, and the opening that describes it
+    (a 16-bit WAV's own samples, s16le, where soundfile is not installed)."""
+    try:
+        import soundfile
+    except ImportError:
+        return _wav_reader(path)
     audio = soundfile.SoundFile(str(path))
     frame_bytes = 4 * audio.channels
 
     def read(size: int) -> bytes:
-        block: np.ndarray = audio.read(max(1, size // frame_bytes), dtype="float32")
+        block = audio.read(max(1, size // frame_bytes), dtype="float32")
         if not len(block):
             audio.close()
-        return block.astype("<f4").tobytes()
+        return bytes(block.astype("<f4").tobytes())
 
     opening = {"format": "f32le", "sample_rate": audio.samplerate, "channels": audio.channels}
+    return read, opening
+
+
+def _wav_reader(path: Path) -> tuple[Reader, dict[str, Any]]:
+    """A 16-bit PCM WAV's frames as they are (s16le), by the standard library."""
+    audio = wave.open(str(path), "rb")  # noqa: SIM115 (closed by the reader at the end)
+    if audio.getsampwidth() != 2:
+        audio.close()
+        raise wave.Error(
+            f"{audio.getsampwidth() * 8}-bit samples: without soundfile (pip install "
+            "arengine-client[audio]) a file must be a 16-bit PCM WAV; or pipe raw PCM to `-`"
+        )
+    frame_bytes = 2 * audio.getnchannels()
+
+    def read(size: int) -> bytes:
+        block = audio.readframes(max(1, size // frame_bytes))
+        if not block:
+            audio.close()
+        return block
+
+    opening = {"format": "s16le", "sample_rate": audio.getframerate(), "channels": frame_bytes // 2}
     return read, opening
 
 

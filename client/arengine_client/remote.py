@@ -1,9 +1,11 @@
-"""`arengine recognize --server URL`: the files of `cli.runner`, sent to a server or a cluster.
+"""`arengine recognize --server URL`: a batch of files (`files.plan`) sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
 recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client; a
 recording over `job_over_s` goes as a job, whose result is fetched once done, across dropped
-connections and server restarts).
+connections and server restarts). The output format is the server's `Format` where arengine is
+installed (written here, as the in-process mode writes it), or a `RenderedFormat` that has the
+server write it (`POST /v1/render`) where only the client is.
 
 Example (with a server at that address)::
 
@@ -18,6 +20,7 @@ import functools
 import itertools
 import os
 import sys
+import wave
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -25,13 +28,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
-import soundfile
 
-from arengine.cli.progress import make_progress
-from arengine.cli.runner import Failure, Planned, settle
-from arengine.client import Client, Recognition, RetryPolicy, ServerError
-from arengine.outputs.formats import Format
-from arengine.types import Result
+from arengine_client._shared import Recognition, RetryPolicy
+from arengine_client._sync import Client
+from arengine_client.files import Failure, OutputFormat, Planned, settle
+from arengine_client.progress import make_progress
+from arengine_client.types import Result
 
 API_KEY_ENV = "ARENGINE_API_KEY"
 """The key `--server` sends (environment only: a flag would show it in every user's `ps`)."""
@@ -55,7 +57,7 @@ def recognize_remote(
     remote: Remote,
     work: Sequence[Planned],
     model: str,
-    fmt: Format,
+    fmt: OutputFormat,
     jobs: int = 4,
     stream: TextIO | None = None,
     overrides: Mapping[str, float | str] | None = None,
@@ -113,9 +115,8 @@ def _recognize_one(
 
 
 def _reason(error: Exception) -> str | None:
-    """What a failed upload's report says; None for an error no upload should cause."""
-    if isinstance(error, ServerError):
-        return error.message
+    """What a failed upload's report says; None for an error no upload should cause (an error
+    answer is `settle`'s own: `ArengineError`)."""
     if isinstance(error, httpx.HTTPError):
         return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return None
@@ -126,8 +127,46 @@ def _answer(future: Future[Recognition]) -> Result:
 
 
 def _duration(path: Path) -> float:
-    """The recording's length from its header, 0 when unreadable (only the ETA needs it)."""
+    """The recording's length from its header, 0 when unreadable (the ETA and `job_over_s` need
+    it): by soundfile where it is installed (with arengine, or `arengine-client[audio]`), else a
+    WAV's by the standard library."""
+    try:
+        import soundfile
+    except ImportError:
+        return _wav_duration(path)
     try:
         return float(soundfile.info(str(path)).duration)
     except Exception:  # any unreadable header; the server will report the real error
         return 0.0
+
+
+def _wav_duration(path: Path) -> float:
+    try:
+        with wave.open(str(path), "rb") as audio:
+            return audio.getnframes() / audio.getframerate()
+    except (OSError, EOFError, wave.Error, ZeroDivisionError):
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedFormat:
+    """An output format the server writes (`POST /v1/render`): what `recognize --server` uses
+    where arengine's own writers are not installed."""
+
+    name: str
+    extension: str
+    client: Client
+
+    def encode(self, result: Result, source: str) -> bytes:
+        return self.client.render(result, self.name, name=f"{source}.{self.extension}")
+
+
+def server_format(client: Client, name: str) -> RenderedFormat:
+    """The server's format called `name` (or one of its aliases); ValueError naming the
+    server's formats when it has none of that name."""
+    known = client.formats()
+    for entry in known:
+        if name == entry["name"] or name in entry["aliases"]:
+            return RenderedFormat(str(entry["name"]), str(entry["extension"]), client)
+    names = ", ".join(str(entry["name"]) for entry in known)
+    raise ValueError(f"unknown format {name!r}; the server writes {names}")

@@ -1,0 +1,1 @@
+"""The documentation site: its pages (Markdown), the MkDocs hook and the reference generator."""

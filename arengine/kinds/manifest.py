@@ -4,7 +4,7 @@ A manifest names the model, its kind, rate, labels, how recordings are cut, its 
 weights, its post-processing defaults and its card (task, licence, source, version). Weights are
 a file inside the model's own folder, or a data file shipped inside an installed package; nothing
 else (no `..`, no absolute paths, no URLs). This module checks what every kind shares; what a
-kind reads (its labels, `[features]` and `[model]`) is checked against its entry in `kinds.py`.
+kind reads (its labels, `[features]` and `[model]`) is checked against its declaration (`catalog.kind_of`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 One bad model (malformed manifest, missing weights, output that does not match its labels) is
 reported with its file and reason, and the others still load. What each kind is (its manifest
-section, recognizer, parameters, tagger) is declared in `kinds.py`; adding a kind is one entry
-there (its docstring says how).
+section, recognizer, parameters, tagger) is declared in its folder of `arengine/kinds/` and
+registered in `arengine/kinds/catalog.py` (whose docstring says how to add one).
 """
 
 from __future__ import annotations

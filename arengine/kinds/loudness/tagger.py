@@ -129,9 +129,7 @@ class LoudnessTagger:
         if not len(levels):
             return []
         background = np.maximum(self._backgrounds(levels), self.params.background_floor_dbfs)
-        loud = (levels >= background + self.params.rise_db) | (
-            levels >= self.params.absolute_dbfs
-        )
+        loud = (levels >= background + self.params.rise_db) | (levels >= self.params.absolute_dbfs)
         frames = self.seen + np.flatnonzero(loud)
         self.seen += len(levels)
         return self._group(frames, levels[loud], closing=False, audio_samples=None)

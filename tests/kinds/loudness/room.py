@@ -11,7 +11,8 @@ WINDOW = 800
 SLAM = (5.0, 5.2)
 """The door slam: a noise burst decaying from 0.5 over 0.2 s (its level stays above -30 dBFS)."""
 ALARM = (10.0, 17.75)
-"""The alarm: 3 kHz beeps at 0.1 (-23 dBFS), 0.25 s on and 0.25 s off from 10 s, the last one ending at 17.75."""
+"""The alarm: 3 kHz beeps at 0.1 (-23 dBFS), 0.25 s on and 0.25 s off from 10 s; the last one
+ends at 17.75."""
 
 
 def noise(seconds: float, dbfs: float, seed: int = 1) -> np.ndarray:

@@ -27,4 +27,6 @@ def test_a_full_scale_square_is_0_dbfs_and_silence_the_floor() -> None:
 
 def test_each_window_is_its_own_samples_and_a_partial_one_is_left_out() -> None:
     audio = np.concatenate([np.full(800, 0.1), np.full(800, 0.01), np.full(300, 1.0)])
-    assert levels_dbfs(audio.astype(np.float32), 800) == pytest.approx([-20, -40], abs=1e-4)
+    assert levels_dbfs(audio.astype(np.float32), 800).tolist() == pytest.approx(
+        [-20, -40], abs=1e-4
+    )

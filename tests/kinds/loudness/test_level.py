@@ -20,7 +20,7 @@ def test_a_sine_is_its_amplitude_less_3_db(amplitude: float) -> None:
 
 
 def test_a_full_scale_square_is_0_dbfs_and_silence_the_floor() -> None:
-    square = np.tile(np.float32([1, -1]), 800)
+    square = np.tile(np.array([1, -1], np.float32), 800)
     audio = np.concatenate([square, np.zeros(1600, np.float32)])
     assert levels_dbfs(audio, 800).tolist() == [0.0, 0.0, FLOOR_DBFS, FLOOR_DBFS]
 

@@ -196,3 +196,17 @@ def test_the_code_map_names_every_module() -> None:
 def test_every_room_of_the_code_map_exists() -> None:
     stale = [folder for folder in _rows(_code_map()) if not (ROOT / folder).is_dir()]
     assert not stale, f"the code map names folders that do not exist: {stale}"
+
+
+def test_a_module_is_mapped_by_its_room_row_or_its_whole_path() -> None:
+    code_map = (
+        "| `arengine/kinds/` | the base (`base.py`) |\n"
+        "| `arengine/kinds/birds/` | its network (`network.py`) |\n"
+        "`arengine/types.py` is shared.\n"
+    )
+    rows = _rows(code_map)
+    assert _mapped("arengine/kinds/base.py", code_map, rows)
+    assert _mapped("arengine/kinds/birds/network.py", code_map, rows)
+    assert _mapped("arengine/types.py", code_map, rows)
+    assert not _mapped("arengine/kinds/birds/location.py", code_map, rows)
+    assert not _mapped("arengine/kinds/catalog.py", code_map, rows)

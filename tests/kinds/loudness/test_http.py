@@ -12,6 +12,7 @@ from arengine.kinds.loudness.tagger import LoudnessParams
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 from tests.http.conftest import InProcessClient, serving
+from tests.http.test_jobs import _ended, _submit
 from tests.kinds.loudness.room import ALARM, RATE, SLAM, quiet_room
 from tests.recordings import write
 
@@ -22,7 +23,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessClient
     for name in ("loudness", "speech"):
         shutil.copytree(DEFAULT_MODELS_DIR / name, models / name)
     settings = Settings(
-        models_dir=models, upload_dir=tmp_path_factory.mktemp("uploads"), segment_s=4.0
+        models_dir=models,
+        upload_dir=tmp_path_factory.mktemp("uploads"),
+        data_dir=tmp_path_factory.mktemp("data"),
+        segment_s=4.0,
     )
     with serving(settings) as running:
         yield running
@@ -96,3 +100,19 @@ def test_a_loudness_tag_is_written_in_the_shared_columns(
         ["5.0", "5.2", "loud"],
         ["10.0", "17.75", "loud"],
     ]
+
+
+def test_a_done_job_answers_new_trigger_parameters_from_its_kept_levels(
+    client: InProcessClient, room: bytes
+) -> None:
+    job_id = _submit(client, room, "?model=loudness")
+    assert _ended(client, job_id)["state"] == "done"
+    assert _bounds(client.get(f"/v1/jobs/{job_id}/result").json()) == [SLAM, ALARM]
+    for query in ({"hold_ms": 0}, {"rise_db": 60}, {"absolute_dbfs": -30, "rise_db": 120}):
+        again = client.get(f"/v1/jobs/{job_id}/result", params=query)
+        assert again.status_code == 200, again.text
+        fresh = client.post(
+            "/v1/recognize", params={"model": "loudness", **query}, files={"file": room}
+        )
+        assert again.json()["tags"] == fresh.json()["tags"], query
+    assert len(_bounds(again.json())) == 2  # above -30 dBFS: the slam and the alarm

@@ -18,6 +18,8 @@ from websockets.sync.client import connect
 from tests.conftest import Server, ServerFactory
 from tests.kinds.loudness.room import ALARM, RATE, SLAM, quiet_room
 
+pytestmark = pytest.mark.slow  # a server started for the module
+
 OPENING = {"format": "s16le", "sample_rate": RATE, "channels": 1}
 
 

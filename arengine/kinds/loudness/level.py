@@ -23,11 +23,12 @@ def levels_dbfs(samples: np.ndarray, window: int) -> np.ndarray:
 
     >>> levels_dbfs(np.ones(8, np.float32), 4).tolist()
     [0.0, 0.0]
-    >>> levels_dbfs(np.zeros(4, np.float32), 4).tolist()
-    [-120.0]
+    >>> levels_dbfs(np.float32([0, 0, 0, 0, 0, np.nan, 0, 0]), 4).tolist()
+    [-120.0, -120.0]
     """
     frames = len(samples) // window
     windows = samples[: frames * window].reshape(frames, window).astype(np.float64)
     power = np.einsum("ij,ij->i", windows, windows) / window
-    result: np.ndarray = (10 * np.log10(np.maximum(power, _FLOOR_POWER))).astype(np.float32)
+    # fmax: a NaN sample (a float file may hold one) makes its window silent, not NaN.
+    result: np.ndarray = (10 * np.log10(np.fmax(power, _FLOOR_POWER))).astype(np.float32)
     return result

@@ -146,8 +146,8 @@ class LoudnessTagger:
         # so a window with `count` real levels finds its percentile at a rank among those.
         padded = np.concatenate([np.full(width - 1 - len(self.history), np.inf), self.history])
         padded = np.concatenate([padded, levels])
-        self.history = padded[len(padded) - (width - 1) :] if width > 1 else np.empty(0)
-        self.history = self.history[np.isfinite(self.history)]
+        kept = min(width - 1, end)  # the padding is never kept
+        self.history = padded[len(padded) - kept :] if kept else np.empty(0)
         points = np.arange(-(-seen // step) * step, end, step)
         evaluated = np.empty(0)
         if len(points):

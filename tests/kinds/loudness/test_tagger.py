@@ -142,6 +142,24 @@ def test_the_background_is_the_percentile_of_the_last_background_s(
     assert found == _reference_backgrounds(levels, 80, 3, percentile / 100).tolist()
 
 
+def test_an_infinite_level_keeps_its_place_in_the_history() -> None:
+    """It was dropped from the history kept between pushes, which shifted every later window."""
+    levels = np.random.default_rng(8).normal(-50, 6, 300)
+    levels[[40, 41, 90]] = np.inf
+    tagger = LoudnessTagger(LoudnessParams(background_s=4.0), sample_rate=RATE, hop=WINDOW)
+    found = []
+    for chunk in np.split(levels, range(10, 300, 10)):
+        found += tagger._backgrounds(chunk).tolist()
+        tagger.seen += len(chunk)
+    assert found == _reference_backgrounds(levels, 80, 1, 0.2).tolist()
+
+
+def test_a_nan_sample_makes_its_window_silent() -> None:
+    audio = np.full(1600, 0.1, np.float32)
+    audio[900] = np.nan
+    assert levels_dbfs(audio, 800).tolist() == pytest.approx([-20, -120], abs=1e-4)
+
+
 def test_tags_are_the_same_over_any_cut_of_the_levels() -> None:
     levels = levels_dbfs(quiet_room(), WINDOW)
 

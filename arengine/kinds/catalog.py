@@ -35,6 +35,7 @@ from arengine.kinds.birds import kind as birds
 from arengine.kinds.classifier import kind as classifier
 from arengine.kinds.events import kind as events
 from arengine.kinds.fingerprint import kind as fingerprint
+from arengine.kinds.loudness import kind as loudness
 from arengine.kinds.manifest import Manifest, ManifestError
 from arengine.kinds.music import kind as music
 from arengine.kinds.notes import kind as notes
@@ -43,7 +44,7 @@ from arengine.kinds.speech import kind as speech
 
 KINDS: dict[str, Kind] = {
     module.KIND.name: module.KIND
-    for module in (speech, pitch, notes, classifier, music, events, birds, fingerprint)
+    for module in (speech, pitch, notes, classifier, music, events, birds, fingerprint, loudness)
 }
 """Every model kind, by name, in the order the docs list them."""
 

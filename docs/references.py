@@ -3,7 +3,7 @@
 Each page is written from one declaration and nowhere else: the HTTP API from the app's OpenAPI
 schema, the settings from the settings class, the query parameters from each kind's parameter
 class, the errors from the error table, the output formats from the format table, the model cards
-from `models/README.md`'s card table (which `tests/models/test_cards.py` compares with the
+from `models/README.md`'s card table (which `tests/cli/test_cards.py` compares with the
 manifests). `docs/hooks.py` adds them to the site at build time; `tests/test_docs.py` checks that
 every declaration has its entry. `python -m docs.references` prints them.
 """
@@ -20,7 +20,7 @@ from annotated_types import Ge, Gt, Le, Lt
 
 from arengine.cli.commands import ENV_ONLY
 from arengine.errors import ErrorCode
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
 from arengine.outputs.formats import FORMATS
 from arengine.settings import Settings
 

@@ -10,7 +10,7 @@ way to use 2 cores is a process per file (`DirectoryMultiProcessingAnalyzer`); i
 processes each with half the windows, is measured here, beside one process alone. arengine's port
 runs as the engine runs it: 2 threads sharing one model (one torch thread each), a 30-s segment
 each call (the early layers 4 windows a call, the rest all 10 at once). The recording is
-`tests/models/birds/birds_10s.wav` (real birdsong, resampled to 48 kHz) repeated to `--minutes`,
+`tests/kinds/birds/birds_10s.wav` (real birdsong, resampled to 48 kHz) repeated to `--minutes`,
 or `--recording`; `--rounds` runs the four configurations again, alternating. The detections
 (`min_conf` 0.25, no overlap) are compared window by window. Timings are wall seconds of
 inference, and the CPU seconds the work took (the processes' or the threads' own): on a busy
@@ -41,13 +41,14 @@ import soundfile as sf
 import torch
 
 from arengine.audio.segments import Segment, Segmenter
-from arengine.models.birds import WINDOW, BirdsRecognizer
-from arengine.models.manifest import read_manifest
+from arengine.kinds.birds.recognizer import BirdsRecognizer
+from arengine.kinds.birds.spectrogram import WINDOW
+from arengine.kinds.manifest import read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from loadtests.server import memory_mib, running_server
 
 MANIFEST = DEFAULT_MODELS_DIR / "birds" / "manifest.toml"
-SAMPLE = Path(__file__).parents[1] / "tests" / "models" / "birds" / "birds_10s.wav"
+SAMPLE = Path(__file__).parents[1] / "tests" / "kinds" / "birds" / "birds_10s.wav"
 MIN_CONF = 0.25
 
 

@@ -35,8 +35,8 @@ import torch
 
 from arengine.audio.decode import BLOCK_FRAMES
 from arengine.audio.segments import Segmenter
-from arengine.models.events import WINDOW, Yamnet
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
+from arengine.kinds.events.network import WINDOW, Yamnet
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from arengine.postprocess.vocabulary import Ontology
 from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
@@ -71,7 +71,7 @@ def _interpreter(tflite: Path, xnnpack: bool = True) -> Callable[[np.ndarray], n
 
 
 def agreement(tflite: Path) -> None:
-    from tests.models.test_events import _same_top5
+    from tests.kinds.events.test_recognizer import _same_top5
 
     model = Yamnet.load(DEFAULT_MODELS_DIR / "events" / "yamnet.pt")
     xnnpack, builtin = _interpreter(tflite), _interpreter(tflite, xnnpack=False)

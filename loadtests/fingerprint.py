@@ -37,8 +37,9 @@ import soxr
 import torch
 
 from arengine.audio.segments import Segmenter
-from arengine.models.fingerprint import SAMPLE_RATE, FingerprintRecognizer, add_recording
-from arengine.models.fingerprint_store import Library
+from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
+from arengine.kinds.fingerprint.library import Library
+from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.types import Tag
 from tests.fingerprints import Placed, mix, piece
 
@@ -166,7 +167,7 @@ def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int
     and match on one core; audfprint's times include its process start (about a second of
     imports), and it is told to report four matches (`--max-matches 4 --find-time-range`)."""
     from arengine.audio.validation import AudioLimits
-    from arengine.models.references import add_file
+    from arengine.kinds.fingerprint.references import add_file
 
     refs = folder / "peers-refs"
     refs.mkdir(exist_ok=True)

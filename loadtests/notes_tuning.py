@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from arengine.audio.segments import Segmenter
-from arengine.models.notes import NotesRecognizer
+from arengine.kinds.notes.recognizer import NotesRecognizer
+from arengine.kinds.notes.tagger import NotesParams
 from arengine.models.registry import DEFAULT_MODELS_DIR
-from arengine.postprocess.notes import NotesParams
 from loadtests.notes_vs_basic_pitch import mixed
 from tests.music import Note, f1, polyphonic_piece, render
 

@@ -20,7 +20,7 @@ from arengine.audio.decode import decode
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits, probe
-from arengine.models.speech import CONTEXT, WINDOW
+from arengine.kinds.speech.network import CONTEXT, WINDOW
 from arengine.types import AudioInfo
 from loadtests.thread_sweep import cpu_seconds
 

@@ -32,8 +32,9 @@ from arengine.audio.segments import Segmenter
 from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.kinds.speech.network import WINDOW, SpeechModel
+from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
-from arengine.models.speech import WINDOW, SpeechModel, SpeechRecognizer
 from arengine.system.threads import available_cpus
 from loadtests.agreement import Intervals, frame_f1
 from loadtests.roofline import (

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from arengine.audio.segments import Segment, Segmenter
-from arengine.models.pitch import PitchRecognizer
+from arengine.kinds.pitch.recognizer import PitchRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.system.threads import available_cpus
 

@@ -28,18 +28,18 @@ from arengine.audio.segments import Segmenter
 from arengine.audio.validation import AudioLimits
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
-from arengine.models.speech import (
+from arengine.kinds.speech.network import (
     CONTEXT,
     WINDOW,
     SpeechModel,
-    SpeechRecognizer,
     read_silero_weights,
     silero_package_archive,
 )
+from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.system.threads import available_cpus
 from loadtests.agreement import frame_f1
 from loadtests.roofline import counted_flops, this_cpu
-from tests.models.speech_reference import ConvSpeechModel
+from tests.kinds.speech.reference import ConvSpeechModel
 
 LSTM_FLOPS_PER_WINDOW = 2 * 2 * 128 * 4 * 128
 """Input and recurrent products of one LSTM step (128 in, 128 hidden, 4 gates); the flop counter

@@ -23,8 +23,9 @@ import torch
 
 from arengine.audio.decode import decode
 from arengine.audio.segments import Segmenter
-from arengine.models.speech import SpeechModel, SpeechRecognizer
-from arengine.postprocess.speech import SpeechParams, SpeechTagger
+from arengine.kinds.speech.network import SpeechModel
+from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.kinds.speech.tagger import SpeechParams, SpeechTagger
 from loadtests.agreement import Intervals, frame_f1
 from loadtests.roofline import this_cpu
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from arengine.models.speech import SpeechModel
+from arengine.kinds.speech.network import SpeechModel
 from tests.recordings import Recording, compose, speak, write
 
 torch.set_num_threads(1)

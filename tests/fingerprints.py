@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.models.fingerprint import SAMPLE_RATE
+from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE
 from tests.music import FLUTE, GUITAR, PIANO, VIOLIN, melody, render
 
 PROGRAMS = (PIANO, FLUTE, VIOLIN, GUITAR)

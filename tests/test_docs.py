@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from arengine.errors import ErrorCode
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.outputs.formats import FORMATS
 from arengine.settings import (

@@ -104,8 +104,9 @@ def test_the_events_benchmark_finds_a_sound_only_by_its_own_labels() -> None:
 
 
 def test_the_fingerprint_benchmark_finds_its_own_excerpts(tmp_path: Path) -> None:
-    from arengine.models.fingerprint import FingerprintRecognizer, add_recording
-    from arengine.models.fingerprint_store import Library
+    from arengine.kinds.fingerprint.landmarks import add_recording
+    from arengine.kinds.fingerprint.library import Library
+    from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
     from loadtests.fingerprint import found, recognize, resampled, synthetic
     from tests.fingerprints import Placed, mix
 

@@ -5,4 +5,5 @@ Every input format is declared once (`containers`). Probe and validate the uploa
 by `ffmpeg` children from several offsets at once, `arrival` for a WAV still uploading, `wav` for
 where a WAV's frames lie), resample once per model rate (`tee`) and cut segments (`segments`).
 The engine asks `source` for one segment source per model.
+May import: errors, settings, types.
 """

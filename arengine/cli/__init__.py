@@ -1,4 +1,8 @@
-"""The `arengine` command: `serve`, `recognize` (local or `--server`), `models`, progress."""
+"""The `arengine` command: `serve`, `recognize` (local or `--server`), `models`, progress.
+
+May import: arengine, audio, client, engine, errors, http, jobs, kinds, live, models, outputs,
+settings, system, types.
+"""
 
 from arengine.cli.commands import main
 

@@ -236,7 +236,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) ->
 def _add_parameter_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per post-processing parameter of any kind (`--lat 40.4`, `--species 'A;B'`),
     from the kinds' declarations, as the HTTP query takes them."""
-    from arengine.models.kinds import KINDS
+    from arengine.kinds.catalog import KINDS
 
     kinds: dict[str, list[str]] = {}
     types: dict[str, Any] = {}
@@ -462,7 +462,7 @@ def list_models(settings: Settings, markdown: bool = False) -> int:
     """Print the models that load, one per line (or their cards as Markdown); 1 if none did."""
     engine = _engine(settings)
     if markdown:
-        from arengine.models.cards import markdown_table
+        from arengine.cli.cards import markdown_table
 
         try:
             print(markdown_table(engine.models))

@@ -1,8 +1,8 @@
 """`arengine references add|remove|list NAME ...`: a fingerprint model's reference library.
 
-Files are decoded as uploads are (`arengine/models/references.py`: the same sniffing, limits and
-decoders), fingerprinted and added in one transaction each. `add` makes the model folder `NAME`
-with its `manifest.toml` and an empty library when missing.
+Files are decoded as uploads are (`arengine/kinds/fingerprint/references.py`: the same
+sniffing, limits and decoders), fingerprinted and added in one transaction each. `add` makes the
+model folder `NAME` with its `manifest.toml` and an empty library when missing.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from arengine.audio.validation import AudioLimits
 from arengine.errors import ArengineError
-from arengine.models.fingerprint_store import Library
-from arengine.models.references import add_file, library_of
+from arengine.kinds.fingerprint.library import Library
+from arengine.kinds.fingerprint.references import add_file, library_of
 from arengine.models.registry import DEFAULT_MODELS_DIR, PACKAGED_MODELS_DIR
 from arengine.settings import Settings
 

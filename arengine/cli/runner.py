@@ -21,7 +21,7 @@ from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
-from arengine.models.recognizer import Overrides
+from arengine.kinds.base import Overrides
 from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
 from arengine.types import Result

@@ -15,8 +15,8 @@ from arengine.engine.job import Job, JobSpec, OpenListener, TagListener
 from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
+from arengine.kinds.base import Overrides, Recognizer
 from arengine.live.plans import live_plan
-from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
     NO_SUCH_MODEL,

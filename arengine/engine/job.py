@@ -36,9 +36,9 @@ from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
+from arengine.kinds.base import Overrides, Recognizer
+from arengine.kinds.catalog import implied_by_recording_time
 from arengine.live.plans import live_tagger
-from arengine.models.kinds import implied_by_recording_time
-from arengine.models.recognizer import Overrides, Recognizer
 from arengine.models.registry import overrides_by_model
 from arengine.postprocess import Tagger
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings

@@ -46,10 +46,10 @@ from arengine.errors import (
 from arengine.http.errors import problem_text
 from arengine.http.schemas import ListenQuery
 from arengine.http.streaming import TagFeed, lines, stop
+from arengine.kinds.base import Overrides, Recognizer
 from arengine.live.decoder import StreamDecoder
 from arengine.live.sources import DEFAULT_SOURCE, SourceLabels, source_name
 from arengine.live.spool import LiveSpool, StreamFormat, parse_message
-from arengine.models.recognizer import Overrides, Recognizer
 from arengine.notify.mqtt import StreamNotice, notify
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics

@@ -25,7 +25,7 @@ from arengine.engine.job import Job, TagListener
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, ErrorCode, InvalidInput
 from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
 from arengine.http.uploads import Upload, UploadLimits, UploadPace, check_declared_length, spool
-from arengine.models.recognizer import Overrides, Recognizer
+from arengine.kinds.base import Overrides, Recognizer
 from arengine.outputs.formats import FORMATS, STREAM, STREAM_MEDIA_TYPE, Format
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics

@@ -5,10 +5,10 @@ administrator key (`admin_keys`), kept apart from the users' keys: none sent is 
 `admin_required`, a user's key 403 `not_admin`, and with no `admin_keys` set writes are off (403
 `admin_disabled`; `arengine references` still works). An added reference is uploaded as a
 recording for recognition is (`uploads.py`: the same caps and pace, counted among the uploading
-requests) and decoded by the same decoders under the same limits (`models/references.py`);
-adds are done one at a time, off the event loop. The library is the model's SQLite file: the
-server's recognitions, running ones included, see a change from their next segment, without a
-restart (`models/fingerprint_store.py`).
+requests) and decoded by the same decoders under the same limits
+(`arengine/kinds/fingerprint/references.py`); adds are done one at a time, off the event loop.
+The library is the model's SQLite file: the server's recognitions, running ones included, see a
+change from their next segment, without a restart (`arengine/kinds/fingerprint/library.py`).
 
 Example::
 
@@ -41,9 +41,9 @@ from arengine.http.auth import credential
 from arengine.http.errors import error_responses
 from arengine.http.recognition import received_at, refuse_repeated
 from arengine.http.uploads import AUDIO_BODY, UploadLimits, UploadPace, check_declared_length, spool
-from arengine.models.fingerprint import FingerprintRecognizer
-from arengine.models.fingerprint_store import Library, Reference, metadata_depth
-from arengine.models.references import add_file
+from arengine.kinds.fingerprint.library import Library, Reference, metadata_depth
+from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
+from arengine.kinds.fingerprint.references import add_file
 from arengine.settings import MAX_METADATA_DEPTH, Settings
 
 MAX_METADATA_CHARS = 4096

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
 from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import FORMAT_NAMES, STREAM, Format, get_format, known_formats
 from arengine.postprocess.vocabulary import Vocabulary

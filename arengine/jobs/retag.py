@@ -18,8 +18,8 @@ from datetime import datetime
 from arengine.engine.merge import TagMerge
 from arengine.errors import ArengineError, ErrorCode
 from arengine.jobs.scores import KeptModel, ModelPlan
-from arengine.models.kinds import implied_by_recording_time
-from arengine.models.recognizer import Overrides, Recognizer
+from arengine.kinds.base import Overrides, Recognizer
+from arengine.kinds.catalog import implied_by_recording_time
 from arengine.models.registry import overrides_by_model
 from arengine.postprocess import ReadsColumns, Tagger, WholeTagger
 from arengine.types import Result, Tag

@@ -43,8 +43,8 @@ import zstandard
 
 from arengine.errors import InsufficientStorage
 from arengine.jobs.store import storage_full
-from arengine.models.recognizer import Recognizer
-from arengine.postprocess.notes import NOTE_COLUMNS
+from arengine.kinds.base import Recognizer
+from arengine.kinds.notes.tagger import NOTE_COLUMNS
 from arengine.postprocess.palette import MAX_VALUES, Palette
 
 _FRAME = struct.Struct("<II")

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable
 
 from arengine.audio.segments import SegmentPlan
-from arengine.models.recognizer import Recognizer
+from arengine.kinds.base import Recognizer
 from arengine.postprocess import Tagger
 from arengine.postprocess.labels import LabelTagger
 
@@ -29,7 +29,7 @@ def live_plan(recognizer: Recognizer, segment_s: float) -> SegmentPlan:
     one, never longer than its own).
 
     >>> from torch import nn
-    >>> from arengine.models.speech import SpeechRecognizer
+    >>> from arengine.kinds.speech.recognizer import SpeechRecognizer
     >>> speech = SpeechRecognizer(nn.Identity(), segment_s=30, preroll_s=2)
     >>> live_plan(speech, 0.5).segment_frames  # 16 windows of 32 ms
     16

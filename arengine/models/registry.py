@@ -2,8 +2,8 @@
 
 One bad model (malformed manifest, missing weights, output that does not match its labels) is
 reported with its file and reason, and the others still load. What each kind is (its manifest
-section, recognizer, parameters, tagger) is declared in `kinds.py`; adding a kind is one entry
-there (its docstring says how).
+section, recognizer, parameters, tagger) is declared in its folder of `arengine/kinds/` and
+registered in `arengine/kinds/catalog.py` (whose docstring says how to add one).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.models.kinds import KINDS, Kind, kind_of
-from arengine.models.manifest import Manifest, ManifestError, read_manifest
-from arengine.models.recognizer import Overrides, Recognizer
-from arengine.models.runtimes import RUNTIMES
+from arengine.kinds.base import Kind, Overrides, Recognizer
+from arengine.kinds.catalog import KINDS, kind_of
+from arengine.kinds.classifier.runtimes import RUNTIMES
+from arengine.kinds.manifest import Manifest, ManifestError, read_manifest
 from arengine.postprocess.labels import understands
 from arengine.postprocess.vocabulary import Vocabulary
 

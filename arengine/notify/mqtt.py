@@ -30,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
-from arengine.models.recognizer import Recognizer
+from arengine.kinds.base import Recognizer
 from arengine.notify.topics import OFF, OFFLINE, ON, ONLINE, Topics
 from arengine.postprocess.vocabulary import split_list
 from arengine.settings import Settings

@@ -28,8 +28,8 @@ from praatio import textgrid
 from praatio.utilities.constants import Interval
 from pympi import Elan
 
+from arengine.kinds.pitch.tagger import note_name
 from arengine.outputs.midi import fractional_midi, midi_number
-from arengine.postprocess.pitch import note_name
 from arengine.types import Result, Tag
 
 JAMS_VERSION = "0.3.5"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import mido
 
-from arengine.postprocess.pitch import note_name
+from arengine.kinds.pitch.tagger import note_name
 from arengine.types import Result, Tag
 
 TICKS_PER_BEAT = 500

@@ -1,13 +1,16 @@
 """Stage 4, post-processing: per-frame scores to tags, streamed in segment order.
 
-Each model kind has its tagger, all with the `Tagger` contract: the engine feeds them alike, and
-tags never split or repeat at segment boundaries. A kind whose tags are its own has a module named
-after it (`speech.py`, `pitch.py`, `notes.py`: `<Kind>Params` and `<Kind>Tagger`); the kinds that
-tag labels from per-window scores (`classifier`, `music`) share `labels.py`'s `LabelTagger`, each
-with its own `LabelParams` subclass. `arengine/models/kinds.py` says which kind uses which.
-A tagger may also be a `WholeTagger`: new parameters on a finished job's kept scores
-(`arengine/jobs/retag.py`) then hand it the whole recording's scores at once; or `ReadsColumns`:
-they then read only the columns it uses.
+What every kind's tagger shares: the `Tagger` contract (the engine feeds all taggers alike, and
+tags never split or repeat at segment boundaries), parameters declared once with their bounds
+(`params`), the label tagger that the kinds tagging labels from per-window scores share
+(`labels`: `classifier`, `music`, `events`, each with its own `LabelParams` subclass), what a
+label list means (`vocabulary`) and palette-coded scores (`palette`). A kind whose tags are its own
+has its tagger in its folder (`arengine/kinds/<kind>/tagger.py`: `<Kind>Params` and
+`<Kind>Tagger`). A tagger may also be a `WholeTagger`: new parameters on a finished job's kept
+scores (`arengine/jobs/retag.py`) then hand it the whole recording's scores at once; or
+`ReadsColumns`: they then read only the columns it uses.
+
+May import: errors, types.
 """
 
 from __future__ import annotations

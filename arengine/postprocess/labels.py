@@ -17,7 +17,7 @@ import numpy as np
 
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.postprocess.palette import Palette
-from arengine.postprocess.params import Bounds, Params, param, retuned
+from arengine.postprocess.params import Bounds, Params, param
 from arengine.postprocess.vocabulary import Vocabulary, split_list, split_values
 from arengine.types import Tag
 
@@ -141,77 +141,6 @@ _VALUES = {
     "merge_gaps_ms": "merge_gap_ms",
 }
 """Per-label maps and the parameter whose bounds their values take."""
-
-
-@dataclass(frozen=True, slots=True)
-class MusicParams(LabelParams):
-    """Post-processing of the music tagger: a classifier's, over 3-s patches.
-
-    A tag is a run of patches whose probability reaches the tag's threshold. Chosen on FluidR3
-    renders of ten instruments, a drum beat, noise and espeak speech (models/music/README.md), not
-    on MagnaTagATune's test set: the frequent tags (guitar, classical, slow, fast) fire at 0.3-0.5
-    on audio that has none of them, so they need more.
-    """
-
-    kind: ClassVar[str] = "music"
-
-    threshold: float = retuned(LabelParams, "threshold", 0.3)
-    merge_gap_ms: int = retuned(LabelParams, "merge_gap_ms", 3000)
-    """One patch below the threshold does not split a run."""
-    thresholds: Mapping[str, float] = retuned(
-        LabelParams,
-        "thresholds",
-        {"guitar": 0.45, "classical": 0.45, "slow": 0.45, "fast": 0.5},
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class EventParams(LabelParams):
-    """Post-processing of sound events: a classifier's, over overlapping 0.975-s windows.
-
-    A tag is a run of windows whose score reaches the class's threshold, scored by its peak.
-    Chosen on the freedesktop sound theme, espeak speech and noise (models/events/README.md): at
-    0.3 no class fires on pink, white or brown noise at -20 dBFS except the noise classes
-    themselves. AudioSet's own frequent classes (speech, music, the room) fire on most
-    recordings: they need more to report (leave speech to the speech model with `exclude=Speech`
-    or `profile=ambient`). The background classes (noise, hum, rustle) describe the room, not an
-    event: pink noise at -50 dBFS scores 0.41 on White noise and 0.33 on Noise
-    (loadtests/events.py), -30 dBFS 0.92.
-    """
-
-    kind: ClassVar[str] = "events"
-
-    threshold: float = retuned(LabelParams, "threshold", 0.3)
-    hysteresis: float = retuned(LabelParams, "hysteresis", 0.3)
-    """A started event lasts down to 0.21: one ring is one tag, not three."""
-    merge_gap_ms: int = retuned(LabelParams, "merge_gap_ms", 500)
-    """One window below the threshold does not split an event."""
-    thresholds: Mapping[str, float] = retuned(
-        LabelParams,
-        "thresholds",
-        {
-            # An alarm clock's, a timer's or an appliance's beeps score 0.20-0.26 in the windows
-            # over their onset, 0.33-0.59 only a window or two later: at 0.3 the tag started
-            # 0.8-3.2 s late on 6 of 22 alarm clocks (loadtests/events.py). 0.19 admits the
-            # score grid's 51/256; noise alone scores at most 0.043 on it (white, pink, brown
-            # at -50 to -20 dBFS), and of Debian's 44 sounds only the beeps reach it.
-            "Beep, bleep": 0.19,
-            **dict.fromkeys(("Speech", "Music", "Silence", "Inside, small room"), 0.5),
-            **dict.fromkeys(
-                (
-                    "Noise",
-                    "White noise",
-                    "Pink noise",
-                    "Static",
-                    "Environmental noise",
-                    "Hum",
-                    "Mains hum",
-                    "Rustle",
-                ),
-                0.8,
-            ),
-        },
-    )
 
 
 @dataclass(slots=True)

@@ -133,3 +133,8 @@ class Params:
             for name in self.bounds()
             if getattr(self, name) is not None
         }
+
+    def defaults(self) -> dict[str, float]:
+        """The parameters as `GET /v1/models` lists them: `as_dict`, unless a kind also lists
+        parameters kept in tables (per-label thresholds)."""
+        return self.as_dict()

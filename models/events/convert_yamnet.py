@@ -1,10 +1,11 @@
-"""Convert Google's YAMNet TFLite model into `yamnet.pt`, the state dict of `models/events.py`.
+"""Convert Google's YAMNet TFLite model into `yamnet.pt`, the state dict of
+`arengine/kinds/events/network.py`.
 
     python models/events/convert_yamnet.py yamnet.tflite   # the 4,126,810-byte file: README.md
 
 It also writes `reference.npz`: the TFLite runtime's scores (ai-edge-litert, its default XNNPACK
 kernels, one thread) on every window of Debian's freedesktop and alsa-utils sounds, which
-`tests/models/test_events.py` compares the torch port with.
+`tests/kinds/events/test_recognizer.py` compares the torch port with.
 
 Reads every constant of the graph with ai-edge-litert's interpreter (the test extra): the framing
 window, the mel matrix and its log offset, each convolution's int8 weights with their per-channel

@@ -7,7 +7,7 @@
     curl -F file=@beeps.wav 'http://127.0.0.1:8000/v1/recognize?model=tones'
 
 It synthesises its own training audio, computes the same log-mel features the server computes
-(`arengine.models.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps
+(`arengine.kinds.mel.LogMel`, with the manifest's parameters), trains for a fixed number of steps
 (a few seconds), and writes the model (`model.pt2`, `model.onnx` or `model.pt`) and `manifest.toml`
 into the output folder. The number of windows per call varies (segments differ in length), so every
 format is exported with a dynamic first dimension. The export is traced on the server's own
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from arengine.models.mel import LogMel, MelParams
+from arengine.kinds.mel import LogMel, MelParams
 
 RATE = 16000
 WINDOW_S = 0.5

@@ -10,8 +10,9 @@ Run once, in a throwaway environment (TensorFlow is never a dependency of arengi
         models/music/convert.py /tmp/musicnn/musicnn models/music
 
 It writes, into the output folder:
-- `musicnn_mtt.pth`: the checkpoint's variables as a torch state dict for `arengine.models.music`
-  (tensors re-laid out from TensorFlow's `(time, freq, in, out)` kernels);
+- `musicnn_mtt.pth`: the checkpoint's variables as a torch state dict for
+  `arengine.kinds.music.network` (tensors re-laid out from TensorFlow's `(time, freq, in, out)`
+  kernels);
 - `reference.npz`: for `reference.flac`, musicnn's own input patches (librosa log-mel, float16)
   and the taggram of musicnn's own TF graph (`models.define_model`, restored from the checkpoint),
   which `tests/test_music.py` compares with the torch network.
@@ -45,7 +46,7 @@ def _bn(reader: Any, tf_name: str, ours: str) -> dict[str, np.ndarray]:
 
 
 def state_dict(reader: Any) -> dict[str, np.ndarray]:
-    """The torch names of `arengine.models.music.Musicnn` -> arrays laid out for torch.
+    """The torch names of `arengine.kinds.music.recognizer.Musicnn` -> arrays laid out for torch.
 
     Variables are named by creation order in musicnn's `build_musicnn`: the input batch norm,
     then each front-end conv and its batch norm, the three mid-end ones, and the back end.

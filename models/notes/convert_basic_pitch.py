@@ -11,10 +11,10 @@ Run once, in a throwaway environment, never at run time:
         /tmp/bp/whl/basic_pitch/saved_models/icassp_2022/nmp.onnx
 
 It checks the ONNX file's sha256, copies its initializers into a torch state dict (`nmp.pt`,
-names as `arengine.models.basic_pitch.SHAPES`), and writes `reference.npz`: the original model's
+names as `arengine.kinds.notes.network.SHAPES`), and writes `reference.npz`: the original model's
 note, onset and contour activations under onnxruntime for `reference.flac` (a FluidR3 rendering,
 one 43,844-sample window), and basic-pitch's own note events for those activations;
-`tests/models/test_basic_pitch.py` and `tests/postprocess/test_polyphonic.py` compare against them.
+`tests/kinds/notes/test_network.py` and `tests/postprocess/test_polyphonic.py` compare against them.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, TooLarge
-from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.kinds.speech.network import SpeechModel
+from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.types import AudioInfo, Tag
 from tests.conftest import RecordingFactory
 from tests.recordings import ffmpeg

@@ -12,7 +12,7 @@ from tests.conftest import Server, ServerFactory
 
 pytestmark = pytest.mark.slow
 
-RECORDING = Path(__file__).parents[1] / "models" / "birds" / "birds_10s.wav"
+RECORDING = Path(__file__).parents[1] / "kinds" / "birds" / "birds_10s.wav"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from arengine.models.fingerprint import SAMPLE_RATE
+from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE
 from tests.conftest import ServerFactory
 from tests.conftest import run_cli as _arengine
 from tests.fingerprints import Placed, mix, piece

@@ -215,7 +215,15 @@ def test_service_endpoints(server: Server) -> None:
     assert info["engine_threads"] == info["cpus_available"] >= 1
     assert info["allocator"] in ("jemalloc", "glibc")
     assert info["ready"] is True
-    assert [m["name"] for m in models] == ["birds", "events", "music", "notes", "pitch", "speech"]
+    assert [m["name"] for m in models] == [
+        "birds",
+        "events",
+        "loudness",
+        "music",
+        "notes",
+        "pitch",
+        "speech",
+    ]
     models = {m["name"]: m for m in models}
     assert models["speech"]["sample_rate"] == 16000 and models["speech"]["labels"] == ["speech"]
     assert models["pitch"]["labels"][0] == "C1" and len(models["pitch"]["labels"]) == 84

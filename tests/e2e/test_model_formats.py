@@ -16,7 +16,7 @@ import soundfile as sf
 
 from arengine.models.registry import load_models
 from tests.conftest import Server, ServerFactory
-from tests.models.exported import EXPORTS, escaping_onnx, export_all
+from tests.kinds.classifier.exported import EXPORTS, escaping_onnx, export_all
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.models.manifest import ManifestError, read_manifest
+from arengine.kinds.manifest import ManifestError, read_manifest
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 from tests.conftest import Server, ServerFactory
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.models.music import PATCH_HOP
+from arengine.kinds.music.network import PATCH_HOP
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from tests.conftest import Server, ServerFactory
 from tests.recordings import speak

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from arengine.models.fingerprint import SAMPLE_RATE
+from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE
 from tests.conftest import RecordingFactory, Server, ServerFactory
 from tests.fingerprints import Placed, mix, piece
 from tests.recordings import DEBIAN_SOUNDS, mono_16k, write

@@ -15,8 +15,8 @@ import httpx
 import numpy as np
 import pytest
 
-from arengine.models.fingerprint import SAMPLE_RATE, add_recording
-from arengine.models.references import library_of
+from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
+from arengine.kinds.fingerprint.references import library_of
 from arengine.models.registry import DEFAULT_MODELS_DIR
 from arengine.settings import MAX_METADATA_DEPTH
 from tests.conftest import Server, ServerFactory

@@ -9,7 +9,8 @@ from pathlib import Path
 from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import BodyTimeout, ErrorCode
-from arengine.models.speech import SpeechModel, SpeechRecognizer
+from arengine.kinds.speech.network import SpeechModel
+from arengine.kinds.speech.recognizer import SpeechRecognizer
 from tests.arriving import Arriving
 from tests.conftest import RecordingFactory, wait_until
 from tests.engine.test_engine import LIMITS

@@ -22,7 +22,8 @@ from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import Cancelled, StageFailed
 from arengine.jobs.scores import ModelPlan, ScoreLog
-from arengine.models.speech import MAX_BATCH, SpeechModel, SpeechRecognizer
+from arengine.kinds.speech.network import MAX_BATCH, SpeechModel
+from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.types import Result, Tag
 from tests.conftest import RecordingFactory, wait_until
 from tests.recordings import Recording

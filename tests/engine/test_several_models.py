@@ -18,7 +18,7 @@ from arengine.engine.engine import Engine
 from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import InvalidInput, UnknownModel
-from arengine.models.recognizer import Overrides, Recognizer
+from arengine.kinds.base import Overrides, Recognizer
 from arengine.postprocess import Tagger
 from arengine.settings import Settings
 from arengine.types import Result, Stage, Tag
@@ -121,12 +121,15 @@ def test_each_model_tags_the_upload_as_it_would_alone_in_one_timestamp_order(
         assert timings.total_s <= together.timings.total_s, name
 
 
-class _Held:
+class _Held(Recognizer):
     """A loaded model whose inference waits for `gate`: the slowest model, on demand."""
 
+    kind = "notes"  # the model it holds (`inner`)
+
     def __init__(self, inner: Recognizer) -> None:
+        assert inner.kind == self.kind
         self.inner = inner
-        self.name, self.kind, self.sample_rate = inner.name, inner.kind, inner.sample_rate
+        self.name, self.sample_rate = inner.name, inner.sample_rate
         self.labels, self.plan, self.max_batch = inner.labels, inner.plan, inner.max_batch
         self.input_shape = inner.input_shape
         self.gate = threading.Event()

@@ -13,7 +13,7 @@ import soundfile as sf
 
 from arengine.errors import ErrorCode
 from arengine.http.errors import ANY_REQUEST
-from arengine.models.kinds import KINDS
+from arengine.kinds.catalog import KINDS
 from arengine.outputs.formats import ALIASES, FORMATS
 from tests.audio.test_recorded import _bext
 from tests.conftest import RecordingFactory

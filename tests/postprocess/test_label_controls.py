@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from arengine.errors import InvalidInput
-from arengine.models.events import read_class_map
+from arengine.kinds.events.params import EventParams
+from arengine.kinds.events.recognizer import read_class_map
 from arengine.models.registry import DEFAULT_MODELS_DIR
-from arengine.postprocess.labels import EventParams, LabelParams, LabelTagger
+from arengine.postprocess.labels import LabelParams, LabelTagger
 from arengine.postprocess.vocabulary import Ontology, Vocabulary, split_list, split_values
 from arengine.types import Tag
 

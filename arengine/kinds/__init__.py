@@ -1,0 +1,8 @@
+"""The model kinds, a folder each (`speech`, `pitch`, `notes`, `classifier`, `music`, `events`,
+`birds`, `fingerprint`): its network, recognizer, parameters and tagger, and its declaration
+(`<kind>/kind.py`), registered once in `catalog.py`. What every kind shares: the `Recognizer`
+base and the `Kind` declaration (`base.py`), manifests (`manifest.py`), log-mel features
+(`mel.py`) and the label kinds' manifest reading (`label_manifest.py`).
+
+May import: audio, errors, postprocess, settings (its fixed limits), types.
+"""

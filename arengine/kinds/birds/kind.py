@@ -1,0 +1,42 @@
+"""The `birds` kind's declaration: BirdNET's species, filtered by place and week."""
+
+from __future__ import annotations
+
+from arengine.audio.recorded import birdnet_week
+from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.birds.recognizer import BirdsRecognizer
+from arengine.kinds.birds.tagger import BirdsParams, BirdsTagger
+from arengine.kinds.manifest import Manifest, ManifestError
+
+
+def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
+    model = manifest.model
+    package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
+    post = manifest.postprocess
+    if not isinstance(post.get("thresholds", {}), dict) or not isinstance(
+        post.get("species", []), list
+    ):
+        raise ManifestError(manifest.path, "thresholds must be a table and species a list")
+    params = BirdsParams().with_overrides(post)
+    return BirdsRecognizer(
+        manifest.weights,
+        package / str(model["location"]),
+        package / str(model["labels"]),
+        segment_s,
+        name=manifest.name,
+        params=params,
+        overlap_s=float(model.get("overlap_s", 0.0)),
+    )
+
+
+KIND = Kind(
+    name="birds",
+    features="birdnet_windows",
+    model_keys=("location", "labels", "overlap_s"),
+    fixed_labels=True,
+    recognizer=BirdsRecognizer,
+    build=_birds,
+    parameters=BirdsParams,
+    tagger=BirdsTagger,
+    from_recording_time=lambda when: {"week": birdnet_week(when)},
+)

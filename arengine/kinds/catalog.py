@@ -1,0 +1,86 @@
+"""Every model kind, registered once: `KINDS` holds each kind's declaration, `<kind>/kind.py`.
+
+A kind's declaration (`Kind`, `base.py`) names its manifest section (whether the manifest lists
+labels, the `[features] type` and the `[model]` keys it reads), its recognizer class and the
+builder that makes one from a manifest, its post-processing parameters and its tagger. Everything
+else is derived from this table: the manifest checks (`kind_of`), loading
+(`arengine/models/registry.py`), how a request's overrides are shared between models
+(`registry.overrides_by_model`), the query's override fields and their OpenAPI text
+(`arengine/http/schemas.py`), `GET /v1/models`, the README's parameter table
+(`tests/test_readme.py`) and the `kind` line of the manifest example in `models/README.md`.
+`tests/kinds/test_catalog.py` fails when a kind is half declared or declared outside this table.
+
+Adding a kind `birds` touches its own folder, `arengine/kinds/birds/`, and one line here:
+
+1. `recognizer.py`: a `Recognizer` subclass (`base.py`) with `kind = "birds"`, whose `__init__`
+   takes `params: BirdsParams | None` and whose `tagger()` is annotated with the tagger class it
+   returns; its network, features and other parts in modules of their own beside it.
+2. `tagger.py`: a `Params` dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the
+   `Tagger` contract (`arengine/postprocess/`); or, for label scores, `params.py` with a
+   `LabelParams` subclass, tagged by the shared `LabelTagger` (`arengine/postprocess/labels.py`).
+3. `kind.py`: its builder and `KIND = Kind(...)`.
+4. Here: `birds.KIND` in `KINDS` (and its import); the kind's name in the `kind = ...` comment of
+   `models/README.md`'s manifest example; a folder under `models/` with its `manifest.toml` (and
+   its card); then paste the tables that `python -m tests.test_readme` and
+   `arengine models --markdown` print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from arengine.kinds.base import Kind
+from arengine.kinds.birds import kind as birds
+from arengine.kinds.classifier import kind as classifier
+from arengine.kinds.events import kind as events
+from arengine.kinds.fingerprint import kind as fingerprint
+from arengine.kinds.loudness import kind as loudness
+from arengine.kinds.manifest import Manifest, ManifestError
+from arengine.kinds.music import kind as music
+from arengine.kinds.notes import kind as notes
+from arengine.kinds.pitch import kind as pitch
+from arengine.kinds.speech import kind as speech
+
+KINDS: dict[str, Kind] = {
+    module.KIND.name: module.KIND
+    for module in (speech, pitch, notes, classifier, music, events, birds, fingerprint, loudness)
+}
+"""Every model kind, by name, in the order the docs list them."""
+
+
+def implied_by_recording_time(
+    kind: str, own: Mapping[str, float | str], when: datetime
+) -> dict[str, float | str]:
+    """The parameter defaults that follow from the recording's time (birds: its week) and that
+    a request's own values (`own`) do not set.
+
+    >>> implied_by_recording_time("speech", {}, datetime(2026, 5, 1))
+    {}
+    """
+    implied = KINDS[kind].from_recording_time(when)
+    return {name: value for name, value in implied.items() if name not in own}
+
+
+def kind_of(manifest: Manifest) -> Kind:
+    """The manifest's kind, with the manifest checked against its section."""
+    path = manifest.path
+    kind = KINDS.get(manifest.kind)
+    if kind is None:
+        raise ManifestError(path, f"kind {manifest.kind!r} is not one of {', '.join(KINDS)}")
+    if kind.fixed_labels and manifest.labels:
+        raise ManifestError(path, f"a {kind.name} model's labels are fixed by its kind: list none")
+    if not kind.fixed_labels and not manifest.labels:
+        raise ManifestError(path, f"a {kind.name} model needs its labels")
+    features = manifest.features.get("type", kind.features)
+    if features != kind.features:
+        raise ManifestError(
+            path, f"[features] type {features!r}: a {kind.name} model computes {kind.features!r}"
+        )
+    unknown = sorted(set(manifest.model) - set(kind.model_keys))
+    if unknown:
+        accepted = ", ".join(kind.model_keys) or "none"
+        raise ManifestError(
+            path, f"[model] has unknown keys {unknown}; a {kind.name} model reads: {accepted}"
+        )
+    return kind

@@ -1,0 +1,87 @@
+"""Adding recordings to a fingerprint model's reference library, for the CLI and the HTTP API.
+
+A file is probed and decoded as an upload for recognition is (`arengine/audio/`: the same
+sniffing, limits and decoders), fingerprinted as its blocks arrive (bounded memory) and added in
+one transaction. `library_of` finds (or makes, with its manifest) a model folder's library.
+
+Example::
+
+    library = library_of(Path("models/jingles"), create=True)
+    ref = add_file(library, Path("ident.flac"), limits, "Station ident", {"client": "acme"})
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from arengine.audio.decode import decode
+from arengine.audio.validation import AudioLimits, probe
+from arengine.errors import ErrorCode, InvalidInput
+from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, fingerprint_blocks, landmark_span
+from arengine.kinds.fingerprint.library import Library, Reference
+
+LIBRARY_FILE = "library.sqlite"
+MANIFEST = """\
+# A reference library made by `arengine references add`: recordings to find inside uploads.
+# library.sqlite holds them (SQLite); copy this folder to other hosts as you would weights.
+name = "{name}"
+kind = "fingerprint"
+sample_rate = {rate}
+
+[segments]
+length_s = 30.0
+
+[weights]
+file = "{library}"   # managed with `arengine references add|remove|list {name}`
+
+[postprocess]
+min_hits = 15     # matching hashes an occurrence needs
+min_score = 0.02  # share of the stretch's hashes that must match
+max_gap_s = 3.0   # seconds without a match that end an occurrence
+
+[card]
+task = "occurrences of the library's recordings (fingerprints; found up to about 0.5% off speed)"
+licence = "that of the reference recordings the library was built from"
+source = "arengine references add"
+version = "changes as references are added and removed"
+"""
+
+
+def library_of(folder: Path, create: bool) -> Library:
+    """The library of the model folder `folder`; made, with its manifest, when `create`."""
+    path = folder / LIBRARY_FILE
+    if path.is_file() or not create:
+        return Library(path)
+    library = Library.create(path)
+    manifest = folder / "manifest.toml"
+    if not manifest.exists():
+        text = MANIFEST.format(name=folder.name, rate=SAMPLE_RATE, library=LIBRARY_FILE)
+        manifest.write_text(text, encoding="utf-8")
+    return library
+
+
+def add_file(
+    library: Library, path: Path, limits: AudioLimits, title: str, metadata: dict[str, Any]
+) -> Reference:
+    """Decode, fingerprint and store the recording at `path`; the reference as stored.
+
+    Raises the decoders' `ArengineError`s, and `InvalidInput` (`no_landmarks`) for a recording
+    with nothing to find (silence, or shorter than a landmark pair).
+    """
+    info = probe(path, limits)
+    decoding = decode(path, info, SAMPLE_RATE, int(limits.max_duration_s * info.sample_rate))
+    try:
+        hashes, samples = fingerprint_blocks(decoding)
+    finally:
+        decoding.close()
+    if not len(hashes):
+        raise InvalidInput(
+            f"the recording ({samples / SAMPLE_RATE:.1f} s) has no landmarks: silence or too "
+            "short to be found; a reference needs a few seconds of sound",
+            code=ErrorCode.NO_LANDMARKS,
+        )
+    duration_s = samples / SAMPLE_RATE
+    span_s = landmark_span(hashes)
+    ref = library.add(title, duration_s, metadata, hashes, span_s)
+    return Reference(ref, title, duration_s, metadata, *span_s)

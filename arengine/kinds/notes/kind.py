@@ -1,0 +1,25 @@
+"""The `notes` kind's declaration: basic-pitch's note transcription."""
+
+from __future__ import annotations
+
+from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.manifest import Manifest
+from arengine.kinds.notes.recognizer import NotesRecognizer
+from arengine.kinds.notes.tagger import NotesParams, NotesTagger
+
+
+def _notes(manifest: Manifest, segment_s: float) -> Recognizer:
+    params = NotesParams().with_overrides(manifest.postprocess)
+    return NotesRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
+KIND = Kind(
+    name="notes",
+    features="basic_pitch_windows",
+    model_keys=(),
+    fixed_labels=True,
+    recognizer=NotesRecognizer,
+    build=_notes,
+    parameters=NotesParams,
+    tagger=NotesTagger,
+)

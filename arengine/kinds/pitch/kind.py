@@ -1,0 +1,25 @@
+"""The `pitch` kind's declaration: CREPE tiny pitch to note tags."""
+
+from __future__ import annotations
+
+from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.manifest import Manifest
+from arengine.kinds.pitch.recognizer import PitchRecognizer
+from arengine.kinds.pitch.tagger import PitchParams, PitchTagger
+
+
+def _pitch(manifest: Manifest, segment_s: float) -> Recognizer:
+    params = PitchParams().with_overrides(manifest.postprocess)
+    return PitchRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+
+
+KIND = Kind(
+    name="pitch",
+    features="crepe_frames",
+    model_keys=(),
+    fixed_labels=True,
+    recognizer=PitchRecognizer,
+    build=_pitch,
+    parameters=PitchParams,
+    tagger=PitchTagger,
+)

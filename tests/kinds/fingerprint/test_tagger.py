@@ -1,0 +1,96 @@
+"""The fingerprint tagger on rows of matches: one tag per occurrence, whatever the pushes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from arengine.kinds.fingerprint.library import Reference
+from arengine.kinds.fingerprint.tagger import END, HASH, FingerprintParams, FingerprintTagger
+from arengine.types import Tag
+
+RATE, HOP = 11025, 256
+FRAME_S = HOP / RATE
+LIBRARY = {
+    1: Reference(1, "ident", 20.0, {}, 0.0, 20.0),
+    2: Reference(2, "promo", 20.0, {}, 0.0, 20.0),
+    3: Reference(3, "held", 20.0, {}, 1.0, 18.0),  # a silent first second, a held last note
+}
+
+
+def _occurrence(reference: int, at: int, ref_first: int, frames: int) -> np.ndarray:
+    """A match every 4th frame of `frames` from recording frame `at`, reference frame
+    `ref_first`, and one hash of the recording at every frame."""
+    rows = [[reference, at - ref_first, f, f + 10] for f in range(at, at + frames, 4)]
+    rows += [[HASH, 0, f, f] for f in range(at, at + frames)]
+    return np.array(rows, dtype=np.int64)
+
+
+def _tags(rows: np.ndarray, pushes: int, **params: float) -> list[Tag]:
+    tagger = FingerprintTagger(FingerprintParams(**params), LIBRARY.get, RATE, HOP)  # type: ignore[arg-type]
+    rows = rows[np.argsort(rows[:, 2], kind="stable")]
+    tags: list[Tag] = []
+    for part in np.array_split(rows, pushes):
+        end = np.array([[END, 0, int(part[-1, 2]), int(part[-1, 2])]]) if len(part) else part
+        tags += tagger.push(np.concatenate([part, end]))
+    return tags + tagger.finish(0)
+
+
+def test_one_occurrence_is_one_tag_however_it_is_pushed() -> None:
+    rows = _occurrence(1, 1000, 200, 400)
+    tags = [_tags(rows, pushes) for pushes in (1, 3, 17)]
+    assert tags[0] == tags[1] == tags[2]
+    [tag] = tags[0]
+    assert (tag.label, tag.reference) == ("ident", "1")
+    assert abs(tag.start - 1000 * FRAME_S) < 0.01
+    assert abs(tag.reference_start - 200 * FRAME_S) < 0.01  # type: ignore[operator]
+    assert abs(tag.score - 0.25) < 0.01  # every 4th hash matched
+
+
+def test_repeats_and_back_to_back_references_stay_apart() -> None:
+    rows = np.concatenate(
+        [
+            _occurrence(1, 100, 0, 300),
+            _occurrence(2, 400, 0, 300),  # straight after
+            _occurrence(1, 700, 0, 300),  # the first again
+        ]
+    )
+    tags = _tags(rows, 5)
+    assert [(t.label, round(t.start / FRAME_S)) for t in tags] == [
+        ("ident", 100),
+        ("promo", 400),
+        ("ident", 700),
+    ]
+
+
+def test_too_few_matches_and_removed_references_give_no_tag() -> None:
+    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 15 needed
+    assert _tags(_occurrence(1, 100, 0, 40), 1, min_hits=5) != []
+    assert _tags(_occurrence(4, 100, 0, 400), 2) == []  # not in the library (removed)
+
+
+def test_a_repeat_inside_the_reference_is_not_a_second_occurrence() -> None:
+    """A chorus: the same recording stretch also matches the reference 100 frames later,
+    more weakly (every 8th frame); only the true alignment is reported."""
+    true = _occurrence(1, 1000, 0, 400)
+    echo = np.array([[1, 1000 - 100, f, f + 10] for f in range(1100, 1300, 8)], dtype=np.int64)
+    [tag] = _tags(np.concatenate([true, echo]), 4)
+    assert tag.reference_start == 0.0
+
+
+def test_an_occurrence_that_starts_near_the_reference_start_is_extended_to_it() -> None:
+    """The first match 0.3 s after the reference's start: the tag starts where it does."""
+    [tag] = _tags(_occurrence(1, 1000, 13, 400), 1)
+    assert tag.reference_start == 0.0
+    assert abs(tag.start - (1000 - 13) * FRAME_S) < 0.01
+
+
+def test_an_occurrence_matched_to_the_last_landmark_plays_to_the_reference_end() -> None:
+    """Nothing to match after the last peak (a held note): the tag ends where the reference
+    does; one that stops 1.5 s before the last landmark is an excerpt and ends where it stops."""
+    first, last = round(1.0 / FRAME_S), round(18.0 / FRAME_S) - 10  # matches reach 10 frames on
+    [whole] = _tags(_occurrence(3, 1000 + first, first, last - first), 1)
+    assert (whole.reference_start, whole.reference_end) == (0.0, 20.0)
+    assert abs(whole.end - whole.start - 20.0) < 0.01
+    cut = round(1.5 / FRAME_S)
+    [excerpt] = _tags(_occurrence(3, 1000 + first, first, last - first - cut), 1)
+    assert abs(excerpt.reference_end - 16.5) < 0.05  # type: ignore[operator]

@@ -7,7 +7,9 @@ named constants after the class: every limit has one place, and the error descri
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -429,10 +431,8 @@ class Settings(BaseSettings):
         if self.mqtt_password is not None and self.mqtt_password_file is not None:
             raise ValueError("set mqtt_password or mqtt_password_file, not both")
         if self.mqtt_url is not None:
-            # Imported here: the notifier reads the settings. A wrong URL or credentials stop
-            # `serve` at once, with the message, rather than in the app's start.
-            from arengine.notify.mqtt import Broker
-
+            # A wrong URL or credentials stop `serve` at once, with the message, rather than in
+            # the app's start.
             Broker.of(self)
         return self
 
@@ -443,6 +443,69 @@ class Settings(BaseSettings):
     def admin_key_list(self) -> tuple[str, ...]:
         """The administrator keys; empty when references cannot be changed over HTTP."""
         return () if self.admin_keys is None else tuple(self.admin_keys.split(","))
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """Where to connect and as whom; `str()` never shows the credentials.
+
+    >>> b = Broker.parse("mqtts://ha:secret@broker.lan")
+    >>> str(b), b.port, b.username
+    ('mqtts://broker.lan:8883', 8883, 'ha')
+    """
+
+    host: str
+    port: int
+    tls: bool
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_file: Path | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> Broker:
+        parts = urlsplit(url)
+        if parts.scheme not in ("mqtt", "mqtts"):
+            raise ValueError("mqtt_url must start with mqtt:// or mqtts:// (TLS)")
+        if not parts.hostname:
+            raise ValueError("mqtt_url names no host: mqtt://host:1883")
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError("mqtt_url is a broker's address only: mqtt[s]://[user:pass@]host:port")
+        tls = parts.scheme == "mqtts"
+        try:
+            port = parts.port or (8883 if tls else 1883)
+        except ValueError:
+            raise ValueError("mqtt_url's port is not a number from 1 to 65535") from None
+        username = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password else None
+        return cls(parts.hostname, port, tls, username, password)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Broker | None:
+        """The broker `settings` name, credentials from the URL, the settings or the file."""
+        if settings.mqtt_url is None:
+            return None
+        broker = cls.parse(settings.mqtt_url)
+        username, password = broker.username, broker.password
+        if settings.mqtt_username is not None:
+            if username is not None:
+                raise ValueError("give the MQTT user in mqtt_url or in mqtt_username, not both")
+            username = settings.mqtt_username
+        secret = settings.mqtt_password
+        file = settings.mqtt_password_file
+        if (secret is not None or file is not None) and password is not None:
+            raise ValueError(
+                "give the MQTT password in mqtt_url or ARENGINE_MQTT_PASSWORD, not both"
+            )
+        if secret is not None:
+            password = secret.get_secret_value()
+        elif file is not None:
+            password = Path(file).read_text().strip()
+        if password is not None and username is None:
+            raise ValueError("an MQTT password needs a user name (mqtt_username)")
+        return cls(broker.host, broker.port, broker.tls, username, password, settings.mqtt_ca_file)
+
+    def __str__(self) -> str:
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
 
 
 def parse_api_keys(raw: str, variable: str = "ARENGINE_API_KEYS") -> tuple[str, ...]:

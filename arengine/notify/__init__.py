@@ -4,4 +4,6 @@
 engine tells it when a label's run starts (`LabelTagger.on_open`) and the endpoint when a tag is
 final. Nothing here ever makes recognition wait: messages go to a bounded queue that one thread
 hands to the broker.
+
+May import: arengine, kinds, postprocess, settings, system.
 """

@@ -22,10 +22,8 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
@@ -33,7 +31,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from arengine.kinds.base import Recognizer
 from arengine.notify.topics import OFF, OFFLINE, ON, ONLINE, Topics
 from arengine.postprocess.vocabulary import split_list
-from arengine.settings import Settings
+from arengine.settings import Broker, Settings
 from arengine.system.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -49,69 +47,6 @@ UNACKNOWLEDGED_MAX = 1000
 
 KEEPALIVE_S = 30
 """Seconds between the client's pings: a broker gone without a word is noticed within 1.5 of it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Broker:
-    """Where to connect and as whom; `str()` never shows the credentials.
-
-    >>> b = Broker.parse("mqtts://ha:secret@broker.lan")
-    >>> str(b), b.port, b.username
-    ('mqtts://broker.lan:8883', 8883, 'ha')
-    """
-
-    host: str
-    port: int
-    tls: bool
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    ca_file: Path | None = None
-
-    @classmethod
-    def parse(cls, url: str) -> Broker:
-        parts = urlsplit(url)
-        if parts.scheme not in ("mqtt", "mqtts"):
-            raise ValueError("mqtt_url must start with mqtt:// or mqtts:// (TLS)")
-        if not parts.hostname:
-            raise ValueError("mqtt_url names no host: mqtt://host:1883")
-        if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError("mqtt_url is a broker's address only: mqtt[s]://[user:pass@]host:port")
-        tls = parts.scheme == "mqtts"
-        try:
-            port = parts.port or (8883 if tls else 1883)
-        except ValueError:
-            raise ValueError("mqtt_url's port is not a number from 1 to 65535") from None
-        username = unquote(parts.username) if parts.username else None
-        password = unquote(parts.password) if parts.password else None
-        return cls(parts.hostname, port, tls, username, password)
-
-    @classmethod
-    def of(cls, settings: Settings) -> Broker | None:
-        """The broker `settings` name, credentials from the URL, the settings or the file."""
-        if settings.mqtt_url is None:
-            return None
-        broker = cls.parse(settings.mqtt_url)
-        username, password = broker.username, broker.password
-        if settings.mqtt_username is not None:
-            if username is not None:
-                raise ValueError("give the MQTT user in mqtt_url or in mqtt_username, not both")
-            username = settings.mqtt_username
-        secret = settings.mqtt_password
-        file = settings.mqtt_password_file
-        if (secret is not None or file is not None) and password is not None:
-            raise ValueError(
-                "give the MQTT password in mqtt_url or ARENGINE_MQTT_PASSWORD, not both"
-            )
-        if secret is not None:
-            password = secret.get_secret_value()
-        elif file is not None:
-            password = Path(file).read_text().strip()
-        if password is not None and username is None:
-            raise ValueError("an MQTT password needs a user name (mqtt_username)")
-        return cls(broker.host, broker.port, broker.tls, username, password, settings.mqtt_ca_file)
-
-    def __str__(self) -> str:
-        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True)

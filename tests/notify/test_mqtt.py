@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from arengine.notify.mqtt import Broker, MqttNotifier
-from arengine.settings import Settings
+from arengine.notify.mqtt import MqttNotifier
+from arengine.settings import Broker, Settings
 from arengine.system.metrics import Metrics
 from tests.conftest import wait_until
 from tests.mosquitto import Mosquitto, Subscriber, needs_mosquitto, running_broker

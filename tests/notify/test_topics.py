@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from arengine.notify.mqtt import Broker
 from arengine.notify.topics import Topics, object_id, topic_level
-from arengine.settings import Settings
+from arengine.settings import Broker, Settings
 
 
 @pytest.mark.parametrize(

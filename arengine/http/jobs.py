@@ -148,7 +148,11 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
         result=None,
     )
     limit = settings.max_queued_jobs
-    await subscribe(request, record.id, callback)
+    try:
+        await subscribe(request, record.id, callback)
+    except BaseException:
+        upload.path.unlink(missing_ok=True)  # the commit that would have moved it never runs
+        raise
     try:
         committed = await to_thread.run_sync(_commit, runner.store, upload.path, record, limit)
     except BaseException:

@@ -85,7 +85,7 @@ def test_speech_in_a_meeting(
 
 def test_birds_on_a_folder_of_field_recordings(tmp_path: Path, serve: ServerFactory) -> None:
     (tmp_path / "recordings" / "site1").mkdir(parents=True)
-    birds = ROOT / "tests" / "models" / "birds" / "birds_10s.wav"
+    birds = ROOT / "tests" / "kinds" / "birds" / "birds_10s.wav"
     shutil.copy(birds, tmp_path / "recordings" / "site1" / "dawn.wav")
     run_quick_start("birds", tmp_path, serve)
     results = tmp_path / "results" / "site1" / "dawn.BirdNET.results.csv"

@@ -34,6 +34,9 @@ from pathlib import Path
 import numpy as np
 import sqlalchemy as sa
 
+from arengine.db.engine import open_engine
+from arengine.db.migrate import upgrade
+from arengine.db.url import parse
 from arengine.kinds.fingerprint.landmarks import DT_MASK, fingerprint, landmark_span
 from arengine.kinds.fingerprint.library import SHARED, Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
@@ -125,8 +128,8 @@ def postgresql(url: str | None) -> Iterator[str]:
 
 def shared_database(url: str) -> sa.Engine:
     """An engine on `url` with the references' tables made."""
-    engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
-    SHARED.create_all(engine)
+    engine = open_engine(parse(url))
+    upgrade(engine)
     return engine
 
 

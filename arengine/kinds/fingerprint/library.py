@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -40,7 +39,9 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
 
+from arengine.db.engine import READ, open_engine
 from arengine.settings import MAX_METADATA_DEPTH
 
 log = logging.getLogger(__name__)
@@ -86,42 +87,46 @@ FILE_HASHES = sa.Table(
 )
 
 SHARED = sa.MetaData()
-"""The server database's tables, as the Alembic branch `references` makes them (`arengine/db/`)."""
+"""The server database's tables, as the Alembic branch `references` makes them
+(`arengine/db/migrations/versions/references_0001.py`)."""
 LIBRARIES = sa.Table(
     "fingerprint_libraries",
     SHARED,
     sa.Column("id", sa.Integer, sa.Identity(), primary_key=True),
     sa.Column("model", sa.Text, nullable=False, unique=True),
+    sa.Column("last_reference", sa.BigInteger, nullable=False, server_default="0"),
 )
 SHARED_REFERENCES = sa.Table(
     "fingerprint_references",
     SHARED,
-    sa.Column("id", sa.BigInteger, sa.Identity(), primary_key=True),
-    sa.Column("library", sa.Integer, sa.ForeignKey(LIBRARIES.c.id), nullable=False),
+    sa.Column("library", sa.Integer, sa.ForeignKey(LIBRARIES.c.id), primary_key=True),
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("title", sa.Text, nullable=False),
     sa.Column("duration_s", sa.Float, nullable=False),
     sa.Column("first_s", sa.Float, nullable=False),
     sa.Column("last_s", sa.Float, nullable=False),
     sa.Column("metadata", sa.Text, nullable=False),
-    sa.Index("fingerprint_references_by_library", "library", "id"),
 )
 SHARED_HASHES = sa.Table(
     "fingerprint_hashes",
     SHARED,
     sa.Column("library", sa.Integer, nullable=False),
     sa.Column("hash", sa.BigInteger, nullable=False),
-    sa.Column(
-        "reference",
-        sa.BigInteger,
-        sa.ForeignKey(SHARED_REFERENCES.c.id, ondelete="CASCADE"),
-        nullable=False,
-    ),
+    sa.Column("reference", sa.BigInteger, nullable=False),
     sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["library", "reference"],
+        [SHARED_REFERENCES.c.library, SHARED_REFERENCES.c.id],
+        ondelete="CASCADE",
+    ),
     sa.Index(
         "fingerprint_hashes_by_hash", "library", "hash", postgresql_include=["reference", "offset"]
     ),
-    sa.Index("fingerprint_hashes_by_reference", "reference"),
+    sa.Index("fingerprint_hashes_by_reference", "library", "reference"),
 )
+FILE_ENGINE_POOL = 32
+"""Connections a library file's engine keeps (SQLite's are cheap): more than the engine threads
+that look up at once on most hosts, so that none waits for another's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +160,13 @@ class Library:
     def create(cls, path: Path) -> Library:
         """The library at `path`, made empty when missing (an existing one is kept)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(path)
+        engine = file_engine(path)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(SCHEMA)
+            with engine.begin() as connection:
+                for statement in SCHEMA.split(";")[:-1]:
+                    connection.exec_driver_sql(statement)
         finally:
-            connection.close()
+            engine.dispose()
         return cls(path)
 
     @classmethod
@@ -203,6 +209,14 @@ class Library:
         with self.database.begin() as connection:  # one transaction: committed whole or not
             keys = self._keys(connection, create=True) or {}
             table = self._references
+            if keys:  # ids of its own, never reused; the library's row locked until the commit
+                counted = (
+                    sa.update(LIBRARIES)
+                    .where(LIBRARIES.c.id == keys["library"])
+                    .values(last_reference=LIBRARIES.c.last_reference + 1)
+                    .returning(LIBRARIES.c.last_reference)
+                )
+                row["id"] = int(connection.execute(counted).scalar_one())
             stored = sa.insert(table).values(**row, **keys).returning(table.c.id)
             reference = int(connection.execute(stored).scalar_one())
             if rows:
@@ -240,7 +254,7 @@ class Library:
         """The stored `(m, 3)` int64 rows of (hash, reference, offset) for any of `hashes`."""
         unique = np.unique(hashes).tolist()
         rows: list[Any] = []
-        with self.database.connect() as connection:
+        with self._reading() as connection:
             keys = self._keys(connection, create=False)
             if keys is None or not unique:
                 return np.empty((0, 3), dtype=np.int64)
@@ -270,13 +284,17 @@ class Library:
         ).order_by(table.c.id)  # fmt: skip
         if reference is not None:
             query = query.where(table.c.id == reference)
-        with self.database.connect() as connection:
+        with self._reading() as connection:
             keys = self._keys(connection, create=False)
             if keys is None:
                 return []
             return [
                 _reference(tuple(row)) for row in connection.execute(query.where(*_of(table, keys)))
             ]
+
+    def _reading(self) -> sa.Connection:
+        """A connection for reads: on SQLite they begin beside a writer, never waiting for it."""
+        return self.database.connect().execution_options(**READ)
 
     def _keys(self, connection: sa.Connection, create: bool) -> dict[str, int] | None:
         """The columns that pick this library's rows: none in its own file; in the server
@@ -298,22 +316,9 @@ def _of(table: sa.Table, keys: dict[str, int]) -> list[sa.ColumnElement[bool]]:
 
 
 def file_engine(path: Path) -> sa.Engine:
-    """An SQLAlchemy engine on a model folder's SQLite library file: pooled connections, each
-    with the pragmas a library needs (a thread takes any free one, as many as threads ask)."""
-    engine = sa.create_engine(
-        f"sqlite:///{path}",
-        poolclass=sa.pool.QueuePool,
-        pool_size=4,
-        max_overflow=-1,
-        connect_args={"timeout": 30.0, "check_same_thread": False},
-    )
-
-    @sa.event.listens_for(engine, "connect")
-    def _pragmas(connection: sqlite3.Connection, _record: object) -> None:
-        connection.execute("PRAGMA synchronous=FULL")  # an acknowledged add survives a power cut
-        connection.execute("PRAGMA foreign_keys=ON")
-
-    return engine
+    """The engine on a model folder's SQLite library file (`arengine.db.engine.open_engine`: WAL,
+    `synchronous=FULL`, so an acknowledged add survives a power cut)."""
+    return open_engine(URL.create("sqlite", database=str(path)), FILE_ENGINE_POOL)
 
 
 def metadata_depth(value: Any) -> int:

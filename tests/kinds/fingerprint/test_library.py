@@ -18,6 +18,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from arengine.db.engine import open_engine
+from arengine.db.migrate import heads, upgrade
+from arengine.db.url import parse
 from arengine.kinds.fingerprint.library import SHARED, Library
 from tests.postgres import PostgreSQL
 
@@ -25,13 +28,13 @@ OpenLibrary = Callable[..., Library]
 
 
 def postgres_engine(url: str) -> sa.Engine:
-    return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    return open_engine(parse(url))
 
 
 def migrated(url: str) -> None:
     """The shared tables made in the database at `url`, as a server's start makes them."""
     engine = postgres_engine(url)
-    SHARED.create_all(engine)
+    upgrade(engine)
     engine.dispose()
 
 
@@ -210,13 +213,13 @@ ADDER = """
 import sys
 from pathlib import Path
 import numpy as np
-import sqlalchemy as sa
+from arengine.db.engine import open_engine
+from arengine.db.url import parse
 from arengine.kinds.fingerprint.library import Library
 
 where, n = sys.argv[1], int(sys.argv[2])
 if where.startswith("postgresql"):
-    url = where.replace("postgresql", "postgresql+psycopg", 1)
-    library = Library.shared(sa.create_engine(url), "big")
+    library = Library.shared(open_engine(parse(where)), "big")
 else:
     library = Library(Path(where))
 hashes = np.stack([np.arange(n) * 7919 % (1 << 21), np.arange(n)], axis=1)
@@ -248,3 +251,25 @@ def test_a_killed_add_loses_nothing_acknowledged_and_leaves_no_half(
     counts = dict(zip(*np.unique(found[:, 1], return_counts=True), strict=True))
     assert all(counts[ref] == n for ref in ids)  # every reference whole, none half
     assert set(counts) == set(ids)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_the_migrations_make_the_tables_the_library_queries(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The `references` branch's tables, on both backends (SQLite's stay empty: `db copy`
+    fills PostgreSQL's from them and the model folders' files)."""
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'jobs.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgresql").database()
+    engine = postgres_engine(url)
+    upgrade(engine)
+    assert any(head.startswith("references_") for head in heads())
+    inspector = sa.inspect(engine)
+    for table in SHARED.sorted_tables:
+        columns = {column["name"] for column in inspector.get_columns(table.name)}
+        assert columns == set(table.columns.keys()), table.name
+    indexes = {index["name"] for index in inspector.get_indexes("fingerprint_hashes")}
+    assert indexes == {"fingerprint_hashes_by_hash", "fingerprint_hashes_by_reference"}
+    engine.dispose()

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import sqlalchemy as sa
 import torch
 from anyio import to_thread
 from fastapi import FastAPI
@@ -19,6 +20,9 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
+from arengine.db.engine import open_engine
+from arengine.db.migrate import upgrade
+from arengine.db.url import database_url, is_postgresql
 from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
@@ -68,8 +72,10 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.watch_jobs(runner.store)
         app.state.webhooks = _webhooks(settings, metrics)
         app.state.mqtt = start_mqtt(settings, metrics)
+        database = app.state.database = _shared_database(settings)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
-        threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
+        loading = (engine, database, settings.database_migrate)
+        threading.Thread(target=_load, args=loading, name="arengine-loader", daemon=True).start()
         try:
             yield
         finally:
@@ -80,6 +86,8 @@ def create_app(settings: Settings) -> FastAPI:
             if runner is not None:
                 runner.close()
             engine.close()
+            if database is not None:
+                database.dispose()
             uploads.close()
 
     app = _App(
@@ -188,9 +196,21 @@ def _watch(metrics: Metrics, engine: Engine) -> None:
     )
 
 
-def _load(engine: Engine) -> None:
+def _shared_database(settings: Settings) -> sa.Engine | None:
+    """The database every replica shares when `database_url` names a PostgreSQL server: the
+    fingerprint models' references live there. None with SQLite (each model's folder holds its
+    library file) or no database at all."""
+    url = database_url(settings)
+    if url is None or not is_postgresql(url):
+        return None
+    return open_engine(url, settings.database_pool_size)
+
+
+def _load(engine: Engine, database: sa.Engine | None, migrate: bool) -> None:
     try:
-        engine.load_models()
+        if database is not None and migrate:
+            upgrade(database)  # the references' tables before a fingerprint model looks them up
+        engine.load_models(database)
     except Exception:
         log.exception("loading the models failed; the server stays not ready")
 

@@ -94,3 +94,16 @@ def running_postgresql() -> Iterator[PostgreSQL]:
         yield server
     finally:
         server.stop()
+
+
+BACKENDS = ("sqlite", "postgresql")
+"""The databases every store test runs on."""
+
+
+def backend_url(backend: str, folder: Path, request: pytest.FixtureRequest) -> str:
+    """A new, empty database of `backend`: the SQLite file of data directory `folder`, or a
+    database on the session's PostgreSQL."""
+    if backend == "sqlite":
+        return f"sqlite:///{folder / 'jobs.sqlite3'}"
+    server: PostgreSQL = request.getfixturevalue("postgresql")
+    return server.database()

@@ -378,11 +378,15 @@ def _check_job_store(settings: Settings) -> None:
     the server starts (where it would be a traceback from the application's start)."""
     if settings.data_dir is None:
         return
+    from arengine.db.engine import open_engine
+    from arengine.db.url import DatabaseUrlError, database_url
     from arengine.jobs.store import JobStore, StoreUnusable
 
     try:
-        JobStore.open(settings.data_dir).close()
-    except StoreUnusable as error:
+        url = database_url(settings)
+        engine = None if url is None else open_engine(url, 1)
+        JobStore.open(settings.data_dir, engine, migrate=settings.database_migrate).close()
+    except (StoreUnusable, DatabaseUrlError, OSError) as error:
         sys.exit(f"arengine: {error}")
 
 

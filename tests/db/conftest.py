@@ -11,17 +11,7 @@ from sqlalchemy import Engine
 
 from arengine.db.engine import open_engine
 from arengine.db.url import parse
-from tests.postgres import PostgreSQL
-
-BACKENDS = ("sqlite", "postgresql")
-
-
-def backend_url(backend: str, folder: Path, request: pytest.FixtureRequest) -> str:
-    """A new, empty database of `backend`."""
-    if backend == "sqlite":
-        return f"sqlite:///{folder / 'jobs.sqlite3'}"
-    server: PostgreSQL = request.getfixturevalue("postgresql")
-    return server.database()
+from tests.postgres import BACKENDS, backend_url
 
 
 @pytest.fixture(params=BACKENDS)

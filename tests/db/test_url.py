@@ -38,18 +38,16 @@ def test_the_password_comes_from_the_url_a_file_or_the_environment(tmp_path: Pat
     from_file = database_url(Settings(database_url_file=url_file, database_password_file=secret))
     assert from_file is not None and from_file.password == "s3cret"
     from_env = database_url(
-        Settings(database_url="postgresql://ar@db/arengine", database_password="pw")  # type: ignore[arg-type]
+        Settings(database_url="postgresql://ar@db/arengine", database_password="pw")
     )
     assert from_env is not None and from_env.password == "pw"
     with pytest.raises(DatabaseUrlError, match="not both") as twice:
-        database_url(
-            Settings(database_url="postgresql://ar:a@db/x", database_password="b")  # type: ignore[arg-type]
-        )
+        database_url(Settings(database_url="postgresql://ar:a@db/x", database_password="b"))
     assert ":a@" not in str(twice.value)
 
 
 def test_the_url_is_a_secret_in_the_settings_and_shown_without_its_password() -> None:
-    settings = Settings(database_url="postgresql://ar:hunter2@db/arengine")  # type: ignore[arg-type]
+    settings = Settings(database_url="postgresql://ar:hunter2@db/arengine")
     assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.model_dump())
     url = database_url(settings)
     assert url is not None and "hunter2" not in redacted(url) and "hunter2" not in repr(url)

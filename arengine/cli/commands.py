@@ -94,8 +94,11 @@ DB_EXAMPLES = """examples:
 
 exit status: 0 when done, 1 when the database refused, 2 on a usage error"""
 
-DATABASE_SETTINGS = ("database_url", "database_url_file", "database_password_file", "data_dir")
-"""The settings `arengine db` takes (and ARENGINE_DATABASE_PASSWORD from the environment)."""
+DATABASE_SETTINGS = (
+    "database_url", "database_url_file", "database_password_file", "data_dir", "models_dir"
+)  # fmt: skip
+"""The settings `arengine db` takes (and ARENGINE_DATABASE_PASSWORD from the environment);
+`copy` moves the fingerprint libraries of the models folder too."""
 REFERENCES_DATABASE = (
     "database_url", "database_url_file", "database_password_file", "database_migrate"
 )  # fmt: skip

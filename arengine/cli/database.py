@@ -9,13 +9,14 @@ names a database by its URL with the password hidden.
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 from arengine.db.engine import open_engine
 from arengine.db.migrate import current, heads, upgrade
-from arengine.db.url import DatabaseUrlError, database_url, parse, redacted
+from arengine.db.url import DatabaseUrlError, database_url, is_postgresql, parse, redacted
 from arengine.settings import Settings
 
 
@@ -51,13 +52,21 @@ def database(
 
 def _copy(settings: Settings, source: str | None, target: str | None) -> int:
     from arengine.db.copy import NotEmpty, copy
+    from arengine.kinds.fingerprint.references import copy_libraries
+    from arengine.models.registry import DEFAULT_MODELS_DIR
 
     if source is None or target is None:
         print("arengine: db copy needs --from URL and --to URL", file=sys.stderr)
         return 2
     origin, destination = parse(source), parse(target)
+    also = None
+    if not is_postgresql(origin) and is_postgresql(destination):
+        # On SQLite each fingerprint model's library is a file in its folder, not in the
+        # database: they go into PostgreSQL's shared tables in the same transaction.
+        models = settings.models_dir or DEFAULT_MODELS_DIR
+        also = partial(copy_libraries, models)
     try:
-        counts = copy(origin, destination)
+        counts = copy(origin, destination, also)
     except NotEmpty as error:
         print(f"arengine: {error}", file=sys.stderr)
         return 1

@@ -4,10 +4,14 @@ the shared directory the replicas mount is the data directory's copy.
 
 Both databases are first brought to this release's schema; then every table the migrations made
 (each branch's: jobs, references) is copied in the order their foreign keys need, in one
-transaction on the target, so a failure leaves it empty and the copy can be run again.
+transaction on the target, so a failure leaves it empty and the copy can be run again. What
+lives beside the source database rather than in it (on SQLite, each fingerprint model's library
+file in its folder) is copied in the same transaction by the `also` the caller gives.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, Integer, MetaData, Table, func, insert, select, text
 from sqlalchemy.engine import URL
@@ -25,8 +29,12 @@ class NotEmpty(RuntimeError):
     """The target already holds rows: a copy would mix two databases."""
 
 
-def copy(source: URL, target: URL) -> dict[str, int]:
-    """Copy every row of `source` into the empty `target`; the rows copied, by table."""
+Also = Callable[[Connection], dict[str, int]]
+"""More rows written on the target's connection, inside the copy's transaction; their counts."""
+
+
+def copy(source: URL, target: URL, also: Also | None = None) -> dict[str, int]:
+    """Copy every row of `source` into the empty `target`, then `also`'s; the rows copied."""
     origin, destination = open_engine(source), open_engine(target)
     try:
         upgrade(origin)
@@ -38,7 +46,7 @@ def copy(source: URL, target: URL) -> dict[str, int]:
                 f"{redacted(target)} is not empty ({', '.join(full)} hold rows): copy into a new "
                 f"database"
             )
-        return _copy_rows(origin, destination, tables)
+        return _copy_rows(origin, destination, tables, also)
     finally:
         origin.dispose()
         destination.dispose()
@@ -55,7 +63,9 @@ def _count(engine: Engine, table: Table) -> int:
         return int(connection.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def _copy_rows(origin: Engine, destination: Engine, tables: list[Table]) -> dict[str, int]:
+def _copy_rows(
+    origin: Engine, destination: Engine, tables: list[Table], also: Also | None
+) -> dict[str, int]:
     counts: dict[str, int] = {}
     with origin.connect() as reading, destination.begin() as writing:
         for table in tables:
@@ -66,6 +76,8 @@ def _copy_rows(origin: Engine, destination: Engine, tables: list[Table]) -> dict
                 counts[table.name] += len(batch)
             if writing.dialect.name == "postgresql":
                 _advance_sequences(writing, table)
+        if also is not None:
+            counts |= also(writing)
     return counts
 
 

@@ -4,9 +4,9 @@ the shared directory the replicas mount is the data directory's copy.
 
 Both databases are first brought to this release's schema; then every table the migrations made
 (each branch's: jobs, references) is copied in the order their foreign keys need, in one
-transaction on the target, so a failure leaves it empty and the copy can be run again. What
-lives beside the source database rather than in it (on SQLite, each fingerprint model's library
-file in its folder) is copied in the same transaction by the `also` the caller gives.
+transaction on the target, so a failure leaves it empty and the copy can be run again. What the
+source keeps outside its database (on SQLite each fingerprint model's library is a file in its
+folder) is written in that transaction too, by the caller's `extra`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ class NotEmpty(RuntimeError):
     """The target already holds rows: a copy would mix two databases."""
 
 
-Also = Callable[[Connection], dict[str, int]]
-"""More rows written on the target's connection, inside the copy's transaction; their counts."""
+Extra = Callable[[Connection], dict[str, int]]
+"""More rows to write into the target in the copy's transaction (the fingerprint libraries'
+files); the rows written, by what they are."""
 
 
-def copy(source: URL, target: URL, also: Also | None = None) -> dict[str, int]:
-    """Copy every row of `source` into the empty `target`, then `also`'s; the rows copied."""
+def copy(source: URL, target: URL, extra: Extra | None = None) -> dict[str, int]:
+    """Copy every row of `source` into the empty `target` (then `extra`'s, in the same
+    transaction); the rows copied, by table."""
     origin, destination = open_engine(source), open_engine(target)
     try:
         upgrade(origin)
@@ -46,7 +48,7 @@ def copy(source: URL, target: URL, also: Also | None = None) -> dict[str, int]:
                 f"{redacted(target)} is not empty ({', '.join(full)} hold rows): copy into a new "
                 f"database"
             )
-        return _copy_rows(origin, destination, tables, also)
+        return _copy_rows(origin, destination, tables, extra)
     finally:
         origin.dispose()
         destination.dispose()
@@ -64,7 +66,7 @@ def _count(engine: Engine, table: Table) -> int:
 
 
 def _copy_rows(
-    origin: Engine, destination: Engine, tables: list[Table], also: Also | None
+    origin: Engine, destination: Engine, tables: list[Table], extra: Extra | None
 ) -> dict[str, int]:
     counts: dict[str, int] = {}
     with origin.connect() as reading, destination.begin() as writing:
@@ -76,8 +78,8 @@ def _copy_rows(
                 counts[table.name] += len(batch)
             if writing.dialect.name == "postgresql":
                 _advance_sequences(writing, table)
-        if also is not None:
-            counts |= also(writing)
+        if extra is not None:
+            counts.update(extra(writing))
     return counts
 
 

@@ -315,39 +315,6 @@ def _of(table: sa.Table, keys: dict[str, int]) -> list[sa.ColumnElement[bool]]:
     return [table.c[name] == value for name, value in keys.items()]
 
 
-COPY_BATCH = 10_000
-"""Hashes read from a library file and written to the database at a time."""
-
-
-def copy_file(path: Path, model: str, connection: sa.Connection) -> int:
-    """The library file at `path` as model `model`'s share of the server database, written on
-    `connection` (in its transaction): its references with their ids (clients that kept one
-    find it still), its hashes; the number of references copied."""
-    source = Library(path)
-    try:
-        with source._reading() as reading:
-            stored = reading.execute(sa.select(FILE_REFERENCES)).mappings()
-            references = [dict(row) for row in stored]
-            last = reading.exec_driver_sql(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'references_'"
-            ).scalar()  # AUTOINCREMENT's last id: a removed last reference's id is not reused
-            highest = max([int(last or 0)] + [int(r["id"]) for r in references])
-            made = sa.insert(LIBRARIES).values(model=model, last_reference=highest)
-            library = connection.execute(made.returning(LIBRARIES.c.id)).scalar_one()
-            if references:
-                connection.execute(
-                    sa.insert(SHARED_REFERENCES), [{**r, "library": library} for r in references]
-                )
-            hashes = reading.execution_options(stream_results=True).execute(sa.select(FILE_HASHES))
-            for batch in hashes.mappings().partitions(COPY_BATCH):
-                connection.execute(
-                    sa.insert(SHARED_HASHES), [{**row, "library": library} for row in batch]
-                )
-    finally:
-        source.database.dispose()
-    return len(references)
-
-
 def file_engine(path: Path) -> sa.Engine:
     """The engine on a model folder's SQLite library file (`arengine.db.engine.open_engine`: WAL,
     `synchronous=FULL`, so an acknowledged add survives a power cut)."""

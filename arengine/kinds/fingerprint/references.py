@@ -23,7 +23,7 @@ from arengine.audio.decode import decode
 from arengine.audio.validation import AudioLimits, probe
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, fingerprint_blocks, landmark_span
-from arengine.kinds.fingerprint.library import Library, Reference, copy_file
+from arengine.kinds.fingerprint.library import Library, Reference
 
 LIBRARY_FILE = "library.sqlite"
 MANIFEST = """\
@@ -77,23 +77,6 @@ def library_of(folder: Path, create: bool, database: sa.Engine | None = None) ->
     if not manifest.exists():
         _write_manifest(manifest, IN_FILE, LIBRARY_FILE)
     return library
-
-
-def copy_libraries(models: Path, connection: sa.Connection) -> dict[str, int]:
-    """Every fingerprint model folder's library file under `models` into the server database on
-    `connection` (`arengine db copy`, in its transaction); the references copied, by model."""
-    copied: dict[str, int] = {}
-    for manifest in sorted(models.glob("*/manifest.toml")):
-        declared = tomllib.loads(manifest.read_text(encoding="utf-8"))
-        weights = declared.get("weights", {}).get("file")
-        if declared.get("kind") != "fingerprint" or not isinstance(weights, str):
-            continue
-        path = manifest.parent / weights
-        if path == manifest or not path.is_file():  # its references are in a database already
-            continue
-        name = str(declared.get("name", manifest.parent.name))
-        copied[f"references of {name}"] = copy_file(path, name, connection)
-    return copied
 
 
 def model_name(folder: Path) -> str:

@@ -295,7 +295,7 @@ def test_db_copy_moves_every_model_folders_library_into_postgresql(
     settings = Settings(models_dir=models)
     source = f"sqlite:///{tmp_path / 'jobs.sqlite3'}"
     assert database(settings, "copy", source, target) == 0
-    assert "1 references of adverts, 1 references of jingles" in capsys.readouterr().out
+    assert "2 fingerprint libraries, 2 references, 3 hashes" in capsys.readouterr().out
     names = ("jingles", "adverts")
     shared = {name: Library.shared(postgres_engine(target), name) for name in names}
     [ref] = shared["jingles"].references()

@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     )
     database_url: SecretStr | None = Field(
         None,
-        description="Database of the jobs (and their leases and events) that every replica shares: sqlite:///PATH or postgresql://USER@HOST:PORT/NAME (psycopg 3); or database_url_file. Default: sqlite:///DATA_DIR/jobs.sqlite3. A secret: never logged nor shown, its password hidden in every message; prefer ARENGINE_DATABASE_PASSWORD (or its file, or libpq's PGPASSWORD) to a password in a flag.",
+        description="Database of the jobs (and their leases and events) that every replica shares, and on PostgreSQL of every fingerprint model's references too (on SQLite each model folder keeps its library file): sqlite:///PATH or postgresql://USER@HOST:PORT/NAME (psycopg 3); or database_url_file. Default: sqlite:///DATA_DIR/jobs.sqlite3. A secret: never logged nor shown, its password hidden in every message; prefer ARENGINE_DATABASE_PASSWORD (or its file, or libpq's PGPASSWORD) to a password in a flag.",
     )
     database_url_file: Path | None = Field(
         None,

@@ -82,6 +82,7 @@ REFERENCES_EXAMPLES = """examples:
   arengine references add jingles take2.flac --title "Station ident"
   arengine references list jingles
   arengine references remove jingles 3
+  arengine references list jingles --database-url postgresql://arengine@db/arengine
 
 exit status: 0 when done, 1 when a file or id was refused, 2 on a usage error"""
 
@@ -103,6 +104,10 @@ DATABASE_SETTINGS = (
 )
 """The settings `arengine db` takes (and ARENGINE_DATABASE_PASSWORD from the environment);
 `copy` reads the fingerprint models' library files of `models_dir`."""
+REFERENCES_DATABASE = (
+    "database_url", "database_url_file", "database_password_file", "database_migrate"
+)  # fmt: skip
+"""The database settings `arengine references` takes: a PostgreSQL URL holds the libraries."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     references.add_argument(
         "--title", help="add: the title of the (one) reference, instead of its file name"
     )
-    _add_setting_flags(references, ("models_dir", "max_duration_s"))
+    _add_setting_flags(references, ("models_dir", "max_duration_s", *REFERENCES_DATABASE))
     db = commands.add_parser(
         "db",
         help="migrate the jobs' database, or copy one into another",

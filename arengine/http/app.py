@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import sqlalchemy as sa
 import torch
 from anyio import to_thread
 from fastapi import FastAPI
@@ -20,7 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.db.engine import PoolReading, open_engine, time_queries
-from arengine.db.url import database_url
+from arengine.db.migrate import upgrade
+from arengine.db.url import database_url, is_postgresql
 from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
@@ -70,8 +72,10 @@ def create_app(settings: Settings) -> FastAPI:
             metrics.watch_jobs(runner.store)
         app.state.webhooks = _webhooks(settings, metrics, runner)
         app.state.mqtt = start_mqtt(settings, metrics)
+        database, own = _shared_database(settings, runner)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
-        threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
+        loading = (engine, database, settings.database_migrate)
+        threading.Thread(target=_load, args=loading, name="arengine-loader", daemon=True).start()
         try:
             yield
         finally:
@@ -82,6 +86,8 @@ def create_app(settings: Settings) -> FastAPI:
             if runner is not None:
                 runner.close()
             engine.close()
+            if database is not None and own:
+                database.dispose()
             uploads.close()
 
     app = _App(
@@ -197,9 +203,24 @@ def _watch(metrics: Metrics, engine: Engine) -> None:
     )
 
 
-def _load(engine: Engine) -> None:
+def _shared_database(settings: Settings, runner: JobRunner | None) -> tuple[sa.Engine | None, bool]:
+    """The database every replica shares when `database_url` names a PostgreSQL server: the
+    fingerprint models' references live there (the job store's engine when jobs are on: one
+    pool); None with SQLite (each model's folder holds its library file) or no database at all.
+    And whether it is this server's own to dispose of."""
+    url = database_url(settings)
+    if url is None or not is_postgresql(url):
+        return None, False
+    if runner is not None:
+        return runner.store.engine, False
+    return open_engine(url, settings.database_pool_size), True
+
+
+def _load(engine: Engine, database: sa.Engine | None, migrate: bool) -> None:
     try:
-        engine.load_models()
+        if database is not None and migrate:
+            upgrade(database)  # the references' tables before a fingerprint model looks them up
+        engine.load_models(database)
     except Exception:
         log.exception("loading the models failed; the server stays not ready")
 

@@ -18,10 +18,13 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from arengine.cli.database import database
 from arengine.db.engine import open_engine
 from arengine.db.migrate import heads, upgrade
 from arengine.db.url import parse
 from arengine.kinds.fingerprint.library import SHARED, Library
+from arengine.kinds.fingerprint.references import library_of
+from arengine.settings import Settings
 from tests.postgres import PostgreSQL
 
 OpenLibrary = Callable[..., Library]
@@ -273,3 +276,36 @@ def test_the_migrations_make_the_tables_the_library_queries(
     indexes = {index["name"] for index in inspector.get_indexes("fingerprint_hashes")}
     assert indexes == {"fingerprint_hashes_by_hash", "fingerprint_hashes_by_reference"}
     engine.dispose()
+
+
+def test_db_copy_moves_every_model_folders_library_into_postgresql(
+    tmp_path: Path, postgresql: PostgreSQL, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`arengine db copy` from the embedded SQLite: the fingerprint libraries are files in the
+    model folders, not in jobs.sqlite3; they arrive with their ids (a removed one's not reused)."""
+    models = tmp_path / "models"
+    jingles = library_of(models / "jingles", create=True)
+    kept = jingles.add("ident", 3.0, {"client": "acme"}, rows((11, 4), (12, 5)), (0.5, 2.5))
+    gone = jingles.add("gone", 1.0, {}, rows((13, 1)))
+    last = jingles.add("promo", 2.0, {}, rows((11, 9)))
+    assert jingles.remove(gone) and jingles.remove(last)
+    adverts = library_of(models / "adverts", create=True)
+    spot = adverts.add("spot", 4.0, {}, rows((11, 7)))
+    target = postgresql.database()
+    settings = Settings(models_dir=models)
+    source = f"sqlite:///{tmp_path / 'jobs.sqlite3'}"
+    assert database(settings, "copy", source, target) == 0
+    assert "2 fingerprint libraries, 2 references, 3 hashes" in capsys.readouterr().out
+    names = ("jingles", "adverts")
+    shared = {name: Library.shared(postgres_engine(target), name) for name in names}
+    [ref] = shared["jingles"].references()
+    assert (ref.id, ref.title, ref.metadata) == (kept, "ident", {"client": "acme"})
+    assert (ref.first_s, ref.last_s) == (0.5, 2.5)
+    found = shared["jingles"].lookup(np.array([11, 12]))
+    np.testing.assert_array_equal(found, [[11, kept, 4], [12, kept, 5]])
+    np.testing.assert_array_equal(shared["adverts"].lookup(np.array([11])), [[11, spot, 7]])
+    assert shared["jingles"].add("next", 1.0, {}, rows((1, 1))) == last + 1
+    assert database(settings, "copy", source, target) == 1  # not into a database holding rows
+    assert "not empty" in capsys.readouterr().err
+    for library in (jingles, adverts, *shared.values()):
+        library.database.dispose()

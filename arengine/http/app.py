@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
+from arengine.db.engine import open_engine
+from arengine.db.url import database_url
 from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
@@ -66,7 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.jobs = runner
         if runner is not None:
             metrics.watch_jobs(runner.store)
-        app.state.webhooks = _webhooks(settings, metrics)
+        app.state.webhooks = _webhooks(settings, metrics, runner)
         app.state.mqtt = start_mqtt(settings, metrics)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
         threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
@@ -145,7 +147,10 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
         return None
     retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
     replica = Replica(_replica_name(settings), settings.job_lease_s)
-    store = JobStore.open(settings.data_dir)
+    url = database_url(settings)
+    assert url is not None  # the data directory gives one at least
+    database = open_engine(url, settings.database_pool_size)
+    store = JobStore.open(settings.data_dir, database, migrate=settings.database_migrate)
     runner = JobRunner(store, engine, settings.max_running_jobs, retention, replica)
     runner.start()
     return runner
@@ -155,11 +160,11 @@ def _replica_name(settings: Settings) -> str:
     return settings.replica_name or f"{socket.gethostname()}:{settings.port}"
 
 
-def _webhooks(settings: Settings, metrics: Metrics) -> Webhooks | None:
+def _webhooks(settings: Settings, metrics: Metrics, runner: JobRunner | None) -> Webhooks | None:
     """The job webhooks' senders (None: jobs off, or no webhook secret), their gauges watched."""
-    if settings.data_dir is None:
+    if runner is None:
         return None
-    webhooks = start_webhooks(settings, settings.data_dir, metrics, _replica_name(settings))
+    webhooks = start_webhooks(settings, runner.store.engine, metrics, _replica_name(settings))
     if webhooks is not None:
         metrics.watch_webhooks(webhooks.outbox)
     return webhooks

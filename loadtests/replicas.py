@@ -31,7 +31,6 @@ import json
 import os
 import random
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -48,11 +47,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
 from loadtests.recordings import write_recording
+from tests.postgres import PostgreSQL
 
-PG_BIN = Path(os.environ.get("ARENGINE_PG_BIN", "/usr/lib/postgresql/15/bin"))
-"""Debian's PostgreSQL 15 (`deploy/setup.sh --test`), as the tests use."""
 RETENTION_S = 60.0
 """The least `job_retention_s` allows: the kills phase waits for it, then for the next sweep."""
 DONE = re.compile(r"^job (\S+): done, \d+ tags$")
@@ -67,41 +66,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass
-class Postgres:
-    """A PostgreSQL server in a temporary folder of its own (removed when it stops), on a free
-    loopback port, with trust authentication; run as the `postgres` user when this process is
-    root (initdb refuses root), so the folder is directly under the temporary directory, where
-    that user reaches it."""
+class Postgres(PostgreSQL):
+    """The tests' PostgreSQL (tests/postgres.py: initdb and pg_ctl in a temporary folder, run as
+    `nobody` when this process is root), but durable as a real one is (fsync on), since the
+    database's share of the time is measured; its jobs in the database `arengine`."""
 
-    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="arengine-pg-")))
-    port: int = 0
-    process_user: list[str] = field(default_factory=list)
-
-    def start(self) -> str:
-        """Start it; the URL of its `arengine` database."""
-        self.port = free_port()
-        if os.geteuid() == 0:
-            shutil.chown(self.folder, "postgres", "postgres")
-            self.process_user = ["runuser", "-u", "postgres", "--"]
-        data = self.folder / "data"
-        self._run("initdb", "-D", data, "-U", "arengine", "--auth=trust", "-E", "UTF8")
+    def start(self) -> None:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1"
-        log = self.folder / "postgres.log"
-        self._run("pg_ctl", "-D", data, "-o", options, "-l", log, "-w", "start")
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "arengine", "arengine")
-        return f"postgresql://arengine@127.0.0.1:{self.port}/arengine"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
+                  "-t", "60", "start")  # fmt: skip
+        self.query("CREATE DATABASE arengine", "postgres")
 
-    def stop(self) -> None:
-        self._run("pg_ctl", "-D", self.folder / "data", "-m", "fast", "-w", "stop")
-        shutil.rmtree(self.folder)
-
-    def query(self, sql: str) -> list[tuple[Any, ...]]:
-        import psycopg  # the server's own driver; only this tool's database checks need it
-
-        url = f"host=127.0.0.1 port={self.port} user=arengine dbname=arengine"
-        with psycopg.connect(url, autocommit=True) as connection:
-            cursor = connection.execute(sql)
+    def query(self, sql: str, database: str = "arengine") -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.url(database), autocommit=True) as connection:
+            cursor = connection.execute(sql.encode())
             return [] if cursor.description is None else list(cursor.fetchall())
 
     def active_s(self) -> float:
@@ -117,10 +96,6 @@ class Postgres:
         )
         names = [name for (name,) in tables if not KEPT_TABLES.search(name)]
         return {name: self.query(f'SELECT count(*) FROM "{name}"')[0][0] for name in names}
-
-    def _run(self, program: str, *args: object) -> None:
-        command = [*self.process_user, str(PG_BIN / program), *map(str, args)]
-        subprocess.run(command, check=True, capture_output=True, cwd=self.folder)
 
 
 @dataclass
@@ -376,7 +351,8 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
         )
     for count in range(1, args.replicas + 1):
         database = Postgres()
-        env = {"ARENGINE_DATABASE_URL": database.start()}
+        database.start()
+        env = {"ARENGINE_DATABASE_URL": database.url("arengine")}
         data, logs = folder / f"shared-{count}", folder / f"logs-{count}"
         logs.mkdir()
         try:
@@ -420,7 +396,8 @@ def kills(args: argparse.Namespace, folder: Path, short: list[Path], long: list[
     files += [long[i % len(long)] for i in range(args.long_jobs)]
     random.Random(args.seed).shuffle(files)
     database = Postgres()
-    env = {"ARENGINE_DATABASE_URL": database.start()}
+    database.start()
+    env = {"ARENGINE_DATABASE_URL": database.url("arengine")}
     data = folder / "shared-kills"
     logs = folder / "kills"
     logs.mkdir()

@@ -16,6 +16,7 @@ from loadtests.agreement import frame_f1
 from loadtests.memory_over_time import growth
 from loadtests.recordings import write_recording
 from loadtests.thread_sweep import cpu_seconds
+from tests.postgres import needs_postgresql
 
 
 @pytest.mark.parametrize(
@@ -205,18 +206,15 @@ def test_the_replicas_benchmark_finds_files_left_in_the_data_directory(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not Path("/usr/lib/postgresql/15/bin/initdb").exists(), reason="needs Debian's postgresql-15"
-)
+@needs_postgresql()
 def test_the_replicas_benchmark_starts_postgres_and_counts_the_job_rows() -> None:
     """Its own PostgreSQL (initdb and pg_ctl in a temporary folder, as root too) and the rows a
     job leaves, the schema's version and the fingerprint libraries apart."""
     from loadtests.replicas import Postgres
 
     database = Postgres()
-    url = database.start()
+    database.start()
     try:
-        assert url == f"postgresql://arengine@127.0.0.1:{database.port}/arengine"
         database.query("CREATE TABLE jobs (id text); CREATE TABLE alembic_version (v text)")
         database.query("CREATE TABLE fingerprint_references (id text)")
         database.query("INSERT INTO jobs VALUES ('a'); INSERT INTO alembic_version VALUES ('1')")

@@ -56,6 +56,8 @@ RETENTION_S = 60.0
 """The least `job_retention_s` allows: the kills phase waits for it, then for the next sweep."""
 DONE = re.compile(r"^job (\S+): done, \d+ tags$")
 """The log line a replica writes once its finish of a job is recorded (arengine/jobs/runner.py)."""
+STATISTICS_S = 11.0
+"""Longer than PostgreSQL takes to report an idle backend's statistics (PGSTAT_IDLE_INTERVAL)."""
 KEPT_TABLES = re.compile(r"alembic|reference|fingerprint|hash|librar")
 """Tables that outlive every job (the schema's version, fingerprint libraries)."""
 
@@ -84,8 +86,8 @@ class Postgres(PostgreSQL):
             return [] if cursor.description is None else list(cursor.fetchall())
 
     def active_s(self) -> float:
-        """Seconds the database's sessions spent executing statements (reported by each
-        backend at most once a second, and when it is idle)."""
+        """Seconds the database's sessions spent executing statements, as far as its backends
+        have reported them (a busy one at most once a second, an idle one within 10 s)."""
         rows = self.query("SELECT active_time FROM pg_stat_database WHERE datname = 'arengine'")
         return float(rows[0][0] or 0.0) / 1000
 
@@ -357,9 +359,12 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
         logs.mkdir()
         try:
             with replicas(count, server_flags(data, args, 7 * 86400), env, logs) as group:
+                # Each side of the batch, the start-up's and the batch's statistics reported:
+                # a busy backend reports at most once a second, an idle one within 10 s.
+                time.sleep(STATISTICS_S)
                 before = database.active_s()
                 seconds = timed_batch(group, files)
-                time.sleep(1.5)  # the backends report their statistics at most once a second
+                time.sleep(STATISTICS_S)
                 rows.append(
                     Throughput(
                         "PostgreSQL", count, len(files), seconds, database.active_s() - before

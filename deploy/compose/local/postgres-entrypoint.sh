@@ -8,6 +8,12 @@ set -eu
 : "${PGDATA:=/var/lib/postgresql/data}"
 export PGDATA
 if [ "$(id -u)" = 0 ]; then
+  # Read as root, as the official image does: the secret's file may be readable by root only.
+  if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+    POSTGRES_PASSWORD=$(cat "$POSTGRES_PASSWORD_FILE")
+    export POSTGRES_PASSWORD
+    unset POSTGRES_PASSWORD_FILE
+  fi
   mkdir -p "$PGDATA" /var/run/postgresql
   chown postgres:postgres "$PGDATA" /var/run/postgresql
   chmod 700 "$PGDATA"

@@ -75,9 +75,9 @@ def test_two_sources_at_once_each_tagged_with_its_name(
         server.url, _sources(tmp_path, {"hall": hall.url, "yard": yard.url}), tmp_path
     )
     try:
-        assert wait_until(lambda: _slams(listener, "hall") and _slams(listener, "yard"), 60), (
-            listener.status()
-        )
+        assert wait_until(
+            lambda: bool(_slams(listener, "hall") and _slams(listener, "yard")), 60
+        ), listener.status()
         for source in ("hall", "yard"):
             ((start, end),) = _slams(listener, source)
             assert start == pytest.approx(SLAM[0], abs=0.06) and end >= SLAM[1]
@@ -121,7 +121,7 @@ def test_a_server_that_goes_away_and_comes_back_is_reconnected(
         assert wait_until(lambda: "desk: reconnecting" in listener.status(), 60)
         assert "cannot reach the server" in listener.status() or "ended" in listener.status()
         own = start_server(tmp_path_factory.mktemp("server"), "--models", "loudness", port=port)
-        assert wait_until(lambda: _slams(listener, "desk"), 60), listener.status()
+        assert wait_until(lambda: bool(_slams(listener, "desk")), 60), listener.status()
         assert wait_until(lambda: listener.process.poll() is not None, 60)  # sent whole: done
         assert listener.process.returncode == 0
         assert "desk: finished" in listener.status()
@@ -160,7 +160,7 @@ def test_a_source_that_cannot_be_read_is_retried_until_it_is_there(
         assert wait_until(lambda: listener.status().count("late: reconnecting") >= 2, 60)
         assert "cannot read the source" in listener.status()
         late.start()
-        assert wait_until(lambda: _slams(listener, "late"), 60), listener.status()
+        assert wait_until(lambda: bool(_slams(listener, "late")), 60), listener.status()
         assert np.isfinite(_metric(server, "arengine_live_tags_total", "late"))
     finally:
         late.stop()

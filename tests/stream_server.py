@@ -30,7 +30,8 @@ def needs_ffmpeg() -> pytest.MarkDecorator:
 
 class StreamServer:
     """`recording` served at `url` to the next listener that connects, at real speed; the
-    port stays the same across `stop` and `start`."""
+    port stays the same across `stop` and `start`. Ogg pages of 20 ms, as a low-latency
+    Icecast source sends them (FFmpeg's default, 1 s, holds each second back)."""
 
     def __init__(self, recording: Path, port: int | None = None) -> None:
         self.recording = recording
@@ -43,7 +44,8 @@ class StreamServer:
         self._process = subprocess.Popen(
             [
                 FFMPEG, "-hide_banner", "-loglevel", "error", "-re", "-i", str(self.recording),
-                "-c:a", "libopus", "-b:a", "64k", "-f", "ogg", "-listen", "1", self.url,
+                "-c:a", "libopus", "-b:a", "64k", "-page_duration", "20000", "-f", "ogg",
+                "-listen", "1", self.url,
             ],
             stdin=subprocess.DEVNULL,
         )  # fmt: skip

@@ -11,7 +11,7 @@ connects: a watcher started at night should not find at dawn that its third came
     [sources.hall]
     url = "rtsp://192.168.1.20:554/stream1"
     profile = "alarms"
-    parameters = { threshold = 0.6, min_duration_s = 0.2 }
+    parameters = { threshold = 0.6, min_duration_ms = 200 }
 
     [sources.radio]
     url = "http://icecast.example:8000/live.ogg"

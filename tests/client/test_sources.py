@@ -23,7 +23,7 @@ reconnect_max_s = 5
 [sources.hall]
 url = "rtsp://user:secret@192.168.1.20:554/stream1"
 profile = "alarms"
-parameters = { threshold = 0.6, min_duration_s = 0.2 }
+parameters = { threshold = 0.6, min_duration_ms = 200 }
 
 [sources.radio]
 url = "http://icecast.example:8000/live.ogg"
@@ -47,7 +47,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_a_good_file_gives_each_source_its_values_and_the_defaults(tmp_path: Path) -> None:
     hall, radio, desk = load(_write(tmp_path, GOOD))
     assert (hall.name, hall.kind, hall.models) == ("hall", "network", "events")
-    assert hall.parameters == {"threshold": 0.6, "min_duration_s": 0.2, "profile": "alarms"}
+    assert hall.parameters == {"threshold": 0.6, "min_duration_ms": 200, "profile": "alarms"}
     assert hall.backoff == Backoff(0.5, 5.0) and hall.sample_rate == 16000
     assert (radio.models, radio.sample_rate, radio.options) == (
         "events,loudness",

@@ -81,7 +81,7 @@ class Listener:
         return [json.loads(line) for line in self.out.read_text().splitlines() if line]
 
     def tags(self, source: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines() if line.get("source") == source]
+        return [line for line in self.lines() if "label" in line and line["source"] == source]
 
     def status(self) -> str:
         return self.err.read_text()

@@ -138,7 +138,7 @@ class _Run:
         )
         try:
             async for item in lines:
-                self.write(item, status)
+                self.write(item, status, source.name)
         except ArengineError as error:
             if 400 <= error.status < 500 and error.status not in RETRIED_STATUSES:
                 raise _Lasting(f"the server refused it: {error.code}: {error.message}") from None
@@ -151,7 +151,10 @@ class _Run:
             return f"the source failed: {feed.error}"
         return None if source.kind == "file" else "the source ended"
 
-    def write(self, item: dict[str, Any], status: Status) -> None:
+    def write(self, item: dict[str, Any], status: Status, name: str) -> None:
+        if "progress" in item or "summary" in item:
+            # Several streams' lines interleave: each says its source, as the tags do.
+            item = {**item, "source": name}
         if "progress" in item:
             if self.progress:
                 print(json.dumps(item), file=sys.stderr, flush=True)

@@ -146,6 +146,8 @@ def test_a_source_the_server_refuses_stops_alone(
         assert re.search(r"wrong: failed \(the server refused it: \w+", status), status
         assert "ok: finished" in status
         assert _slams(listener, "ok")
+        summaries = [line for line in listener.lines() if "summary" in line]
+        assert [line["source"] for line in summaries] == ["ok"]
         assert status.count("wrong: ") == 1  # not retried
     finally:
         listener.stop()

@@ -16,7 +16,7 @@ from loadtests.agreement import frame_f1
 from loadtests.memory_over_time import growth
 from loadtests.recordings import write_recording
 from loadtests.thread_sweep import cpu_seconds
-from tests.postgres import needs_postgresql
+from tests.postgres import PostgreSQL, needs_postgresql
 
 
 @pytest.mark.parametrize(
@@ -224,3 +224,29 @@ def test_the_replicas_benchmark_starts_postgres_and_counts_the_job_rows() -> Non
     finally:
         database.stop()
     assert not database.folder.exists()
+
+
+@pytest.mark.slow
+def test_the_references_benchmark_fills_both_backends_alike(
+    tmp_path: Path, postgresql: PostgreSQL
+) -> None:
+    """Tiny: 6 references (3 fingerprinted, 3 copies with their own hashes) in a SQLite file
+    and on PostgreSQL; both hold the same rows, and the copies' hashes differ from their base's."""
+    from arengine.kinds.fingerprint.library import Library
+    from loadtests.references_db import fill, fingerprinted, references, shared_database
+
+    base = fingerprinted(3)
+    copies = list(references(base, 6))
+    assert len(copies) == 6 and not np.array_equal(copies[3][:, 0], copies[0][:, 0])
+    np.testing.assert_array_equal(copies[3][:, 1], copies[0][:, 1])
+    file = Library.create(tmp_path / "jingles" / "library.sqlite")
+    database = shared_database(postgresql.database())
+    shared = Library.shared(database, "jingles")
+    for library in (file, shared):
+        assert fill(library, base, 6) > 0
+    query = np.concatenate([hashes[:, 0] for hashes in copies])
+    in_file, in_database = file.lookup(query), shared.lookup(query)
+    np.testing.assert_array_equal(np.unique(in_file, axis=0), np.unique(in_database, axis=0))
+    assert [r.title for r in file.references()] == [r.title for r in shared.references()]
+    file.database.dispose()
+    database.dispose()

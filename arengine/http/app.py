@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
 from arengine.db.engine import PoolReading, open_engine, time_queries
-from arengine.db.migrate import upgrade
+from arengine.db.migrate import up_to_date, upgrade
 from arengine.db.url import database_url, is_postgresql
 from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
@@ -220,6 +220,13 @@ def _load(engine: Engine, database: sa.Engine | None, migrate: bool) -> None:
     try:
         if database is not None and migrate:
             upgrade(database)  # the references' tables before a fingerprint model looks them up
+        elif database is not None and not up_to_date(database):
+            engine.not_ready_reason = (
+                "the database's schema is older than this release's: run `arengine db upgrade` "
+                "(or start without --no-database-migrate)"
+            )
+            log.error("%s; the server stays not ready", engine.not_ready_reason)
+            return
         engine.load_models(database)
     except Exception:
         log.exception("loading the models failed; the server stays not ready")

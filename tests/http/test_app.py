@@ -5,19 +5,24 @@ from __future__ import annotations
 import io
 import logging
 import struct
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
+from anyio.from_thread import start_blocking_portal
 
 from arengine.errors import ErrorCode
+from arengine.http.app import create_app
 from arengine.http.errors import ANY_REQUEST
 from arengine.kinds.catalog import KINDS
 from arengine.outputs.formats import ALIASES, FORMATS
+from arengine.settings import Settings
 from tests.audio.test_recorded import _bext
-from tests.conftest import RecordingFactory
+from tests.conftest import RecordingFactory, wait_until
 from tests.http.conftest import InProcessClient
+from tests.postgres import PostgreSQL
 
 
 def _wav(seconds: float = 1.0, amplitude: float = 0.0, rate: int = 16000) -> bytes:
@@ -262,3 +267,24 @@ def with_chunks(wav: bytes, chunks: list[bytes]) -> bytes:
     at = wav.index(b"data", 12)
     body = wav[8:at] + b"".join(chunks) + wav[at:]
     return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+def test_fingerprint_models_wait_for_the_references_tables_when_the_server_may_not_migrate(
+    postgresql: PostgreSQL, models_dir: Path, tmp_path: Path
+) -> None:
+    """With `--no-database-migrate` on a database without the `references` branch, the server
+    stays not ready and says which command to run, instead of failing every fingerprint model
+    on a missing table."""
+    settings = Settings(
+        models_dir=models_dir, upload_dir=tmp_path, database_url=postgresql.database(),
+        database_migrate=False, models="speech",
+    )  # fmt: skip
+    app = create_app(settings)
+    with (
+        start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(app.router.lifespan_context(app)),
+    ):
+        running = InProcessClient(app, portal)
+        assert wait_until(lambda: "arengine db upgrade" in running.get("/readyz").text)
+        assert running.get("/readyz").status_code == 503
+        running.close()

@@ -251,7 +251,9 @@ class Library:
         return found[0] if found else None
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
-        """The stored `(m, 3)` int64 rows of (hash, reference, offset) for any of `hashes`."""
+        """The stored `(m, 3)` int64 rows of (hash, reference, offset) for any of `hashes`, in
+        the database's order: SQLite's index gives (hash, reference, offset), PostgreSQL's scan
+        orders by hash at most (sorting here would cost as much as the lookup)."""
         unique = np.unique(hashes).tolist()
         rows: list[Any] = []
         with self._reading() as connection:

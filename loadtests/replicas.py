@@ -17,9 +17,9 @@ the same `ARENGINE_DATABASE_URL` (a PostgreSQL started here in a temporary direc
    sent while a random replica is killed every `--kill-every-s` and started again under a new
    name (as a Kubernetes pod would be), so the others take its jobs over after `--job-lease-s`.
    Checked: every acknowledged job (202) is done exactly once (one "done" record in all the
-   replicas' logs), its tags equal to a direct recognition's (`POST /v1/recognize` of the same
-   file); after the retention time (60 s, the least allowed) nothing is left in the data
-   directory nor in the database's job tables.
+   replicas' logs), its tags (read as soon as it is done) equal to a direct recognition's
+   (`POST /v1/recognize` of the same file); after the retention time (`--retention-s`) nothing
+   is left in the data directory nor in the database's job tables.
 
 Prints Markdown tables; exits 1 when a check fails. Real servers on 127.0.0.1 only.
 """
@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,8 +52,6 @@ import psycopg
 from loadtests.recordings import write_recording
 from tests.postgres import PostgreSQL
 
-RETENTION_S = 60.0
-"""The least `job_retention_s` allows: the kills phase waits for it, then for the next sweep."""
 DONE = re.compile(r"^job (\S+): done, \d+ tags$")
 """The log line a replica writes once its finish of a job is recorded (arengine/jobs/runner.py)."""
 STATISTICS_S = 11.0
@@ -176,11 +174,14 @@ class Sent:
     unanswered: int
 
 
-def send_all(group: Sequence[Replica], files: Sequence[Path], workers: int = 4) -> Sent:
-    """Each file as a job (`--models speech`), to the replicas in turn; a refused or lost upload
-    is sent again to the next one (a lost one may have been stored: counted as unanswered)."""
+def send_all(
+    group: Sequence[Replica], files: Sequence[Path], jobs: dict[str, Path] | None = None
+) -> Sent:
+    """Each file as a job (`--models speech`), four at a time, to the replicas in turn; a
+    refused or lost upload is sent again to the next one (a lost one may have been stored:
+    counted as unanswered). Each acknowledged job is added to `jobs` as it comes."""
     lock = threading.Lock()
-    jobs: dict[str, Path] = {}
+    jobs = {} if jobs is None else jobs
     unanswered = 0
 
     def send(number: int, path: Path) -> None:
@@ -207,7 +208,7 @@ def send_all(group: Sequence[Replica], files: Sequence[Path], workers: int = 4) 
             time.sleep(float(response.headers.get("retry-after", "1")))
         raise RuntimeError(f"{path} was never accepted")
 
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(4) as pool:
         list(pool.map(send, range(len(files)), files))
     return Sent(jobs, unanswered)
 
@@ -225,14 +226,31 @@ def listed(group: Sequence[Replica]) -> list[dict[str, Any]] | None:
     return None
 
 
-def wait_done(group: Sequence[Replica], ids: set[str], timeout_s: float) -> dict[str, Any]:
-    """The jobs `ids` once each has ended (done or failed), by id."""
+Tags = list[dict[str, Any]]
+
+
+def wait_done(
+    group: Sequence[Replica],
+    ids: dict[str, Path],
+    timeout_s: float,
+    fetch: bool = False,
+    sending: Callable[[], bool] = lambda: False,
+) -> tuple[dict[str, Any], dict[str, Tags | None]]:
+    """The jobs `ids` (while `sending`, more may come) once each has ended (done or failed),
+    by id; with `fetch`, each done job's tags, read as soon as it is seen done, as a client
+    would before the retention time removes it (None: it was gone)."""
     deadline = time.monotonic() + timeout_s
+    tags: dict[str, Tags | None] = {}
     while time.monotonic() < deadline:
+        more = sending()
+        known = set(ids.copy())  # one step under the GIL, while the senders add to it
         jobs = listed(group) or []
         ended = {job["id"]: job for job in jobs if job["state"] in {"done", "failed", "cancelled"}}
-        if ids <= set(ended):
-            return ended
+        for job_id in known & set(ended) - set(tags) if fetch else ():
+            if ended[job_id]["state"] == "done":
+                tags[job_id] = result_tags(group, job_id)
+        if not more and known <= set(ended):
+            return ended, tags
         time.sleep(1.0)
     raise RuntimeError(f"jobs still running after {timeout_s:.0f} s")
 
@@ -246,14 +264,17 @@ def wait_forgotten(group: Sequence[Replica], timeout_s: float) -> None:
         time.sleep(5)
 
 
-def result_tags(group: Sequence[Replica], job_id: str) -> list[dict[str, Any]]:
+def result_tags(group: Sequence[Replica], job_id: str) -> Tags | None:
+    """A done job's tags from the first replica that answers; None when it is gone (404)."""
     for replica in group:
         try:
             response = httpx.get(f"{replica.url}/v1/jobs/{job_id}/result", timeout=120)
         except httpx.TransportError:
             continue
+        if response.status_code == 404:
+            return None
         response.raise_for_status()
-        tags: list[dict[str, Any]] = response.json()["tags"]
+        tags: Tags = response.json()["tags"]
         return tags
     raise RuntimeError("no replica answers")
 
@@ -335,7 +356,7 @@ def timed_batch(group: Sequence[Replica], files: Sequence[Path]) -> float:
     """Seconds from the first upload to the last job done."""
     begin = time.monotonic()
     sent = send_all(group, files)
-    ended = wait_done(group, set(sent.jobs), 3600)
+    ended, _ = wait_done(group, sent.jobs, 3600)
     failed = [job_id for job_id, job in ended.items() if job["state"] != "done"]
     if failed:
         raise RuntimeError(f"jobs failed: {failed[:5]}")
@@ -406,47 +427,66 @@ def kills(args: argparse.Namespace, folder: Path, short: list[Path], long: list[
     data = folder / "shared-kills"
     logs = folder / "kills"
     logs.mkdir()
-    flags = server_flags(data, args, RETENTION_S)
+    flags = server_flags(data, args, args.retention_s)
     try:
         with replicas(args.replicas, flags, env, logs) as group:
             direct = {path: direct_tags(group[0].url, path) for path in {*short, *long}}
             killer = Killer(group, args.kill_every_s, args.seed)
             killer.start()
-            sent = send_all(group, files)
-            ended = wait_done(group, set(sent.jobs), args.timeout_s)
+            jobs: dict[str, Path] = {}
+            with ThreadPoolExecutor(1) as sender:
+                sending = sender.submit(send_all, group, files, jobs)
+                ended, tags = wait_done(
+                    group, jobs, args.timeout_s, fetch=True, sending=lambda: not sending.done()
+                )
+                sent = sending.result()
             killer.stopping.set()
             killer.join()
-            return report_kills(group, database, data, sent, ended, direct, killer.kills, logs)
+            outcome = Outcome(sent, ended, tags, killer.kills)
+            return report_kills(group, database, data, outcome, direct, logs, args.retention_s)
     finally:
         database.stop()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the kills phase saw: the jobs sent, how each ended, their tags, the kills made."""
+
+    sent: Sent
+    ended: dict[str, Any]
+    tags: dict[str, Tags | None]
+    kills: int
 
 
 def report_kills(
     group: Sequence[Replica],
     database: Postgres,
     data: Path,
-    sent: Sent,
-    ended: dict[str, Any],
-    direct: dict[Path, list[dict[str, Any]]],
-    killed: int,
+    outcome: Outcome,
+    direct: Mapping[Path, Tags],
     logs: Path,
+    retention_s: float,
 ) -> bool:
+    sent, killed = outcome.sent, outcome.kills
     records = done_records(sorted(logs.glob("replica-*.log")))
-    not_done = [i for i in sent.jobs if ended[i]["state"] != "done"]
+    not_done = [i for i in sent.jobs if outcome.ended[i]["state"] != "done"]
     twice = [i for i in sent.jobs if records[i] > 1]
     unlogged = [i for i in sent.jobs if records[i] == 0]
-    different = [i for i, path in sent.jobs.items() if result_tags(group, i) != direct[path]]
+    gone = [i for i in sent.jobs if i not in not_done and outcome.tags.get(i) is None]
+    different = [
+        i for i, path in sent.jobs.items() if outcome.tags.get(i) not in (None, direct[path])
+    ]
     lines = [
         f"{len(sent.jobs)} jobs acknowledged, {sent.unanswered} uploads unanswered, {killed} kills",
         f"not done: {len(not_done)}; done more than once: {len(twice)}",
-        f"tags unlike a direct recognition's: {len(different)}",
+        f"tags unlike a direct recognition's: {len(different)}; result gone unread: {len(gone)}",
         f"done, with no log record (a kill between the finish and its line): {len(unlogged)}",
     ]
     print("\n" + "\n".join(lines))
-    wait_forgotten(group, RETENTION_S + 3 * 60)
+    wait_forgotten(group, retention_s + 3 * 60)
     files, rows = leftover_files(data), database.job_rows()
     print(f"after retention: {len(files)} files left {files[:5]}, rows left {rows}")
-    return not (not_done or twice or different or files or any(rows.values()))
+    return not (not_done or twice or gone or different or files or any(rows.values()))
 
 
 def main() -> None:
@@ -462,6 +502,10 @@ def main() -> None:
     parser.add_argument("--kill-every-s", type=float, default=20.0)
     parser.add_argument("--job-lease-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=3 * 3600, help="kills phase, to done")
+    parser.add_argument(
+        "--retention-s", type=float, default=120.0,
+        help="kills phase: job_retention_s, then waited for (60 at least)",
+    )  # fmt: skip
     parser.add_argument("--phases", default="throughput,kills")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()

@@ -89,12 +89,20 @@ exit status: 0 when done, 1 when a file or id was refused, 2 on a usage error"""
 DB_EXAMPLES = """examples:
   ARENGINE_DATABASE_URL=postgresql://arengine@db/arengine arengine db upgrade
   arengine db current --data-dir data
-  arengine db copy --from sqlite:///data/jobs.sqlite3 --to postgresql://arengine@db/arengine
+  arengine db copy --from sqlite:///data/jobs.sqlite3 --to postgresql://arengine@db/arengine \\
+      --models-dir models    # its fingerprint models' library files go to the shared tables
 
 exit status: 0 when done, 1 when the database refused, 2 on a usage error"""
 
-DATABASE_SETTINGS = ("database_url", "database_url_file", "database_password_file", "data_dir")
-"""The settings `arengine db` takes (and ARENGINE_DATABASE_PASSWORD from the environment)."""
+DATABASE_SETTINGS = (
+    "database_url",
+    "database_url_file",
+    "database_password_file",
+    "data_dir",
+    "models_dir",
+)
+"""The settings `arengine db` takes (and ARENGINE_DATABASE_PASSWORD from the environment);
+`copy` reads the fingerprint models' library files of `models_dir`."""
 
 
 def build_parser() -> argparse.ArgumentParser:

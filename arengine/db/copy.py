@@ -4,10 +4,14 @@ the shared directory the replicas mount is the data directory's copy.
 
 Both databases are first brought to this release's schema; then every table the migrations made
 (each branch's: jobs, references) is copied in the order their foreign keys need, in one
-transaction on the target, so a failure leaves it empty and the copy can be run again.
+transaction on the target, so a failure leaves it empty and the copy can be run again. What the
+source keeps outside its database (on SQLite each fingerprint model's library is a file in its
+folder) is written in that transaction too, by the caller's `extra`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, Integer, MetaData, Table, func, insert, select, text
 from sqlalchemy.engine import URL
@@ -25,8 +29,14 @@ class NotEmpty(RuntimeError):
     """The target already holds rows: a copy would mix two databases."""
 
 
-def copy(source: URL, target: URL) -> dict[str, int]:
-    """Copy every row of `source` into the empty `target`; the rows copied, by table."""
+Extra = Callable[[Connection], dict[str, int]]
+"""More rows to write into the target in the copy's transaction (the fingerprint libraries'
+files); the rows written, by what they are."""
+
+
+def copy(source: URL, target: URL, extra: Extra | None = None) -> dict[str, int]:
+    """Copy every row of `source` into the empty `target` (then `extra`'s, in the same
+    transaction); the rows copied, by table."""
     origin, destination = open_engine(source), open_engine(target)
     try:
         upgrade(origin)
@@ -38,7 +48,7 @@ def copy(source: URL, target: URL) -> dict[str, int]:
                 f"{redacted(target)} is not empty ({', '.join(full)} hold rows): copy into a new "
                 f"database"
             )
-        return _copy_rows(origin, destination, tables)
+        return _copy_rows(origin, destination, tables, extra)
     finally:
         origin.dispose()
         destination.dispose()
@@ -55,7 +65,9 @@ def _count(engine: Engine, table: Table) -> int:
         return int(connection.execute(select(func.count()).select_from(table)).scalar_one())
 
 
-def _copy_rows(origin: Engine, destination: Engine, tables: list[Table]) -> dict[str, int]:
+def _copy_rows(
+    origin: Engine, destination: Engine, tables: list[Table], extra: Extra | None
+) -> dict[str, int]:
     counts: dict[str, int] = {}
     with origin.connect() as reading, destination.begin() as writing:
         for table in tables:
@@ -66,6 +78,8 @@ def _copy_rows(origin: Engine, destination: Engine, tables: list[Table]) -> dict
                 counts[table.name] += len(batch)
             if writing.dialect.name == "postgresql":
                 _advance_sequences(writing, table)
+        if extra is not None:
+            counts.update(extra(writing))
     return counts
 
 

@@ -11,6 +11,8 @@ reconnected, not an error for the first request after it).
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,31 @@ def _sqlite_begin(connection: Connection) -> None:
 def backend(engine: Engine) -> str:
     """`sqlite` or `postgresql`."""
     return engine.dialect.name
+
+
+class PoolReading:
+    """The pool of `engine` as the metrics read it (`arengine.system.metrics.PoolState`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._pool = engine.pool
+
+    def in_use(self) -> int:
+        return int(getattr(self._pool, "checkedout", lambda: 0)())
+
+    def idle(self) -> int:
+        return int(getattr(self._pool, "checkedin", lambda: 0)())
+
+
+def time_queries(engine: Engine, observe: Callable[[str, float], None]) -> None:
+    """Call `observe(statement, seconds)` after each statement `engine` runs."""
+
+    def before(connection: Connection, *args: Any) -> None:
+        connection.info.setdefault("arengine_started", []).append(time.perf_counter())
+
+    def after(connection: Connection, cursor: Any, statement: str, *args: Any) -> None:
+        started = connection.info.get("arengine_started")
+        if started:
+            observe(statement, time.perf_counter() - started.pop())
+
+    event.listen(engine, "before_cursor_execute", before)
+    event.listen(engine, "after_cursor_execute", after)

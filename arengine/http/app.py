@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
-from arengine.db.engine import open_engine
+from arengine.db.engine import PoolReading, open_engine, time_queries
 from arengine.db.url import database_url
 from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
@@ -64,7 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
         engine = Engine(settings, metrics)
         app.state.engine = engine
         _watch(metrics, engine)
-        runner = _jobs(settings, engine)
+        runner = _jobs(settings, engine, metrics)
         app.state.jobs = runner
         if runner is not None:
             metrics.watch_jobs(runner.store)
@@ -141,7 +141,7 @@ class _App(FastAPI):
         return self.openapi_schema
 
 
-def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
+def _jobs(settings: Settings, engine: Engine, metrics: Metrics) -> JobRunner | None:
     """The job runner over the store in `data_dir` (None: jobs off), started."""
     if settings.data_dir is None:
         return None
@@ -151,7 +151,11 @@ def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
     assert url is not None  # the data directory gives one at least
     database = open_engine(url, settings.database_pool_size)
     store = JobStore.open(settings.data_dir, database, migrate=settings.database_migrate)
-    runner = JobRunner(store, engine, settings.max_running_jobs, retention, replica)
+    metrics.watch_pool(PoolReading(database))
+    time_queries(database, metrics.observe_query)
+    runner = JobRunner(
+        store, engine, settings.max_running_jobs, retention, replica, metrics.observe_takeovers
+    )
     runner.start()
     return runner
 

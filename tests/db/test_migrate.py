@@ -6,12 +6,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, inspect, select
 
 from arengine.db import schema
 from arengine.db.engine import open_engine
 from arengine.db.migrate import current, heads, up_to_date, upgrade
 from arengine.db.url import parse
+from arengine.jobs.store import JobStore, StoreUnusable
 
 
 def test_a_new_database_gets_every_declared_table_and_column(engine: Engine) -> None:
@@ -64,3 +66,12 @@ def test_a_job_store_of_an_earlier_release_keeps_its_jobs(tmp_path: Path) -> Non
     columns = {column["name"] for column in inspect(engine).get_columns("jobs")}
     assert columns == set(schema.jobs.columns.keys())
     engine.dispose()
+
+
+def test_a_server_that_may_not_migrate_refuses_an_older_schema(tmp_path: Path) -> None:
+    engine = open_engine(parse(f"sqlite:///{tmp_path / 'jobs.sqlite3'}"))
+    with pytest.raises(StoreUnusable, match="arengine db upgrade"):
+        JobStore.open(tmp_path, engine, migrate=False)
+    engine = open_engine(parse(f"sqlite:///{tmp_path / 'jobs.sqlite3'}"))
+    upgrade(engine)
+    JobStore.open(tmp_path, engine, migrate=False).close()

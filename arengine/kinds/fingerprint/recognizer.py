@@ -6,13 +6,13 @@ STFT every 256 samples (23.2 ms), peaks that are the maximum of their neighbourh
 to 63 frames after it and 31 bins above or below. A pair hashes to `(f1, f2 - f1, dt)` in 21 bits,
 stored with the anchor's frame number (a whole number, never wrapped on long audio).
 
-The library is the model folder's SQLite file (`library.py`). Each segment's hashes are
-looked up at once, so a reference added or removed is seen by the next segment, without a
-restart. A segment keeps the hashes whose anchor lies in its own frames; its pre-roll and
-lookahead give its first and last anchors the same peaks and partners as the whole recording has,
-so a boundary never splits or changes a match. `infer` returns rows of (reference, offset
-difference, frame, partner's frame) for the matches, one (-1, 0, frame, frame) per hash of the
-recording and a closing (-2, 0, last frame, last frame); `tagger.py` groups them
+The library is the model folder's SQLite file or the database's (`library.py`). Each segment's
+hashes are looked up at once, so a reference added or removed (through any replica) is seen by
+the next segment, without a restart. A segment keeps the hashes whose anchor lies in its own
+frames; its pre-roll and lookahead give its first and last anchors the same peaks and partners as
+the whole recording has, so a boundary never splits or changes a match. `infer` returns rows of
+(reference, offset difference, frame, partner's frame) for the matches, one (-1, 0, frame, frame)
+per hash of the recording and a closing (-2, 0, last frame, last frame); `tagger.py` groups them
 into occurrences.
 
 Out of scope: speed-changed (or pitch-shifted) broadcasts. A recording played a few percent fast
@@ -56,13 +56,13 @@ class FingerprintRecognizer(Recognizer):
 
     def __init__(
         self,
-        library: Path,
+        library: Path | Library,
         segment_s: float,
         name: str = "fingerprint",
         params: FingerprintParams | None = None,
     ) -> None:
         self.name = name
-        self.library = Library(library)
+        self.library = library if isinstance(library, Library) else Library(library)
         self.plan = SegmentPlan(
             hop=HOP,
             context=0,

@@ -11,8 +11,9 @@ the same `ARENGINE_DATABASE_URL` (a PostgreSQL started here in a temporary direc
 1. Throughput (`--phases throughput`): `--jobs` jobs of `--job-minutes` sent at once, timed from
    the first upload to the last job done, on one server with its embedded SQLite store, then on
    1, 2 and 3 (`--replicas`) replicas sharing the PostgreSQL; with the database's share of the
-   replicas' time: PostgreSQL's own `active_time` (pg_stat_database: statements executing)
-   over the replicas' busy time (wall time x replicas, one job at a time each).
+   replicas' busy time (wall time x replicas, one job at a time each), seen from both sides:
+   the replicas' time in statements (`arengine_db_query_seconds`, SQLite's too), and
+   PostgreSQL's own `active_time` (pg_stat_database: statements executing).
 2. Kills (`--phases kills`): `--jobs` short jobs and `--long-jobs` jobs of `--long-minutes`,
    sent while a random replica is killed every `--kill-every-s` and started again under a new
    name (as a Kubernetes pod would be), so the others take its jobs over after `--job-lease-s`.
@@ -339,28 +340,47 @@ class Throughput:
     replicas: int
     jobs: int
     seconds: float
+    statements_s: float
+    """The replicas' own time in statements (`arengine_db_query_seconds`), the batch's."""
     database_s: float | None
+    """PostgreSQL's active time over the batch (None: SQLite, in the server's process)."""
 
     def row(self) -> str:
         per_minute = self.jobs / self.seconds * 60
-        if self.database_s is None:
-            share = "-"
-        else:
-            per_job = self.database_s / self.jobs * 1000
-            share = f"{per_job:.1f} ms ({self.database_s / (self.seconds * self.replicas):.1%})"
         cells = [self.label, self.replicas, self.jobs, f"{self.seconds:.1f}", f"{per_minute:.1f}"]
-        return "| " + " | ".join(map(str, [*cells, share])) + " |"
+        shares = [self._share(self.statements_s), self._share(self.database_s)]
+        return "| " + " | ".join(map(str, [*cells, *shares])) + " |"
+
+    def _share(self, seconds: float | None) -> str:
+        """Per job, and as a part of the replicas' busy time (one job at a time each)."""
+        if seconds is None:
+            return "-"
+        busy = self.seconds * self.replicas
+        return f"{seconds / self.jobs * 1000:.1f} ms ({seconds / busy:.1%})"
 
 
-def timed_batch(group: Sequence[Replica], files: Sequence[Path]) -> float:
-    """Seconds from the first upload to the last job done."""
+def statement_seconds(group: Sequence[Replica]) -> float:
+    """The replicas' time in the database's statements so far, from their /metrics."""
+    total = 0.0
+    for replica in group:
+        text = httpx.get(f"{replica.url}/metrics", timeout=30).text
+        for line in text.splitlines():
+            if line.startswith("arengine_db_query_seconds_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def timed_batch(group: Sequence[Replica], files: Sequence[Path]) -> tuple[float, float]:
+    """Seconds from the first upload to the last job done, and of them the replicas' in the
+    database's statements (the tool's own polls of the job list included)."""
+    statements = statement_seconds(group)
     begin = time.monotonic()
     sent = send_all(group, files)
     ended, _ = wait_done(group, sent.jobs, 3600)
     failed = [job_id for job_id, job in ended.items() if job["state"] != "done"]
     if failed:
         raise RuntimeError(f"jobs failed: {failed[:5]}")
-    return time.monotonic() - begin
+    return time.monotonic() - begin, statement_seconds(group) - statements
 
 
 def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> list[Throughput]:
@@ -369,9 +389,8 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
     logs = folder / "logs-sqlite"
     logs.mkdir()
     with replicas(1, server_flags(sqlite, args, 7 * 86400), {}, logs) as group:
-        rows.append(
-            Throughput("one server, SQLite", 1, len(files), timed_batch(group, files), None)
-        )
+        seconds, statements = timed_batch(group, files)
+        rows.append(Throughput("one server, SQLite", 1, len(files), seconds, statements, None))
     for count in range(1, args.replicas + 1):
         database = Postgres()
         database.start()
@@ -384,12 +403,11 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
                 # a busy backend reports at most once a second, an idle one within 10 s.
                 time.sleep(STATISTICS_S)
                 before = database.active_s()
-                seconds = timed_batch(group, files)
+                seconds, statements = timed_batch(group, files)
                 time.sleep(STATISTICS_S)
+                active = database.active_s() - before
                 rows.append(
-                    Throughput(
-                        "PostgreSQL", count, len(files), seconds, database.active_s() - before
-                    )
+                    Throughput("PostgreSQL", count, len(files), seconds, statements, active)
                 )
         finally:
             database.stop()

@@ -11,15 +11,16 @@ the same `ARENGINE_DATABASE_URL` (a PostgreSQL started here in a temporary direc
 1. Throughput (`--phases throughput`): `--jobs` jobs of `--job-minutes` sent at once, timed from
    the first upload to the last job done, on one server with its embedded SQLite store, then on
    1, 2 and 3 (`--replicas`) replicas sharing the PostgreSQL; with the database's share of the
-   replicas' time: PostgreSQL's own `active_time` (pg_stat_database: statements executing)
-   over the replicas' busy time (wall time x replicas, one job at a time each).
+   replicas' busy time (wall time x replicas, one job at a time each), seen from both sides:
+   the replicas' time in statements (`arengine_db_query_seconds`, SQLite's too), and
+   PostgreSQL's own `active_time` (pg_stat_database: statements executing).
 2. Kills (`--phases kills`): `--jobs` short jobs and `--long-jobs` jobs of `--long-minutes`,
    sent while a random replica is killed every `--kill-every-s` and started again under a new
    name (as a Kubernetes pod would be), so the others take its jobs over after `--job-lease-s`.
    Checked: every acknowledged job (202) is done exactly once (one "done" record in all the
-   replicas' logs), its tags equal to a direct recognition's (`POST /v1/recognize` of the same
-   file); after the retention time (60 s, the least allowed) nothing is left in the data
-   directory nor in the database's job tables.
+   replicas' logs), its tags (read as soon as it is done) equal to a direct recognition's
+   (`POST /v1/recognize` of the same file); after the retention time (`--retention-s`) nothing
+   is left in the data directory nor in the database's job tables.
 
 Prints Markdown tables; exits 1 when a check fails. Real servers on 127.0.0.1 only.
 """
@@ -31,241 +32,36 @@ import json
 import os
 import random
 import re
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 
+from loadtests.cluster import (
+    Postgres,
+    Replica,
+    Sent,
+    Tags,
+    direct_tags,
+    replicas,
+    send_all,
+    wait_done,
+    wait_forgotten,
+)
 from loadtests.recordings import write_recording
-from tests.postgres import PostgreSQL
 
-RETENTION_S = 60.0
-"""The least `job_retention_s` allows: the kills phase waits for it, then for the next sweep."""
 DONE = re.compile(r"^job (\S+): done, \d+ tags$")
 """The log line a replica writes once its finish of a job is recorded (arengine/jobs/runner.py)."""
 STATISTICS_S = 11.0
 """Longer than PostgreSQL takes to report an idle backend's statistics (PGSTAT_IDLE_INTERVAL)."""
-KEPT_TABLES = re.compile(r"alembic|reference|fingerprint|hash|librar")
-"""Tables that outlive every job (the schema's version, fingerprint libraries)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Postgres(PostgreSQL):
-    """The tests' PostgreSQL (tests/postgres.py: initdb and pg_ctl in a temporary folder, run as
-    `nobody` when this process is root), but durable as a real one is (fsync on), since the
-    database's share of the time is measured; its jobs in the database `arengine`."""
-
-    def start(self) -> None:
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
-                  "-t", "60", "start")  # fmt: skip
-        self.query("CREATE DATABASE arengine", "postgres")
-
-    def query(self, sql: str, database: str = "arengine") -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.url(database), autocommit=True) as connection:
-            cursor = connection.execute(sql.encode())
-            return [] if cursor.description is None else list(cursor.fetchall())
-
-    def active_s(self) -> float:
-        """Seconds the database's sessions spent executing statements, as far as its backends
-        have reported them (a busy one at most once a second, an idle one within 10 s)."""
-        rows = self.query("SELECT active_time FROM pg_stat_database WHERE datname = 'arengine'")
-        return float(rows[0][0] or 0.0) / 1000
-
-    def job_rows(self) -> dict[str, int]:
-        """Rows of every table but those that outlive the jobs."""
-        tables = self.query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
-        )
-        names = [name for (name,) in tables if not KEPT_TABLES.search(name)]
-        return {name: self.query(f'SELECT count(*) FROM "{name}"')[0][0] for name in names}
-
-
-@dataclass
-class Replica:
-    """One `arengine serve`, started again (under a new name) after each kill; its log lines
-    appended to one file across its lives."""
-
-    index: int
-    flags: list[str]
-    env: dict[str, str]
-    log: Path
-    port: int = field(default_factory=free_port)
-    lives: int = 0
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.lives += 1
-        name = ["--replica-name", f"r{self.index}-{self.lives}"]
-        command = [sys.executable, "-m", "arengine", "serve", "--port", str(self.port)]
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [*command, "--log-level", "info", *name, *self.flags],
-                env={**os.environ, **self.env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 180
-        while not ready(self.url):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"replica {self.index} did not become ready: see {self.log}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-            self.process = None
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=120)
-            self.process = None
-
-
-def ready(url: str) -> bool:
-    try:
-        return httpx.get(url + "/readyz", timeout=5).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-@contextmanager
-def replicas(
-    count: int, flags: list[str], env: dict[str, str], logs: Path
-) -> Iterator[list[Replica]]:
-    started = [Replica(i, flags, env, logs / f"replica-{i}.log") for i in range(count)]
-    try:
-        for replica in started:
-            replica.start()
-        yield started
-    finally:
-        for replica in started:
-            replica.stop()
-
-
-@dataclass(frozen=True)
-class Sent:
-    """The jobs acknowledged (id to its recording) and the uploads that got no answer."""
-
-    jobs: dict[str, Path]
-    unanswered: int
-
-
-def send_all(group: Sequence[Replica], files: Sequence[Path], workers: int = 4) -> Sent:
-    """Each file as a job (`--models speech`), to the replicas in turn; a refused or lost upload
-    is sent again to the next one (a lost one may have been stored: counted as unanswered)."""
-    lock = threading.Lock()
-    jobs: dict[str, Path] = {}
-    unanswered = 0
-
-    def send(number: int, path: Path) -> None:
-        nonlocal unanswered
-        for attempt in range(1000):
-            url = group[(number + attempt) % len(group)].url
-            try:
-                with path.open("rb") as body:
-                    response = httpx.post(
-                        f"{url}/v1/jobs", params={"model": "speech"}, files={"file": body},
-                        timeout=600,
-                    )  # fmt: skip
-            except httpx.TransportError:
-                with lock:
-                    unanswered += 1
-                time.sleep(0.2)
-                continue
-            if response.status_code == 202:
-                with lock:
-                    jobs[response.json()["id"]] = path
-                return
-            if response.status_code not in (502, 503):
-                raise RuntimeError(f"POST /v1/jobs: {response.status_code} {response.text}")
-            time.sleep(float(response.headers.get("retry-after", "1")))
-        raise RuntimeError(f"{path} was never accepted")
-
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(send, range(len(files)), files))
-    return Sent(jobs, unanswered)
-
-
-def listed(group: Sequence[Replica]) -> list[dict[str, Any]] | None:
-    """Every job, from the first replica that answers."""
-    for replica in group:
-        try:
-            response = httpx.get(f"{replica.url}/v1/jobs", timeout=30)
-        except httpx.TransportError:
-            continue
-        if response.status_code == 200:
-            jobs: list[dict[str, Any]] = response.json()["jobs"]
-            return jobs
-    return None
-
-
-def wait_done(group: Sequence[Replica], ids: set[str], timeout_s: float) -> dict[str, Any]:
-    """The jobs `ids` once each has ended (done or failed), by id."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        jobs = listed(group) or []
-        ended = {job["id"]: job for job in jobs if job["state"] in {"done", "failed", "cancelled"}}
-        if ids <= set(ended):
-            return ended
-        time.sleep(1.0)
-    raise RuntimeError(f"jobs still running after {timeout_s:.0f} s")
-
-
-def wait_forgotten(group: Sequence[Replica], timeout_s: float) -> None:
-    """Until no job is listed any more (each removed past its retention), or `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if listed(group) == []:
-            return
-        time.sleep(5)
-
-
-def result_tags(group: Sequence[Replica], job_id: str) -> list[dict[str, Any]]:
-    for replica in group:
-        try:
-            response = httpx.get(f"{replica.url}/v1/jobs/{job_id}/result", timeout=120)
-        except httpx.TransportError:
-            continue
-        response.raise_for_status()
-        tags: list[dict[str, Any]] = response.json()["tags"]
-        return tags
-    raise RuntimeError("no replica answers")
-
-
-def direct_tags(url: str, path: Path) -> list[dict[str, Any]]:
-    with path.open("rb") as body:
-        response = httpx.post(
-            f"{url}/v1/recognize", params={"model": "speech"}, files={"file": body}, timeout=1200
-        )
-    response.raise_for_status()
-    tags: list[dict[str, Any]] = response.json()["tags"]
-    return tags
 
 
 def done_records(logs: Sequence[Path]) -> Counter[str]:
@@ -318,28 +114,47 @@ class Throughput:
     replicas: int
     jobs: int
     seconds: float
+    statements_s: float
+    """The replicas' own time in statements (`arengine_db_query_seconds`), the batch's."""
     database_s: float | None
+    """PostgreSQL's active time over the batch (None: SQLite, in the server's process)."""
 
     def row(self) -> str:
         per_minute = self.jobs / self.seconds * 60
-        if self.database_s is None:
-            share = "-"
-        else:
-            per_job = self.database_s / self.jobs * 1000
-            share = f"{per_job:.1f} ms ({self.database_s / (self.seconds * self.replicas):.1%})"
         cells = [self.label, self.replicas, self.jobs, f"{self.seconds:.1f}", f"{per_minute:.1f}"]
-        return "| " + " | ".join(map(str, [*cells, share])) + " |"
+        shares = [self._share(self.statements_s), self._share(self.database_s)]
+        return "| " + " | ".join(map(str, [*cells, *shares])) + " |"
+
+    def _share(self, seconds: float | None) -> str:
+        """Per job, and as a part of the replicas' busy time (one job at a time each)."""
+        if seconds is None:
+            return "-"
+        busy = self.seconds * self.replicas
+        return f"{seconds / self.jobs * 1000:.1f} ms ({seconds / busy:.1%})"
 
 
-def timed_batch(group: Sequence[Replica], files: Sequence[Path]) -> float:
-    """Seconds from the first upload to the last job done."""
+def statement_seconds(group: Sequence[Replica]) -> float:
+    """The replicas' time in the database's statements so far, from their /metrics."""
+    total = 0.0
+    for replica in group:
+        text = httpx.get(f"{replica.url}/metrics", timeout=30).text
+        for line in text.splitlines():
+            if line.startswith("arengine_db_query_seconds_sum"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def timed_batch(group: Sequence[Replica], files: Sequence[Path]) -> tuple[float, float]:
+    """Seconds from the first upload to the last job done, and of them the replicas' in the
+    database's statements (the tool's own polls of the job list included)."""
+    statements = statement_seconds(group)
     begin = time.monotonic()
     sent = send_all(group, files)
-    ended = wait_done(group, set(sent.jobs), 3600)
+    ended, _ = wait_done(group, sent.jobs, 3600)
     failed = [job_id for job_id, job in ended.items() if job["state"] != "done"]
     if failed:
         raise RuntimeError(f"jobs failed: {failed[:5]}")
-    return time.monotonic() - begin
+    return time.monotonic() - begin, statement_seconds(group) - statements
 
 
 def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> list[Throughput]:
@@ -348,9 +163,8 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
     logs = folder / "logs-sqlite"
     logs.mkdir()
     with replicas(1, server_flags(sqlite, args, 7 * 86400), {}, logs) as group:
-        rows.append(
-            Throughput("one server, SQLite", 1, len(files), timed_batch(group, files), None)
-        )
+        seconds, statements = timed_batch(group, files)
+        rows.append(Throughput("one server, SQLite", 1, len(files), seconds, statements, None))
     for count in range(1, args.replicas + 1):
         database = Postgres()
         database.start()
@@ -363,12 +177,11 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
                 # a busy backend reports at most once a second, an idle one within 10 s.
                 time.sleep(STATISTICS_S)
                 before = database.active_s()
-                seconds = timed_batch(group, files)
+                seconds, statements = timed_batch(group, files)
                 time.sleep(STATISTICS_S)
+                active = database.active_s() - before
                 rows.append(
-                    Throughput(
-                        "PostgreSQL", count, len(files), seconds, database.active_s() - before
-                    )
+                    Throughput("PostgreSQL", count, len(files), seconds, statements, active)
                 )
         finally:
             database.stop()
@@ -406,47 +219,66 @@ def kills(args: argparse.Namespace, folder: Path, short: list[Path], long: list[
     data = folder / "shared-kills"
     logs = folder / "kills"
     logs.mkdir()
-    flags = server_flags(data, args, RETENTION_S)
+    flags = server_flags(data, args, args.retention_s)
     try:
         with replicas(args.replicas, flags, env, logs) as group:
             direct = {path: direct_tags(group[0].url, path) for path in {*short, *long}}
             killer = Killer(group, args.kill_every_s, args.seed)
             killer.start()
-            sent = send_all(group, files)
-            ended = wait_done(group, set(sent.jobs), args.timeout_s)
+            jobs: dict[str, Path] = {}
+            with ThreadPoolExecutor(1) as sender:
+                sending = sender.submit(send_all, group, files, jobs)
+                ended, tags = wait_done(
+                    group, jobs, args.timeout_s, fetch=True, sending=lambda: not sending.done()
+                )
+                sent = sending.result()
             killer.stopping.set()
             killer.join()
-            return report_kills(group, database, data, sent, ended, direct, killer.kills, logs)
+            outcome = Outcome(sent, ended, tags, killer.kills)
+            return report_kills(group, database, data, outcome, direct, logs, args.retention_s)
     finally:
         database.stop()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the kills phase saw: the jobs sent, how each ended, their tags, the kills made."""
+
+    sent: Sent
+    ended: dict[str, Any]
+    tags: dict[str, Tags | None]
+    kills: int
 
 
 def report_kills(
     group: Sequence[Replica],
     database: Postgres,
     data: Path,
-    sent: Sent,
-    ended: dict[str, Any],
-    direct: dict[Path, list[dict[str, Any]]],
-    killed: int,
+    outcome: Outcome,
+    direct: Mapping[Path, Tags],
     logs: Path,
+    retention_s: float,
 ) -> bool:
+    sent, killed = outcome.sent, outcome.kills
     records = done_records(sorted(logs.glob("replica-*.log")))
-    not_done = [i for i in sent.jobs if ended[i]["state"] != "done"]
+    not_done = [i for i in sent.jobs if outcome.ended[i]["state"] != "done"]
     twice = [i for i in sent.jobs if records[i] > 1]
     unlogged = [i for i in sent.jobs if records[i] == 0]
-    different = [i for i, path in sent.jobs.items() if result_tags(group, i) != direct[path]]
+    gone = [i for i in sent.jobs if i not in not_done and outcome.tags.get(i) is None]
+    different = [
+        i for i, path in sent.jobs.items() if outcome.tags.get(i) not in (None, direct[path])
+    ]
     lines = [
         f"{len(sent.jobs)} jobs acknowledged, {sent.unanswered} uploads unanswered, {killed} kills",
         f"not done: {len(not_done)}; done more than once: {len(twice)}",
-        f"tags unlike a direct recognition's: {len(different)}",
+        f"tags unlike a direct recognition's: {len(different)}; result gone unread: {len(gone)}",
         f"done, with no log record (a kill between the finish and its line): {len(unlogged)}",
     ]
     print("\n" + "\n".join(lines))
-    wait_forgotten(group, RETENTION_S + 3 * 60)
+    wait_forgotten(group, retention_s + 3 * 60)
     files, rows = leftover_files(data), database.job_rows()
     print(f"after retention: {len(files)} files left {files[:5]}, rows left {rows}")
-    return not (not_done or twice or different or files or any(rows.values()))
+    return not (not_done or twice or gone or different or files or any(rows.values()))
 
 
 def main() -> None:
@@ -462,6 +294,10 @@ def main() -> None:
     parser.add_argument("--kill-every-s", type=float, default=20.0)
     parser.add_argument("--job-lease-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=3 * 3600, help="kills phase, to done")
+    parser.add_argument(
+        "--retention-s", type=float, default=120.0,
+        help="kills phase: job_retention_s, then waited for (60 at least)",
+    )  # fmt: skip
     parser.add_argument("--phases", default="throughput,kills")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()

@@ -210,7 +210,7 @@ def test_the_replicas_benchmark_finds_files_left_in_the_data_directory(tmp_path:
 def test_the_replicas_benchmark_starts_postgres_and_counts_the_job_rows() -> None:
     """Its own PostgreSQL (initdb and pg_ctl in a temporary folder, as root too) and the rows a
     job leaves, the schema's version and the fingerprint libraries apart."""
-    from loadtests.replicas import Postgres
+    from loadtests.cluster import Postgres
 
     database = Postgres()
     database.start()

@@ -310,9 +310,10 @@ def main() -> None:
         rows = throughput(args, folder, files)
         print(f"\nload average at the end: {os.getloadavg()}")
         print(
-            "| store | replicas | jobs | s to all done | jobs a minute | database per job (share) |"
+            "| store | replicas | jobs | s to all done | jobs a minute | statements per job "
+            "(share), the replicas' view | PostgreSQL's active time per job (share) |"
         )
-        print("|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|")
         for row in rows:
             print(row.row())
     if "kills" in phases:

@@ -12,7 +12,9 @@ test:
 	.venv/bin/mypy
 	.venv/bin/mkdocs build --strict --quiet
 	rm -rf .coverage-data && mkdir -p .coverage-data
-	.venv/bin/coverage run -m pytest
+	# One pytest-xdist worker a core; coverage measures the workers as it does the servers the
+	# tests start (pyproject's [tool.coverage.run] patch), and combine joins their data.
+	.venv/bin/coverage run -m pytest -n auto
 	.venv/bin/coverage combine -q
 	.venv/bin/coverage report
 
@@ -24,7 +26,7 @@ test-fast:
 	.venv/bin/ruff check arengine client tests loadtests models docs
 	.venv/bin/ruff format --check arengine client tests loadtests models docs
 	.venv/bin/mypy
-	.venv/bin/pytest -q -m "not slow and not container"
+	.venv/bin/pytest -q -n auto -m "not slow and not container"
 
 # Benchmarks (not tests): quick versions of every experiment; FULL=1 for BENCHMARKS.md's lengths.
 bench:

@@ -51,6 +51,33 @@ def speech_model() -> SpeechModel:
     return SpeechModel.from_silero_package()
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), the tests that share a
+    module-scoped fixture (a server, a loaded model, a recording) go to one worker as a group, so
+    the fixture is set up once, not once per worker; the other tests go wherever a worker is
+    free. A test already in a group (`xdist_group`) stays in it. On the workers the heaviest go
+    first (the groups, then the tests marked slow) so the quick ones fill the end of the run,
+    and the container tests last (pyproject's `--no-loadscope-reorder` keeps this order)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        fixtures = info.name2fixturedefs.values() if info is not None else []
+        if any(defs and defs[-1].scope not in ("function", "session") for defs in fixtures):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    if hasattr(config, "workerinput"):  # the same order on every worker: the sort is stable
+        items.sort(
+            key=lambda item: (
+                item.get_closest_marker("container") is not None,
+                item.get_closest_marker("xdist_group") is None,
+                item.get_closest_marker("slow") is None,
+            )
+        )
+
+
 RecordingFactory = Callable[..., Recording]
 
 

@@ -23,17 +23,24 @@ def _ours(item: pytest.Item) -> bool:
     return HERE in Path(str(item.fspath)).parents
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before tests/conftest.py groups them by module
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ours = [item for item in items if _ours(item)]
     for item in ours:
         item.add_marker(pytest.mark.container)
+        # Under pytest-xdist, on one worker: the containers are named, and one at a time.
+        if config.pluginmanager.hasplugin("xdist"):
+            item.add_marker(pytest.mark.xdist_group("container"))
     # Last, in their own order (the sort is stable): by then the image is built.
     items.sort(key=_ours)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # After `-m` and `-k` have deselected: no build when no container test will run.
-    if session.config.option.collectonly or _BUILDS:
+    # After `-m` and `-k` have deselected: no build when no container test will run. Under
+    # pytest-xdist every worker collects the whole suite: the first starts the build, and another
+    # that runs the container tests waits for it (deploy/image.sh runs under a lock) in `image`.
+    worker = getattr(session.config, "workerinput", {}).get("workerid", "gw0")
+    if session.config.option.collectonly or _BUILDS or worker != "gw0":
         return
     if any(_ours(item) for item in session.items):
         _BUILDS.append(ImageBuild())

@@ -183,7 +183,9 @@ def start_server(
             preexec_fn=None if open_files is None else limit,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log, upload_dir)
-    deadline = time.monotonic() + 120
+    # Loading and warming up the models takes a server most of its start; under coverage, beside
+    # another pytest-xdist worker's server and the image build, that is minutes on 2 cores.
+    deadline = time.monotonic() + 300
     path = "/readyz" if wait_ready else "/healthz"
     while time.monotonic() < deadline and process.poll() is None:
         try:

@@ -175,6 +175,7 @@ def test_a_render_runs_off_the_event_loop(client: InProcessClient) -> None:
     assert status == 200 and answered_meanwhile > 0
 
 
+@pytest.mark.slow  # 200,001 tags parsed before they are counted
 def test_a_result_of_too_many_tags_is_refused(client: InProcessClient) -> None:
     tag = {"start": 0.0, "end": 0.0, "label": "x", "score": 0.5}
     body = json.dumps(_notes_result([tag] * (MAX_RESULT_TAGS + 1)))

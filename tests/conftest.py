@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -51,28 +52,31 @@ def speech_model() -> SpeechModel:
     return SpeechModel.from_silero_package()
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`make test` runs `-n auto`), each test module goes to one worker as a
+    unit, so its module-scoped fixtures (a server from `serve`, a model, a recording) are set up
+    once, not once per worker; the container suite goes to one worker as one unit (its
+    containers are named, and the image is built once). pytest-xdist's own `loadgroup` cannot
+    be used here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "tests/container" if module.startswith("tests/container/") else module
+
+    return ByModule(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), the tests that share a
-    module-scoped fixture (a server, a loaded model, a recording) go to one worker as a group, so
-    the fixture is set up once, not once per worker; the other tests go wherever a worker is
-    free. A test already in a group (`xdist_group`) stays in it. On the workers the heaviest go
-    first (the groups, then the tests marked slow) so the quick ones fill the end of the run,
-    and the container tests last (pyproject's `--no-loadscope-reorder` keeps this order)."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        info = getattr(item, "_fixtureinfo", None)
-        fixtures = info.name2fixturedefs.values() if info is not None else []
-        if any(defs and defs[-1].scope not in ("function", "session") for defs in fixtures):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    if hasattr(config, "workerinput"):  # the same order on every worker: the sort is stable
+    """On the pytest-xdist workers, the modules holding `slow` tests are handed out first, so the
+    quick ones fill the end of the run; the container tests stay last (pyproject's
+    `--no-loadscope-reorder` keeps this order; the sort is stable, the same on every worker)."""
+    if hasattr(config, "workerinput"):
         items.sort(
             key=lambda item: (
                 item.get_closest_marker("container") is not None,
-                item.get_closest_marker("xdist_group") is None,
                 item.get_closest_marker("slow") is None,
             )
         )

@@ -23,14 +23,11 @@ def _ours(item: pytest.Item) -> bool:
     return HERE in Path(str(item.fspath)).parents
 
 
-@pytest.hookimpl(tryfirst=True)  # before tests/conftest.py groups them by module
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # marked before tests/conftest.py orders the workers' tests
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ours = [item for item in items if _ours(item)]
     for item in ours:
         item.add_marker(pytest.mark.container)
-        # Under pytest-xdist, on one worker: the containers are named, and one at a time.
-        if config.pluginmanager.hasplugin("xdist"):
-            item.add_marker(pytest.mark.xdist_group("container"))
     # Last, in their own order (the sort is stable): by then the image is built.
     items.sort(key=_ours)
 

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import numpy as np
@@ -53,6 +53,36 @@ def phrases(tmp_path_factory: pytest.TempPathFactory) -> Phrases:
 @pytest.fixture(scope="session")
 def speech_model() -> SpeechModel:
     return SpeechModel.from_silero_package()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (`make test` runs `-n auto`), each test module goes to one worker as a
+    unit, so its module-scoped fixtures (a server from `serve`, a model, a recording) are set up
+    once, not once per worker; the container suite goes to one worker as one unit (its
+    containers are named, and the image is built once). pytest-xdist's own `loadgroup` cannot
+    be used here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "tests/container" if module.startswith("tests/container/") else module
+
+    return ByModule(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On the pytest-xdist workers, the modules holding `slow` tests are handed out first, so the
+    quick ones fill the end of the run; the container tests stay last (pyproject's
+    `--no-loadscope-reorder` keeps this order; the sort is stable, the same on every worker)."""
+    if hasattr(config, "workerinput"):
+        items.sort(
+            key=lambda item: (
+                item.get_closest_marker("container") is not None,
+                item.get_closest_marker("slow") is None,
+            )
+        )
 
 
 RecordingFactory = Callable[..., Recording]
@@ -160,7 +190,9 @@ def start_server(
             preexec_fn=None if open_files is None else limit,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log, upload_dir)
-    deadline = time.monotonic() + 120
+    # Loading and warming up the models takes a server most of its start; under coverage, beside
+    # another pytest-xdist worker's server and the image build, that is minutes on 2 cores.
+    deadline = time.monotonic() + 300
     path = "/readyz" if wait_ready else "/healthz"
     while time.monotonic() < deadline and process.poll() is None:
         try:

@@ -16,6 +16,7 @@ from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
 SHIPPED = sorted(DEFAULT_MODELS_DIR.glob("*/manifest.toml"))
 
 
+@pytest.mark.slow  # every shipped model loaded and timed
 def test_models_readme_table_is_the_one_the_manifests_give() -> None:
     loaded, failures = load_models(DEFAULT_MODELS_DIR)
     assert failures == []

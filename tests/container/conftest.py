@@ -23,6 +23,7 @@ def _ours(item: pytest.Item) -> bool:
     return HERE in Path(str(item.fspath)).parents
 
 
+@pytest.hookimpl(tryfirst=True)  # marked before tests/conftest.py orders the workers' tests
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ours = [item for item in items if _ours(item)]
     for item in ours:
@@ -32,8 +33,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # After `-m` and `-k` have deselected: no build when no container test will run.
-    if session.config.option.collectonly or _BUILDS:
+    # After `-m` and `-k` have deselected: no build when no container test will run. Under
+    # pytest-xdist every worker collects the whole suite: the first starts the build, and another
+    # that runs the container tests waits for it (deploy/image.sh runs under a lock) in `image`.
+    worker = getattr(session.config, "workerinput", {}).get("workerid", "gw0")
+    if session.config.option.collectonly or _BUILDS or worker != "gw0":
         return
     if any(_ours(item) for item in session.items):
         _BUILDS.append(ImageBuild())

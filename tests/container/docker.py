@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ def docker(
 
 _DAEMONS: list[subprocess.Popen[bytes]] = []
 """The dockerd this module started, if any."""
+
+BUILD_LOCK = Path(tempfile.gettempdir()) / "arengine-image-build.lock"
+"""Held while deploy/image.sh runs (util-linux `flock`)."""
 
 PID_FILE = Path("/var/run/docker.pid")
 """dockerd refuses to start while this names a process, live or not."""
@@ -73,8 +77,10 @@ def engine_unavailable() -> str | None:
 
 def build_image() -> None:
     """`make image`, reusing the image when its inputs are unchanged."""
+    # Under a lock, held by the script itself: two pytest-xdist workers never build at once, and
+    # the second finds the image the first built (--reuse).
     done = subprocess.run(
-        [str(ROOT / "deploy" / "image.sh"), "--reuse"],
+        ["flock", str(BUILD_LOCK), str(ROOT / "deploy" / "image.sh"), "--reuse"],
         capture_output=True,
         text=True,
         check=False,

@@ -93,6 +93,7 @@ def long_recording(recording: RecordingFactory) -> Recording:
     return recording("long.wav", rate=16000, pieces=pieces)
 
 
+@pytest.mark.slow  # the long recording through the engine and through silero-vad
 def test_segmented_concurrent_path_agrees_with_silero_sequential(
     speech_model: SpeechModel, long_recording: Recording
 ) -> None:

@@ -24,6 +24,8 @@ from arengine.settings import Settings
 from arengine.types import Result, Stage, Tag
 from tests.music import speech_and_melodies
 
+pytestmark = pytest.mark.slow  # the notes and music models beside speech
+
 SEGMENT_S = 4.0
 MODELS = ("speech", "notes", "music")
 LIMITS = AudioLimits(

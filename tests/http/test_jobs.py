@@ -442,6 +442,7 @@ def test_a_full_data_directory_fails_a_running_job_visibly_and_is_logged_once(
     ]
 
 
+@pytest.mark.slow  # an app of its own, and three recognitions
 def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
     models_dir: Path, tmp_path: Path, recording: RecordingFactory
 ) -> None:

@@ -107,6 +107,16 @@ def table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+def top_frames(samples: list[tuple[list[str], int]], possible: float, top: int) -> str:
+    """The innermost Python frames that held the GIL most, with their area, as Markdown rows."""
+    frames: Counter[tuple[str, str]] = Counter()
+    for stack, count in samples:
+        frames[(stack[-1].split(" (", 1)[0], area_of(stack))] += count
+    rows = [f"| `{name}` | {area} | {count / possible:.1%} |" for (name, area), count in
+            frames.most_common(top)]  # fmt: skip
+    return "\n".join(["| innermost frame | area | share of wall time |", "|---|---|---|", *rows])
+
+
 def recordings(folder: Path, minutes: float, m4a: bool) -> list[Path]:
     """The threads-against-processes recordings, `minutes` long, written once."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -142,6 +152,7 @@ def profile(
     flags: list[str],
     native: bool,
     port: int = 8870,
+    top: int = 0,
 ) -> tuple[float, dict[str, float]]:
     """One server under `clients` x `rounds` posts of `path`: the load's wall seconds, the
     shares."""
@@ -160,7 +171,10 @@ def profile(
         finally:
             recorder.send_signal(2)  # py-spy writes its output on SIGINT
             recorder.wait(60)
-    return wall, shares(read_raw(raw), rate * wall)
+    samples = read_raw(raw)
+    if top:
+        print(top_frames(samples, rate * wall, top), flush=True)
+    return wall, shares(samples, rate * wall)
 
 
 def main() -> None:
@@ -176,6 +190,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--native", action="store_true", help="py-spy --native (costlier)")
     parser.add_argument("--port", type=int, default=8870)
+    parser.add_argument("--top", type=int, default=0, help="list the N innermost frames too")
     parser.add_argument(
         "--server-flag", action="append", default=[], help="passed to `arengine serve`"
     )
@@ -193,6 +208,7 @@ def main() -> None:
             args.server_flag,
             args.native,
             args.port,
+            args.top,
         )
         print(
             f"{path.name}: {args.clients} clients x {args.rounds} posts in {wall:.1f} s", flush=True

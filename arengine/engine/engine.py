@@ -158,6 +158,7 @@ class Engine:
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
             parallel_decoding=self.settings.parallel_decoding,
+            decode_in_child=self.settings.decode_in_child,
             on_tags=on_tags,
             stream=stream,
             arrival=arrival,

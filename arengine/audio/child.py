@@ -200,6 +200,14 @@ def _server() -> _ForkServer:
         return _SERVER[0]
 
 
+def start() -> None:
+    """Start the fork server now (it imports the decoders while the server loads its models),
+    so the first compressed upload does not wait for it. Where it cannot be started, uploads
+    are decoded in process (each request tries again)."""
+    with contextlib.suppress(OSError):
+        _server()
+
+
 def _stop() -> None:
     """At exit: the fork server ends once its socket closes (children decoding finish alone)."""
     with _SERVER_LOCK:

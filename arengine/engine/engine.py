@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from arengine.audio import child
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
@@ -94,6 +95,8 @@ class Engine:
     def load_models(self) -> None:
         """Load and warm up the models; ready when this returns with at least one loaded."""
         settings = self.settings
+        if settings.decode_in_child:
+            child.start()
         names = settings.models.split(",") if settings.models else None
         folder = settings.models_dir or DEFAULT_MODELS_DIR
         self.models, self.failures = load_models(folder, names, settings.segment_s)

@@ -79,6 +79,10 @@ class Settings(BaseSettings):
         False,
         description="Decode a long MP3, M4A/MP4 or FLAC for one model in parts (segments_ahead // 2, each at least a minute), each by an `ffmpeg` child process, all at once, where the ffmpeg program is on PATH: one request finishes sooner, concurrent requests slower, and damaged packets only warn. Off, or without the program: in the server's process (PyAV), from the start.",
     )
+    decode_in_child: bool = Field(
+        True,
+        description="Decode compressed uploads (every format FFmpeg decodes) in a child process forked per request, which writes the mono samples to the server through a pipe: the per-packet Python runs off the server's GIL, the samples and every check are the in-process decoder's, and a crash ends that request alone. Off: in the server's process (PyAV).",
+    )
     read_while_uploading: bool = Field(
         True,
         description="Start recognising a PCM WAV of declared length once its header has arrived, each segment once its bytes have (the response still comes after the whole body). Off: every upload is recognised once complete.",

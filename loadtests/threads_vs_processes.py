@@ -1,13 +1,17 @@
 """Threads versus processes: one server with N engine threads against N single-thread servers.
 
-    python -m loadtests.threads_vs_processes loadtests/out/35min.wav [--n 2] [--rounds 2]
+    python -m loadtests.threads_vs_processes loadtests/out/35min.wav [--n 2] [--rounds 2] [--runs 3]
     python -m loadtests.threads_vs_processes loadtests/out/35min-44k.mp3 \
         --server-flag=--parallel-decoding
 
 Both set-ups get the same load (N clients, each posting the recording `--rounds` times; in the
-process set-up each client has its own server) and intra-op 1. Reported: wall time, throughput
-(audio seconds per second), the servers' CPU seconds (what a busy shared machine distorts less
-than wall time) and the sum of their peak RSS.
+process set-up each client has its own server) and intra-op 1, `--runs` times, alternating
+(threads first). Reported per run: wall time, throughput (audio seconds per second), the servers'
+CPU seconds (what a busy shared machine distorts less than wall time; their children's too: the
+`ffmpeg` parts, the decoders' fork server and the children it forked), the sum of their peak RSS,
+and the peak RSS of their decoders' fork servers (`arengine/audio/child.py`, one per server,
+started by the first compressed upload; the forked children come and go and are not counted);
+then each run's ratios.
 """
 
 from __future__ import annotations
@@ -44,10 +48,38 @@ def load(ports: list[int], clients: int, data: bytes, rounds: int) -> float:
     return time.perf_counter() - started
 
 
+def helpers(pid: int) -> list[int]:
+    """The server's child processes still running (its decoders' fork server)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():  # each thread's children: an engine
+        with contextlib.suppress(FileNotFoundError):  # thread starts the fork server
+            found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def helpers_mib(pid: int) -> float:
+    """Peak RSS of the server's child processes still running, in MiB."""
+    total = 0.0
+    for child in helpers(pid):
+        with contextlib.suppress(FileNotFoundError, RuntimeError):
+            total += memory_mib(child, "VmHWM")
+    return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the server, of its children that ended, and of those still running with
+    theirs that ended (the fork server waits for each decoding child)."""
+    total = cpu_seconds(pid)
+    for child in helpers(pid):
+        with contextlib.suppress(FileNotFoundError):
+            total += cpu_seconds(child)
+    return total
+
+
 def measure(
-    path: Path, n: int, rounds: int, processes: bool, flags: list[str]
-) -> tuple[float, float, float]:
-    ports = [8850 + i for i in range(n if processes else 1)]
+    path: Path, n: int, rounds: int, processes: bool, flags: list[str], port: int = 8850
+) -> tuple[float, float, float, float]:
+    ports = [port + i for i in range(n if processes else 1)]
     threads = "1" if processes else str(n)
     with contextlib.ExitStack() as stack:
         servers = [
@@ -56,10 +88,11 @@ def measure(
             )[0]
             for port in ports
         ]
-        cpu = sum(cpu_seconds(server.pid) for server in servers)
+        cpu = sum(tree_cpu_seconds(server.pid) for server in servers)
         wall = load(ports, n, path.read_bytes(), rounds)
-        cpu = sum(cpu_seconds(server.pid) for server in servers) - cpu
-        return wall, cpu, sum(memory_mib(server.pid, "VmHWM") for server in servers)
+        cpu = sum(tree_cpu_seconds(server.pid) for server in servers) - cpu
+        rss = sum(memory_mib(server.pid, "VmHWM") for server in servers)
+        return wall, cpu, rss, sum(helpers_mib(server.pid) for server in servers)
 
 
 def main() -> None:
@@ -69,6 +102,8 @@ def main() -> None:
     parser.add_argument("path", type=Path)
     parser.add_argument("--n", type=int, default=available_cpus())
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=1, help="alternating runs of both set-ups")
+    parser.add_argument("--port", type=int, default=8850, help="the first server's port")
     parser.add_argument(
         "--server-flag", action="append", default=[], help="passed to every `arengine serve`"
     )
@@ -78,25 +113,33 @@ def main() -> None:
     )
     audio = probe(args.path, limits).duration_s * args.n * args.rounds
     print(
-        "| set-up | wall s | throughput (x real time) | server CPU s | audio s per CPU s "
-        "| total peak RSS MiB |"
+        "| run | set-up | wall s | throughput (x real time) | server CPU s | audio s per CPU s "
+        "| total peak RSS MiB | decoders' fork servers MiB |"
     )
-    print("|---|---|---|---|---|---|")
-    results = {}
-    for processes in (False, True):
-        wall, cpu, rss = measure(args.path, args.n, args.rounds, processes, args.server_flag)
-        name = (
-            f"{args.n} processes x 1 engine thread"
-            if processes
-            else f"1 process x {args.n} engine threads"
-        )
-        results[processes] = rss
-        print(
-            f"| {name} | {wall:.1f} | {audio / wall:.0f}x | {cpu:.2f} | {audio / cpu:.0f} "
-            f"| {rss:.0f} |",
-            flush=True,
-        )
-    print(f"\nRSS ratio threads/processes: {results[False] / results[True]:.2f}")
+    print("|---|---|---|---|---|---|---|---|")
+    ratios = []
+    for run in range(1, args.runs + 1):
+        results = {}
+        for processes in (False, True):
+            wall, cpu, rss, helpers = measure(
+                args.path, args.n, args.rounds, processes, args.server_flag, args.port
+            )
+            name = (
+                f"{args.n} processes x 1 engine thread"
+                if processes
+                else f"1 process x {args.n} engine threads"
+            )
+            results[processes] = (wall, rss)
+            print(
+                f"| {run} | {name} | {wall:.1f} | {audio / wall:.0f}x | {cpu:.2f} "
+                f"| {audio / cpu:.0f} | {rss:.0f} | {helpers:.0f} |",
+                flush=True,
+            )
+        (threads_wall, threads_rss), (processes_wall, processes_rss) = results[False], results[True]
+        ratios.append((processes_wall / threads_wall, threads_rss / processes_rss))
+    print()
+    for run, (speed, memory) in enumerate(ratios, 1):
+        print(f"run {run}: threads/processes throughput {speed:.2f}x, RSS ratio {memory:.2f}")
 
 
 if __name__ == "__main__":

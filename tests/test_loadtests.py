@@ -250,3 +250,34 @@ def test_the_references_benchmark_fills_both_backends_alike(
     assert [r.title for r in file.references()] == [r.title for r in shared.references()]
     file.database.dispose()
     database.dispose()
+
+
+def test_gil_profile_sorts_samples_into_areas_by_the_innermost_frame_naming_one() -> None:
+    from loadtests.gil_profile import ENGINE, area_of, shares, table
+
+    site = "/venv/lib/python3.11/site-packages"
+    loop = [
+        f"run_forever ({site}/../asyncio/base_events.py:607)",
+        f"run ({site}/uvicorn/server.py:1)",
+    ]
+    src = "/src/arengine"
+    pool = [f"_work ({src}/engine/pool.py:149)", f"_run ({src}/engine/job.py:243)"]
+    samples = [
+        ([*loop, f"_on_part_data ({src}/http/uploads.py:9)", "find (<frozen x>:1)"], 3),
+        ([*loop, f"data_received ({site}/uvicorn/protocols/http/httptools_impl.py:1)"], 2),
+        ([*pool, f"_decode ({src}/engine/job.py:281)", f"decode ({src}/audio/decode.py:1)"], 4),
+        ([*pool, f"_infer ({src}/engine/job.py:342)", f"push ({src}/kinds/speech/tagger.py:1)"], 1),
+        ([*pool, f"_infer ({src}/engine/job.py:312)", "sum (/np/_core/fromnumeric.py:1)"], 5),
+        ([*pool, f"take ({src}/engine/job.py:175)"], 1),
+    ]
+    assert [area_of(frames) for frames, _ in samples] == [
+        "multipart and spooling",
+        "HTTP and event loop",
+        "decoding",
+        "post-processing",
+        "inference glue",
+        ENGINE,
+    ]
+    row = shares(samples, possible=32)
+    assert row["total"] == 0.5 and row["inference glue"] == 5 / 32
+    assert "| **all** | **50%** |" in table({"x.wav": row})

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import av
 import numpy as np
@@ -32,6 +32,9 @@ from arengine.audio.tee import Tee
 from arengine.errors import CorruptAudio, ErrorCode, InvalidInput, TooLarge
 from arengine.settings import MAX_PACKET_BYTES, size_text
 from arengine.types import AudioInfo
+
+if TYPE_CHECKING:
+    from arengine.audio.child import ChildDecoding
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
@@ -290,12 +293,18 @@ class Decoding:
         max_frames: int,
         arrival: Arrival | None = None,
         block_frames: int = BLOCK_FRAMES,
+        in_child: bool = False,
     ) -> None:
         self._probed = info
         self.block_frames = block_frames
         self.report = DecodeReport()
-        blocks = read_blocks(path, info, max_frames, self.report, block_frames, arrival)
-        mono = to_mono(blocks, bounded=is_integer_pcm(info))
+        self._child = _child(path, info, max_frames, self.report, block_frames, in_child, arrival)
+        mono: Iterator[np.ndarray]
+        if self._child is not None:
+            mono = iter(self._child)
+        else:
+            blocks = read_blocks(path, info, max_frames, self.report, block_frames, arrival)
+            mono = to_mono(blocks, bounded=is_integer_pcm(info))
         self._tee = Tee(mono, info.sample_rate, [rates] if isinstance(rates, int) else rates)
         self._first = self._tee.reader(0)
 
@@ -314,12 +323,36 @@ class Decoding:
         return self._tee.held_samples(index)
 
     def close(self) -> None:
-        """Stop decoding and release the file."""
+        """Stop decoding (and its child) and release the file."""
         self._tee.close()
+        if self._child is not None:
+            self._child.close()
 
     def info(self) -> AudioInfo:
         """What was decoded: the probed info with the decoded length, truncation and warnings."""
         return self.report.finish(self._probed)
+
+
+def _child(
+    path: Path,
+    info: AudioInfo,
+    max_frames: int,
+    report: DecodeReport,
+    block_frames: int,
+    wanted: bool,
+    arrival: Arrival | None,
+) -> ChildDecoding | None:
+    """The file's blocks decoded in a child (`child.py`) when `wanted` and FFmpeg decodes the
+    whole file (not one still arriving); None (decoded in process) otherwise, or where no child
+    can be had."""
+    from arengine.audio.child import ChildDecoding, usable  # child.py runs this module's chain
+
+    if not wanted or arrival is not None or not usable(info):
+        return None
+    try:
+        return ChildDecoding(path, info, max_frames, report, block_frames)
+    except (OSError, RuntimeError):
+        return None
 
 
 def decode(
@@ -328,7 +361,8 @@ def decode(
     rates: int | Sequence[int],
     max_frames: int,
     arrival: Arrival | None = None,
+    in_child: bool = False,
 ) -> Decoding:
     """The whole chain: mono float32 blocks at `rates` from a file probed as `info` (still
-    arriving, with `arrival`)."""
-    return Decoding(path, info, rates, max_frames, arrival)
+    arriving, with `arrival`); with `in_child`, FFmpeg's formats decoded in a child process."""
+    return Decoding(path, info, rates, max_frames, arrival, in_child=in_child)

@@ -53,6 +53,8 @@ class Reading:
     """A long seekable file for one model may be decoded from several offsets at once."""
     arrival: Arrival | None = None
     """Set when the upload is a WAV still arriving: read as it arrives."""
+    in_child: bool = False
+    """FFmpeg's formats are decoded in a child process (`child.py`), off the server's GIL."""
 
 
 class SegmentSources:
@@ -132,7 +134,7 @@ def segment_sources(
     rates = [model.sample_rate for model in models]
     live = reading.arrival is not None and reading.arrival.open_ended
     block = live_block_frames(info.sample_rate) if live else file_block_frames(info)
-    decoding = Decoding(path, info, rates, max_frames, reading.arrival, block)
+    decoding = Decoding(path, info, rates, max_frames, reading.arrival, block, reading.in_child)
     per_model = tuple(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )

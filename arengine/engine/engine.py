@@ -10,6 +10,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from arengine.audio import child
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
@@ -98,6 +99,8 @@ class Engine:
         `database`: the server database every replica shares (PostgreSQL), where fingerprint
         models keep their references; None keeps them in each model's folder."""
         settings = self.settings
+        if settings.decode_in_child:
+            child.start()
         names = settings.models.split(",") if settings.models else None
         folder = settings.models_dir or DEFAULT_MODELS_DIR
         self.models, self.failures = load_models(folder, names, settings.segment_s, database)
@@ -162,6 +165,7 @@ class Engine:
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
             parallel_decoding=self.settings.parallel_decoding,
+            decode_in_child=self.settings.decode_in_child,
             on_tags=on_tags,
             stream=stream,
             arrival=arrival,

@@ -72,6 +72,8 @@ class JobSpec:
     parallel_decoding: bool = False
     """Decode a long seekable file for one model in parts, by `ffmpeg` children at once
     (`arengine/audio/parts.py`)."""
+    decode_in_child: bool = False
+    """Decode FFmpeg's formats in a child process forked per request (`arengine/audio/child.py`)."""
     arrival: Arrival | None = None
     """Set when `path` is a WAV still being uploaded: read as it arrives (`audio/arrival.py`)."""
     name: str | None = None
@@ -262,7 +264,13 @@ class Job:
         info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
         self._recording_time_defaults(recorded_at(spec.path, spec.name))
         models = [ModelInput(run.plan, run.recognizer.sample_rate) for run in self._runs]
-        reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
+        reading = Reading(
+            spec.limits,
+            spec.segments_ahead,
+            spec.parallel_decoding,
+            spec.arrival,
+            in_child=spec.decode_in_child,
+        )
         sources = segment_sources(spec.path, info, models, reading)
         with self._lock:
             for run, source in zip(self._runs, sources.per_model, strict=True):

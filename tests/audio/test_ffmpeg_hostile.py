@@ -32,11 +32,37 @@ LIMITS = AudioLimits(
 
 
 def _decoded(path: Path) -> AudioInfo:
+    """What decoding `path` finds, in the server's process and in a child (`child.py`, the
+    server's default): the same answer, samples, report or error, either way."""
     info = probe(path, LIMITS)
-    blocks = decode(path, info, 16000, int(LIMITS.max_duration_s * info.sample_rate))
-    for _ in blocks:
-        pass
-    return blocks.info()
+    found = [_decode_once(path, info, in_child) for in_child in (False, True)]
+    (samples, answer, error), (child_samples, child_answer, _) = found
+    assert child_answer == answer
+    assert np.array_equal(child_samples, samples)
+    if error is not None:
+        raise error
+    assert isinstance(answer, AudioInfo)
+    return answer
+
+
+def _decode_once(
+    path: Path, info: AudioInfo, in_child: bool
+) -> tuple[np.ndarray, object, ArengineError | None]:
+    blocks = decode(
+        path, info, 16000, int(LIMITS.max_duration_s * info.sample_rate), None, in_child
+    )
+    taken: list[np.ndarray] = []
+    try:
+        taken.extend(blocks)
+    except ArengineError as error:
+        return np.concatenate([np.zeros(0, np.float32), *taken]), _told(error), error
+    finally:
+        blocks.close()
+    return np.concatenate([np.zeros(0, np.float32), *taken]), blocks.info(), None
+
+
+def _told(error: ArengineError) -> tuple[type, str, str]:
+    return type(error), error.code.value, error.message
 
 
 @pytest.fixture

@@ -34,6 +34,19 @@ HIGHEST_MIDI = 107
 """B7 (3951 Hz); CREPE's highest bin is 2006 Hz, so the top octave is never reached."""
 
 
+def _runs(medians: np.ndarray) -> list[tuple[int, int, int]]:
+    """`(begin, end, midi)` of each run of frames of one note: voiced (a median), rounded into
+    `LOWEST_MIDI..HIGHEST_MIDI`, the same note as the frame before."""
+    voiced = ~np.isnan(medians)
+    midi = np.zeros(len(medians), np.int64)
+    midi[voiced] = np.rint(medians[voiced])  # round half to even, as `round` does
+    usable = voiced & (midi >= LOWEST_MIDI) & (midi <= HIGHEST_MIDI)
+    same = usable[1:] & usable[:-1] & (midi[1:] == midi[:-1])
+    begins = np.flatnonzero(usable & np.r_[True, ~same])
+    ends = np.flatnonzero(usable & np.r_[~same, True]) + 1
+    return list(zip(begins.tolist(), ends.tolist(), midi[begins].tolist(), strict=True))
+
+
 def note_name(midi: int) -> str:
     """Scientific pitch notation: `note_name(69) == "A4"`, `note_name(61) == "C#4"`."""
     return f"{NAMES[midi % 12]}{midi // 12 - 1}"
@@ -147,33 +160,49 @@ class PitchTagger:
         if voiced.any():
             medians[voiced] = np.nanmedian(pitch[voiced], axis=1)
         first = self.window_start + self.half
-        for offset in range(len(pitch)):
-            if not voiced[offset]:
-                self._close(out)
-                continue
-            median = float(medians[offset])
-            frequency = 440 * 2 ** ((median - 69) / 12)
-            periodicity = float(self.window[offset + self.half, 1])
-            self._extend(first + offset, round(median), periodicity, frequency, out)
         done = len(pitch)
+        periodicity = self.window[self.half : self.half + done, 1].tolist()
+        semitones_at = medians.tolist()
+        # Runs of frames of one note are found in numpy; Python steps a note at a time and only
+        # adds within it (a frame at a time, with its checks and calls, held the GIL for each of
+        # CREPE's 100 frames a second).
+        runs = _runs(medians)
+        for begin, end, midi in runs:
+            if self.note is not None and (begin > 0 or not self._continues(first, midi)):
+                self._close(out)  # a frame before it (unvoiced, out of range, another note)
+            self._extend(
+                first + begin,
+                first + end - 1,
+                midi,
+                periodicity[begin:end],
+                semitones_at[begin:end],
+            )
+            if end < done:
+                self._close(out)  # the frame after it
+        if not runs and done and self.note is not None:
+            self._close(out)
         self.window = self.window[done:]
         self.window_start += done
         return out
 
-    def _extend(
-        self, frame: int, midi: int, periodicity: float, frequency: float, out: list[Tag]
-    ) -> None:
-        if not LOWEST_MIDI <= midi <= HIGHEST_MIDI:
-            self._close(out)
-            return
+    def _continues(self, frame: int, midi: int) -> bool:
         note = self.note
-        if note is not None and note.midi == midi and note.last == frame - 1:
-            note.last = frame
-            note.periodicity += periodicity
-            note.frequency += frequency
-            return
-        self._close(out)
-        self.note = _Note(midi, frame, frame, periodicity, frequency)
+        return note is not None and note.midi == midi and note.last == frame - 1
+
+    def _extend(
+        self, first: int, last: int, midi: int, periodicity: list[float], medians: list[float]
+    ) -> None:
+        """Frames `first..last` of one note: the open note's, if any, else a new one. Summed in
+        frame order in Python floats, so the sums are the ones a frame at a time gave."""
+        note = self.note
+        if note is None:
+            note = self.note = _Note(midi, first, first, 0.0, 0.0)
+        periodicity_sum, frequency_sum = note.periodicity, note.frequency
+        for value, median in zip(periodicity, medians, strict=True):
+            periodicity_sum += value
+            frequency_sum += 440 * 2 ** ((median - 69) / 12)
+        note.last = last
+        note.periodicity, note.frequency = periodicity_sum, frequency_sum
 
     def _close(self, out: list[Tag], audio_samples: int | None = None) -> None:
         """End the current note, if any; tag it if it is long enough."""

@@ -8,7 +8,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from arengine.audio.segments import Segmenter
 from arengine.kinds.pitch.recognizer import PitchRecognizer
-from arengine.kinds.pitch.tagger import NOTE_LABELS, PitchParams, PitchTagger, note_name
+from arengine.kinds.pitch.tagger import (
+    HIGHEST_MIDI,
+    LOWEST_MIDI,
+    NOTE_LABELS,
+    PitchParams,
+    PitchTagger,
+    _Note,
+    note_name,
+)
 from arengine.types import Tag
 from tests.conftest import ROOT
 
@@ -169,3 +177,69 @@ def test_medians_of_all_frames_at_once_equal_one_frame_at_a_time(width: int) -> 
     at_once = np.nanmedian(windows[voiced], axis=1)
     one_by_one = [float(np.nanmedian(row)) for row in windows[voiced]]
     assert at_once.tolist() == one_by_one and len(one_by_one) > 1000
+
+
+class _FrameByFrame(PitchTagger):
+    """The tagger as it stepped every frame in Python before runs of one note were stepped at
+    once: the reference the tags must equal to the byte."""
+
+    def _advance(self, rows: np.ndarray) -> list[Tag]:
+        self.window = np.concatenate([self.window, rows])
+        width = 2 * self.half + 1
+        out: list[Tag] = []
+        if len(self.window) < width:
+            return out
+        pitch = sliding_window_view(self.window[:, 0], width)
+        voiced = np.count_nonzero(~np.isnan(pitch), axis=1) > self.half
+        medians = np.full(len(pitch), np.nan)
+        if voiced.any():
+            medians[voiced] = np.nanmedian(pitch[voiced], axis=1)
+        first = self.window_start + self.half
+        for offset in range(len(pitch)):
+            if not voiced[offset]:
+                self._close(out)
+                continue
+            median = float(medians[offset])
+            frequency = 440 * 2 ** ((median - 69) / 12)
+            periodicity = float(self.window[offset + self.half, 1])
+            self._step(first + offset, round(median), periodicity, frequency, out)
+        self.window = self.window[len(pitch) :]
+        self.window_start += len(pitch)
+        return out
+
+    def _step(
+        self, frame: int, midi: int, periodicity: float, frequency: float, out: list[Tag]
+    ) -> None:
+        if not LOWEST_MIDI <= midi <= HIGHEST_MIDI:
+            self._close(out)
+            return
+        note = self.note
+        if note is not None and note.midi == midi and note.last == frame - 1:
+            note.last = frame
+            note.periodicity += periodicity
+            note.frequency += frequency
+            return
+        self._close(out)
+        self.note = _Note(midi, frame, frame, periodicity, frequency)
+
+
+@pytest.mark.parametrize("width", [1, 5, 9])
+def test_runs_of_a_note_at_once_give_the_frame_by_frame_tags_to_the_byte(width: int) -> None:
+    rng = np.random.default_rng(100 + width)
+    frames = 20_000
+    # A wandering melody over the whole range (and past it), with dropouts and noisy voicing.
+    midi = np.clip(np.cumsum(rng.choice([-1, 0, 0, 0, 0, 0, 1], frames)) + 60, 10, 120)
+    hz = 440 * 2 ** ((midi + rng.normal(0, 0.2, frames) - 69) / 12)
+    scores = np.stack([hz, rng.uniform(0.4, 1.0, frames)], axis=1).astype(np.float32)
+    scores[rng.random(frames) < 0.05, 0] = 0
+    params = PitchParams(median_frames=width, min_duration_ms=20)
+    for cuts in ([], sorted(rng.choice(np.arange(1, frames), 50, replace=False).tolist())):
+        taggers = [PitchTagger(params, RATE, 160), _FrameByFrame(params, RATE, 160)]
+        found = []
+        for tagger in taggers:
+            tags: list[Tag] = []
+            for chunk in np.split(scores, cuts):
+                tags += tagger.push(chunk)
+            found.append(tags + tagger.finish(frames * 160))
+        assert len(found[0]) > 300
+        assert found[0] == found[1]

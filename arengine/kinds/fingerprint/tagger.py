@@ -56,7 +56,7 @@ class FingerprintParams(Params):
     kind: ClassVar[str] = "fingerprint"
 
     min_hits: int = param(
-        15, "Matching hashes an occurrence needs (fewer: chance collisions).",
+        20, "Matched anchors an occurrence needs (fewer: chance lines of a large library).",
         Bounds(3, 100000, whole=True),
     )  # fmt: skip
     min_score: float = param(

@@ -74,7 +74,7 @@ def test_repeats_and_back_to_back_references_stay_apart() -> None:
 
 
 def test_too_few_matches_and_removed_references_give_no_tag() -> None:
-    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 15 needed
+    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 20 needed
     assert _tags(_occurrence(1, 100, 0, 40), 1, min_hits=5) != []
     assert _tags(_occurrence(4, 100, 0, 400), 2) == []  # not in the library (removed)
 

@@ -220,6 +220,32 @@ class Settings(BaseSettings):
         None,
         description="Directory of the job store (jobs.sqlite3, uploads/, results/): jobs survive restarts there. Unset turns POST /v1/jobs and the other job endpoints off.",
     )
+    database_url: SecretStr | None = Field(
+        None,
+        description="Database of the jobs (and their leases and events) that every replica shares, and on PostgreSQL of every fingerprint model's references too (on SQLite each model folder keeps its library file): sqlite:///PATH or postgresql://USER@HOST:PORT/NAME (psycopg 3); or database_url_file. Default: sqlite:///DATA_DIR/jobs.sqlite3. A secret: never logged nor shown, its password hidden in every message; prefer ARENGINE_DATABASE_PASSWORD (or its file, or libpq's PGPASSWORD) to a password in a flag.",
+    )
+    database_url_file: Path | None = Field(
+        None,
+        description="File holding database_url (a mounted secret); its surrounding whitespace is ignored.",
+    )
+    database_password: SecretStr | None = Field(
+        None,
+        description="Password of database_url's user, when the URL holds none (environment only, never a flag nor logged); or database_password_file.",
+    )
+    database_password_file: Path | None = Field(
+        None,
+        description="File holding database_password (a mounted secret); its surrounding whitespace is ignored.",
+    )
+    database_pool_size: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="Connections to the database each server keeps open (up to as many again while busy); PostgreSQL's max_connections must hold every replica's share.",
+    )
+    database_migrate: bool = Field(
+        True,
+        description="Bring the database's schema up to date at start (Alembic migrations); off: an operator runs `arengine db upgrade` first, and a server refuses to start on an older schema.",
+    )
     max_running_jobs: int = Field(
         1,
         ge=1,

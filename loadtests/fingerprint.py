@@ -150,7 +150,8 @@ def scaling(folder: Path, sizes: list[int], seconds: float) -> None:
         tags = recognize(recognizer, recording)
         match_s = time.perf_counter() - started
         hits = found(tags, placed, [20.0] * len(placed))
-        library.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in it
+        with library.connection() as connection:  # every page in the file
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         megabytes = os.path.getsize(path) / 1e6
         print(
             f"{size:4d}  {audio_h:11.2f}  {audio_h * 3600 / index_s:10.0f}  "
@@ -213,7 +214,8 @@ def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int
     tags = recognize(FingerprintRecognizer(path, segment_s=30.0), recording)
     match_s = time.perf_counter() - started
     hits = found(tags, placed, [20.0] * len(placed))
-    library.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file
+    with library.connection() as connection:  # every page in the file
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     _report("arengine", audio_s / index_s, 120.0 / match_s, hits, path)
 
 

@@ -163,7 +163,8 @@ def build(folder: Path, refs: int, queries: int, seconds: float) -> tuple[Path, 
         samples = rendered[i] if i < queries else synthetic(i, seconds)
         add_recording(library, f"ref {i}", samples, {})
     index_s = time.perf_counter() - started
-    library.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)")  # every page in the file
+    with library.connection() as connection:  # every page in the file
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     hours = refs * seconds / 3600
     size = os.path.getsize(path) / 1e6 / hours
     print(f"{refs} references ({hours:.2f} h): indexed at {hours * 3600 / index_s:.0f}x real "

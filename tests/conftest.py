@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
@@ -18,6 +19,9 @@ import torch
 
 from arengine.kinds.speech.network import SpeechModel
 from tests.recordings import Recording, compose, speak, write
+
+if TYPE_CHECKING:
+    from tests.postgres import PostgreSQL
 
 torch.set_num_threads(1)
 
@@ -235,3 +239,15 @@ def twenty_minutes(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -
     audio, _ = compose(pieces, 8000, folder, *phrases)
     assert len(audio) / 8000 > 1150
     return write(audio, 8000, folder / "long.flac")
+
+
+@pytest.fixture(scope="session")
+def postgresql() -> Iterator[PostgreSQL]:
+    """A real PostgreSQL for the session (Debian's, started by `tests/postgres.py`); skipped,
+    with the reason, where its programs are not installed."""
+    from tests.postgres import MISSING, available, running_postgresql
+
+    if not available():
+        pytest.skip(MISSING)
+    with running_postgresql() as server:
+        yield server

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -30,6 +31,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 SETUP = ROOT / "deploy" / "setup.sh"
 COMPOSE = ROOT / "deploy" / "compose" / "docker-compose.yml"
 K8S = ROOT / "deploy" / "kubernetes"
+POSTGRES = K8S / "optional" / "postgres"
 KUBERNETES_VERSION = "1.33.0"
 LABELS = {"app.kubernetes.io/name": "arengine", "app.kubernetes.io/component": "server"}
 
@@ -414,19 +416,56 @@ def test_compose_uploads_fit_where_they_are_spooled(
     assert len(set(sources)) == len(sources), "replicas never share an upload dir"
 
 
-def test_compose_replicas_share_one_job_store_on_a_volume_under_their_own_names(
+def test_compose_replicas_share_the_database_and_one_data_volume_under_their_own_names(
     compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A job is reached whichever replica the balancer picks, and survives the containers."""
+    """A job is reached whichever replica the balancer picks, either runs queued jobs, and they
+    survive the containers: one PostgreSQL (the `postgres` service, the password a secret's
+    file, never in the URL) and one named volume for the jobs' files."""
     stores = set()
+    postgres = compose["services"]["postgres"]
     for service in _replicas(compose).values():
-        data_dir = str(_settings(service["environment"], monkeypatch).data_dir)
+        settings = _settings(service["environment"], monkeypatch)
+        assert settings.database_url is not None
+        url = urlsplit(settings.database_url.get_secret_value())
+        assert (url.scheme, url.hostname, url.port) == ("postgresql", "postgres", 5432)
+        assert url.password is None, "the password comes from the secret's file"
+        assert url.username == postgres["environment"]["POSTGRES_USER"]
+        assert url.path == "/" + postgres["environment"]["POSTGRES_DB"]
+        secret = Path(str(settings.database_password_file))
+        assert secret.parent == Path("/run/secrets") and secret.name in service["secrets"]
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
         volumes = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
-        assert volumes[data_dir] in compose["volumes"], "the data dir is a named volume"
-        stores.add(volumes[data_dir])
+        assert volumes[str(settings.data_dir)] in compose["volumes"], "a named volume"
+        stores.add(volumes[str(settings.data_dir)])
     assert len(stores) == 1
     names = [service["hostname"] for service in _replicas(compose).values()]
     assert len(set(names)) == len(names), "each replica takes up its own jobs at restart"
+
+
+def test_compose_postgres_reads_the_same_secret_and_reports_its_health(
+    compose: dict[str, Any],
+) -> None:
+    postgres = compose["services"]["postgres"]
+    assert postgres["image"].split(":")[0] == "postgres", "the official image"
+    environment = postgres["environment"]
+    assert Path(environment["POSTGRES_PASSWORD_FILE"]).name in postgres["secrets"]
+    assert "POSTGRES_PASSWORD" not in environment
+    assert "ports" not in postgres, "reached by the replicas only"
+    test = postgres["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "pg_isready"]
+    assert test[test.index("-U") + 1] == environment["POSTGRES_USER"]
+    assert test[test.index("-d") + 1] == environment["POSTGRES_DB"]
+    volumes = {v.split(":")[1]: v.split(":")[0] for v in postgres["volumes"]}
+    assert Path(environment["PGDATA"]).parent.as_posix() in volumes
+    data = {v.split(":")[0] for s in _replicas(compose).values() for v in s["volumes"]}
+    assert not set(volumes.values()) & data, "the database has a volume of its own"
+    secret = compose["secrets"]["database-password"]["file"]
+    assert _interpolate(secret) == "./database-password"
+    ignored = (COMPOSE.parent / ".gitignore").read_text().split()
+    assert "database-password" in ignored, "a password file is never committed"
+    for service in _replicas(compose).values():
+        assert "/readyz" in " ".join(service["healthcheck"]["test"])
 
 
 def test_balancer_agrees_with_the_server_settings(
@@ -474,12 +513,18 @@ def test_compose_local_override_swaps_only_images(compose: dict[str, Any]) -> No
         assert name in compose["services"]
         assert set(service) <= {"image", "profiles"}
     assert override["services"]["grafana"]["profiles"] == ["grafana"]
-    for name in ("balancer", "prometheus"):
+    for name in ("balancer", "prometheus", "postgres"):
         image = override["services"][name]["image"]
         dockerfile = (
             COMPOSE.parent / "local" / f"{image.split(':')[0].removeprefix('arengine-')}.Dockerfile"
         )
         assert dockerfile.is_file(), dockerfile
+    built = re.search(
+        r"^for name in ([\w ]+); do", (COMPOSE.parent / "local" / "build.sh").read_text(), re.M
+    )
+    assert built, "local/build.sh builds each local image in one loop"
+    local = {s["image"] for s in override["services"].values() if "image" in s}
+    assert {f"arengine-{name}:local" for name in built.group(1).split()} == local
 
 
 def test_compose_grafana_is_provisioned(compose: dict[str, Any]) -> None:
@@ -549,7 +594,7 @@ def kustomization() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def resources(kustomization: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The resources `kubectl apply -k` applies: the interactive server's (named `arengine`) by
-    kind, the others by kind and name (`StatefulSet/arengine-jobs`)."""
+    kind, the others by kind and name (`PersistentVolumeClaim/arengine-data`)."""
     loaded = [_load(K8S / name) for name in kustomization["resources"]]
     by_kind = {_key(resource): resource for resource in loaded}
     assert len(by_kind) == len(loaded), "one resource of each kind and name"
@@ -561,9 +606,8 @@ def _key(resource: dict[str, Any]) -> str:
     return resource["kind"] if name == "arengine" else f"{resource['kind']}/{name}"
 
 
-JOBS = "StatefulSet/arengine-jobs"
-WORKLOADS = ("Deployment", JOBS)
-"""The pod templates: the interactive replicas, and the one pod with the job store."""
+WORKLOADS = ("Deployment",)
+"""The pod templates: the replicas, each of them serving requests and running jobs."""
 
 
 def test_kustomization_lists_every_manifest(kustomization: dict[str, Any]) -> None:
@@ -700,8 +744,6 @@ def test_labels_and_selectors_match(resources: dict[str, dict[str, Any]]) -> Non
 
 def test_service_monitor_selects_the_service(resources: dict[str, dict[str, Any]]) -> None:
     monitor, service = resources["ServiceMonitor"], resources["Service"]
-    jobs_labels = resources["Service/arengine-jobs"]["metadata"]["labels"]
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= jobs_labels.items()
     # Structural check of the CRD (its schema is not among the built-in Kubernetes ones).
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(monitor) <= {"apiVersion", "kind", "metadata", "spec"}
@@ -738,56 +780,103 @@ def test_kustomization_image_override_names_the_deployments_image(
     """`images:` only rewrites containers whose image name matches it exactly."""
     names = {entry["name"] for entry in kustomization["images"]}
     images = {_container(resources[workload])["image"] for workload in WORKLOADS}
-    assert len(images) == 1, "the jobs pod runs the same image"
+    assert len(images) == 1
     assert images.pop().rsplit(":", 1)[0] in names
 
 
-def test_jobs_run_on_one_pod_with_the_store_on_a_claim_of_its_own(
+def test_every_replica_runs_jobs_on_the_database_and_the_shared_claim(
     resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SQLite (WAL) needs every process using the store on one host, with working POSIX locks:
-    one pod, a ReadWriteOnce claim mounted where ARENGINE_DATA_DIR says, big enough for the store's
-    budget and the uploads accepted just under it, a budget that holds every queued upload; the
-    Deployment's replicas have jobs off."""
-    jobs = resources[JOBS]
-    assert jobs["spec"]["replicas"] == 1, "a second pod would get a claim (and a store) of its own"
-    container = _container(jobs)
+    """Jobs on every pod of the Deployment: the database URL from a file of the Secret's volume
+    (no credentials in the manifests), the data directory on the ReadWriteMany claim, big enough
+    for the store's budget and the uploads accepted just under it, a budget that holds every
+    queued upload; the pods' own names are their replica names."""
+    container = _container(resources["Deployment"])
     env = _env(container)
     settings = _settings(env, monkeypatch)
     assert settings.data_dir is not None
-    assert "ARENGINE_REPLICA_NAME" not in env, "the pod's stable host name names its replica"
-    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
-    claims = {claim["metadata"]["name"]: claim for claim in jobs["spec"]["volumeClaimTemplates"]}
-    claim = claims[mounts[str(settings.data_dir)]]["spec"]
-    assert claim["accessModes"] == ["ReadWriteOnce"], "not RWX: SQLite's locks over NFS"
-    pod_volumes = {volume["name"] for volume in jobs["spec"]["template"]["spec"]["volumes"]}
-    assert mounts[str(settings.data_dir)] not in pod_volumes, "the claim, not an emptyDir"
+    assert "ARENGINE_REPLICA_NAME" not in env, "each pod's name names its replica"
+    assert "ARENGINE_DATABASE_URL" not in env and "ARENGINE_DATABASE_PASSWORD" not in env
+    pod = resources["Deployment"]["spec"]["template"]["spec"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
+    url_file = Path(str(settings.database_url_file))
+    secret_mount = mounts[str(url_file.parent)]
+    assert secret_mount["readOnly"] is True
+    secret = volumes[secret_mount["name"]]["secret"]
+    assert secret["secretName"] == "arengine-database"
+    assert {item["path"]: item["key"] for item in secret["items"]} == {url_file.name: "url"}
+    assert secret["defaultMode"] & 0o007 == 0, "the URL holds a password: not world-readable"
+    assert "Secret" not in {r["kind"] for r in resources.values()}, "the operator makes it"
+    data = volumes[mounts[str(settings.data_dir)]["name"]]
+    claim = resources[f"PersistentVolumeClaim/{data['persistentVolumeClaim']['claimName']}"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "every pod, on any node, mounts it"
     queued = settings.max_queued_jobs * settings.max_upload_bytes
     # The budget counts the queued uploads: a full queue alone must not pass it (new jobs would
     # get 507 before too_many_jobs), and the claim holds it plus the uploads accepted just under.
     assert settings.job_storage_bytes > queued
-    assert _bytes(claim["resources"]["requests"]["storage"]) >= queued + settings.job_storage_bytes
-    assert settings.job_threads == settings.engine_threads, "only jobs come to this pod"
-    deployment_env = _env(_container(resources["Deployment"]))
-    assert "ARENGINE_DATA_DIR" not in deployment_env, "jobs are off on the Deployment"
+    storage = claim["spec"]["resources"]["requests"]["storage"]
+    assert _bytes(storage) >= queued + settings.job_storage_bytes
 
 
-def test_jobs_service_selects_only_the_jobs_pod(resources: dict[str, dict[str, Any]]) -> None:
-    jobs, jobs_service = resources[JOBS], resources["Service/arengine-jobs"]
-    assert jobs["spec"]["serviceName"] == jobs_service["metadata"]["name"]
-    jobs_labels = jobs["spec"]["template"]["metadata"]["labels"]
-    server_labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
-    assert jobs["spec"]["selector"]["matchLabels"].items() <= jobs_labels.items()
-    assert jobs_service["spec"]["selector"].items() <= jobs_labels.items()
-    assert not jobs_service["spec"]["selector"].items() <= server_labels.items()
-    assert not resources["Service"]["spec"]["selector"].items() <= jobs_labels.items()
-    pdb = resources["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]
-    assert not pdb.items() <= jobs_labels.items(), "the PDB counts the Deployment's replicas"
-    ports = {p["name"] for p in _container(jobs)["ports"]}
-    assert {port["targetPort"] for port in jobs_service["spec"]["ports"]} <= ports
+def test_the_deployment_is_the_only_arengine_workload(resources: dict[str, dict[str, Any]]) -> None:
+    """No one-pod jobs StatefulSet, no second Service: the HPA scales every pod that runs jobs."""
+    workloads = [key for key, r in resources.items() if r["kind"] in {"StatefulSet", "DaemonSet"}]
+    assert workloads == []
+    services = [key for key, r in resources.items() if r["kind"] == "Service"]
+    assert services == ["Service"]
 
 
-def test_ingress_sends_jobs_to_the_jobs_pod_and_the_rest_to_the_replicas(
+def test_database_connections_fit_the_example_postgres(
+    resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every pod the HPA may run, and a rollout's surge, with its pool and overflow (2 x
+    database_pool_size) open, plus a few for an operator: within the example's max_connections."""
+    settings = _settings(_env(_container(resources["Deployment"])), monkeypatch)
+    pods = resources["HorizontalPodAutoscaler"]["spec"]["maxReplicas"]
+    surge = resources["Deployment"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"]
+    args = _container(_load(POSTGRES / "statefulset.yaml"))["args"]
+    limit = int(args[args.index("-c") + 1].removeprefix("max_connections="))
+    assert (pods + surge) * 2 * settings.database_pool_size + 5 <= limit
+
+
+def test_the_example_postgres_is_marked_not_for_production_and_matches_its_url() -> None:
+    """optional/postgres/: apart from the base (kubectl apply -k does not bring it), each file
+    says it is not for production, and the URL its instructions give arengine names its user,
+    database, Service and port."""
+    kustomization = _load(POSTGRES / "kustomization.yaml")
+    assert set(kustomization["resources"]) == {p.name for p in POSTGRES.glob("*.yaml")} - {
+        "kustomization.yaml"
+    }
+    for path in POSTGRES.glob("*.yaml"):
+        assert "NOT FOR PRODUCTION" in path.read_text().split("\n", 1)[0], path.name
+    statefulset, service = _load(POSTGRES / "statefulset.yaml"), _load(POSTGRES / "service.yaml")
+    assert statefulset["spec"]["replicas"] == 1
+    urls = re.findall(
+        r"postgresql://(\w+):\S+@([\w-]+):(\d+)/(\w+)",
+        (POSTGRES / "kustomization.yaml").read_text(),
+    )
+    assert urls, "the instructions give the URL of the Secret arengine-database"
+    env = _env(_container(statefulset))
+    ports = {p["name"]: p["containerPort"] for p in _container(statefulset)["ports"]}
+    for user, host, port, database in urls:
+        assert (user, database) == (env["POSTGRES_USER"], env["POSTGRES_DB"])
+        assert host == service["metadata"]["name"] == statefulset["spec"]["serviceName"]
+        assert [int(port)] == [p["port"] for p in service["spec"]["ports"]]
+        assert service["spec"]["ports"][0]["targetPort"] in ports
+    labels = statefulset["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert not LABELS.items() <= labels.items(), "not counted as an arengine replica (PDB, HPA)"
+    assert env["POSTGRES_PASSWORD_FILE"].startswith(
+        next(
+            m["mountPath"]
+            for m in _container(statefulset)["volumeMounts"]
+            if m["name"] == "password"
+        )
+    )
+
+
+def test_ingress_sends_every_path_to_the_replicas(
     resources: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ingress = resources["Ingress"]
@@ -796,15 +885,14 @@ def test_ingress_sends_jobs_to_the_jobs_pod_and_the_rest_to_the_replicas(
         for rule in ingress["spec"]["rules"]
         for path in rule["http"]["paths"]
     }
-    assert set(routes) == {"/v1/jobs", "/"}
-    for path, service in (("/v1/jobs", "Service/arengine-jobs"), ("/", "Service")):
-        kind, backend = routes[path]
-        assert kind == "Prefix"
-        assert backend["name"] == resources[service]["metadata"]["name"]
-        assert backend["port"]["name"] in {
-            port["name"] for port in resources[service]["spec"]["ports"]
-        }
-    settings = _settings(_env(_container(resources[JOBS])), monkeypatch)
+    assert set(routes) == {"/"}, "no route apart for /v1/jobs: every replica runs jobs"
+    kind, backend = routes["/"]
+    assert kind == "Prefix"
+    assert backend["name"] == resources["Service"]["metadata"]["name"]
+    assert backend["port"]["name"] in {
+        port["name"] for port in resources["Service"]["spec"]["ports"]
+    }
+    settings = _settings(_env(_container(resources["Deployment"])), monkeypatch)
     annotations = ingress["metadata"]["annotations"]
     prefix = "nginx.ingress.kubernetes.io/"
     assert _bytes(annotations[prefix + "proxy-body-size"]) == settings.max_upload_bytes

@@ -17,6 +17,7 @@ from loadtests.agreement import frame_f1
 from loadtests.memory_over_time import growth
 from loadtests.recordings import write_recording
 from loadtests.thread_sweep import cpu_seconds
+from tests.postgres import needs_postgresql
 
 
 @pytest.mark.parametrize(
@@ -189,3 +190,54 @@ def test_the_recall_benchmark_judges_offsets_and_factors_at_the_played_speed() -
     assert judge([slow], query)[0] is False  # its factors are 5% off
     other = dataclasses.replace(right, reference="4")
     assert judge([other], query)[::3] == (False, 1)  # nothing found, one wrong tag
+
+
+def test_the_replicas_benchmark_counts_each_recorded_finish_across_the_logs(
+    tmp_path: Path,
+) -> None:
+    """A job whose finish two replicas both recorded is counted twice; lines that are not JSON
+    or were cut by a kill are skipped."""
+    from loadtests.replicas import done_records
+
+    def line(message: str) -> str:
+        return json.dumps({"level": "INFO", "logger": "arengine", "message": message})
+
+    first, second = tmp_path / "replica-0.log", tmp_path / "replica-1.log"
+    first.write_text(
+        "\n".join([line("job a1: running speech"), line("job a1: done, 3 tags"), "INFO: uvicorn"])
+        + '\n{"level": "INFO", "message": "job b2: do'
+    )
+    second.write_text("\n".join([line("job b2: done, 0 tags"), line("job a1: done, 3 tags")]))
+    assert done_records([first, second]) == {"a1": 2, "b2": 1}
+
+
+def test_the_replicas_benchmark_finds_files_left_in_the_data_directory(tmp_path: Path) -> None:
+    from loadtests.replicas import leftover_files
+
+    (tmp_path / "uploads").mkdir()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "claim").write_text("")  # not a job's file
+    assert leftover_files(tmp_path) == []
+    (tmp_path / "results" / "j1.scores").write_bytes(b"x")
+    assert leftover_files(tmp_path) == ["results/j1.scores"]
+
+
+@pytest.mark.slow
+@needs_postgresql()
+def test_the_replicas_benchmark_starts_postgres_and_counts_the_job_rows() -> None:
+    """Its own PostgreSQL (initdb and pg_ctl in a temporary folder, as root too) and the rows a
+    job leaves, the schema's version and the fingerprint libraries apart."""
+    from loadtests.replicas import Postgres
+
+    database = Postgres()
+    database.start()
+    try:
+        database.query("CREATE TABLE jobs (id text); CREATE TABLE alembic_version (v text)")
+        database.query("CREATE TABLE fingerprint_references (id text)")
+        database.query("INSERT INTO jobs VALUES ('a'); INSERT INTO alembic_version VALUES ('1')")
+        database.query("INSERT INTO fingerprint_references VALUES ('r')")
+        assert database.job_rows() == {"jobs": 1}
+        assert database.active_s() >= 0
+    finally:
+        database.stop()
+    assert not database.folder.exists()

@@ -1,6 +1,6 @@
 """The `arengine` command: `serve`, `recognize` (local or `--server`), `models`, progress.
 
-May import: arengine, audio, client, engine, errors, http, jobs, kinds, live, models, outputs,
+May import: arengine, audio, client, db, engine, errors, http, jobs, kinds, live, models, outputs,
 settings, system, types.
 """
 

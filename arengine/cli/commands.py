@@ -1,7 +1,7 @@
 """The command line: `arengine serve` (one flag per setting, generated from `Settings`),
 `arengine recognize` (files through an in-process engine), `arengine listen` (a live stream sent
-to a server), `arengine models` and `arengine references` (a fingerprint model's reference
-library)."""
+to a server), `arengine models`, `arengine references` (a fingerprint model's reference
+library) and `arengine db` (the shared database's schema, and copying it)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,9 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.engine.engine import Engine
 
 log = logging.getLogger("arengine")
-ENV_ONLY = frozenset({"api_keys", "admin_keys", "webhook_secret", "mqtt_password"})
+ENV_ONLY = frozenset(
+    {"api_keys", "admin_keys", "webhook_secret", "mqtt_password", "database_password"}
+)
 """Settings that are secrets: a flag would show them in every user's `ps`."""
 
 ENGINE_SETTINGS = (
@@ -80,8 +82,32 @@ REFERENCES_EXAMPLES = """examples:
   arengine references add jingles take2.flac --title "Station ident"
   arengine references list jingles
   arengine references remove jingles 3
+  arengine references list jingles --database-url postgresql://arengine@db/arengine
 
 exit status: 0 when done, 1 when a file or id was refused, 2 on a usage error"""
+
+
+DB_EXAMPLES = """examples:
+  ARENGINE_DATABASE_URL=postgresql://arengine@db/arengine arengine db upgrade
+  arengine db current --data-dir data
+  arengine db copy --from sqlite:///data/jobs.sqlite3 --to postgresql://arengine@db/arengine \\
+      --models-dir models    # its fingerprint models' library files go to the shared tables
+
+exit status: 0 when done, 1 when the database refused, 2 on a usage error"""
+
+DATABASE_SETTINGS = (
+    "database_url",
+    "database_url_file",
+    "database_password_file",
+    "data_dir",
+    "models_dir",
+)
+"""The settings `arengine db` takes (and ARENGINE_DATABASE_PASSWORD from the environment);
+`copy` reads the fingerprint models' library files of `models_dir`."""
+REFERENCES_DATABASE = (
+    "database_url", "database_url_file", "database_password_file", "database_migrate"
+)  # fmt: skip
+"""The database settings `arengine references` takes: a PostgreSQL URL holds the libraries."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,7 +210,20 @@ def build_parser() -> argparse.ArgumentParser:
     references.add_argument(
         "--title", help="add: the title of the (one) reference, instead of its file name"
     )
-    _add_setting_flags(references, ("models_dir", "max_duration_s"))
+    _add_setting_flags(references, ("models_dir", "max_duration_s", *REFERENCES_DATABASE))
+    db = commands.add_parser(
+        "db",
+        help="migrate the jobs' database, or copy one into another",
+        description="The database the servers share (--database-url, or the SQLite file of "
+        "--data-dir): bring its schema up to date (upgrade), show its revisions (current), or "
+        "copy an embedded SQLite database into an empty PostgreSQL one (copy).",
+        epilog=DB_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    db.add_argument("action", choices=("upgrade", "current", "copy"))
+    db.add_argument("--from", dest="source", metavar="URL", help="copy: the database to read")
+    db.add_argument("--to", dest="target", metavar="URL", help="copy: the empty database to fill")
+    _add_setting_flags(db, DATABASE_SETTINGS)
     return parser
 
 
@@ -302,6 +341,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         from arengine.cli.references import references
 
         sys.exit(references(settings, **options))
+    elif command == "db":
+        from arengine.cli.database import database
+
+        sys.exit(database(settings, **options))
 
 
 def serve(settings: Settings, argv: list[str]) -> None:
@@ -343,11 +386,15 @@ def _check_job_store(settings: Settings) -> None:
     the server starts (where it would be a traceback from the application's start)."""
     if settings.data_dir is None:
         return
+    from arengine.db.engine import open_engine
+    from arengine.db.url import DatabaseUrlError, database_url
     from arengine.jobs.store import JobStore, StoreUnusable
 
     try:
-        JobStore.open(settings.data_dir).close()
-    except StoreUnusable as error:
+        url = database_url(settings)
+        engine = None if url is None else open_engine(url, 1)
+        JobStore.open(settings.data_dir, engine, migrate=settings.database_migrate).close()
+    except (StoreUnusable, DatabaseUrlError, OSError) as error:
         sys.exit(f"arengine: {error}")
 
 

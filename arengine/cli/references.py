@@ -2,7 +2,9 @@
 
 Files are decoded as uploads are (`arengine/kinds/fingerprint/references.py`: the same
 sniffing, limits and decoders), fingerprinted and added in one transaction each. `add` makes the
-model folder `NAME` with its `manifest.toml` and an empty library when missing.
+model folder `NAME` with its `manifest.toml` and an empty library when missing. With a PostgreSQL
+`--database-url` the library is the model's share of that database, the one every replica serves
+(its schema brought up to date first, unless `--no-database-migrate`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
 from arengine.audio.validation import AudioLimits
+from arengine.cli.database import failure
+from arengine.db.engine import open_engine
+from arengine.db.migrate import upgrade
+from arengine.db.url import DatabaseUrlError, database_url, is_postgresql
 from arengine.errors import ArengineError
 from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.references import add_file, library_of
@@ -38,7 +47,33 @@ def references(
         )
         return 2
     try:
-        library = library_of((settings.models_dir or DEFAULT_MODELS_DIR) / name, action == "add")
+        database = _shared_database(settings)
+    except DatabaseUrlError as error:
+        print(f"arengine: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _run(settings, action, name, items, title, database)
+    except SQLAlchemyError as error:
+        url = database_url(settings)
+        where = failure(url, error) if url is not None else str(error)
+        print(f"arengine: {where}", file=sys.stderr)
+        return 1
+    finally:
+        if database is not None:
+            database.dispose()
+
+
+def _run(
+    settings: Settings,
+    action: str,
+    name: str,
+    items: list[str],
+    title: str | None,
+    database: sa.Engine | None,
+) -> int:
+    folder = (settings.models_dir or DEFAULT_MODELS_DIR) / name
+    try:
+        library = library_of(folder, action == "add", database)
     except FileNotFoundError as error:
         print(f"arengine: {error}: add a reference first", file=sys.stderr)
         return 1
@@ -49,6 +84,24 @@ def references(
     for ref in library.references():
         print(f"{ref.id}\t{ref.duration_s:.3f}\t{ref.title}")
     return 0
+
+
+def _shared_database(settings: Settings) -> sa.Engine | None:
+    """The PostgreSQL database `--database-url` names, its schema up to date (unless
+    `--no-database-migrate`); None for the model folder's own file (SQLite, or no URL)."""
+    if settings.database_url is None and settings.database_url_file is None:
+        return None
+    url = database_url(settings)
+    if url is None or not is_postgresql(url):
+        return None
+    engine = open_engine(url, 1)
+    if settings.database_migrate:
+        try:
+            upgrade(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+    return engine
 
 
 def _add(library: Library, files: list[Path], title: str | None, settings: Settings) -> int:

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
@@ -91,12 +93,14 @@ class Engine:
             )
         )
 
-    def load_models(self) -> None:
-        """Load and warm up the models; ready when this returns with at least one loaded."""
+    def load_models(self, database: sa.Engine | None = None) -> None:
+        """Load and warm up the models; ready when this returns with at least one loaded.
+        `database`: the server database every replica shares (PostgreSQL), where fingerprint
+        models keep their references; None keeps them in each model's folder."""
         settings = self.settings
         names = settings.models.split(",") if settings.models else None
         folder = settings.models_dir or DEFAULT_MODELS_DIR
-        self.models, self.failures = load_models(folder, names, settings.segment_s)
+        self.models, self.failures = load_models(folder, names, settings.segment_s, database)
         if self.models:
             self._loaded.set()
         else:

@@ -2,6 +2,6 @@
 `jobs`, `references`, `render`), uploads and their limits (`uploads`, `protocol`), the server's
 lifecycle (`server`) and the error mapping (`errors`). The stages never import it.
 
-May import: arengine, audio, engine, errors, jobs, kinds, live, models, notify, outputs,
+May import: arengine, audio, db, engine, errors, jobs, kinds, live, models, notify, outputs,
 postprocess, settings, system, types.
 """

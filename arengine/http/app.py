@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import sqlalchemy as sa
 import torch
 from anyio import to_thread
 from fastapi import FastAPI
@@ -19,6 +20,9 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
+from arengine.db.engine import PoolReading, open_engine, time_queries
+from arengine.db.migrate import upgrade
+from arengine.db.url import database_url, is_postgresql
 from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
@@ -62,14 +66,16 @@ def create_app(settings: Settings) -> FastAPI:
         engine = Engine(settings, metrics)
         app.state.engine = engine
         _watch(metrics, engine)
-        runner = _jobs(settings, engine)
+        runner = _jobs(settings, engine, metrics)
         app.state.jobs = runner
         if runner is not None:
             metrics.watch_jobs(runner.store)
-        app.state.webhooks = _webhooks(settings, metrics)
+        app.state.webhooks = _webhooks(settings, metrics, runner)
         app.state.mqtt = start_mqtt(settings, metrics)
+        database, own = _shared_database(settings, runner)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
-        threading.Thread(target=_load, args=(engine,), name="arengine-loader", daemon=True).start()
+        loading = (engine, database, settings.database_migrate)
+        threading.Thread(target=_load, args=loading, name="arengine-loader", daemon=True).start()
         try:
             yield
         finally:
@@ -80,6 +86,8 @@ def create_app(settings: Settings) -> FastAPI:
             if runner is not None:
                 runner.close()
             engine.close()
+            if database is not None and own:
+                database.dispose()
             uploads.close()
 
     app = _App(
@@ -139,14 +147,21 @@ class _App(FastAPI):
         return self.openapi_schema
 
 
-def _jobs(settings: Settings, engine: Engine) -> JobRunner | None:
+def _jobs(settings: Settings, engine: Engine, metrics: Metrics) -> JobRunner | None:
     """The job runner over the store in `data_dir` (None: jobs off), started."""
     if settings.data_dir is None:
         return None
     retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
     replica = Replica(_replica_name(settings), settings.job_lease_s)
-    store = JobStore.open(settings.data_dir)
-    runner = JobRunner(store, engine, settings.max_running_jobs, retention, replica)
+    url = database_url(settings)
+    assert url is not None  # the data directory gives one at least
+    database = open_engine(url, settings.database_pool_size)
+    store = JobStore.open(settings.data_dir, database, migrate=settings.database_migrate)
+    metrics.watch_pool(PoolReading(database))
+    time_queries(database, metrics.observe_query)
+    runner = JobRunner(
+        store, engine, settings.max_running_jobs, retention, replica, metrics.observe_takeovers
+    )
     runner.start()
     return runner
 
@@ -155,11 +170,11 @@ def _replica_name(settings: Settings) -> str:
     return settings.replica_name or f"{socket.gethostname()}:{settings.port}"
 
 
-def _webhooks(settings: Settings, metrics: Metrics) -> Webhooks | None:
+def _webhooks(settings: Settings, metrics: Metrics, runner: JobRunner | None) -> Webhooks | None:
     """The job webhooks' senders (None: jobs off, or no webhook secret), their gauges watched."""
-    if settings.data_dir is None:
+    if runner is None:
         return None
-    webhooks = start_webhooks(settings, settings.data_dir, metrics, _replica_name(settings))
+    webhooks = start_webhooks(settings, runner.store.engine, metrics, _replica_name(settings))
     if webhooks is not None:
         metrics.watch_webhooks(webhooks.outbox)
     return webhooks
@@ -188,9 +203,24 @@ def _watch(metrics: Metrics, engine: Engine) -> None:
     )
 
 
-def _load(engine: Engine) -> None:
+def _shared_database(settings: Settings, runner: JobRunner | None) -> tuple[sa.Engine | None, bool]:
+    """The database every replica shares when `database_url` names a PostgreSQL server: the
+    fingerprint models' references live there (the job store's engine when jobs are on: one
+    pool); None with SQLite (each model's folder holds its library file) or no database at all.
+    And whether it is this server's own to dispose of."""
+    url = database_url(settings)
+    if url is None or not is_postgresql(url):
+        return None, False
+    if runner is not None:
+        return runner.store.engine, False
+    return open_engine(url, settings.database_pool_size), True
+
+
+def _load(engine: Engine, database: sa.Engine | None, migrate: bool) -> None:
     try:
-        engine.load_models()
+        if database is not None and migrate:
+            upgrade(database)  # the references' tables before a fingerprint model looks them up
+        engine.load_models(database)
     except Exception:
         log.exception("loading the models failed; the server stays not ready")
 

@@ -1,79 +1,32 @@
-"""The webhook outbox: tables in the job store's SQLite database, so that a job's end and its
-webhook are committed together and a restart (or `kill -9`) loses no delivery.
+"""The webhook outbox: tables in the job store's database, so that a job's end and its webhook
+are committed together and a restart (or `kill -9`) loses no delivery, on whichever replica.
 
 A job with a callback has a row in `webhook_subscriptions`, committed before the job's own row (a
-crash between leaves a subscription no job names, removed later). A trigger on `jobs` turns the
-job's end (queued or running to done, failed or cancelled) into a row of `webhook_outbox` in the
-very transaction that ends the job, whichever code ends it.
+crash between leaves a subscription no job names, removed later). The store turns the job's end
+(queued or running to done, failed or cancelled) into a row of `webhook_outbox` in the very
+transaction that ends the job (`arengine.jobs.store`), on every backend.
 
 An attempt is marked in its row (counted, with the time of the next one) and committed before
 it is sent: a crash during the attempt leaves it counted as failed, retried at that time, and
-never sent again before the receiver answered or the attempt was given up.
+never sent again before the receiver answered or the attempt was given up. Replicas sending at
+once each lock the row they take (`FOR UPDATE SKIP LOCKED` on PostgreSQL).
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from arengine.jobs.store import DATABASE, JobState
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy.engine import URL
 
-_ENDED = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
-_ACTIVE = (JobState.QUEUED, JobState.RUNNING)
-
-
-def _quoted(states: tuple[JobState, ...]) -> str:
-    return ", ".join(f"'{state.value}'" for state in states)
-
-
-_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-"""Unix time in SQLite, with milliseconds."""
-_ISO = "strftime('%Y-%m-%dT%H:%M:%f+00:00', {}, 'unixepoch')"
-
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS webhook_subscriptions (
-    job_id TEXT PRIMARY KEY,
-    url TEXT NOT NULL,
-    created REAL NOT NULL
-)""",
-    """
-CREATE TABLE IF NOT EXISTS webhook_outbox (
-    id TEXT PRIMARY KEY,
-    job_id TEXT NOT NULL,
-    url TEXT NOT NULL,
-    body TEXT NOT NULL,
-    created REAL NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    next_at REAL NOT NULL,
-    sender TEXT,
-    sending_since REAL
-)""",
-    f"""
-CREATE TRIGGER IF NOT EXISTS webhook_on_job_end AFTER UPDATE OF state ON jobs
-WHEN OLD.state IN ({_quoted(_ACTIVE)}) AND NEW.state IN ({_quoted(_ENDED)})
-BEGIN
-    INSERT INTO webhook_outbox (id, job_id, url, body, created, next_at)
-    SELECT 'msg_' || lower(hex(randomblob(16))), s.job_id, s.url,
-        json_object(
-            'type', 'job.' || NEW.state,
-            'id', NEW.id,
-            'state', NEW.state,
-            'model', NEW.model,
-            'error', CASE WHEN NEW.error_code IS NULL THEN NULL
-                ELSE json_object('code', NEW.error_code, 'message', NEW.error_message) END,
-            'created', {_ISO.format("NEW.created")},
-            'finished', {_ISO.format(f"COALESCE(NEW.finished, {_NOW})")}
-        ),
-        {_NOW}, {_NOW}
-    FROM webhook_subscriptions AS s WHERE s.job_id = NEW.id;
-    DELETE FROM webhook_subscriptions WHERE job_id = NEW.id;
-END""",
-)
+from arengine.db.engine import READ, open_engine
+from arengine.db.migrate import upgrade
+from arengine.db.schema import jobs, webhook_outbox, webhook_subscriptions
+from arengine.jobs.store import DATABASE
 
 ORPHAN_AFTER_S = 3600.0
 """A subscription no job names is removed once this old: the job's creation failed after it was
@@ -95,63 +48,60 @@ class Delivery:
 
 
 class Outbox:
-    """The outbox over the job store's database in `folder`; safe to call from any thread.
+    """The outbox in the job store's database `engine`; safe to call from any thread.
 
     >>> import tempfile
-    >>> from arengine.jobs.store import JobStore
     >>> folder = Path(tempfile.mkdtemp())
-    >>> JobStore.open(folder).close()
     >>> outbox = Outbox.open(folder)
     >>> outbox.depth(), outbox.oldest()
     (0, None)
+    >>> outbox.close()
     """
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._db = connection
-        self._lock = threading.Lock()
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
 
     @classmethod
     def open(cls, folder: Path) -> Outbox:
-        """Open the outbox in the job store of `folder` (opened first: it made the database)."""
-        connection = sqlite3.connect(
-            folder / DATABASE, check_same_thread=False, isolation_level=None, timeout=30
-        )
-        connection.execute("PRAGMA synchronous=FULL")
-        with connection:
-            connection.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                connection.execute(statement)
-        return cls(connection)
+        """The outbox in the SQLite job store of `folder` (opened first: it made the database)."""
+        engine = open_engine(URL.create("sqlite", database=str(folder / DATABASE)))
+        upgrade(engine)
+        return cls(engine)
 
     def subscribe(self, job_id: str, url: str) -> None:
         """Commit `url` as the callback of job `job_id`, before the job itself is committed."""
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO webhook_subscriptions VALUES (?, ?, ?)",
-                (job_id, url, time.time()),
+        with self._write() as connection:
+            connection.execute(
+                delete(webhook_subscriptions).where(webhook_subscriptions.c.job_id == job_id)
+            )
+            connection.execute(
+                insert(webhook_subscriptions).values(job_id=job_id, url=url, created=time.time())
             )
 
     def unsubscribe(self, job_id: str) -> None:
         """Forget the callback of a job that was not created after all."""
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM webhook_subscriptions WHERE job_id = ?", (job_id,))
+        with self._write() as connection:
+            connection.execute(
+                delete(webhook_subscriptions).where(webhook_subscriptions.c.job_id == job_id)
+            )
 
     def recover(self, sender: str) -> int:
         """At start-up: the attempts `sender` had in flight when it stopped count as failed (they
         are retried at the time their attempt set), and old subscriptions no job names are
         removed. Returns how many attempts were in flight."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            cursor = self._db.execute(
-                "UPDATE webhook_outbox SET sender = NULL, sending_since = NULL WHERE sender IS ?",
-                (sender,),
+        with self._write() as connection:
+            released = connection.execute(
+                update(webhook_outbox)
+                .where(webhook_outbox.c.sender.is_not_distinct_from(sender))
+                .values(sender=None, sending_since=None)
             )
-            self._db.execute(
-                "DELETE FROM webhook_subscriptions WHERE created < ? "
-                "AND job_id NOT IN (SELECT id FROM jobs)",
-                (time.time() - ORPHAN_AFTER_S,),
+            connection.execute(
+                delete(webhook_subscriptions).where(
+                    webhook_subscriptions.c.created < time.time() - ORPHAN_AFTER_S,
+                    webhook_subscriptions.c.job_id.not_in(select(jobs.c.id)),
+                )
             )
-            return cursor.rowcount
+            return released.rowcount
 
     def claim(
         self, sender: str, now: float, retry_in: Callable[[int], float], stale_s: float
@@ -159,58 +109,81 @@ class Outbox:
         """The webhook due first, its attempt counted and marked as `sender`'s before it is sent
         (a failure or a crash then retries it `retry_in(attempt)` seconds from `now`); None when
         none is due. An attempt marked over `stale_s` ago (its replica stopped) counts as failed."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute(
-                "SELECT id, job_id, url, body, attempts FROM webhook_outbox "
-                "WHERE next_at <= ? AND (sending_since IS NULL OR sending_since < ?) "
-                "ORDER BY next_at LIMIT 1",
-                (now, now - stale_s),
-            ).fetchone()
+        box = webhook_outbox.c
+        query = (
+            select(box.id, box.job_id, box.url, box.body, box.attempts)
+            .where(
+                box.next_at <= now,
+                or_(box.sending_since.is_(None), box.sending_since < now - stale_s),
+            )
+            .order_by(box.next_at)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        with self._write() as connection:
+            row = connection.execute(query).first()
             if row is None:
                 return None
-            attempt = int(row[4]) + 1
-            self._db.execute(
-                "UPDATE webhook_outbox SET attempts = ?, next_at = ?, sender = ?, "
-                "sending_since = ? WHERE id = ?",
-                (attempt, now + retry_in(attempt), sender, now, row[0]),
+            attempt = int(row.attempts) + 1
+            connection.execute(
+                update(webhook_outbox)
+                .where(box.id == row.id)
+                .values(
+                    attempts=attempt,
+                    next_at=now + retry_in(attempt),
+                    sender=sender,
+                    sending_since=now,
+                )
             )
-        return Delivery(str(row[0]), str(row[1]), str(row[2]), str(row[3]).encode(), attempt, now)
+        body = str(row.body).encode()
+        return Delivery(str(row.id), str(row.job_id), str(row.url), body, attempt, now)
 
     def release(self, delivery: Delivery) -> None:
         """The attempt failed: the webhook waits for the time its attempt set (unless a later
         attempt has begun meanwhile, after this one was counted as cut off)."""
-        with self._lock, self._db:
-            self._db.execute(
-                "UPDATE webhook_outbox SET sender = NULL, sending_since = NULL "
-                "WHERE id = ? AND sending_since = ?",
-                (delivery.id, delivery.claimed),
+        box = webhook_outbox.c
+        with self._write() as connection:
+            connection.execute(
+                update(webhook_outbox)
+                .where(and_(box.id == delivery.id, box.sending_since == delivery.claimed))
+                .values(sender=None, sending_since=None)
             )
 
     def remove(self, delivery_id: str) -> None:
         """Delivered, or given up."""
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM webhook_outbox WHERE id = ?", (delivery_id,))
+        with self._write() as connection:
+            connection.execute(delete(webhook_outbox).where(webhook_outbox.c.id == delivery_id))
 
     def depth(self) -> int:
         """Webhooks not yet delivered nor given up."""
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM webhook_outbox").fetchone()[0])
+        with self._read() as connection:
+            count = connection.execute(select(func.count()).select_from(webhook_outbox))
+            return int(count.scalar_one())
 
     def oldest(self) -> float | None:
         """When the oldest webhook waiting was made (its job's end, Unix time)."""
-        with self._lock:
-            row = self._db.execute("SELECT MIN(created) FROM webhook_outbox").fetchone()
-        return None if row[0] is None else float(row[0])
+        with self._read() as connection:
+            oldest = connection.execute(select(func.min(webhook_outbox.c.created))).scalar()
+        return None if oldest is None else float(oldest)
 
     def next_due(self) -> float | None:
         """When the next webhook not in flight is due (Unix time)."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT MIN(next_at) FROM webhook_outbox WHERE sending_since IS NULL"
-            ).fetchone()
-        return None if row[0] is None else float(row[0])
+        query = select(func.min(webhook_outbox.c.next_at)).where(
+            webhook_outbox.c.sending_since.is_(None)
+        )
+        with self._read() as connection:
+            due = connection.execute(query).scalar()
+        return None if due is None else float(due)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as connection:
+            yield connection.execution_options(**READ)

@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 
@@ -93,8 +94,11 @@ class JobRunner:
         threads: int,
         retention: Retention,
         replica: Replica,
+        on_take_over: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
+        self._on_take_over = on_take_over
+        """Told how many jobs each take-over queued again (the metrics' counter)."""
         self._engine = engine
         self._retention = retention
         self._replica = replica
@@ -204,6 +208,8 @@ class JobRunner:
         for job_id in again:
             log.info("job %s: its server stopped reporting; queued again", job_id)
         if again:
+            if self._on_take_over is not None:
+                self._on_take_over(len(again))
             self.notify()
 
     def look_after(self) -> None:
@@ -371,6 +377,7 @@ class JobRunner:
             )
             with self._condition:
                 self._running[record.id] = job
+            stopped = False
             try:
                 while True:
                     try:
@@ -381,7 +388,13 @@ class JobRunner:
                         except BaseException:  # a full disk, say: the job stops with it
                             job.cancel()
                             raise
-                        if not ours:  # removed (perhaps through another replica), or taken over
+                        if not ours and not stopped:
+                            # Removed (perhaps through another replica), or taken over.
+                            stopped = True
+                            log.info(
+                                "job %s: no longer this server's (removed or taken over); stopped",
+                                record.id,
+                            )
                             job.cancel()
             finally:
                 with self._condition:

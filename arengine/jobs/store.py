@@ -1,12 +1,19 @@
-"""The job store: one SQLite database (WAL) in the data directory, uploads and results as files
-beside it.
+"""The job store: job rows in the shared database (`arengine/db/`: the data directory's SQLite
+file, or PostgreSQL for many replicas), uploads and results as files in the data directory.
 
 A job is acknowledged only once its upload is on disk (written, fsynced, renamed into
 `uploads/`) and its row committed; a result is renamed into `results/` before its row says
 `done`. Whatever a crash leaves between those steps (a file with no row, a row marked
-`cancelled`) is removed by `recover` at the next start, once no other server shares the data
-directory: each holds a shared lock on it (`arengine.system.claims`), since another replica's
-upload still arriving, or renamed in just before its row is committed, has no row yet either.
+`cancelled`) is removed by `recover` at the next start. A file no row names may also be another
+replica's upload still arriving, or renamed in just before its row is committed: such files are
+removed at once only when no other server holds the data directory (each holds a shared lock on
+it, `arengine.system.claims`), and otherwise only once they are older than `SWEEP_GRACE_S`; on
+PostgreSQL the lock is not trusted at all (the replicas may be on other hosts, whose locks an
+NFS server may not share), so only the grace applies.
+
+Many replicas take queued jobs at once: on PostgreSQL a claim locks the oldest queued row that no
+other transaction holds (`FOR UPDATE SKIP LOCKED`), so two replicas never take the same job nor
+wait for each other; SQLite has one writer at a time (`BEGIN IMMEDIATE`) and needs nothing more.
 """
 
 from __future__ import annotations
@@ -17,51 +24,55 @@ import logging
 import os
 import secrets
 import sqlite3
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+
+from arengine.db.engine import READ, open_engine
+from arengine.db.migrate import up_to_date, upgrade
+from arengine.db.schema import jobs, webhook_outbox, webhook_subscriptions
+from arengine.db.url import SQLITE_FILE, redacted
 from arengine.system.claims import DirectoryClaim
 
 log = logging.getLogger(__name__)
 
-DATABASE = "jobs.sqlite3"
+DATABASE = SQLITE_FILE
 UPLOADS = "uploads"
 RESULTS = "results"
+SWEEP_GRACE_S = 3600.0
+"""A file no row names is another replica's work in progress until it is this old (an upload
+still arriving is written to all the time; a renamed one gets its row within the second)."""
+_ADD_LOCK = 0x6172_656E_6A6F_6273
+"""PostgreSQL's advisory lock that makes a job's bound check and insert one step across replicas."""
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    owner TEXT,
-    model TEXT NOT NULL,
-    overrides TEXT NOT NULL,
-    stream INTEGER,
-    filename TEXT,
-    state TEXT NOT NULL,
-    done_s REAL NOT NULL DEFAULT 0,
-    duration_s REAL,
-    error_code TEXT,
-    error_message TEXT,
-    created REAL NOT NULL,
-    finished REAL,
-    result TEXT,
-    runner TEXT,
-    heartbeat REAL,
-    read REAL
+_READ = (
+    jobs.c.id,
+    jobs.c.owner,
+    jobs.c.model,
+    jobs.c.overrides,
+    jobs.c.stream,
+    jobs.c.filename,
+    jobs.c.state,
+    jobs.c.done_s,
+    jobs.c.duration_s,
+    jobs.c.error_code,
+    jobs.c.error_message,
+    jobs.c.created,
+    jobs.c.finished,
+    jobs.c.result,
+    jobs.c.read,
 )
-"""
-_ADDED_COLUMNS = {"runner": "TEXT", "heartbeat": "REAL", "read": "REAL"}
-"""Columns a store made by an earlier version lacks: added when it is opened."""
-_COLUMNS = (
-    "id, owner, model, overrides, stream, filename, state, done_s, duration_s, "
-    "error_code, error_message, created, finished, result"
-)
-_READ = f"{_COLUMNS}, read"
-"""What a record is read from: the columns a new job is written with, and when it was read."""
+"""What a record is read from."""
 
 
 class JobState(StrEnum):
@@ -119,33 +130,54 @@ def new_job_id() -> str:
 
 
 class JobStore:
-    """Job rows and their files under one data directory; safe to call from any thread.
+    """Job rows in the database `engine` reaches and their files under `folder`; safe to call
+    from any thread.
 
     >>> import tempfile
     >>> store = JobStore.open(Path(tempfile.mkdtemp()))
     >>> store.get("nothing") is None
     True
+    >>> store.close()
     """
 
-    def __init__(self, folder: Path, connection: sqlite3.Connection, claim: DirectoryClaim) -> None:
+    def __init__(self, folder: Path, engine: Engine, claim: DirectoryClaim) -> None:
         self.folder = folder
         self.uploads = folder / UPLOADS
         self.results = folder / RESULTS
-        self._db = connection
+        self.engine = engine
         self._claim = claim
-        self._lock = threading.Lock()
+        self._shared = engine.dialect.name == "postgresql"
+        """Whether replicas on other hosts may share the store (then the directory's lock is
+        not trusted to say that none is running)."""
 
     @classmethod
-    def open(cls, folder: Path) -> JobStore:
-        """Open (or create) the store in `folder`; `StoreUnusable` names the file and what to
-        do when it cannot be (a damaged database, a folder that cannot be written)."""
+    def open(cls, folder: Path, engine: Engine | None = None, migrate: bool = True) -> JobStore:
+        """Open (or create) the store: its files in `folder`, its rows in `engine`'s database
+        (by default the SQLite file in `folder`), its schema brought up to date unless
+        `migrate` is False (then an older one is refused). `StoreUnusable` names the database
+        and what to do when it cannot be used (a damaged file, a folder that cannot be
+        written, a database that cannot be reached or whose schema is older)."""
+        where = str(folder / DATABASE) if engine is None else redacted(engine.url)
+        sqlite = engine is None or engine.dialect.name == "sqlite"
         try:
             for path in (folder, folder / UPLOADS, folder / RESULTS):
                 path.mkdir(parents=True, exist_ok=True)
-            connection = _connect(folder / DATABASE)
-        except (sqlite3.Error, OSError) as error:
-            raise StoreUnusable(folder / DATABASE, error) from error
-        return cls(folder, connection, DirectoryClaim.hold(folder))
+            if engine is None:
+                engine = open_engine(URL.create("sqlite", database=str(folder / DATABASE)))
+            _check(engine)
+            if migrate:
+                upgrade(engine)
+            elif not up_to_date(engine):
+                raise SchemaBehind("its schema is older than this release's")
+        except SchemaBehind as error:
+            assert engine is not None
+            engine.dispose()
+            raise StoreUnusable(where, error, advice=UPGRADE) from None
+        except (SQLAlchemyError, sqlite3.Error, OSError) as error:
+            if engine is not None:
+                engine.dispose()
+            raise StoreUnusable(where, error, advice=DAMAGED if sqlite else UNREACHABLE) from error
+        return cls(folder, engine, DirectoryClaim.hold(folder))
 
     def upload_path(self, job_id: str) -> Path:
         return self.uploads / f"{job_id}.upload"
@@ -160,96 +192,93 @@ class JobStore:
 
     def add(self, record: JobRecord, limit: int) -> bool:
         """Commit a queued job unless `limit` jobs are queued or running already (False)."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            if self._active() >= limit:
+        with self._write() as connection:
+            if self._shared:  # the count and the insert as one step, whichever replica adds
+                connection.execute(select(func.pg_advisory_xact_lock(_ADD_LOCK)))
+            if _active(connection) >= limit:
                 return False
-            self._db.execute(
-                f"INSERT INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    record.id,
-                    record.owner,
-                    record.model,
-                    json.dumps(dict(record.overrides)),
-                    record.stream,
-                    record.filename,
-                    record.state.value,
-                    record.done_s,
-                    record.duration_s,
-                    None,
-                    None,
-                    record.created,
-                    None,
-                    None,
-                ),
+            connection.execute(
+                insert(jobs).values(
+                    id=record.id,
+                    owner=record.owner,
+                    model=record.model,
+                    overrides=json.dumps(dict(record.overrides)),
+                    stream=record.stream,
+                    filename=record.filename,
+                    state=record.state.value,
+                    done_s=record.done_s,
+                    duration_s=record.duration_s,
+                    created=record.created,
+                )
             )
         return True
 
     def active(self) -> int:
         """Jobs queued or running."""
-        with self._lock:
-            return self._active()
+        with self._read() as connection:
+            return _active(connection)
 
     def get(self, job_id: str) -> JobRecord | None:
-        with self._lock:
-            row = self._db.execute(f"SELECT {_READ} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        with self._read() as connection:
+            row = connection.execute(select(*_READ).where(jobs.c.id == job_id)).first()
         return None if row is None else _record(row)
 
     def owned_by(self, owner: str | None) -> list[JobRecord]:
         """`owner`'s jobs, oldest first (with keys off, owner None: every job)."""
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT {_READ} FROM jobs WHERE owner IS ? ORDER BY created, rowid", (owner,)
-            ).fetchall()
-        return [_record(row) for row in rows]
+        query = (
+            select(*_READ)
+            .where(jobs.c.owner.is_not_distinct_from(owner))
+            .order_by(jobs.c.created, jobs.c.id)
+        )
+        with self._read() as connection:
+            return [_record(row) for row in connection.execute(query)]
 
     def claim_next(self, runner: str = "") -> JobRecord | None:
         """The oldest queued job, now marked running by `runner` (a replica's name); None when
-        none is queued."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute(
-                f"SELECT {_READ} FROM jobs WHERE state = ? ORDER BY created, rowid LIMIT 1",
-                (JobState.QUEUED.value,),
-            ).fetchone()
+        none is queued (or every queued one is being claimed by another replica right now)."""
+        query = (
+            select(*_READ)
+            .where(jobs.c.state == JobState.QUEUED.value)
+            .order_by(jobs.c.created, jobs.c.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)  # PostgreSQL's; SQLite has one writer anyway
+        )
+        with self._write() as connection:
+            row = connection.execute(query).first()
             if row is None:
                 return None
-            self._db.execute(
-                "UPDATE jobs SET state = ?, runner = ?, heartbeat = ? WHERE id = ?",
-                (JobState.RUNNING.value, runner, time.time(), row[0]),
+            connection.execute(
+                update(jobs)
+                .where(jobs.c.id == row.id)
+                .values(state=JobState.RUNNING.value, runner=runner, heartbeat=time.time())
             )
         return replace(_record(row), state=JobState.RUNNING)
 
     def progress(
         self, job_id: str, done_s: float, duration_s: float | None, runner: str = ""
     ) -> bool:
-        """Record a running job's progress (and that `runner` is alive); False when the job is
-        no longer `runner`'s to run (removed, or taken over after `runner` fell silent)."""
-        with self._lock, self._db:
-            cursor = self._db.execute(
-                "UPDATE jobs SET done_s = ?, duration_s = ?, heartbeat = ? "
-                "WHERE id = ? AND state = ? AND runner IS ?",
-                (done_s, duration_s, time.time(), job_id, JobState.RUNNING.value, runner),
+        """Record a running job's progress (and that `runner` is alive: its lease renewed);
+        False when the job is no longer `runner`'s to run (removed, through any replica, or
+        taken over after `runner` fell silent)."""
+        with self._write() as connection:
+            done = connection.execute(
+                update(jobs)
+                .where(_runs(job_id, runner))
+                .values(done_s=done_s, duration_s=duration_s, heartbeat=time.time())
             )
-            return cursor.rowcount == 1
+            return done.rowcount == 1
 
     def take_over(self, silent_since: float) -> list[str]:
         """Queue again the running jobs whose runner has not reported since `silent_since`
         (Unix time): another replica sharing this store stopped. Returns their ids."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            stale = [
-                str(row[0])
-                for row in self._db.execute(
-                    "SELECT id FROM jobs WHERE state = ? AND heartbeat < ?",
-                    (JobState.RUNNING.value, silent_since),
-                )
-            ]
-            self._db.executemany(
-                "UPDATE jobs SET state = ?, runner = NULL WHERE id = ? AND state = ?",
-                [(JobState.QUEUED.value, job_id, JobState.RUNNING.value) for job_id in stale],
+        with self._write() as connection:
+            rows = connection.execute(
+                update(jobs)
+                .where(jobs.c.state == JobState.RUNNING.value, jobs.c.heartbeat < silent_since)
+                .values(state=JobState.QUEUED.value, runner=None)
+                .returning(jobs.c.id)
             )
-        return stale
+            return [str(row.id) for row in rows]
 
     def finish(
         self,
@@ -263,64 +292,77 @@ class JobStore:
     ) -> bool:
         """Mark a running job done (with its result file's name and the recording's duration)
         or failed (with `error`), `finished` then (Unix time; default now); False if it is no
-        longer running (removed meanwhile)."""
+        longer running (removed meanwhile). Its webhook, if it has one, is committed with it."""
         if (error is None) == (result is None):
             raise ValueError("a job finishes with either a result or an error")
         state = JobState.DONE if error is None else JobState.FAILED
-        with self._lock, self._db:
-            cursor = self._db.execute(
-                "UPDATE jobs SET state = ?, error_code = ?, error_message = ?, finished = ?, "
-                "result = ?, duration_s = COALESCE(?, duration_s), done_s = COALESCE(?, done_s) "
-                "WHERE id = ? AND state = ? AND runner IS ?",
-                (
-                    state.value,
-                    None if error is None else error.code,
-                    None if error is None else error.message,
-                    time.time() if finished is None else finished,
-                    result,
-                    duration_s,
-                    duration_s,
-                    job_id,
-                    JobState.RUNNING.value,
-                    runner,
-                ),
-            )
-            return cursor.rowcount == 1
+        with self._write() as connection:
+            ended = connection.execute(
+                update(jobs)
+                .where(_runs(job_id, runner))
+                .values(
+                    state=state.value,
+                    error_code=None if error is None else error.code,
+                    error_message=None if error is None else error.message,
+                    finished=time.time() if finished is None else finished,
+                    result=result,
+                    duration_s=func.coalesce(duration_s, jobs.c.duration_s),
+                    done_s=func.coalesce(duration_s, jobs.c.done_s),
+                )
+                .returning(*_READ)
+            ).first()
+            if ended is not None:
+                _webhook(connection, _record(ended))
+            return ended is not None
 
     def remove(self, job_id: str) -> None:
-        """Cancel and delete a job: marked `cancelled` first, so that a crash midway leaves a
-        row `recover` finishes removing; then its files, then the row."""
-        with self._lock, self._db:
-            self._db.execute(
-                "UPDATE jobs SET state = ? WHERE id = ?", (JobState.CANCELLED.value, job_id)
-            )
+        """Cancel and delete a job: marked `cancelled` first (its webhook committed with it if
+        it had not ended), so that a crash midway leaves a row `recover` finishes removing;
+        then its files, then the row. The replica running it sees at its next progress report
+        that the job is no longer its own, and stops."""
+        active = (JobState.QUEUED.value, JobState.RUNNING.value)
+        with self._write() as connection:
+            cancelled = connection.execute(
+                update(jobs)
+                .where(jobs.c.id == job_id, jobs.c.state.in_(active))
+                .values(state=JobState.CANCELLED.value)
+                .returning(*_READ)
+            ).first()
+            if cancelled is not None:
+                _webhook(connection, _record(cancelled))
+            else:
+                connection.execute(
+                    update(jobs).where(jobs.c.id == job_id).values(state=JobState.CANCELLED.value)
+                )
         self._delete(job_id)
 
     def counts(self) -> dict[str, int]:
         """How many jobs are in each state (by its name), every state included."""
-        with self._lock:
-            rows = self._db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
-        found = {str(state): int(count) for state, count in rows}
+        with self._read() as connection:
+            rows = connection.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state))
+            found = {str(state): int(count) for state, count in rows}
         return {state.value: found.get(state.value, 0) for state in JobState}
 
     def oldest_active(self) -> float | None:
         """When the oldest job queued or running was accepted (Unix time); None if none is."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT MIN(created) FROM jobs WHERE state IN (?, ?)",
-                (JobState.QUEUED.value, JobState.RUNNING.value),
-            ).fetchone()
-        return None if row[0] is None else float(row[0])
+        query = select(func.min(jobs.c.created)).where(
+            jobs.c.state.in_((JobState.QUEUED.value, JobState.RUNNING.value))
+        )
+        with self._read() as connection:
+            oldest = connection.execute(query).scalar()
+        return None if oldest is None else float(oldest)
 
     def mark_read(self, job_id: str) -> None:
         """Note that the owner of ended job `job_id` has been given its outcome (the first time
         counts). A full disk leaves it unread: the side on which nothing is lost."""
         try:
-            with self._lock, self._db:
-                self._db.execute(
-                    "UPDATE jobs SET read = ? WHERE id = ? AND read IS NULL", (time.time(), job_id)
+            with self._write() as connection:
+                connection.execute(
+                    update(jobs)
+                    .where(jobs.c.id == job_id, jobs.c.read.is_(None))
+                    .values(read=time.time())
                 )
-        except sqlite3.OperationalError as error:
+        except SQLAlchemyError as error:
             if not storage_full(error):
                 raise
 
@@ -329,12 +371,13 @@ class JobStore:
         then, while the store's files hold more than `max_bytes`, the ended ones already read
         that ended first: a job nobody has read stays until its retention time. Returns the
         ids removed."""
-        with self._lock:
-            ended = self._db.execute(
-                "SELECT id, finished, read FROM jobs WHERE state IN (?, ?) "
-                "ORDER BY finished, rowid",
-                (JobState.DONE.value, JobState.FAILED.value),
-            ).fetchall()
+        query = (
+            select(jobs.c.id, jobs.c.finished, jobs.c.read)
+            .where(jobs.c.state.in_((JobState.DONE.value, JobState.FAILED.value)))
+            .order_by(jobs.c.finished, jobs.c.id)
+        )
+        with self._read() as connection:
+            ended = connection.execute(query).all()
         total = self.size()
         removed: list[str] = []
         for job_id, finished, read in ended:
@@ -363,120 +406,201 @@ class JobStore:
     def recover(self, runner: str = "") -> list[str]:
         """At start-up of replica `runner`: the jobs it left running when it stopped are queued
         again (they go on from their kept scores), removals left half done are finished, and
-        files no row names are deleted. Returns the ids queued again."""
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            # Those this replica ran before it stopped, and those no replica claims (a store of
-            # an earlier version); another replica's are taken over once it falls silent.
-            mine = "state = ? AND (runner IS ? OR runner IS NULL)"
-            running = [
-                row[0]
-                for row in self._db.execute(
-                    f"SELECT id FROM jobs WHERE {mine}", (JobState.RUNNING.value, runner)
-                )
-            ]
-            self._db.execute(
-                f"UPDATE jobs SET state = ?, done_s = 0, runner = NULL WHERE {mine}",
-                (JobState.QUEUED.value, JobState.RUNNING.value, runner),
+        files no row names are deleted (at once when no other server holds the directory, else
+        once older than `SWEEP_GRACE_S`). Returns the ids queued again."""
+        # Those this replica ran before it stopped, and those no replica claims (a store of
+        # an earlier version); another replica's are taken over once it falls silent.
+        mine = (jobs.c.state == JobState.RUNNING.value) & (
+            jobs.c.runner.is_not_distinct_from(runner) | jobs.c.runner.is_(None)
+        )
+        with self._write() as connection:
+            rows = connection.execute(
+                update(jobs)
+                .where(mine)
+                .values(state=JobState.QUEUED.value, done_s=0, runner=None)
+                .returning(jobs.c.id)
             )
-            cancelled = [
-                row[0]
-                for row in self._db.execute(
-                    "SELECT id FROM jobs WHERE state = ?", (JobState.CANCELLED.value,)
-                )
-            ]
-        for job_id in cancelled:
+            running = [str(row.id) for row in rows]
+        for job_id in self.in_state(JobState.CANCELLED):
             self._delete(job_id)
         for job in self.in_state(JobState.DONE):
             # A done job no longer needs its upload; a crash may have come before it was removed.
             self.upload_path(job).unlink(missing_ok=True)
-        if self._claim.alone(self._sweep) is None:
-            log.info("data directory %s is in use by another server: not swept", self.folder)
+        if self._shared or self._claim.alone(self._sweep) is None:
+            self.sweep(older_than=time.time() - SWEEP_GRACE_S)
         return running
 
     def in_state(self, state: JobState) -> list[str]:
         """The ids of every job in `state`, whoever owns it."""
-        with self._lock:
-            rows = self._db.execute("SELECT id FROM jobs WHERE state = ?", (state.value,))
-            return [str(row[0]) for row in rows]
+        with self._read() as connection:
+            rows = connection.execute(select(jobs.c.id).where(jobs.c.state == state.value))
+            return [str(row.id) for row in rows]
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self.engine.dispose()
         self._claim.close()
 
-    def _active(self) -> int:
-        row = self._db.execute(
-            "SELECT COUNT(*) FROM jobs WHERE state IN (?, ?)",
-            (JobState.QUEUED.value, JobState.RUNNING.value),
-        ).fetchone()
-        return int(row[0])
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as connection:
+            yield connection.execution_options(**READ)
 
     def _delete(self, job_id: str) -> None:
         self.upload_path(job_id).unlink(missing_ok=True)
         self.result_path(job_id).unlink(missing_ok=True)
         self.scores_path(job_id).unlink(missing_ok=True)
-        with self._lock, self._db:
-            self._db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        with self._write() as connection:
+            connection.execute(delete(jobs).where(jobs.c.id == job_id))
 
     def _sweep(self) -> None:
-        """Delete what no row names: temporary spool files, and files renamed in just before a
-        crash that came ahead of their row's commit."""
-        with self._lock:
-            known = {row[0] for row in self._db.execute("SELECT id FROM jobs")}
+        self.sweep(older_than=None)
+
+    def sweep(self, older_than: float | None) -> None:
+        """Delete what no row names (temporary spool files, files renamed in just before a
+        crash that came ahead of their row's commit), only those last changed before
+        `older_than` (Unix time) unless it is None."""
+        with self._read() as connection:
+            known = {str(row.id) for row in connection.execute(select(jobs.c.id))}
         for folder in (self.uploads, self.results):
             for path in folder.iterdir():
-                if path.name.split(".", 1)[0] not in known or path.suffix not in (
+                named = path.name.split(".", 1)[0] in known and path.suffix in (
                     ".upload",
                     ".json",
                     ".scores",
-                ):
-                    path.unlink(missing_ok=True)
+                )
+                if named or (older_than is not None and _changed(path) >= older_than):
+                    continue
+                path.unlink(missing_ok=True)
 
 
 class StoreUnusable(RuntimeError):
-    """The job store cannot be opened: the message names its file and what to do."""
+    """The job store cannot be opened: the message names its database (a SQLite file, or a URL
+    without its password) and what to do."""
 
-    def __init__(self, path: Path, error: BaseException) -> None:
-        reason = getattr(error, "strerror", None) or str(error)
-        super().__init__(
-            f"the job store {path} cannot be opened ({reason}): if it is damaged, move it "
-            f"aside with its -wal and -shm files (its jobs are lost) or restore it from a "
-            f"backup, then start again; or start with another --data-dir"
-        )
+    def __init__(self, where: str, error: BaseException, advice: str = "") -> None:
+        reason = getattr(error, "strerror", None) or _reason(error)
+        super().__init__(f"the job store {where} cannot be opened ({reason}): {advice or DAMAGED}")
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+class SchemaBehind(RuntimeError):
+    """The database's schema is older than this release's and migrating at start is off."""
+
+
+DAMAGED = (
+    "if it is damaged, move it aside with its -wal and -shm files (its jobs are lost) or "
+    "restore it from a backup, then start again; or start with another --data-dir"
+)
+UNREACHABLE = "check that the database is up and reachable, and its user and password"
+UPGRADE = "run `arengine db upgrade` (or start without --no-database-migrate)"
+
+
+def _reason(error: BaseException) -> str:
+    """The driver's message, not SQLAlchemy's statement and link."""
+    return str(getattr(error, "orig", None) or error).strip().split("\n")[0]
+
+
+def _check(engine: Engine) -> None:
+    """Connect once: a database that cannot be reached, or a SQLite file that opens but whose
+    pages are damaged, fails here, not at its first job."""
+    with engine.connect() as connection:
+        if engine.dialect.name == "sqlite":
+            problems = [row[0] for row in connection.exec_driver_sql("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError(f"damaged: {'; '.join(problems[:3])}")
+        else:
+            connection.exec_driver_sql("SELECT 1")
+
+
+def _active(connection: Connection) -> int:
+    query = select(func.count()).where(
+        jobs.c.state.in_((JobState.QUEUED.value, JobState.RUNNING.value))
+    )
+    return int(connection.execute(query).scalar_one())
+
+
+def _runs(job_id: str, runner: str) -> Any:
+    """The row of job `job_id` while `runner` runs it."""
+    return (
+        (jobs.c.id == job_id)
+        & (jobs.c.state == JobState.RUNNING.value)
+        & jobs.c.runner.is_not_distinct_from(runner)
+    )
+
+
+def _changed(path: Path) -> float:
     try:
-        connection.execute("PRAGMA journal_mode=WAL")
-        # FULL: a committed job survives a power cut too, not only a killed process.
-        connection.execute("PRAGMA synchronous=FULL")
-        # A file that opens but whose pages are damaged fails here, not at its first job.
-        problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
-        if problems != ["ok"]:
-            raise sqlite3.DatabaseError(f"damaged: {'; '.join(problems[:3])}")
-        connection.execute(_SCHEMA)
-        present = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
-        for name, kind in _ADDED_COLUMNS.items():
-            if name not in present:
-                connection.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
-    except BaseException:
-        connection.close()
-        raise
-    return connection
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile
+        return float("inf")
+
+
+def _webhook(connection: Connection, record: JobRecord) -> None:
+    """Job `record` has just ended (done, failed or cancelled): its callback, if it has one,
+    becomes a webhook in the outbox (`arengine/jobs/outbox.py`), in the same transaction."""
+    subscription = connection.execute(
+        select(webhook_subscriptions.c.url).where(webhook_subscriptions.c.job_id == record.id)
+    ).first()
+    if subscription is None:
+        return
+    now = time.time()
+    body = {
+        "type": f"job.{record.state.value}",
+        "id": record.id,
+        "state": record.state.value,
+        "model": record.model,
+        "error": None
+        if record.error is None
+        else {"code": record.error.code, "message": record.error.message},
+        "created": _iso(record.created),
+        "finished": _iso(record.finished if record.finished is not None else now),
+    }
+    connection.execute(
+        insert(webhook_outbox).values(
+            id=f"msg_{secrets.token_hex(16)}",
+            job_id=record.id,
+            url=subscription.url,
+            body=json.dumps(body, separators=(",", ":")),
+            created=now,
+            next_at=now,
+        )
+    )
+    connection.execute(
+        delete(webhook_subscriptions).where(webhook_subscriptions.c.job_id == record.id)
+    )
+
+
+def _iso(unix: float) -> str:
+    """`2026-11-26T10:00:00.250+00:00`: UTC with milliseconds, as the webhooks have always had.
+
+    >>> _iso(0.25)
+    '1970-01-01T00:00:00.250+00:00'
+    """
+    moment = datetime.fromtimestamp(unix, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}+00:00"
 
 
 def storage_full(error: BaseException) -> bool:
     """Whether `error` says the data directory's disk (or the user's quota) is full: an OSError
-    of the file writes, SQLite's SQLITE_FULL of the database's.
+    of the file writes, SQLite's SQLITE_FULL of the database's (PostgreSQL's disk_full).
 
     >>> storage_full(OSError(errno.ENOSPC, "No space left on device"))
     True
     """
     if isinstance(error, OSError):
         return error.errno in (errno.ENOSPC, errno.EDQUOT)
-    return getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    driver = getattr(error, "orig", None) or error  # SQLAlchemy wraps the driver's error
+    if getattr(driver, "sqlstate", None) == DISK_FULL:
+        return True
+    return getattr(driver, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
+DISK_FULL = "53100"
+"""PostgreSQL's SQLSTATE of a full disk (disk_full)."""
 
 
 def write_durably(path: Path, data: bytes) -> None:
@@ -505,7 +629,7 @@ def commit_file(source: Path, target: Path) -> None:
         os.close(folder)
 
 
-def _record(row: tuple[object, ...]) -> JobRecord:
+def _record(row: Sequence[Any]) -> JobRecord:
     (job_id, owner, model, overrides, stream, filename, state, done_s, duration_s) = row[:9]
     (error_code, error_message, created, finished, result, read) = row[9:]
     return JobRecord(

@@ -29,6 +29,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
+from sqlalchemy import Engine
+
 from arengine import __version__
 from arengine.errors import ArengineError
 from arengine.jobs.destinations import (
@@ -384,10 +386,10 @@ class Webhooks:
 
 
 def start_webhooks(
-    settings: Settings, folder: Path, observer: WebhookObserver, sender: str
+    settings: Settings, engine: Engine, observer: WebhookObserver, sender: str
 ) -> Webhooks | None:
-    """The webhook senders over the job store in `folder`, started; None when the server has no
-    webhook secret (then `callback_url` is refused)."""
+    """The webhook senders over the job store's database `engine`, started; None when the
+    server has no webhook secret (then `callback_url` is refused)."""
     key = read_secret(settings)
     if key is None:
         return None
@@ -398,6 +400,6 @@ def start_webhooks(
             raise ValueError(f"webhook_url: {error.message}") from None
     allow = Allowlist.parse(settings.webhook_allowed_hosts)
     config = WebhookConfig(key, allow, Policy.of(settings), sender)
-    webhooks = Webhooks(Outbox.open(folder), config, observer)
+    webhooks = Webhooks(Outbox(engine), config, observer)
     webhooks.start()
     return webhooks

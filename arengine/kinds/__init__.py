@@ -4,5 +4,6 @@
 base and the `Kind` declaration (`base.py`), manifests (`manifest.py`), log-mel features
 (`mel.py`) and the label kinds' manifest reading (`label_manifest.py`).
 
-May import: audio, errors, postprocess, settings (its fixed limits), types.
+May import: audio, db (the fingerprint libraries' engines), errors, postprocess, settings (its
+fixed limits), types.
 """

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import ClassVar
 
 import numpy as np
+import sqlalchemy as sa
 import torch
 
 from arengine.audio.segments import Segment, SegmentPlan
@@ -104,3 +105,7 @@ class Kind:
     from_recording_time: Callable[[datetime], dict[str, float | str]] = _nothing
     """Parameter defaults that follow from when the recording was made (`audio.recorded_at`;
     birds: BirdNET's `week`); a request's own value wins."""
+    build_shared: Callable[[Manifest, float, sa.Engine], Recognizer] | None = None
+    """For a kind whose models keep what they learn while serving (fingerprint: references),
+    its builder when `database_url` names a server database every replica shares (PostgreSQL):
+    there the model's state lives, keyed by the model's name. `build` otherwise."""

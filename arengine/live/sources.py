@@ -12,6 +12,7 @@ import re
 import threading
 
 from arengine.errors import ErrorCode, InvalidInput
+from arengine_client.live import MAX_SOURCE_CHARS, SOURCE_NAME, SOURCE_RULE
 
 DEFAULT_SOURCE = "default"
 """The source of a stream that names none."""
@@ -19,10 +20,7 @@ DEFAULT_SOURCE = "default"
 OTHER_SOURCE = "other"
 """The metrics' source label of the names past `max_sources`."""
 
-MAX_SOURCE_CHARS = 64
-"""The longest source name."""
-
-_SOURCE = re.compile(rf"[a-z0-9][a-z0-9_-]{{0,{MAX_SOURCE_CHARS - 1}}}")
+_SOURCE = re.compile(SOURCE_NAME)
 
 
 def source_name(value: str | None) -> str:
@@ -35,9 +33,7 @@ def source_name(value: str | None) -> str:
         return DEFAULT_SOURCE
     if not _SOURCE.fullmatch(value):
         raise InvalidInput(
-            f"source must be 1 to {MAX_SOURCE_CHARS} characters of lowercase letters a-z, "
-            "digits, _ and -, starting with a letter or digit (kitchen, cam-2); "
-            f"got {value[: MAX_SOURCE_CHARS + 1]!r}",
+            f"source must be {SOURCE_RULE}; got {value[: MAX_SOURCE_CHARS + 1]!r}",
             code=ErrorCode.INVALID_SOURCE,
         )
     return value

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sqlalchemy as sa
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
@@ -70,9 +71,13 @@ class LoadFailure:
 
 
 def load_models(
-    folder: Path, names: Sequence[str] | None = None, segment_s: float | None = None
+    folder: Path,
+    names: Sequence[str] | None = None,
+    segment_s: float | None = None,
+    database: sa.Engine | None = None,
 ) -> tuple[dict[str, LoadedModel], list[LoadFailure]]:
-    """Load every `*/manifest.toml` under `folder` (only `names`, if given)."""
+    """Load every `*/manifest.toml` under `folder` (only `names`, if given); the models that
+    keep state (fingerprint references) keep it in `database` when given (PostgreSQL)."""
     loaded: dict[str, LoadedModel] = {}
     failures: list[LoadFailure] = []
     for path in sorted(folder.glob("*/manifest.toml")):
@@ -82,7 +87,7 @@ def load_models(
                 continue
             if manifest.name in loaded:
                 raise ManifestError(path, f"model name {manifest.name!r} is already taken")
-            loaded[manifest.name] = _load(manifest, kind_of(manifest), segment_s)
+            loaded[manifest.name] = _load(manifest, kind_of(manifest), segment_s, database)
         except Exception as error:  # a boundary: one bad model never stops the others
             reason = (
                 error.reason
@@ -96,9 +101,15 @@ def load_models(
     return loaded, failures
 
 
-def _load(manifest: Manifest, kind: Kind, segment_s: float | None) -> LoadedModel:
+def _load(
+    manifest: Manifest, kind: Kind, segment_s: float | None, database: sa.Engine | None
+) -> LoadedModel:
     started = time.perf_counter()
-    recognizer = kind.build(manifest, segment_s or manifest.segment_s)
+    length_s = segment_s or manifest.segment_s
+    if database is not None and kind.build_shared is not None:
+        recognizer = kind.build_shared(manifest, length_s, database)
+    else:
+        recognizer = kind.build(manifest, length_s)
     loaded = time.perf_counter()
     recognizer.warm_up()
     warmed = time.perf_counter()

@@ -88,6 +88,23 @@ class OutboxState(Protocol):
         ...
 
 
+class PoolState(Protocol):
+    """What the database pool's gauge reads (`arengine.db.engine.PoolReading` provides it)."""
+
+    def in_use(self) -> int:
+        """Connections checked out of the pool now."""
+        ...
+
+    def idle(self) -> int:
+        """Connections open in the pool, waiting for use."""
+        ...
+
+
+QUERY_OPERATIONS = ("select", "insert", "update", "delete", "other")
+"""Values of `arengine_db_query_seconds`' `operation`: a statement's first word, else other."""
+_QUERY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
 WEBHOOK_OUTCOMES = ("delivered", "rejected", "refused", "exhausted")
 """Values of `arengine_webhook_deliveries_total`'s `outcome` (`arengine.jobs.webhooks.Outcome`)."""
 WEBHOOK_RESULTS = ("2xx", "3xx", "4xx", "5xx", "error")
@@ -207,6 +224,19 @@ class Metrics:
             "MQTT messages waiting for the broker.",
             registry=registry,
         )
+        self.db_query = Histogram(
+            "arengine_db_query_seconds",
+            "Time of each statement sent to the jobs' database (database_url), by operation.",
+            ["operation"],
+            buckets=_QUERY_BUCKETS,
+            registry=registry,
+        )
+        self.lease_takeovers = Counter(
+            "arengine_job_lease_takeovers",
+            "Running jobs this server queued again because their replica stopped renewing its "
+            "lease (job_lease_s): each is run again from its kept scores.",
+            registry=registry,
+        )
         self.build = Info("arengine_build", "Versions and thread settings.", registry=registry)
         registry.register(ProcessMemoryCollector())
 
@@ -261,6 +291,20 @@ class Metrics:
     def watch_webhooks(self, outbox: OutboxState) -> None:
         """Report the webhook outbox's gauges."""
         self.registry.register(OutboxCollector(outbox))
+
+    def observe_query(self, statement: str, seconds: float) -> None:
+        """A statement ran on the jobs' database in `seconds`."""
+        first = statement.lstrip().split(None, 1)[0].lower() if statement.strip() else ""
+        operation = first if first in QUERY_OPERATIONS else "other"
+        self.db_query.labels(operation).observe(seconds)
+
+    def observe_takeovers(self, count: int) -> None:
+        """`count` jobs of silent replicas were queued again."""
+        self.lease_takeovers.inc(count)
+
+    def watch_pool(self, pool: PoolState) -> None:
+        """Report the database pool's connections."""
+        self.registry.register(PoolCollector(pool))
 
     def watch_jobs(self, jobs: JobsState) -> None:
         """Report the job store's gauges."""
@@ -372,6 +416,24 @@ class JobsCollector(Collector):
         )
         size = self._jobs.size()
         yield _gauge("arengine_jobs_storage_bytes", "Bytes of the job store's files.", size)
+
+
+class PoolCollector(Collector):
+    """The database pool's connections in use and idle, read at scrape time."""
+
+    def __init__(self, pool: PoolState) -> None:
+        self._pool = pool
+
+    def collect(self) -> Iterable[Metric]:
+        connections = GaugeMetricFamily(
+            "arengine_db_pool_connections",
+            "Connections of this server's pool to the jobs' database, by state: in_use (a "
+            "statement or transaction holds it) or idle (open, waiting).",
+            labels=["state"],
+        )
+        connections.add_metric(["in_use"], self._pool.in_use())
+        connections.add_metric(["idle"], self._pool.idle())
+        yield connections
 
 
 class OutboxCollector(Collector):

@@ -76,6 +76,7 @@ AUDIO_SUFFIXES = frozenset(
 arengine does (by content), so it goes by the name; other files are reported as skipped."""
 
 LISTEN_EXAMPLES = """examples:
+  arengine listen --server URL --sources sources.toml > tags.ndjson
   ffmpeg -i rtsp://camera/stream -f s16le -ac 1 -ar 16000 - | arengine listen --server URL -
   ffmpeg -i rtsp://cam/stream -c:a libopus -f webm - | arengine listen --server URL --format webm -
   arecord -f S16_LE -r 16000 -c 1 -t raw | arengine listen --server URL --model speech,events -
@@ -119,11 +120,30 @@ def add_server_flags(recognize: argparse.ArgumentParser, required: bool) -> None
 def add_listen_flags(listen: argparse.ArgumentParser) -> None:
     """`listen`'s own flags (the post-processing parameters are the caller's)."""
     listen.add_argument(
-        "source", metavar="INPUT", help="- for raw PCM on standard input, or a file"
+        "source",
+        metavar="INPUT",
+        nargs="?",
+        help="- for raw PCM on standard input, or a file (or --sources instead)",
     )
     listen.add_argument("--server", metavar="URL", required=True, help="the arengine server")
     listen.add_argument(
-        "--model", default="speech", help="model name, or several separated by commas"
+        "--sources",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file of named sources (cameras' RTSP, HTTP or Icecast streams, sound "
+        "devices) read here and sent at once, each reconnected when it or the server goes away; "
+        "needs arengine-client[sources] (PyAV)",
+    )
+    listen.add_argument(
+        "--status-s",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="with --sources: print each source's status line this often, and at each change "
+        "(0: at changes only; default: 10)",
+    )
+    listen.add_argument(
+        "--model", help="model name, or several separated by commas (default: speech)"
     )
     listen.add_argument(
         "--format",
@@ -167,24 +187,57 @@ def listen_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def listen_command(
-    source: str,
+    source: str | None,
     server: str,
-    model: str,
+    model: str | None,
     pcm_format: str,
     sample_rate: int,
     channels: int,
     realtime: bool,
     progress: bool,
     parameters: Mapping[str, float | str],
+    sources: Path | None = None,
+    status_s: float = 10.0,
 ) -> int:
-    """`arengine listen`: 0 when the stream ended with its summary (`listen.py`)."""
-    from arengine_client.listen import listen
+    """`arengine listen`: 0 when the stream ended with its summary (`listen.py`); with a
+    sources file, when every source ended (`listen_sources.py`)."""
     from arengine_client.remote import Remote
+
+    if sources is not None:
+        if source is not None or model is not None or parameters:
+            print(
+                "arengine: with --sources, each source's models and parameters come from the "
+                "file; give no INPUT, --model or parameter flags",
+                file=sys.stderr,
+            )
+            return 2
+        return _listen_sources(Remote.from_env(server), sources, progress, status_s)
+    if source is None:
+        print("arengine: listen needs an INPUT (- or a file) or --sources FILE", file=sys.stderr)
+        return 2
+    from arengine_client.listen import listen
 
     opening: dict[str, Any] = {"format": pcm_format}
     if pcm_format not in CONTAINER_FORMATS:
         opening.update(sample_rate=sample_rate, channels=channels)
-    return listen(Remote.from_env(server), source, model, opening, realtime, progress, parameters)
+    return listen(
+        Remote.from_env(server), source, model or "speech", opening, realtime, progress, parameters
+    )
+
+
+def _listen_sources(remote: Any, path: Path, progress: bool, status_s: float) -> int:
+    """`arengine listen --sources`: 2 when the file or PyAV is missing or wrong."""
+    from arengine_client.capture import CaptureError, require_av
+    from arengine_client.listen_sources import listen_sources
+    from arengine_client.sources import SourcesFileError, load
+
+    try:
+        found = load(path)
+        require_av()
+    except (SourcesFileError, CaptureError) as error:
+        print(f"arengine: {error}", file=sys.stderr)
+        return 2
+    return listen_sources(remote, found, progress=progress, status_s=status_s)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,3 +13,17 @@ each. Their codec is Opus or Vorbis (the server's `arengine.live.decoder.DECODER
 
 FORMATS = (*PCM_FORMATS, *CONTAINER_FORMATS)
 """Every `format` an opening message may name."""
+
+MAX_SOURCE_CHARS = 64
+"""The longest source name (`?source=`)."""
+
+SOURCE_NAME = rf"[a-z0-9][a-z0-9_-]{{0,{MAX_SOURCE_CHARS - 1}}}"
+"""A source name: a short slug, safe in tags, logs, MQTT topics and metric labels alike. The
+server checks `?source=` against it, and `arengine listen --sources` checks each name of a
+sources file before anything connects."""
+
+SOURCE_RULE = (
+    f"1 to {MAX_SOURCE_CHARS} characters of lowercase letters a-z, digits, _ and -, starting "
+    "with a letter or digit (kitchen, cam-2)"
+)
+"""`SOURCE_NAME` in words, for the errors of both sides."""

@@ -1,5 +1,5 @@
 """The client distribution imports only what it declares: httpx and websockets at the top of its
-modules; its extras (soundfile, tqdm) and arengine (the full command line) only where a function
+modules; its extras (soundfile, tqdm, av) and arengine (the full command line) only where a function
 can do without them. A top-level `import soundfile` made `arengine recognize --server` need
 soundfile and numpy; `import arengine.types` made the client need torch.
 """
@@ -15,7 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent.parent / "client" / "arengine_client"
 DECLARED = {"httpx", "websockets"}
 """client/pyproject.toml's dependencies (tests/test_packaging.py checks that list)."""
-OPTIONAL = {"soundfile", "tqdm", "arengine"}
+OPTIONAL = {"soundfile", "tqdm", "av", "arengine"}
 """Imported inside a function, which works (or says what to install) without them."""
 
 

@@ -1,6 +1,6 @@
-"""The Compose stack, up for real: two replicas behind nginx, Prometheus scraping both, the
-dashboard's queries answered by that Prometheus, 40 files through a small admission limit with
-none lost, and a replica killed mid-request."""
+"""The Compose stack, up for real: two replicas behind nginx on one PostgreSQL, Prometheus
+scraping both, the dashboard's queries answered by that Prometheus, 40 files through a small
+admission limit with none lost, a job seen by both replicas, and a replica killed mid-request."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(image: str) -> Iterator[Stack]:
+def stack(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     command = _compose_command()
     built = subprocess.run(
         [str(COMPOSE / "local" / "build.sh")], capture_output=True, text=True, check=False,
@@ -76,8 +76,13 @@ def stack(image: str) -> Iterator[Stack]:
     )  # fmt: skip
     assert built.returncode == 0, built.stderr
     balancer, prometheus = free_port(), free_port()
+    # The database's password, as an operator makes it once (the stack's secret file).
+    password = tmp_path_factory.mktemp("secrets") / "database-password"
+    password.write_text(os.urandom(24).hex() + "\n")
+    password.chmod(0o644)  # read by postgres and by the image's user, as the secret's bind mount
     env = {
         **os.environ,
+        "ARENGINE_DATABASE_PASSWORD_FILE": str(password),
         "ARENGINE_MAX_PENDING_REQUESTS": "2",
         "ARENGINE_BALANCER_PORT": str(balancer),
         "ARENGINE_PROMETHEUS_PORT": str(prometheus),
@@ -133,6 +138,30 @@ def test_forty_files_through_the_balancer_lose_none(
         )
     assert all(count > 0 for count in served.values()), served
     assert sum(served.values()) >= 40
+
+
+def test_a_job_through_the_balancer_is_seen_done_by_both_replicas(
+    stack: Stack, recording: RecordingFactory
+) -> None:
+    """The jobs are in the `postgres` service and their files on the shared volume: a job sent
+    through the balancer is found, done, with the same result, by each replica asked directly."""
+    clip = recording("talk.flac")
+    with clip.path.open("rb") as body:
+        response = httpx.post(
+            stack.balancer + "/v1/jobs", params={"model": "speech"}, files={"file": body}
+        )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["id"]
+    results = {}
+    for service in ("arengine-a", "arengine-b"):
+        url = f"{stack.replica_url(service)}/v1/jobs/{job_id}"
+        deadline = time.monotonic() + 120
+        while (state := httpx.get(url).json()["state"]) != "done":
+            assert state in {"queued", "running"} and time.monotonic() < deadline, state
+            time.sleep(0.5)
+        results[service] = httpx.get(url + "/result").json()["tags"]
+    assert results["arengine-a"] == results["arengine-b"]
+    assert {tag["label"] for tag in results["arengine-a"]} == {"speech"}
 
 
 def test_prometheus_scrapes_both_replicas(stack: Stack) -> None:

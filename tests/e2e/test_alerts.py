@@ -63,6 +63,17 @@ def test_every_label_a_rule_watches_is_one_the_events_model_gives() -> None:
     assert sorted(set(watched) - known) == []
 
 
+def test_every_rule_alerts_per_source_and_names_it() -> None:
+    """A camera's glass and another's are two alerts, each saying where (`?source=`)."""
+    rules = [
+        rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]
+    ]
+    for rule in rules:
+        groupings = re.findall(r"sum by \(([^)]*)\)", rule["expr"])
+        assert groupings and all("source" in g.split(", ") for g in groupings), rule["alert"]
+        assert "{{ $labels.source }}" in rule["annotations"]["summary"], rule["alert"]
+
+
 @pytest.fixture(scope="module")
 def events_server(serve: ServerFactory) -> Server:
     return serve("--models", "events")
@@ -121,7 +132,7 @@ def test_a_real_prometheus_fires_the_glass_alert_from_a_live_stream(
     # freedesktop's alarm clock is a glassy chime: the events model hears Glass in it.
     chime = mono_16k(DEBIAN_SOUNDS / "freedesktop/stereo/alarm-clock-elapsed.oga")
     audio = np.concatenate([np.zeros(16000, np.float32), chime, np.zeros(32000, np.float32)])
-    url = events_server.url.replace("http://", "ws://") + "/v1/listen?model=events"
+    url = events_server.url.replace("http://", "ws://") + "/v1/listen?model=events&source=hall"
     with connect(url, open_timeout=30) as ws:
         ws.send(json.dumps({"format": "f32le", "sample_rate": 16000, "channels": 1}))
         data = audio.astype("<f4").tobytes()
@@ -134,6 +145,7 @@ def test_a_real_prometheus_fires_the_glass_alert_from_a_live_stream(
     firing = [a for a in _alerts(prometheus) if a["labels"]["alertname"] == "ArengineGlassBreaking"]
     assert firing[0]["labels"]["label"] == "Glass"
     assert firing[0]["labels"]["model"] == "events"
+    assert firing[0]["labels"]["source"] == "hall"
     assert not _firing(prometheus, "ArengineGunfire")
 
 

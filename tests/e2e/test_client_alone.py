@@ -148,3 +148,17 @@ def test_listen_sends_a_wav_without_soundfile(
     lines = [json.loads(line) for line in heard.stdout.splitlines()]
     assert [line["label"] for line in lines if "label" in line] == ["speech", "speech"]
     assert "summary" in lines[-1]
+
+
+def test_listen_sources_without_pyav_says_how_to_install_it(alone: Path, tmp_path: Path) -> None:
+    """PyAV is the extra `arengine-client[sources]`: the client alone stays without FFmpeg's
+    libraries, and `--sources` says what to install before it connects anywhere."""
+    sources = tmp_path / "sources.toml"
+    sources.write_text('[sources.hall]\nurl = "rtsp://127.0.0.1:9/stream"\n')
+    ran = _run(
+        alone, "arengine", "listen", "--server", "http://127.0.0.1:9", "--sources", str(sources),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    assert "pip install 'arengine-client[sources]'" in ran.stderr
+    assert _run(alone, "python", "-c", "import av", cwd=tmp_path).returncode == 1

@@ -38,10 +38,14 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Gate]:
 
 @pytest.fixture(scope="module")
 def long_file(tmp_path_factory: pytest.TempPathFactory, phrases: Phrases) -> Path:
+    """Written once for every test: `write_long_file`."""
+    return write_long_file(tmp_path_factory.mktemp("long"), phrases)
+
+
+def write_long_file(folder: Path, phrases: Phrases) -> Path:
     """About four minutes at 16 kHz: a phrase every 10 s, and a second behind the gate in the
-    middle; written once for every test."""
+    middle."""
     pieces = [p for _ in range(12) for p in [("silence", 8.0), ("speech", 0)]]
-    folder = tmp_path_factory.mktemp("long")
     audio, _ = compose(pieces, RATE, folder, *phrases)
     half = len(audio) // 2
     audio = np.concatenate([audio[:half], noise("mark", 1.0), audio[half:]])

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event
 
 from arengine.jobs.store import DATABASE, JobRecord, JobState, JobStore
 from arengine.settings import Settings
@@ -377,29 +378,16 @@ def test_queued_uploads_past_the_budget_remove_no_unread_job_and_refuse_new_ones
 
 
 class _FullDatabase:
-    """The store's connection on a full disk: every write fails with SQLITE_FULL, as SQLite's
+    """The store's database on a full disk: every write fails with SQLITE_FULL, as SQLite's
     own do when its files cannot grow; reads go through."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._connection = connection
+    def __init__(self, engine: Any) -> None:
         self.full = True
+        event.listen(engine, "before_cursor_execute", self._execute)
 
-    def execute(self, sql: str, *parameters: Any) -> sqlite3.Cursor:
+    def _execute(self, connection: Any, cursor: Any, sql: str, *rest: Any) -> None:
         if self.full and sql.split()[0].upper() in ("INSERT", "UPDATE", "DELETE"):
             raise _sqlite_full()
-        return self._connection.execute(sql, *parameters)
-
-    def executemany(self, sql: str, rows: Any) -> sqlite3.Cursor:
-        rows = list(rows)
-        if self.full and rows:
-            raise _sqlite_full()
-        return self._connection.executemany(sql, rows)
-
-    def __enter__(self) -> sqlite3.Connection:
-        return self._connection.__enter__()
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._connection.__exit__(*exc)
 
 
 def _sqlite_full() -> sqlite3.OperationalError:
@@ -424,9 +412,8 @@ def test_a_full_data_directory_fails_a_running_job_visibly_and_is_logged_once(
         job_id = _submit(client, clip.read_bytes(), "?model=gate")
         assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "running")
         runner = client.app.state.jobs
-        database = _FullDatabase(runner.store._db)
+        database = _FullDatabase(runner.store.engine)
         with monkeypatch.context() as full:
-            full.setattr(runner.store, "_db", database)
             full.setattr(os, "fsync", _no_room)
             gate.open()
             assert wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] == "failed")

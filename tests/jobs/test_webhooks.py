@@ -262,12 +262,14 @@ def test_an_attempt_cut_off_by_a_crash_counts_as_failed_and_is_retried_once(tmp_
 def test_a_subscription_left_by_a_failed_creation_is_removed_later(tmp_path: Path) -> None:
     with sending(tmp_path, start=False) as sent:
         sent.outbox.subscribe("orphan-of-a-crash", "http://127.0.0.1:9/")
-        sent.outbox._db.execute(
-            "UPDATE webhook_subscriptions SET created = ?", (time.time() - ORPHAN_AFTER_S - 1,)
-        )
+        with sent.outbox.engine.begin() as db:
+            db.exec_driver_sql(
+                "UPDATE webhook_subscriptions SET created = ?", (time.time() - ORPHAN_AFTER_S - 1,)
+            )
         sent.outbox.subscribe("being-created-now", "http://127.0.0.1:9/")
         sent.outbox.recover("here:8000")
-        rows = sent.outbox._db.execute("SELECT job_id FROM webhook_subscriptions").fetchall()
+        with sent.outbox.engine.connect() as db:
+            rows = db.exec_driver_sql("SELECT job_id FROM webhook_subscriptions").all()
     assert rows == [("being-created-now",)]
 
 
@@ -280,7 +282,8 @@ def test_the_outbox_gauges_and_the_label_values(tmp_path: Path) -> None:
         registry = sent.metrics.registry
         assert registry.get_sample_value("arengine_webhook_outbox_depth") == 1
         assert registry.get_sample_value("arengine_webhook_outbox_oldest_age_seconds") >= 0  # type: ignore[operator]
-        body = json.loads(sent.outbox._db.execute("SELECT body FROM webhook_outbox").fetchone()[0])
+        with sent.outbox.engine.connect() as db:
+            body = json.loads(db.exec_driver_sql("SELECT body FROM webhook_outbox").scalar_one())
         assert body["state"] == "done"
 
 

@@ -248,6 +248,22 @@ def test_each_request_logs_one_json_line_with_its_id(
     assert line["rtf"] == pytest.approx(clip.duration_s / timings["total_s"], rel=0.01)
 
 
+def test_the_dashboard_shows_live_tags_per_source_picked_by_a_variable() -> None:
+    dashboard = json.loads(Path("deploy/grafana/arengine.json").read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert "label_values(arengine_live_tags_total, source)" in json.dumps(variables["source"])
+    assert variables["source"]["includeAll"] and variables["source"]["multi"]
+    live = [
+        target["expr"]
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        if "arengine_live_" in target["expr"]
+    ]
+    assert len(live) >= 2
+    for expr in live:
+        assert 'source=~"$source"' in expr and "by (source," in expr, expr
+
+
 def test_the_dashboard_queries_only_metrics_that_exist(metrics: Metrics) -> None:
     dashboard = json.loads(Path("deploy/grafana/arengine.json").read_text())
     metrics.observe_request("speech", 200, seconds=1.0, audio_s=1.0)
@@ -255,6 +271,7 @@ def test_the_dashboard_queries_only_metrics_that_exist(metrics: Metrics) -> None
     metrics.observe_queue_wait("speech", 0.1)
     metrics.reject(ErrorCode.EMPTY_FILE)
     metrics.watch(_Pool())
+    metrics.observe_live_tag("events", "Glass", 0.5, source="hall")
     exposed = {s.name for family in metrics.registry.collect() for s in family.samples}
     exposed |= {f"arengine_jemalloc_{name}_bytes" for name in JEMALLOC_STATS}
     variables = {v["name"] for v in dashboard["templating"]["list"] if v["type"] == "datasource"}

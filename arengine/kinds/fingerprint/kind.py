@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
 from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE as FINGERPRINT_RATE
+from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.kinds.fingerprint.tagger import FingerprintParams, FingerprintTagger
 from arengine.kinds.manifest import Manifest, ManifestError
@@ -11,10 +14,20 @@ from arengine.kinds.manifest import Manifest, ManifestError
 
 def _fingerprint(manifest: Manifest, segment_s: float) -> Recognizer:
     """A reference library: the SQLite file `[weights] file` names (`arengine references`)."""
+    return _recognizer(manifest, segment_s, Library(manifest.weights))
+
+
+def _shared(manifest: Manifest, segment_s: float, database: sa.Engine) -> Recognizer:
+    """A reference library in the server database, the model's name its key; the folder's own
+    file (`[weights]`) is not read: `arengine db copy` moves its references there."""
+    return _recognizer(manifest, segment_s, Library.shared(database, manifest.name))
+
+
+def _recognizer(manifest: Manifest, segment_s: float, library: Library) -> Recognizer:
     if manifest.sample_rate != FINGERPRINT_RATE:
         raise ManifestError(manifest.path, f"a fingerprint model runs at {FINGERPRINT_RATE} Hz")
     params = FingerprintParams().with_overrides(manifest.postprocess)
-    return FingerprintRecognizer(manifest.weights, segment_s, name=manifest.name, params=params)
+    return FingerprintRecognizer(library, segment_s, name=manifest.name, params=params)
 
 
 KIND = Kind(
@@ -24,6 +37,7 @@ KIND = Kind(
     fixed_labels=True,  # the references' titles, read from the library as it is now
     recognizer=FingerprintRecognizer,
     build=_fingerprint,
+    build_shared=_shared,
     parameters=FingerprintParams,
     tagger=FingerprintTagger,
 )

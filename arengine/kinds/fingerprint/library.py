@@ -1,21 +1,28 @@
-"""A fingerprint model's reference library: one SQLite file (WAL) of references and their hashes.
+"""A fingerprint model's reference library, over SQLAlchemy Core: its own SQLite file, or shared
+tables in the server database (PostgreSQL) keyed by the model's name.
 
-`references_` (`references` is an SQL keyword) holds each recording's id, title, duration and
-the user's metadata (JSON); `hashes` holds its landmark hashes with the reference's id and the
-anchor's frame, indexed by hash with the other two columns in the index (a lookup reads only the
-index, never the table: 2.4x faster against 1,000 references; a library made before keeps its
-narrower index and works, slower). Offsets are whole frame numbers (SQLite integers, 64-bit), so
-they never wrap on a long reference.
+Where it lives follows `database_url`. With the embedded default (SQLite) each model keeps its
+library in its folder, one SQLite file (WAL): `references_` (`references` is an SQL keyword)
+holds each recording's id, title, duration and the user's metadata (JSON); `hashes` holds its
+landmark hashes with the reference's id and the anchor's frame, indexed by hash with the other two
+columns in the index (a lookup reads only the index, never the table: 2.4x faster against 1,000
+references; a library made before keeps its narrower index and works, slower). With a
+`postgresql://` URL every fingerprint model's references and hashes are in three shared tables
+(`fingerprint_libraries` names each model's library, `fingerprint_references`,
+`fingerprint_hashes`; the Alembic branch `references` makes them), indexed by (library, hash)
+with the reference and the offset included, so a lookup is an index-only scan there too. Offsets
+are whole frame numbers (64-bit integers), so they never wrap on a long reference.
 
 An add or a remove is one transaction: a crash or `kill -9` mid-add leaves the library as it was
-before, and an acknowledged add is committed (`synchronous=FULL`). Readers go on while a reference
-is added (WAL). SQLite connections are not shared across threads: each thread opens its own
-(`Library.connection`) and reads the file as it is now: every lookup queries it, so servers
-(other processes too) see an added or removed reference at their next segment, without a restart.
+before, and an acknowledged add is committed (SQLite: `synchronous=FULL`). Readers go on while a
+reference is added. Nothing is cached: every lookup queries the library as it is now, so every
+server (other processes and other replicas too) sees an added or removed reference at its next
+segment, without a restart. Connections come from the SQLAlchemy engine's pool, one per call, so
+threads share a `Library`.
 
 Example::
 
-    library = Library.create(Path("models/jingles/library.sqlite"))
+    library = Library.create(Path("models/jingles/library.sqlite"))  # or .shared(db, "jingles")
     ref = library.add("Station ident", 12.5, {"client": "acme"}, hashes)  # hashes: (n, 2) int64
     library.lookup(np.array([hash_a, hash_b]))  # rows of (hash, reference, offset)
 """
@@ -24,15 +31,17 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
-import threading
-from contextlib import closing
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
 
+from arengine.db.engine import READ, open_engine
 from arengine.settings import MAX_METADATA_DEPTH
 
 log = logging.getLogger(__name__)
@@ -54,8 +63,70 @@ CREATE TABLE IF NOT EXISTS hashes (
 CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash, reference, offset);
 CREATE INDEX IF NOT EXISTS hashes_by_reference ON hashes (reference);
 """
+"""A model folder's SQLite file, as every version has made it (existing files open unchanged)."""
 LOOKUP_CHUNK = 900
-"""Hashes per `IN (...)` query: under SQLite's default limit of bound parameters."""
+"""Hashes per `IN (...)` query on SQLite: under its default limit of bound parameters."""
+
+FILE = sa.MetaData()
+FILE_REFERENCES = sa.Table(
+    "references_",
+    FILE,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("first_s", sa.Float, nullable=False),
+    sa.Column("last_s", sa.Float, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+)
+FILE_HASHES = sa.Table(
+    "hashes",
+    FILE,
+    sa.Column("hash", sa.BigInteger, nullable=False),
+    sa.Column("reference", sa.BigInteger, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+)
+
+SHARED = sa.MetaData()
+"""The server database's tables, as the Alembic branch `references` makes them
+(`arengine/db/migrations/versions/references_0001.py`)."""
+LIBRARIES = sa.Table(
+    "fingerprint_libraries",
+    SHARED,
+    sa.Column("id", sa.Integer, sa.Identity(), primary_key=True),
+    sa.Column("model", sa.Text, nullable=False, unique=True),
+    sa.Column("last_reference", sa.BigInteger, nullable=False, server_default="0"),
+)
+SHARED_REFERENCES = sa.Table(
+    "fingerprint_references",
+    SHARED,
+    sa.Column("library", sa.Integer, sa.ForeignKey(LIBRARIES.c.id), primary_key=True),
+    sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("first_s", sa.Float, nullable=False),
+    sa.Column("last_s", sa.Float, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+)
+SHARED_HASHES = sa.Table(
+    "fingerprint_hashes",
+    SHARED,
+    sa.Column("library", sa.Integer, nullable=False),
+    sa.Column("hash", sa.BigInteger, nullable=False),
+    sa.Column("reference", sa.BigInteger, nullable=False),
+    sa.Column("offset", sa.BigInteger, nullable=False),
+    sa.ForeignKeyConstraint(
+        ["library", "reference"],
+        [SHARED_REFERENCES.c.library, SHARED_REFERENCES.c.id],
+        ondelete="CASCADE",
+    ),
+    sa.Index(
+        "fingerprint_hashes_by_hash", "library", "hash", postgresql_include=["reference", "offset"]
+    ),
+    sa.Index("fingerprint_hashes_by_reference", "library", "reference"),
+)
+FILE_ENGINE_POOL = 32
+"""Connections a library file's engine keeps (SQLite's are cheap): more than the engine threads
+that look up at once on most hosts, so that none waits for another's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,30 +144,50 @@ class Reference:
 
 
 class Library:
-    """The library file at `path`; thread-safe: each thread uses its own connection."""
+    """One model's references: the SQLite file at `path` (`Library(path)`), or the model's share
+    of the server database (`Library.shared`). Thread-safe: each call takes a pooled connection."""
 
     def __init__(self, path: Path) -> None:
         if not path.is_file():
             raise FileNotFoundError(f"no reference library at {path}")
-        self.path = path
-        self._local = threading.local()
+        self._path: Path | None = path
+        self.model: str | None = None
+        """The model whose rows are its own in the server database; None: its own file."""
+        self.database = file_engine(path)
+        self._references, self._hashes = FILE_REFERENCES, FILE_HASHES
 
     @classmethod
     def create(cls, path: Path) -> Library:
         """The library at `path`, made empty when missing (an existing one is kept)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(_connect(path)) as connection:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.executescript(SCHEMA)
+        engine = file_engine(path)
+        try:
+            with engine.begin() as connection:
+                for statement in SCHEMA.split(";")[:-1]:
+                    connection.exec_driver_sql(statement)
+        finally:
+            engine.dispose()
         return cls(path)
 
-    def connection(self) -> sqlite3.Connection:
-        """This thread's connection, opened on first use."""
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = _connect(self.path)
-            self._local.connection = connection
-        return connection
+    @classmethod
+    def shared(cls, database: sa.Engine, model: str) -> Library:
+        """Model `model`'s library in the server database `database` (its tables made by the
+        migrations); empty until a reference is added, by this process or any other."""
+        library = cls.__new__(cls)
+        library._path, library.model, library.database = None, model, database
+        library._references, library._hashes = SHARED_REFERENCES, SHARED_HASHES
+        return library
+
+    @property
+    def path(self) -> Path:
+        """The library's SQLite file (a library in the server database has none: ValueError)."""
+        if self._path is None:
+            raise ValueError(f"the library of {self.model!r} is in the server database")
+        return self._path
+
+    def connection(self) -> sa.Connection:
+        """A pooled connection to the library's database (close it, or use it in `with`)."""
+        return self.database.connect()
 
     def add(
         self,
@@ -108,58 +199,126 @@ class Library:
     ) -> int:
         """Store a reference and its `(n, 2)` rows of (hash, offset) in one transaction; its id.
         `span_s`: where its first and last landmarks are (default: its start and end)."""
-        connection = self.connection()
-        with connection:  # one transaction: committed whole or rolled back
-            cursor = connection.execute(
-                "INSERT INTO references_ (title, duration_s, metadata, first_s, last_s) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (title, float(duration_s), json.dumps(metadata), *(span_s or (0.0, duration_s))),
-            )
-            reference = int(cursor.lastrowid or 0)
-            # In hash order: the index's pages are visited once each, in order, not at random
-            # (about 10% less time into a 1,000-reference library; the commit's fsync of the
-            # pages touched is most of an add there, BENCHMARKS.md).
-            rows = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))].tolist()
-            connection.executemany(
-                "INSERT INTO hashes (hash, reference, offset) VALUES (?, ?, ?)",
-                ((h, reference, t) for h, t in rows),
-            )
+        first_s, last_s = span_s or (0.0, duration_s)
+        row = {"title": title, "duration_s": float(duration_s), "metadata": json.dumps(metadata)}
+        row |= {"first_s": float(first_s), "last_s": float(last_s)}
+        # In hash order: the index's pages are visited once each, in order, not at random
+        # (about 10% less time into a 1,000-reference library; the commit's fsync of the
+        # pages touched is most of an add there, BENCHMARKS.md).
+        rows = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))].tolist()
+        with self.database.begin() as connection:  # one transaction: committed whole or not
+            keys = self._keys(connection, create=True) or {}
+            table = self._references
+            if keys:  # ids of its own, never reused; the library's row locked until the commit
+                counted = (
+                    sa.update(LIBRARIES)
+                    .where(LIBRARIES.c.id == keys["library"])
+                    .values(last_reference=LIBRARIES.c.last_reference + 1)
+                    .returning(LIBRARIES.c.last_reference)
+                )
+                row["id"] = int(connection.execute(counted).scalar_one())
+            stored = sa.insert(table).values(**row, **keys).returning(table.c.id)
+            reference = int(connection.execute(stored).scalar_one())
+            if rows:
+                connection.execute(
+                    sa.insert(self._hashes),
+                    [{**keys, "hash": h, "reference": reference, "offset": t} for h, t in rows],
+                )
         return reference
 
     def remove(self, reference: int) -> bool:
         """Delete a reference and its hashes; False when there was none with that id."""
-        connection = self.connection()
-        with connection:
-            connection.execute("DELETE FROM hashes WHERE reference = ?", (reference,))
-            deleted = connection.execute("DELETE FROM references_ WHERE id = ?", (reference,))
+        with self.database.begin() as connection:
+            keys = self._keys(connection, create=False)
+            if keys is None:
+                return False
+            hashes, references = self._hashes, self._references
+            connection.execute(
+                sa.delete(hashes).where(hashes.c.reference == reference, *_of(hashes, keys))
+            )
+            deleted = connection.execute(
+                sa.delete(references).where(references.c.id == reference, *_of(references, keys))
+            )
         return deleted.rowcount > 0
 
     def references(self) -> list[Reference]:
         """Every reference, by id."""
-        rows = self.connection().execute(f"SELECT {COLUMNS} FROM references_ ORDER BY id")
-        return [_reference(row) for row in rows]
+        return self._select(None)
 
     def reference(self, reference: int) -> Reference | None:
         """One reference as the library holds it now; None when there is none with that id."""
-        query = f"SELECT {COLUMNS} FROM references_ WHERE id = ?"
-        row = self.connection().execute(query, (reference,)).fetchone()
-        return None if row is None else _reference(row)
+        found = self._select(reference)
+        return found[0] if found else None
 
     def lookup(self, hashes: np.ndarray) -> np.ndarray:
         """The stored `(m, 3)` int64 rows of (hash, reference, offset) for any of `hashes`."""
         unique = np.unique(hashes).tolist()
-        rows: list[tuple[int, int, int]] = []
-        connection = self.connection()
-        for i in range(0, len(unique), LOOKUP_CHUNK):
-            chunk = unique[i : i + LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows += connection.execute(
-                f"SELECT hash, reference, offset FROM hashes WHERE hash IN ({marks})", chunk
-            ).fetchall()
-        return np.array(rows, dtype=np.int64).reshape(-1, 3)
+        rows: list[Any] = []
+        with self._reading() as connection:
+            keys = self._keys(connection, create=False)
+            if keys is None or not unique:
+                return np.empty((0, 3), dtype=np.int64)
+            table = self._hashes
+            columns = (table.c.hash, table.c.reference, table.c.offset)
+            if self.model is None:  # SQLite: chunks of bound parameters
+                query = sa.select(*columns).where(
+                    table.c.hash.in_(sa.bindparam("hashes", expanding=True))
+                )
+                for i in range(0, len(unique), LOOKUP_CHUNK):
+                    chunk = unique[i : i + LOOKUP_CHUNK]
+                    rows += connection.execute(query, {"hashes": chunk}).all()
+            else:  # PostgreSQL: one array, one index-only scan
+                wanted = sa.bindparam("hashes", type_=postgresql.ARRAY(sa.BigInteger))
+                query = sa.select(*columns).where(
+                    *_of(table, keys), table.c.hash == sa.any_(wanted)
+                )
+                rows += connection.execute(query, {"hashes": unique}).all()
+        # Rows are tuples, but numpy reads a list of them 100x slower than their flat values.
+        return np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
+
+    def _select(self, reference: int | None) -> list[Reference]:
+        table = self._references
+        query = sa.select(
+            table.c.id, table.c.title, table.c.duration_s, table.c.metadata, table.c.first_s,
+            table.c.last_s,
+        ).order_by(table.c.id)  # fmt: skip
+        if reference is not None:
+            query = query.where(table.c.id == reference)
+        with self._reading() as connection:
+            keys = self._keys(connection, create=False)
+            if keys is None:
+                return []
+            return [
+                _reference(tuple(row)) for row in connection.execute(query.where(*_of(table, keys)))
+            ]
+
+    def _reading(self) -> sa.Connection:
+        """A connection for reads: on SQLite they begin beside a writer, never waiting for it."""
+        return self.database.connect().execution_options(**READ)
+
+    def _keys(self, connection: sa.Connection, create: bool) -> dict[str, int] | None:
+        """The columns that pick this library's rows: none in its own file; in the server
+        database its library's id (made when `create`; None when it has none yet)."""
+        if self.model is None:
+            return {}
+        query = sa.select(LIBRARIES.c.id).where(LIBRARIES.c.model == self.model)
+        found = connection.execute(query).scalar()
+        if found is None and create:
+            made = postgresql.insert(LIBRARIES).values(model=self.model).on_conflict_do_nothing()
+            connection.execute(made)
+            found = connection.execute(query).scalar()
+        return None if found is None else {"library": int(found)}
 
 
-COLUMNS = "id, title, duration_s, metadata, first_s, last_s"
+def _of(table: sa.Table, keys: dict[str, int]) -> list[sa.ColumnElement[bool]]:
+    """The conditions that keep a query to one library's rows."""
+    return [table.c[name] == value for name, value in keys.items()]
+
+
+def file_engine(path: Path) -> sa.Engine:
+    """The engine on a model folder's SQLite library file (`arengine.db.engine.open_engine`: WAL,
+    `synchronous=FULL`, so an acknowledged add survives a power cut)."""
+    return open_engine(URL.create("sqlite", database=str(path)), FILE_ENGINE_POOL)
 
 
 def metadata_depth(value: Any) -> int:
@@ -195,10 +354,3 @@ def _reference(row: tuple[Any, ...]) -> Reference:
     id_, title, duration_s, metadata, first_s, last_s = row
     stored = _stored_metadata(metadata, int(id_))
     return Reference(int(id_), str(title), float(duration_s), stored, first_s, last_s)
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, timeout=30.0, isolation_level="DEFERRED")
-    connection.execute("PRAGMA synchronous=FULL")  # an acknowledged add survives a power cut
-    connection.execute("PRAGMA foreign_keys=ON")
-    return connection

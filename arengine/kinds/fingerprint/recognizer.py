@@ -10,14 +10,14 @@ pitch it was played at, and the tagger fits one line per occurrence (`matches.py
 `tagger.py`): recordings played from 90% to 110% of the reference's speed are found, and the tag
 says the factors.
 
-The library is the model folder's SQLite file (`library.py`). Each segment's hashes are
-looked up at once, so a reference added or removed is seen by the next segment, without a
-restart. A segment keeps the triplets whose anchor lies in its own frames; its pre-roll and
-lookahead give its first and last anchors the same peaks and partners as the whole recording has,
-so a boundary never splits or changes a match. `infer` returns rows of (reference, reference
-frame, frame, partner's frame, speed, pitch) for the matches, one (-1, 0, frame, frame, 0, 0) per
-anchor of the recording and a closing (-2, 0, last frame, last frame, 0, 0); `tagger.py` groups
-them into occurrences.
+The library is the model folder's SQLite file or the database's (`library.py`). Each segment's
+hashes are looked up at once, so a reference added or removed (through any replica) is seen by
+the next segment, without a restart. A segment keeps the triplets whose anchor lies in its own
+frames; its pre-roll and lookahead give its first and last anchors the same peaks and partners as
+the whole recording has, so a boundary never splits or changes a match. `infer` returns rows of
+(reference, reference frame, frame, partner's frame, speed, pitch) for the matches, one (-1, 0,
+frame, frame, 0, 0) per anchor of the recording and a closing (-2, 0, last frame, last frame, 0,
+0); `tagger.py` groups them into occurrences.
 
 A library whose references were fingerprinted with another scheme (the landmark pairs before
 triplets) would match nothing, silently: it is refused when the model loads, with the advice to
@@ -62,13 +62,13 @@ class FingerprintRecognizer(Recognizer):
 
     def __init__(
         self,
-        library: Path,
+        library: Path | Library,
         segment_s: float,
         name: str = "fingerprint",
         params: FingerprintParams | None = None,
     ) -> None:
         self.name = name
-        self.library = Library(library)
+        self.library = library if isinstance(library, Library) else Library(library)
         check_scheme(self.library)
         self.plan = SegmentPlan(
             hop=HOP,
@@ -114,9 +114,17 @@ def check_scheme(library: Library) -> None:
     stale = [ref for ref in library.references() if ref.id not in marked]
     if stale:
         raise ValueError(
-            f"the reference library {library.path} holds {len(stale)} reference(s) fingerprinted "
-            f"by an older scheme (first: {stale[0].id} {stale[0].title!r}), which this version "
-            f"cannot match (fingerprint scheme {SCHEME}: triplets that survive speed changes); "
-            "index its recordings again: move the library file away and `arengine references "
-            "add` each recording"
+            f"the reference library {_where(library)} holds {len(stale)} reference(s) "
+            f"fingerprinted by an older scheme (first: {stale[0].id} {stale[0].title!r}), "
+            f"which this version cannot match (fingerprint scheme {SCHEME}: triplets that survive "
+            "speed changes); index its recordings again: remove them (or move the library file "
+            "away) and `arengine references add` each recording"
         )
+
+
+def _where(library: Library) -> str:
+    """The library's file, or the model whose library is in the server database."""
+    try:
+        return str(library.path)
+    except ValueError:
+        return f"of {library.model!r} (in the server database)"

@@ -2,18 +2,22 @@
 
 A file is probed and decoded as an upload for recognition is (`arengine/audio/`: the same
 sniffing, limits and decoders), fingerprinted as its blocks arrive (bounded memory) and added in
-one transaction. `library_of` finds (or makes, with its manifest) a model folder's library.
+one transaction. `library_of` finds (or makes, with its manifest) a model folder's library: its
+SQLite file, or with a server database (PostgreSQL) the model's rows there, keyed by its name.
 
 Example::
 
-    library = library_of(Path("models/jingles"), create=True)
+    library = library_of(Path("models/jingles"), create=True)  # database=engine: PostgreSQL
     ref = add_file(library, Path("ident.flac"), limits, "Station ident", {"client": "acme"})
 """
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
+
+import sqlalchemy as sa
 
 from arengine.audio.decode import decode
 from arengine.audio.validation import AudioLimits, probe
@@ -24,7 +28,7 @@ from arengine.kinds.fingerprint.library import Library, Reference
 LIBRARY_FILE = "library.sqlite"
 MANIFEST = """\
 # A reference library made by `arengine references add`: recordings to find inside uploads.
-# library.sqlite holds them (SQLite); copy this folder to other hosts as you would weights.
+# {where}
 name = "{name}"
 kind = "fingerprint"
 sample_rate = {rate}
@@ -48,17 +52,46 @@ version = "changes as references are added and removed"
 """
 
 
-def library_of(folder: Path, create: bool) -> Library:
-    """The library of the model folder `folder`; made, with its manifest, when `create`."""
+IN_FILE = (
+    "library.sqlite holds them (SQLite); copy this folder to other hosts as you would weights."
+)
+IN_DATABASE = (
+    "They are in the server database (database_url), under this name; every replica with this\n"
+    "# folder serves them. The weights are this file: there is nothing else to load."
+)
+
+
+def library_of(folder: Path, create: bool, database: sa.Engine | None = None) -> Library:
+    """The library of the model folder `folder`; made, with its manifest, when `create`.
+    With `database` (PostgreSQL) the model's share of it, by the name its manifest gives."""
+    manifest = folder / "manifest.toml"
+    if database is not None:
+        if create and not manifest.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_manifest(manifest, IN_DATABASE, manifest.name)
+        return Library.shared(database, model_name(folder))
     path = folder / LIBRARY_FILE
     if path.is_file() or not create:
         return Library(path)
     library = Library.create(path)
-    manifest = folder / "manifest.toml"
     if not manifest.exists():
-        text = MANIFEST.format(name=folder.name, rate=SAMPLE_RATE, library=LIBRARY_FILE)
-        manifest.write_text(text, encoding="utf-8")
+        _write_manifest(manifest, IN_FILE, LIBRARY_FILE)
     return library
+
+
+def model_name(folder: Path) -> str:
+    """The name a model folder's manifest gives (its folder's name when it has none yet)."""
+    manifest = folder / "manifest.toml"
+    if manifest.is_file():
+        name = tomllib.loads(manifest.read_text(encoding="utf-8")).get("name")
+        if isinstance(name, str):
+            return name
+    return folder.name
+
+
+def _write_manifest(path: Path, where: str, weights: str) -> None:
+    text = MANIFEST.format(name=path.parent.name, rate=SAMPLE_RATE, library=weights, where=where)
+    path.write_text(text, encoding="utf-8")
 
 
 def add_file(

@@ -221,8 +221,10 @@ def test_metadata_nested_too_deep_to_answer_does_not_break_the_listing(tmp_path:
     for depth in (300, 5000):
         ref = library.add(f"deep{depth}", 1.0, {}, np.array([[2, 2]]))
         deep = '{"a": ' + "[" * depth + "]" * depth + "}"
-        with library.connection() as connection:
-            connection.execute("UPDATE references_ SET metadata = ? WHERE id = ?", (deep, ref))
+        with library.database.begin() as connection:
+            connection.exec_driver_sql(
+                "UPDATE references_ SET metadata = ? WHERE id = ?", (deep, ref)
+            )
     listed = {found.title: found.metadata for found in library.references()}
     assert listed == {"kept": {"a": {"b": [1]}}, "deep300": {}, "deep5000": {}}
     found = library.reference(kept)
@@ -271,7 +273,8 @@ def test_a_lookup_reads_only_the_hash_index(tmp_path: Path) -> None:
     """The index holds every column a lookup returns: SQLite never visits the table's rows
     (twice as fast against a large library, BENCHMARKS.md)."""
     library = Library.create(tmp_path / "library.sqlite")
-    plan = library.connection().execute(
-        "EXPLAIN QUERY PLAN SELECT hash, reference, offset FROM hashes WHERE hash IN (1, 2)"
-    )
+    with library.connection() as connection:
+        plan = connection.exec_driver_sql(
+            "EXPLAIN QUERY PLAN SELECT hash, reference, offset FROM hashes WHERE hash IN (1, 2)"
+        ).all()
     assert "COVERING INDEX hashes_by_hash" in " ".join(str(row) for row in plan)

@@ -1,0 +1,1 @@
+"""Alembic's environment and the revisions (`versions/`), run by `arengine.db.migrate`."""

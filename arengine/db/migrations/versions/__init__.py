@@ -1,0 +1,1 @@
+"""The revisions, a branch per part of the schema (branch labels `jobs`, `references`)."""

@@ -1,0 +1,170 @@
+"""Reference libraries on SQLite and on PostgreSQL side by side: matching speed and size.
+
+    python -m loadtests.references_db                       # 200 references: a quick look
+    python -m loadtests.references_db --references 10000    # the issue's measurement
+    python -m loadtests.references_db --postgresql postgresql://USER@HOST/DB   # an empty database
+
+The same N references of 30 s go into a model folder's SQLite file and into the shared tables of
+a PostgreSQL database (a throwaway cluster started by `tests/postgres.py` unless `--postgresql`
+names one; its settings are the tests': no fsync, so adds there are faster than on a real
+server). Each backend then answers the same 2-minute recording holding four 20-s excerpts under
+noise (5 dB SNR) on one thread, through the recognizer as the engine runs it (features, lookup,
+tagging): matching speed in x real time per core, and recall. Size is the SQLite file (after a
+checkpoint) and the PostgreSQL tables with their indexes (after `VACUUM ANALYZE`, as autovacuum
+leaves them), per hour of reference audio.
+
+Fingerprinting 10,000 references would take most of an hour on one core, and the storage is
+what is measured here: `--distinct` references (random notes, `loadtests/fingerprint.py`) are
+fingerprinted, and the others are copies of them with the pair's time difference (the hash's
+low six bits) XORed with the copy's number, so that each copy has its own hashes with the same
+frequencies (the lookups' hit rates stay those of music-like references). The machine's load
+average is printed with each line: its other users share the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import sqlalchemy as sa
+
+from arengine.db.engine import open_engine
+from arengine.db.migrate import upgrade
+from arengine.db.url import parse
+from arengine.kinds.fingerprint.landmarks import SCHEME_HASH, fingerprint, landmark_span
+from arengine.kinds.fingerprint.library import SHARED, Library
+from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
+from loadtests.fingerprint import found, recognize, synthetic
+from tests.fingerprints import Placed, mix
+
+SECONDS = 30.0
+"""Each reference's length."""
+QUERY_S = 120.0
+
+
+def fingerprinted(distinct: int) -> list[np.ndarray]:
+    """The hashes of `distinct` synthetic references."""
+    return [fingerprint(synthetic(i, SECONDS)) for i in range(distinct)]
+
+
+def references(base: list[np.ndarray], count: int) -> Iterator[np.ndarray]:
+    """`count` references' `(n, 2)` hashes: those of `base`, then copies of them."""
+    for i in range(count):
+        copy, hashes = divmod(i, len(base))
+        if copy == 0:
+            yield base[hashes]
+            continue
+        moved = base[hashes].copy()
+        triplets = moved[:, 0] != SCHEME_HASH  # the scheme's marker stays as it is
+        moved[triplets, 0] ^= copy % 64  # other hashes, as another recording's would be
+        yield moved
+
+
+def fill(library: Library, base: list[np.ndarray], count: int) -> float:
+    """Store the references; seconds it took (no fingerprinting: that is the same everywhere)."""
+    started = time.perf_counter()
+    for i, hashes in enumerate(references(base, count)):
+        library.add(f"ref {i}", SECONDS, {}, hashes, landmark_span(hashes))
+    return time.perf_counter() - started
+
+
+def sqlite_megabytes(library: Library) -> float:
+    with library.connection() as connection:  # every page in the file
+        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    return os.path.getsize(library.path) / 1e6
+
+
+def postgresql_megabytes(database: sa.Engine) -> float:
+    with database.connect() as connection:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+        total = 0
+        for table in SHARED.tables:
+            connection.exec_driver_sql(f"VACUUM ANALYZE {table}")
+            query = sa.text("SELECT pg_total_relation_size(:t)")
+            total += int(connection.execute(query, {"t": table}).scalar_one())
+    return total / 1e6
+
+
+def measure(
+    name: str, library: Library, base: list[np.ndarray], count: int, megabytes: Callable[[], float]
+) -> None:
+    stored_s = fill(library, base, count)
+    chosen = np.random.default_rng(count).choice(len(base), 4, replace=False)
+    pieces = [synthetic(i, SECONDS) if i in chosen else np.zeros(1) for i in range(max(chosen) + 1)]
+    placed = [Placed(int(i), 5.0 + 28.0 * n, 5.0, 25.0) for n, i in enumerate(chosen)]
+    recording = mix(QUERY_S, pieces, placed, snr_db=5.0, seed=count)
+    recognizer = FingerprintRecognizer(library, segment_s=30.0)
+    recognize(recognizer, recording)  # warm the caches and the connections
+    started = time.perf_counter()
+    tags = recognize(recognizer, recording)
+    match_s = time.perf_counter() - started
+    hits = found(tags, placed, [20.0] * len(placed))
+    size = megabytes()
+    audio_h = count * SECONDS / 3600
+    print(
+        f"{name:10}  {count:6d}  {audio_h:7.1f}  {count * SECONDS / stored_s:10.0f}  "
+        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {size / audio_h:8.1f}  "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+
+
+@contextmanager
+def postgresql(url: str | None) -> Iterator[str]:
+    """The database to fill: `url`, or one made on a throwaway cluster."""
+    if url is not None:
+        yield url
+        return
+    from tests.postgres import running_postgresql
+
+    with running_postgresql() as server:
+        yield server.database()
+
+
+def shared_database(url: str) -> sa.Engine:
+    """An engine on `url` with the references' tables made."""
+    engine = open_engine(parse(url))
+    upgrade(engine)
+    return engine
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--references", type=int, default=200, help="references in each library")
+    parser.add_argument("--distinct", type=int, default=500, help="fingerprinted; others copies")
+    parser.add_argument("--postgresql", help="an empty database's URL (default: a throwaway one)")
+    parser.add_argument("--out", type=Path, help="where the SQLite file goes (default: a temp dir)")
+    options = parser.parse_args()
+    count, distinct = options.references, min(options.distinct, options.references)
+    print(f"CPU: {_cpu()}; {count} references of {SECONDS:.0f} s ({distinct} fingerprinted)")
+    base = fingerprinted(distinct)
+    print("backend       refs  audio h  store x RT  match x RT  recall  MB per h  load avg")
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = options.out or Path(scratch)
+        path = folder / "jingles" / "library.sqlite"
+        path.unlink(missing_ok=True)
+        library = Library.create(path)
+        measure("sqlite", library, base, count, lambda: sqlite_megabytes(library))
+        library.database.dispose()
+        with postgresql(options.postgresql) as url:
+            database = shared_database(url)
+            shared = Library.shared(database, "jingles")
+            measure("postgresql", shared, base, count, lambda: postgresql_megabytes(database))
+            database.dispose()
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} CPUs"
+    return f"{os.cpu_count()} CPUs"
+
+
+if __name__ == "__main__":
+    main()

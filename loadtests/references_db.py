@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from arengine.db.engine import open_engine
 from arengine.db.migrate import upgrade
 from arengine.db.url import parse
-from arengine.kinds.fingerprint.landmarks import DT_MASK, fingerprint, landmark_span
+from arengine.kinds.fingerprint.landmarks import SCHEME_HASH, fingerprint, landmark_span
 from arengine.kinds.fingerprint.library import SHARED, Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from loadtests.fingerprint import found, recognize, synthetic
@@ -61,7 +61,8 @@ def references(base: list[np.ndarray], count: int) -> Iterator[np.ndarray]:
             yield base[hashes]
             continue
         moved = base[hashes].copy()
-        moved[:, 0] ^= copy % (DT_MASK + 1)
+        triplets = moved[:, 0] != SCHEME_HASH  # the scheme's marker stays as it is
+        moved[triplets, 0] ^= copy % 64  # other hashes, as another recording's would be
         yield moved
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -173,6 +174,22 @@ def test_the_long_birds_recording_is_48_khz_birdsong_whose_windows_differ(tmp_pa
     assert np.abs(audio).max() > 0.01  # birdsong (peak 0.034 in the clip), not the noise alone
     windows = windows_of(audio)
     assert len(windows) == 10 and len({w.tobytes() for w in windows}) == 10
+
+
+def test_the_recall_benchmark_judges_offsets_and_factors_at_the_played_speed() -> None:
+    from arengine.types import Tag
+    from loadtests.fingerprint_recall import LEAD_S, Query, judge
+
+    query = Query(3, 12.0, np.zeros(1), speed=1.05, pitch=1.05)
+    # The tag starts 1 s into the excerpt: 1.05 s further into the reference at that speed.
+    right = Tag(LEAD_S + 1.0, LEAD_S + 9.0, "x", 0.5, reference="3", reference_start=13.05,
+                reference_end=21.4, speed=1.051, pitch=1.049)  # fmt: skip
+    found, offset_error, _, _ = judge([right], query)
+    assert found and offset_error <= 0.01
+    slow = dataclasses.replace(right, speed=1.0, pitch=1.0)
+    assert judge([slow], query)[0] is False  # its factors are 5% off
+    other = dataclasses.replace(right, reference="4")
+    assert judge([other], query)[::3] == (False, 1)  # nothing found, one wrong tag
 
 
 def test_the_replicas_benchmark_counts_each_recorded_finish_across_the_logs(

@@ -37,7 +37,15 @@ RESULT = Result(
         Tag(1.5, 2.5, "Glass", 0.75, model="events", label_id="/m/039jq"),
         Tag(2.0, 5.0, "Eurasian Blackbird", 0.875, model="birds", scientific_name="Turdus merula"),
         Tag(
-            6.0, 18.5, "Station ident", 0.25, reference="7", reference_start=1.5, reference_end=14.0
+            6.0,
+            18.5,
+            "Station ident",
+            0.25,
+            reference="7",
+            reference_start=1.5,
+            reference_end=14.0,
+            speed=1.0312,
+            pitch=0.9876,
         ),
     ),
     timings=Timings(0.001, 0.25, 1.5, 0.125, 2.0),

@@ -301,6 +301,18 @@ class TagOut(BaseModel):
         description="Fingerprint models: where in the reference the "
         "matched stretch ends, in seconds.",
     )
+    speed: float | None = Field(
+        None,
+        gt=0,
+        description="Fingerprint models: how many times as fast as the reference the "
+        "recording plays it (1.05: 5% fast).",
+    )
+    pitch: float | None = Field(
+        None,
+        gt=0,
+        description="Fingerprint models: how many times as high as the reference the "
+        "recording plays it (1.0 when only the tempo changed).",
+    )
 
     @model_validator(mode="after")
     def _in_order(self) -> TagOut:

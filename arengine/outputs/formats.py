@@ -140,6 +140,8 @@ CSV_OPTIONAL = (
     "reference",
     "reference_start",
     "reference_end",
+    "speed",
+    "pitch",
     "model",
 )
 """The `Tag` fields the CSV has a column for after `start,end,label,score`, each only when a
@@ -464,8 +466,8 @@ _DECLARED = (
            "the JSON body of the API"),
     Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
            "`start,end,label,score`, plus `frequency_hz` for pitch tags, `label_id` for event "
-           "tags, `scientific_name` for bird tags, `reference,reference_start,reference_end` "
-           "for fingerprint tags, `model` for several models and `start_at,end_at` (wall "
+           "tags, `scientific_name` for bird tags, `reference,reference_start,reference_end,speed,"
+           "pitch` for fingerprint tags, `model` for several models and `start_at,end_at` (wall "
            "clock, ISO 8601) when the recording's time is known"),
     Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
            "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),

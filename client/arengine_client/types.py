@@ -87,6 +87,12 @@ class Tag:
     """Seconds into the reference where the matched stretch begins, for `fingerprint` tags."""
     reference_end: float | None = None
     """Seconds into the reference where the matched stretch ends, for `fingerprint` tags."""
+    speed: float | None = None
+    """How many times as fast as the reference the recording plays it (1.05: 5% fast), for
+    `fingerprint` tags."""
+    pitch: float | None = None
+    """How many times as high as the reference the recording plays it (1.05 when played 5%
+    fast by resampling, 1.0 when only the tempo changed), for `fingerprint` tags."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +238,8 @@ def tag_of(item: Mapping[str, Any]) -> Tag:
         reference=str(item["reference"]) if item.get("reference") else None,
         reference_start=_number(item.get("reference_start")),
         reference_end=_number(item.get("reference_end")),
+        speed=_number(item.get("speed")),
+        pitch=_number(item.get("pitch")),
     )
 
 

@@ -65,6 +65,7 @@ def test_references_added_and_removed_while_a_server_runs(
     ]
     assert abs(tags[1]["start"] - 14.5) <= 0.5 and abs(tags[1]["end"] - 24.5) <= 0.5
     assert tags[1]["reference_start"] == 0.0 and abs(tags[1]["reference_end"] - 10.0) <= 0.5
+    assert abs(tags[1]["speed"] - 1.0) <= 0.01 and abs(tags[1]["pitch"] - 1.0) <= 0.01
 
     listed = _arengine("references", "list", "jingles", "--models-dir", str(models), cwd=tmp_path)
     assert [line.split("\t")[2] for line in listed.stdout.splitlines()] == [

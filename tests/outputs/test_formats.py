@@ -125,6 +125,21 @@ def test_fingerprint_tags_name_their_reference_in_tables() -> None:
                       "1.0,2.0,Dog,0.5,"]  # fmt: skip
 
 
+def test_fingerprint_tags_say_the_speed_and_pitch_they_were_played_at() -> None:
+    fast = Tag(2.0, 11.5, "Station ident", 0.3, reference="3", reference_start=0.0,
+               reference_end=10.0, speed=1.0512, pitch=1.0498)  # fmt: skip
+    result = _result((fast,), model="jingles")
+    assert FORMATS["csv"].text(result, "x").splitlines() == [
+        "start,end,label,score,reference,reference_start,reference_end,speed,pitch",
+        "2.0,11.5,Station ident,0.3,3,0.0,10.0,1.0512,1.0498",
+    ]
+    for name in ("json", "csv"):
+        [got] = FORMATS[name].parse(FORMATS[name].encode(result, "x"))
+        assert (got.speed, got.pitch) == (1.0512, 1.0498)
+    http = RecognizeResponse.of(result).model_dump(exclude_none=True)
+    assert http == result_dict(result)
+
+
 def test_json_is_the_http_body() -> None:
     for tags in (SPEECH, NOTES, POLYPHONIC, BIRDS):
         result = _result(tags)

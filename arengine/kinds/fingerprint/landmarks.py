@@ -1,9 +1,21 @@
-"""Landmarks: spectral peaks paired into hashes (Wang 2003, as in audfprint), and the matches of a
-recording's hashes against a library's (the kind's `recognizer.py` says how)."""
+"""Landmarks that survive speed changes: triplets of spectral peaks on a log-frequency
+spectrogram (as Panako does), and the matches of a recording's triplets against a library's.
+
+A peak is a local maximum of a log-frequency spectrogram (36 bins an octave from 110 Hz), so a
+pitch shift moves every peak by the same number of bins. A triplet is an anchor peak and two of
+its nearest partners after it; its hash holds what neither a tempo change nor a pitch shift
+moves: where the middle peak lies between the other two in time (a ratio), the two partners'
+distances in bins from the anchor, and the anchor's register (a sixth of an octave band;
+a query asks the neighbouring band too when its anchor lies near the edge). The stored offset
+holds what they do move: the anchor's frame, its bin (in quarters) and the triplet's length in
+frames, so that each match says the speed and the pitch it was played at
+(`recognizer.py` says how they are fitted).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -13,49 +25,81 @@ from torch import Tensor
 from arengine.kinds.fingerprint.library import Library
 
 SAMPLE_RATE = 11025
-N_FFT = 512
+N_FFT = 1024
 HOP = 256
-PEAK_BINS = 12
-"""A peak is the maximum of the bins this close above and below..."""
-PEAK_FRAMES = 8
+LOWEST_HZ = 110.0
+BINS_PER_OCTAVE = 36
+LOG_BINS = 198
+"""110 Hz to about 5 kHz."""
+PEAK_BINS = 9
+"""A peak is the maximum of the bins this close above and below (a quarter octave)..."""
+PEAK_FRAMES = 7
 """...and of the frames this close before and after."""
-LOWEST_BIN = 4
-"""Bins below (about 86 Hz) hold hum and rumble, not the recording's identity."""
 FLOOR_DB = -20.0
-"""Peaks quieter than this (a sine of about -62 dBFS) are not used: silence and dither."""
-MAX_DT = 63
-DT_MASK = 63
-"""A hash's low 6 bits: its pair's time difference in frames."""
-MAX_DF = 31
-FAN_OUT = 6
-"""Partners per anchor: the nearest in time within the target zone."""
-MIN_SEGMENT_HITS = 2
-"""A match is kept when its reference and offset difference (±1 frame) have this many in the
-segment: lone collisions of a large library never reach the tagger."""
+"""Peaks quieter than this (a sine of about -68 dBFS) are not used: silence and dither."""
+MAX_DT = 60
+"""A triplet's partners come within this many frames (1.4 s) after its anchor..."""
+MAX_DF = 24
+"""...and this many bins (two thirds of an octave) above or below it."""
+MIN_SPAN = 4
+"""Frames a triplet spans at least: shorter ones say too little about the speed."""
+FAN_OUT = 4
+"""Partners per anchor (the nearest in time): 6 triplets an anchor."""
+RATIO_LEVELS = 4
+BAND_BINS = 12
+"""The anchor's register in the hash: bands of a third of an octave."""
+BAND_MARGIN = 5.5
+"""A query anchor this close (in bins) to its band's edge asks the next band too: a shift of up
+to about 7% moves it no further."""
+FINE = 4
+"""Stored bins are in quarters (interpolated peaks): the pitch is fitted to a fraction of a bin."""
+SCHEME = 2
+"""The hash scheme, stored in each reference (`SCHEME_HASH`): version 1 (landmark pairs on a
+linear spectrogram) had no marker."""
+SCHEME_HASH = -(1 << 62)
+"""A row with this hash marks its reference's scheme (its offset); no triplet hashes below 0."""
 PREROLL_FRAMES = 2 * PEAK_FRAMES
 LOOKAHEAD = (MAX_DT + 2 * PEAK_FRAMES + 1) * HOP + N_FFT
 CHUNK_FRAMES = 4096
 """Frames per STFT when fingerprinting a whole reference (bounded memory for long ones)."""
 
 
+def _log_filters() -> Tensor:
+    """`(LOG_BINS, N_FFT // 2 + 1)` triangular weights from STFT bins to log-frequency bins."""
+    linear = np.arange(N_FFT // 2 + 1) * SAMPLE_RATE / N_FFT
+    centres = LOWEST_HZ * 2.0 ** (np.arange(LOG_BINS) / BINS_PER_OCTAVE)
+    widths = np.maximum(centres * (2 ** (1 / BINS_PER_OCTAVE) - 1), SAMPLE_RATE / N_FFT)
+    weights = np.maximum(0.0, 1.0 - np.abs(linear[None, :] - centres[:, None]) / widths[:, None])
+    weights /= weights.sum(axis=1, keepdims=True)
+    return torch.from_numpy(weights.astype(np.float32))
+
+
+FILTERS = _log_filters()
+
+
 def spectrogram_db(samples: np.ndarray) -> Tensor:
-    """`(bins, frames)` magnitude in dB of a Hann-windowed STFT without padding."""
+    """`(LOG_BINS, frames)` log-frequency magnitude in dB of a Hann-windowed STFT, unpadded."""
     audio = torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32))
     if len(audio) < N_FFT:
-        return torch.full((N_FFT // 2 + 1, 0), -200.0)
+        return torch.full((LOG_BINS, 0), -200.0)
     frames = audio.unfold(0, N_FFT, HOP) * torch.hann_window(N_FFT, periodic=True)
-    magnitude = torch.fft.rfft(frames).abs().T
+    magnitude = FILTERS @ torch.fft.rfft(frames).abs().T
     return 20.0 * torch.log10(magnitude + 1e-10)
 
 
 def peaks(db: Tensor) -> np.ndarray:
-    """`(n, 2)` rows of (frame, bin) of the local maxima above the floor, by frame then bin."""
+    """`(n, 3)` rows of (frame, bin, bin in quarters) of the local maxima above the floor, by
+    frame then bin; the quarters interpolate the peak between its neighbours (a parabola)."""
     level = db.numpy()
     pooled = running_max(running_max(level, PEAK_FRAMES, axis=1), PEAK_BINS, axis=0)
     found = (level == pooled) & (level > FLOOR_DB)
-    found[:LOWEST_BIN] = False
+    found[0] = found[-1] = False
     frames, bins = np.nonzero(found.T)  # by frame, then bin
-    return np.stack([frames, bins], axis=1).astype(np.int64)
+    below, at, above = (level[bins + k, frames] for k in (-1, 0, 1))
+    curve = below - 2 * at + above
+    shift = np.where(curve < 0, 0.5 * (below - above) / np.where(curve < 0, curve, -1), 0.0)
+    fine = np.rint((bins + np.clip(shift, -0.5, 0.5)) * FINE)
+    return np.stack([frames, bins, fine], axis=1).astype(np.int64)
 
 
 def running_max(values: np.ndarray, half: int, axis: int) -> np.ndarray:
@@ -78,33 +122,87 @@ def running_max(values: np.ndarray, half: int, axis: int) -> np.ndarray:
     return np.moveaxis(result, 0, axis)
 
 
-def pair_hashes(found: np.ndarray, first: int, last: int) -> np.ndarray:
-    """`(n, 2)` rows of (hash, anchor frame) for anchors in frames `[first, last)` of `found`,
-    by anchor, each anchor's partners nearest first (at most `FAN_OUT`).
-
-    Vectorised: every anchor against its k-th following peak at once, for every k up to the
-    most peaks any anchor has within `MAX_DT` frames."""
+def partners(found: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """`(len(anchors), FAN_OUT)` indices into `found` of each anchor's nearest partners in its
+    target zone, -1 where it has fewer."""
     frames, bins = found[:, 0], found[:, 1]
-    anchors = np.flatnonzero((frames >= first) & (frames < last))
-    if not len(anchors):
-        return np.zeros((0, 2), dtype=np.int64)
     stop = np.searchsorted(frames, frames[anchors] + MAX_DT, side="right")
     width = max(1, int((stop - anchors - 1).max()))
-    partner = anchors[:, None] + np.arange(1, width + 1)[None, :]
-    valid = partner < stop[:, None]
-    partner = np.minimum(partner, len(frames) - 1)
-    dt = frames[partner] - frames[anchors][:, None]
-    df = bins[partner] - bins[anchors][:, None]
-    valid &= (dt > 0) & (np.abs(df) <= MAX_DF)
-    valid &= np.cumsum(valid, axis=1) <= FAN_OUT
-    row, column = np.nonzero(valid)  # by anchor, then nearest partner first
-    f1 = bins[anchors][row]
-    hashes = (f1 << 12) | ((df[row, column] + 32) << 6) | dt[row, column]
-    return np.stack([hashes, frames[anchors][row]], axis=1).astype(np.int64)
+    partner = np.minimum(anchors[:, None] + np.arange(1, width + 1)[None, :], len(frames) - 1)
+    valid = anchors[:, None] + np.arange(1, width + 1)[None, :] < stop[:, None]
+    valid &= frames[partner] > frames[anchors][:, None]
+    valid &= np.abs(bins[partner] - bins[anchors][:, None]) <= MAX_DF
+    rank = np.cumsum(valid, axis=1) - 1
+    valid &= rank < FAN_OUT
+    chosen = np.full((len(anchors), FAN_OUT), -1, dtype=np.int64)
+    row, column = np.nonzero(valid)
+    chosen[row, rank[row, column]] = partner[row, column]
+    return chosen
+
+
+def triplets(found: np.ndarray, first: int, last: int) -> np.ndarray:
+    """`(n, 5)` rows of (hash, anchor frame, anchor bin in quarters, span in frames, band) of the
+    triplets whose anchor lies in frames `[first, last)` of `found`, by anchor."""
+    frames, fine = found[:, 0], found[:, 2]
+    anchors = np.flatnonzero((frames >= first) & (frames < last))
+    if not len(anchors):
+        return np.zeros((0, 5), dtype=np.int64)
+    chosen = partners(found, anchors)
+    parts = []
+    for a, b in combinations(range(FAN_OUT), 2):
+        second, third = chosen[:, a], chosen[:, b]
+        ok = (second >= 0) & (third >= 0)
+        ok &= frames[third] > frames[second]
+        ok &= frames[third] - frames[anchors] >= MIN_SPAN
+        parts.append(np.stack([anchors[ok], second[ok], third[ok]], axis=1))
+    one, two, three = np.concatenate(parts)[
+        np.argsort(np.concatenate(parts)[:, 0], kind="stable")
+    ].T
+    span = frames[three] - frames[one]
+    ratio = np.minimum(RATIO_LEVELS - 1, (frames[two] - frames[one]) * RATIO_LEVELS // span)
+    d2 = np.rint((fine[two] - fine[one]) / FINE).astype(np.int64) + 32
+    d3 = np.rint((fine[three] - fine[one]) / FINE).astype(np.int64) + 32
+    band = fine[one] // (BAND_BINS * FINE)
+    shape = (((d2 << 6) | d3) << 3) | ratio
+    return np.stack([shape, frames[one], fine[one], span, band], axis=1).astype(np.int64)
+
+
+def hashed(shape: np.ndarray, band: np.ndarray) -> np.ndarray:
+    """A triplet's hash: its shape (time ratio, bin distances) and its anchor's band."""
+    out: np.ndarray = (band << 15) | shape
+    return out
+
+
+def stored(rows: np.ndarray) -> np.ndarray:
+    """The `(n, 2)` library rows (hash, offset) of `triplets` rows: the offset packs the anchor's
+    frame, its bin in quarters and the span (`unpack`)."""
+    offset = (rows[:, 1] << 24) | (rows[:, 2] << 8) | rows[:, 3]
+    return np.stack([hashed(rows[:, 0], rows[:, 4]), offset], axis=1)
+
+
+def unpack(offset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A stored offset's anchor frame, anchor bin in quarters and span in frames."""
+    return offset >> 24, (offset >> 8) & 0xFFFF, offset & 0xFF
+
+
+def queried(rows: np.ndarray) -> np.ndarray:
+    """`(m, 5)` rows of (hash, triplet index, anchor frame, bin in quarters, span): each triplet's
+    hash, and its hash in the next band when its anchor lies near that band's edge."""
+    index = np.arange(len(rows))
+    inside = rows[:, 2] - rows[:, 4] * BAND_BINS * FINE
+    low = inside < BAND_MARGIN * FINE
+    high = inside >= (BAND_BINS - BAND_MARGIN) * FINE
+    bands = [rows[:, 4], (rows[:, 4] - 1)[low], (rows[:, 4] + 1)[high]]
+    which = np.concatenate([index, index[low], index[high]])
+    hashes = hashed(rows[which, 0], np.concatenate(bands))
+    keep = np.concatenate(bands) >= 0
+    out = np.stack([hashes, which, rows[which, 1], rows[which, 2], rows[which, 3]], axis=1)
+    return out[keep]
 
 
 def fingerprint(samples: np.ndarray) -> np.ndarray:
-    """The `(n, 2)` rows of (hash, frame) of a whole recording at `SAMPLE_RATE`, by frame.
+    """The `(n, 2)` library rows (hash, offset) of a whole recording at `SAMPLE_RATE`, by
+    anchor frame after the scheme's marker row (none when the recording has no triplet).
 
     >>> fingerprint(np.zeros(SAMPLE_RATE, dtype=np.float32)).shape
     (0, 2)
@@ -133,18 +231,21 @@ def fingerprint_blocks(blocks: Iterable[np.ndarray]) -> tuple[np.ndarray, int]:
     piece = np.concatenate([np.zeros(0, np.float32), *pending])
     for at in range(first, max(0, (total - N_FFT) // HOP + 1), CHUNK_FRAMES):
         parts.append(_chunk(piece, start, at))
-    return np.concatenate(parts), total
+    rows = np.concatenate(parts)
+    if len(rows):
+        rows = np.concatenate([np.array([[SCHEME_HASH, SCHEME]], dtype=np.int64), rows])
+    return rows, total
 
 
 def _chunk(piece: np.ndarray, start: int, first: int) -> np.ndarray:
-    """The hashes of anchors in frames `[first, first + CHUNK_FRAMES)` from `piece`, which
-    starts at frame `start`: each chunk sees its own pre-roll and lookahead, as a whole
-    recording would."""
+    """The rows of anchors in frames `[first, first + CHUNK_FRAMES)` from `piece`, which starts
+    at frame `start`: each chunk sees its own pre-roll and lookahead, as a whole recording
+    would."""
     base = max(start, first - PREROLL_FRAMES)
     window = piece[(base - start) * HOP : (first - start + CHUNK_FRAMES) * HOP + LOOKAHEAD]
-    hashes = pair_hashes(peaks(spectrogram_db(window)), first - base, first - base + CHUNK_FRAMES)
-    hashes[:, 1] += base
-    return hashes
+    rows = triplets(peaks(spectrogram_db(window)), first - base, first - base + CHUNK_FRAMES)
+    rows[:, 1] += base
+    return stored(rows)
 
 
 def add_recording(
@@ -156,49 +257,10 @@ def add_recording(
 
 
 def landmark_span(hashes: np.ndarray) -> tuple[float, float]:
-    """Seconds from a recording's start to its first landmark and to its last one's end."""
-    if not len(hashes):
+    """Seconds from a recording's start to its first triplet and to its last one's end."""
+    rows = hashes[hashes[:, 0] != SCHEME_HASH]
+    if not len(rows):
         return 0.0, 0.0
+    frame, _, span = unpack(rows[:, 1])
     frame_s = HOP / SAMPLE_RATE
-    last = int((hashes[:, 1] + (hashes[:, 0] & DT_MASK)).max())
-    return float(hashes[0, 1]) * frame_s, last * frame_s
-
-
-def matches(hashes: np.ndarray, library: np.ndarray) -> np.ndarray:
-    """`(m, 4)` rows of (reference, offset difference, frame, partner's frame): each recording
-    hash `(hash, frame)` against each library row `(hash, reference, offset)` with its hash."""
-    if not len(hashes) or not len(library):
-        return np.zeros((0, 4), dtype=np.int64)
-    library = library[np.argsort(library[:, 0], kind="stable")]
-    left = np.searchsorted(library[:, 0], hashes[:, 0], side="left")
-    right = np.searchsorted(library[:, 0], hashes[:, 0], side="right")
-    counts = right - left
-    query = np.repeat(np.arange(len(hashes)), counts)
-    starts = np.cumsum(counts) - counts  # where each query's rows begin in the expansion
-    rows = np.repeat(left, counts) + np.arange(counts.sum()) - np.repeat(starts, counts)
-    frames = hashes[query, 1]
-    partners = frames + (hashes[query, 0] & DT_MASK)
-    found = np.stack([library[rows, 1], frames - library[rows, 2], frames, partners], axis=1)
-    return _agreeing(found)
-
-
-def _agreeing(found: np.ndarray) -> np.ndarray:
-    """The matches whose reference and difference (±1 frame) have `MIN_SEGMENT_HITS`."""
-    if not len(found):
-        return found
-    keys, inverse, counts = np.unique(found[:, :2], axis=0, return_inverse=True, return_counts=True)
-    support = counts.copy()
-    for shift in (-1, 1):
-        neighbour = keys + np.array([0, shift])
-        at = np.searchsorted(_packed(keys), _packed(neighbour))
-        at = np.minimum(at, len(keys) - 1)
-        same = _packed(keys)[at] == _packed(neighbour)
-        support += np.where(same, counts[at], 0)
-    kept: np.ndarray = found[support[inverse.reshape(-1)] >= MIN_SEGMENT_HITS]
-    return kept
-
-
-def _packed(keys: np.ndarray) -> np.ndarray:
-    """(reference, difference) pairs as one sortable integer, in `np.unique`'s order."""
-    packed: np.ndarray = keys[:, 0] * (1 << 40) + keys[:, 1] + (1 << 39)
-    return packed
+    return float(frame.min()) * frame_s, float((frame + span).max()) * frame_s

@@ -1,24 +1,27 @@
 """The `fingerprint` kind: find the recordings of a reference library inside long audio.
 
-Landmark pairs of spectral peaks (Wang 2003, as in audfprint): audio at 11,025 Hz, a 512-point
-STFT every 256 samples (23.2 ms), peaks that are the maximum of their neighbourhood (±12 bins,
-±8 frames) above a level floor, and each peak (the anchor) paired with the nearest few peaks up
-to 63 frames after it and 31 bins above or below. A pair hashes to `(f1, f2 - f1, dt)` in 21 bits,
-stored with the anchor's frame number (a whole number, never wrapped on long audio).
+Triplets of spectral peaks on a log-frequency spectrogram (`landmarks.py`, as Panako does):
+audio at 11,025 Hz, a 1024-point STFT every 256 samples (23.2 ms) folded into 36 bins an octave
+from 110 Hz, peaks that are the maximum of their neighbourhood (a quarter octave, ±7 frames)
+above a level floor, and each peak (the anchor) with pairs of its four nearest partners up to
+60 frames after it. A triplet's hash holds what a speed change (tempo and pitch together, as a
+resampling does), a tempo change and a pitch shift leave alone; each match says the speed and
+pitch it was played at, and the tagger fits one line per occurrence (`matches.py`,
+`tagger.py`): recordings played from 90% to 110% of the reference's speed are found, and the tag
+says the factors.
 
 The library is the model folder's SQLite file or the database's (`library.py`). Each segment's
 hashes are looked up at once, so a reference added or removed (through any replica) is seen by
-the next segment, without a restart. A segment keeps the hashes whose anchor lies in its own
+the next segment, without a restart. A segment keeps the triplets whose anchor lies in its own
 frames; its pre-roll and lookahead give its first and last anchors the same peaks and partners as
 the whole recording has, so a boundary never splits or changes a match. `infer` returns rows of
-(reference, offset difference, frame, partner's frame) for the matches, one (-1, 0, frame, frame)
-per hash of the recording and a closing (-2, 0, last frame, last frame); `tagger.py` groups them
-into occurrences.
+(reference, reference frame, frame, partner's frame, speed, pitch) for the matches, one (-1, 0,
+frame, frame, 0, 0) per anchor of the recording and a closing (-2, 0, last frame, last frame, 0,
+0); `tagger.py` groups them into occurrences.
 
-Out of scope: speed-changed (or pitch-shifted) broadcasts. A recording played a few percent fast
-moves every peak's bin and every pair's time difference, so its hashes do not match: measured,
-found up to 0.5% off speed, lost from 1% with the pitch moved and 2% with it kept
-(`loadtests/fingerprint.py`, BENCHMARKS.md "Known recordings").
+A library whose references were fingerprinted with another scheme (the landmark pairs before
+triplets) would match nothing, silently: it is refused when the model loads, with the advice to
+index its recordings again (`check_scheme`).
 """
 
 from __future__ import annotations
@@ -36,12 +39,15 @@ from arengine.kinds.fingerprint.landmarks import (
     LOOKAHEAD,
     PREROLL_FRAMES,
     SAMPLE_RATE,
-    matches,
-    pair_hashes,
+    SCHEME,
+    SCHEME_HASH,
     peaks,
+    queried,
     spectrogram_db,
+    triplets,
 )
 from arengine.kinds.fingerprint.library import Library
+from arengine.kinds.fingerprint.matches import COLUMNS, matches
 from arengine.kinds.fingerprint.tagger import END, HASH, FingerprintParams, FingerprintTagger
 
 
@@ -63,6 +69,7 @@ class FingerprintRecognizer(Recognizer):
     ) -> None:
         self.name = name
         self.library = library if isinstance(library, Library) else Library(library)
+        check_scheme(self.library)
         self.plan = SegmentPlan(
             hop=HOP,
             context=0,
@@ -75,18 +82,19 @@ class FingerprintRecognizer(Recognizer):
     def features(self, segment: Segment) -> Tensor:
         found = peaks(spectrogram_db(segment.samples))
         skip = segment.skip_frames
-        hashes = pair_hashes(found, skip, skip + segment.frames)
-        hashes[:, 1] += segment.first_frame - skip
-        return torch.from_numpy(hashes)
+        rows = triplets(found, skip, skip + segment.frames)
+        rows[:, 1] += segment.first_frame - skip
+        return torch.from_numpy(queried(rows))
 
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
-        hashes = features.numpy()
-        found = matches(hashes, self.library.lookup(hashes[:, 0]))
-        frames = hashes[:, 1]
-        own = np.stack([np.full(len(hashes), HASH), np.zeros_like(frames), frames, frames], axis=1)
+        query = features.numpy()
+        found = matches(query, self.library.lookup(query[:, 0]))
+        frames = np.unique(query[:, 2])  # one row an anchor, as the matches are
+        own = np.zeros((len(frames), COLUMNS), dtype=np.int64)
+        own[:, 0], own[:, 2], own[:, 3] = HASH, frames, frames
         last = segment.first_frame + segment.frames - 1
-        end = np.array([[END, 0, last, last]], dtype=np.int64)
-        return np.concatenate([found, own.astype(np.int64), end])
+        end = np.array([[END, 0, last, last, 0, 0]], dtype=np.int64)
+        return np.concatenate([found, own, end])
 
     def tagger(self, overrides: Overrides) -> FingerprintTagger:
         params = self._params.with_overrides(overrides)
@@ -96,3 +104,27 @@ class FingerprintRecognizer(Recognizer):
         samples = np.zeros(self.plan.segment_samples + LOOKAHEAD, dtype=np.float32)
         segment = Segment(0, 0, 0, self.plan.segment_frames, samples)
         self.infer(self.features(segment), segment)
+
+
+def check_scheme(library: Library) -> None:
+    """Refuse a library with a reference fingerprinted by another scheme (`ValueError`): its
+    hashes would never match, and every occurrence would go unreported without a word."""
+    marked = {int(ref) for _, ref, scheme in library.lookup(np.array([SCHEME_HASH])).tolist()
+              if scheme == SCHEME}  # fmt: skip
+    stale = [ref for ref in library.references() if ref.id not in marked]
+    if stale:
+        raise ValueError(
+            f"the reference library {_where(library)} holds {len(stale)} reference(s) "
+            f"fingerprinted by an older scheme (first: {stale[0].id} {stale[0].title!r}), "
+            f"which this version cannot match (fingerprint scheme {SCHEME}: triplets that survive "
+            "speed changes); index its recordings again: remove them (or move the library file "
+            "away) and `arengine references add` each recording"
+        )
+
+
+def _where(library: Library) -> str:
+    """The library's file, or the model whose library is in the server database."""
+    try:
+        return str(library.path)
+    except ValueError:
+        return f"of {library.model!r} (in the server database)"

@@ -1,22 +1,26 @@
-"""Occurrences of library references from landmark matches, streamed in segment order.
+"""Occurrences of library references from triplet matches, streamed in segment order.
 
-The recognizer (`recognizer.py`) sends rows of (reference, offset difference,
-frame, partner's frame): a match says the recording's frame `frame` holds the reference's frame
-`frame - difference`, and its pair reaches to the partner's frame. An occurrence is a run of one
-reference's matches with one difference (±2 frames, for peaks that moved a frame under noise) and
-no gap over `max_gap_s`; several occurrences of one reference have different differences and stay
-apart, back-to-back references are different references. A run becomes a tag when it holds
-`min_hits` matches and its score, the share of the recording's hashes in the stretch that matched,
-reaches `min_score`; a run that a stronger run of its reference covers is a passage repeated
-inside the reference, not an occurrence.
+The recognizer (`recognizer.py`) sends rows of (reference, reference frame, frame, partner's
+frame, speed, pitch): a match says the recording's frame `frame` holds the reference's frame,
+its triplet reaches to the partner's frame, and it was played at about that speed and pitch
+(in `FACTOR`ths). An occurrence is a run of one reference's matches on one line
+`reference frame = a + speed * frame` (within `DIFF_TOLERANCE` frames, more across a gap) with
+no gap over `max_gap_s`; the line is fitted (least squares) as matches join, so a recording
+played 10% fast stays one run. Several occurrences of one reference lie on different lines and
+stay apart; back-to-back references are different references. A run becomes a tag when it holds
+`min_hits` matches and its score, the share of the recording's hashes in the stretch that
+matched, reaches `min_score`; a run that a stronger run of its reference covers is a passage
+repeated inside the reference, not an occurrence. The tag says the fitted `speed` and the
+matches' mean `pitch`.
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
-last) is extended to the reference's start (or end): before the first peak and after the last
-there is nothing to match, such as a note held to the end.
+last) is extended to the reference's start (or end), at the fitted speed: before the first peak
+and after the last there is nothing to match, such as a note held to the end.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
@@ -31,7 +35,17 @@ HASH = -1
 """A row's reference for one hash of the recording (its frame), matched or not."""
 END = -2
 """A row's reference for the segment's last frame: the recording has been read to there."""
-DIFF_TOLERANCE = 2
+DIFF_TOLERANCE = 3
+"""Frames a match may lie off its run's line (peaks move a frame or two under noise)..."""
+GAP_TOLERANCE = 0.004
+"""...and more by this share of the frames since the run's last match (the line's slope is
+known to about 0.2%)."""
+FIT_FRAMES = 40
+"""A run's slope is its own fit once it spans this many frames; before, its matches' speeds."""
+FACTOR = 10000
+MIN_RUN_HITS = 3
+"""A run with fewer matches ends without a word; one with more waits to be taken in by a
+stronger run of its line (an occurrence's first matches, before its line was known)."""
 SNAP_S = 0.5
 
 
@@ -42,7 +56,7 @@ class FingerprintParams(Params):
     kind: ClassVar[str] = "fingerprint"
 
     min_hits: int = param(
-        15, "Matching hashes an occurrence needs (fewer: chance collisions).",
+        20, "Matched anchors an occurrence needs (fewer: chance lines of a large library).",
         Bounds(3, 100000, whole=True),
     )  # fmt: skip
     min_score: float = param(
@@ -57,17 +71,76 @@ class FingerprintParams(Params):
 @dataclass(slots=True, eq=False)
 class _Run:
     reference: int
-    difference: int
+    origin: int
+    """The frame the sums count from (the first match's)."""
     first: int
     last: int
     """The last matched anchor: runs join and end on these."""
     reach: int
-    """The last matched pair's partner: where the matched stretch ends."""
-    hits: int = 1
+    """The last matched triplet's partner: where the matched stretch ends."""
+    hits: int = 0
+    sx: float = 0.0
+    """Sums for the least-squares line of reference frame on frame (frames from `origin`)."""
+    sy: float = 0.0
+    sxx: float = 0.0
+    sxy: float = 0.0
+    speeds: float = 0.0
+    """The matches' own speeds, summed: the slope until the run is long enough to fit."""
+    pitches: float = 0.0
+    """The matches' log pitches, summed."""
+
+    def add(self, ref_frame: int, frame: int, reach: int, speed: float, pitch: float) -> None:
+        x = frame - self.origin
+        self.last, self.reach = max(self.last, frame), max(self.reach, reach)
+        self.hits += 1
+        self.sx, self.sy = self.sx + x, self.sy + ref_frame
+        self.sxx, self.sxy = self.sxx + x * x, self.sxy + x * ref_frame
+        self.speeds += speed
+        self.pitches += math.log(pitch)
+
+    def speed(self) -> float:
+        """The line's slope: the reference's frames a frame of the recording."""
+        n = self.hits
+        spread = n * self.sxx - self.sx * self.sx
+        if self.last - self.first < FIT_FRAMES or n < 5 or spread <= 0:
+            return self.speeds / n
+        slope = (n * self.sxy - self.sx * self.sy) / spread
+        return min(1.12, max(0.88, slope))
+
+    def at(self, frame: float) -> float:
+        """The reference frame the line puts at the recording's `frame`."""
+        slope = self.speed()
+        return (self.sy - slope * self.sx) / self.hits + slope * (frame - self.origin)
+
+    def pitch(self) -> float:
+        return math.exp(self.pitches / self.hits)
+
+    def absorb(self, other: _Run) -> None:
+        """Take `other`'s matches (a run of this line that began before this run's line was
+        known well enough to hold them)."""
+        shift, n = self.origin - other.origin, other.hits  # to this run's origin
+        sx = other.sx - n * shift
+        self.sxx += other.sxx - 2 * shift * other.sx + n * shift * shift
+        self.sxy += other.sxy - shift * other.sy
+        self.sx, self.sy = self.sx + sx, self.sy + other.sy
+        self.hits += n
+        self.speeds, self.pitches = self.speeds + other.speeds, self.pitches + other.pitches
+        self.first, self.last = min(self.first, other.first), max(self.last, other.last)
+        self.reach = max(self.reach, other.reach)
+
+    def holds(self, other: _Run, gap: int) -> bool:
+        """`other`, of this reference, lies on this run's line, at most `gap` frames away."""
+        if other.reference != self.reference or other is self:
+            return False
+        away = max(other.first - self.last, self.first - other.last, 0)
+        if away > gap:
+            return False
+        tolerance = 2 * DIFF_TOLERANCE + GAP_TOLERANCE * away
+        return all(abs(self.at(f) - other.at(f)) <= tolerance for f in (other.first, other.last))
 
 
 class FingerprintTagger:
-    """Feed `(n, 4)` rows with `push`, then `finish`; `reference` reads a reference's title and
+    """Feed `(n, 6)` rows with `push`, then `finish`; `reference` reads a reference's title and
     duration from the library when its tag is made (None once removed: no tag)."""
 
     def __init__(
@@ -89,15 +162,15 @@ class FingerprintTagger:
         """The frames of the recording's hashes from the oldest open run on (for scores)."""
 
     def push(self, scores: np.ndarray) -> list[Tag]:
-        rows = np.asarray(scores, dtype=np.int64).reshape(-1, 4)
+        rows = np.asarray(scores, dtype=np.int64).reshape(-1, 6)
         now = 0
-        for reference, difference, frame, reach in rows[
-            np.lexsort((rows[:, 0], rows[:, 2]))
+        for reference, ref_frame, frame, reach, speed, pitch in rows[
+            np.lexsort((rows[:, 1], rows[:, 0], rows[:, 2]))
         ].tolist():
             if reference == HASH:
                 self.hash_frames.append(frame)
             elif reference != END:
-                self._add(reference, difference, frame, reach)
+                self._add(reference, ref_frame, frame, reach, speed / FACTOR, pitch / FACTOR)
             now = max(now, frame)
         self._close(lambda run: now - run.last > self.gap)
         return self._release()
@@ -106,24 +179,27 @@ class FingerprintTagger:
         self._close(lambda run: True)
         return self._release()
 
-    def _add(self, reference: int, difference: int, frame: int, reach: int) -> None:
+    def _add(
+        self, reference: int, ref_frame: int, frame: int, reach: int, speed: float, pitch: float
+    ) -> None:
         # Only this reference's runs are looked at: a large library leaves thousands of open
         # runs of chance matches, and scanning them all for every match was the hot spot.
         runs = self._open_by_reference.setdefault(reference, [])
         for run in runs:
-            if abs(run.difference - difference) <= DIFF_TOLERANCE and frame - run.last <= self.gap:
-                run.last = max(run.last, frame)
-                run.reach = max(run.reach, reach)
-                run.hits += 1
+            since = frame - run.last
+            off = abs(run.at(frame) - ref_frame)
+            if since <= self.gap and off <= DIFF_TOLERANCE + GAP_TOLERANCE * max(0, since):
+                run.add(ref_frame, frame, reach, speed, pitch)
                 return
-        run = _Run(reference, difference, frame, frame, reach)
+        run = _Run(reference, frame, frame, frame, reach)
+        run.add(ref_frame, frame, reach, speed, pitch)
         runs.append(run)
         self.open.append(run)
 
     def _close(self, done: Callable[[_Run], bool]) -> None:
         ending = [run for run in self.open if done(run)]
         self.open = [run for run in self.open if not done(run)]
-        self.closed += [run for run in ending if run.hits >= self.params.min_hits]
+        self.closed += [run for run in ending if run.hits >= MIN_RUN_HITS]
         self._open_by_reference = {}
         for run in self.open:
             self._open_by_reference.setdefault(run.reference, []).append(run)
@@ -132,11 +208,16 @@ class FingerprintTagger:
         """Closed runs that start before every open one, as tags in order of start; a run that
         an open run of its reference may still overlap waits, one that a stronger run of its
         reference covers is a repeat inside the reference (a chorus), not an occurrence."""
-        settled = [
-            run
-            for run in self.closed
-            if not any(o.reference == run.reference and o.first <= run.last for o in self.open)
-        ]
+        settled = [run for run in self.closed if not any(self._may_take(o, run) for o in self.open)]
+        for weak in sorted(settled, key=lambda run: run.hits):
+            strong = [o for o in self.closed if o.hits >= weak.hits and o.holds(weak, self.gap)]
+            if strong:
+                strong[0].absorb(weak)
+                self.closed.remove(weak)
+        settled = [run for run in settled if run in self.closed]
+        few = [run for run in settled if run.hits < self.params.min_hits]
+        self.closed = [run for run in self.closed if run not in few]
+        settled = [run for run in settled if run not in few]
         shadowed = [run for run in settled if any(_covers(o, run) for o in self.closed)]
         self.closed = [run for run in self.closed if run not in shadowed]
         limit = min((run.first for run in self.open), default=None)
@@ -153,6 +234,12 @@ class FingerprintTagger:
             del self.hash_frames[: bisect.bisect_left(self.hash_frames, keep_from)]
         return tags
 
+    def _may_take(self, open_run: _Run, run: _Run) -> bool:
+        """An open run may still overlap `run` or take it in (`absorb`): `run` waits."""
+        if open_run.reference != run.reference:
+            return False
+        return open_run.first <= run.last or open_run.holds(run, self.gap)
+
     def _tag(self, run: _Run) -> Tag | None:
         found = self.reference(run.reference)
         if found is None:
@@ -163,15 +250,19 @@ class FingerprintTagger:
         score = min(1.0, run.hits / max(1, hashes))
         if score < self.params.min_score:
             return None
-        start_s = run.first * self.frame_s
-        end_s = (run.reach + 1) * self.frame_s
-        offset_s = run.difference * self.frame_s  # where the reference's start lies
-        reference_start = start_s - offset_s
-        reference_end = end_s - offset_s
-        if reference_start - found.first_s <= SNAP_S:
-            reference_start, start_s = max(0.0, -offset_s), max(0.0, offset_s)
+        speed, frame_s = run.speed(), self.frame_s
+        start_s = run.first * frame_s
+        end_s = (run.reach + 1) * frame_s
+        reference_start = run.at(run.first) * frame_s
+        reference_end = run.at(run.reach + 1) * frame_s
+        if reference_start - found.first_s <= SNAP_S:  # where the reference's start lies
+            start_s -= reference_start / speed
+            reference_start = 0.0
+            if start_s < 0.0:  # it started before the recording did
+                start_s, reference_start = 0.0, run.at(0) * frame_s
         if found.last_s - reference_end <= SNAP_S:
-            reference_end, end_s = found.duration_s, offset_s + found.duration_s
+            end_s = end_s + (found.duration_s - reference_end) / speed
+            reference_end = found.duration_s
         return Tag(
             start=round(start_s, 3),
             end=round(end_s, 3),
@@ -180,6 +271,8 @@ class FingerprintTagger:
             reference=str(found.id),
             reference_start=round(max(0.0, reference_start), 3),
             reference_end=round(min(found.duration_s, reference_end), 3),
+            speed=round(speed, 4),
+            pitch=round(run.pitch(), 4),
         )
 
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from arengine.kinds.fingerprint.library import Reference
-from arengine.kinds.fingerprint.tagger import END, HASH, FingerprintParams, FingerprintTagger
+from arengine.kinds.fingerprint.tagger import (
+    END,
+    FACTOR,
+    HASH,
+    FingerprintParams,
+    FingerprintTagger,
+)
 from arengine.types import Tag
 
 RATE, HOP = 11025, 256
@@ -17,11 +23,16 @@ LIBRARY = {
 }
 
 
+def _match(reference: int, difference: int, frame: int, reach: int) -> list[int]:
+    """A match of the reference's frame `frame - difference`, at its own speed and pitch."""
+    return [reference, frame - difference, frame, reach, FACTOR, FACTOR]
+
+
 def _occurrence(reference: int, at: int, ref_first: int, frames: int) -> np.ndarray:
     """A match every 4th frame of `frames` from recording frame `at`, reference frame
     `ref_first`, and one hash of the recording at every frame."""
-    rows = [[reference, at - ref_first, f, f + 10] for f in range(at, at + frames, 4)]
-    rows += [[HASH, 0, f, f] for f in range(at, at + frames)]
+    rows = [_match(reference, at - ref_first, f, f + 10) for f in range(at, at + frames, 4)]
+    rows += [[HASH, 0, f, f, 0, 0] for f in range(at, at + frames)]
     return np.array(rows, dtype=np.int64)
 
 
@@ -30,7 +41,7 @@ def _tags(rows: np.ndarray, pushes: int, **params: float) -> list[Tag]:
     rows = rows[np.argsort(rows[:, 2], kind="stable")]
     tags: list[Tag] = []
     for part in np.array_split(rows, pushes):
-        end = np.array([[END, 0, int(part[-1, 2]), int(part[-1, 2])]]) if len(part) else part
+        end = np.array([[END, 0, int(part[-1, 2]), int(part[-1, 2]), 0, 0]]) if len(part) else part
         tags += tagger.push(np.concatenate([part, end]))
     return tags + tagger.finish(0)
 
@@ -63,7 +74,7 @@ def test_repeats_and_back_to_back_references_stay_apart() -> None:
 
 
 def test_too_few_matches_and_removed_references_give_no_tag() -> None:
-    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 15 needed
+    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 20 needed
     assert _tags(_occurrence(1, 100, 0, 40), 1, min_hits=5) != []
     assert _tags(_occurrence(4, 100, 0, 400), 2) == []  # not in the library (removed)
 
@@ -72,7 +83,7 @@ def test_a_repeat_inside_the_reference_is_not_a_second_occurrence() -> None:
     """A chorus: the same recording stretch also matches the reference 100 frames later,
     more weakly (every 8th frame); only the true alignment is reported."""
     true = _occurrence(1, 1000, 0, 400)
-    echo = np.array([[1, 1000 - 100, f, f + 10] for f in range(1100, 1300, 8)], dtype=np.int64)
+    echo = np.array([_match(1, 1000 - 100, f, f + 10) for f in range(1100, 1300, 8)])
     [tag] = _tags(np.concatenate([true, echo]), 4)
     assert tag.reference_start == 0.0
 

@@ -1,0 +1,98 @@
+"""A segment's triplet matches against the library (one per anchor matched), each with the
+speed and pitch it says, kept when enough of them in the segment lie on one line of their
+reference (a Hough vote over the speeds from `SLOWEST` to `FASTEST`).
+
+A match pairs a recording's triplet (anchor frame `t`, bin `f`, span `n`) with a reference's
+(`t'`, `f'`, `n'`): the recording plays the reference `n' / n` times as fast (its speed) and
+`2 ** ((f - f') / 36)` times as high (its pitch). Both are rough for one match (a span of 20
+frames is known to a frame); an occurrence's matches agree on one line `t' = a + speed * t`,
+which the tagger fits from all of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from arengine.kinds.fingerprint.landmarks import BINS_PER_OCTAVE, FINE, unpack
+
+SLOWEST = 0.88
+FASTEST = 1.12
+"""The speeds a match may say (an occurrence is found between 0.9 and 1.1; a match's own
+estimate is rougher)."""
+MAX_SHIFT = BINS_PER_OCTAVE * np.log2(1.12) * FINE
+"""The pitch shift a match may say, in quarters of a bin (12%)."""
+SPEED_STEP = 0.002
+SPEEDS = np.arange(SLOWEST, FASTEST + SPEED_STEP / 2, SPEED_STEP)
+"""The speeds voted for: a segment's line is one of these..."""
+START_FRAMES = 3
+"""...with the frame where the reference would start to within this many frames."""
+MIN_SEGMENT_HITS = 3
+"""A match is kept when its line has this many in the segment: lone collisions of a large
+library never reach the tagger."""
+FACTOR = 10000
+"""Speeds and pitches travel to the tagger as whole numbers of ten-thousandths."""
+COLUMNS = 6
+"""A row: (reference, reference frame, frame, partner's frame, speed, pitch)."""
+
+
+def matches(query: np.ndarray, library: np.ndarray) -> np.ndarray:
+    """`(m, 6)` rows of (reference, reference frame, frame, partner's frame, speed, pitch) of
+    the `(n, 5)` query rows of `landmarks.queried` against the library rows `(hash, reference,
+    offset)` with their hashes, kept when their line has `MIN_SEGMENT_HITS` in the segment."""
+    if not len(query) or not len(library):
+        return np.zeros((0, COLUMNS), dtype=np.int64)
+    library = library[np.argsort(library[:, 0], kind="stable")]
+    left = np.searchsorted(library[:, 0], query[:, 0], side="left")
+    counts = np.searchsorted(library[:, 0], query[:, 0], side="right") - left
+    which = np.repeat(np.arange(len(query)), counts)
+    starts = np.cumsum(counts) - counts
+    rows = np.repeat(left, counts) + np.arange(counts.sum()) - np.repeat(starts, counts)
+    ref_frame, ref_fine, ref_span = unpack(library[rows, 2])
+    frame, fine, span = query[which, 2], query[which, 3], query[which, 4]
+    speed = np.rint(ref_span * FACTOR / span).astype(np.int64)
+    shift = fine - ref_fine
+    ok = (speed >= SLOWEST * FACTOR) & (speed <= FASTEST * FACTOR) & (np.abs(shift) <= MAX_SHIFT)
+    found = np.stack(
+        [library[rows, 1], ref_frame, frame, frame + span, speed, shift, span], axis=1
+    )[ok]
+    return _on_lines(found)
+
+
+def _on_lines(found: np.ndarray) -> np.ndarray:
+    """The matches that lie on a line of their reference with `MIN_SEGMENT_HITS` (its votes
+    counted over neighbouring start frames too), speed and pitch as `FACTOR`ths."""
+    found = found[_enough(found[:, 0])]
+    if not len(found):
+        return np.zeros((0, COLUMNS), dtype=np.int64)
+    own = found[:, 4] / FACTOR
+    # A match votes for the speeds its own estimate allows: a span of n frames is known to
+    # about a frame at each end.
+    near = np.abs(SPEEDS[None, :] - own[:, None]) <= own[:, None] * 2.5 / found[:, 6, None] + 0.01
+    match, step = np.nonzero(near)
+    start = found[match, 2] - found[match, 1] / SPEEDS[step]
+    cell = np.floor(start / START_FRAMES).astype(np.int64)
+    key = (found[match, 0] << 32) + (step.astype(np.int64) << 24) + cell + (1 << 23)
+    keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    votes = counts.copy()
+    for side in (-1, 1):
+        at = np.minimum(np.searchsorted(keys, keys + side), len(keys) - 1)
+        votes += np.where(keys[at] == keys + side, counts[at], 0)
+    score = votes[inverse.reshape(-1)]
+    order = np.lexsort((-score, match))
+    best = order[np.r_[True, match[order][1:] != match[order][:-1]]]
+    kept = score[best] >= MIN_SEGMENT_HITS
+    chosen = found[match[best][kept]]
+    speeds = np.rint(SPEEDS[step[best][kept]] * FACTOR)
+    pitch = np.rint(2.0 ** (chosen[:, 5] / (FINE * BINS_PER_OCTAVE)) * FACTOR)
+    out = np.stack([*chosen[:, :4].T, speeds, pitch], axis=1).astype(np.int64)
+    # One row per anchor matched: its other triplets' matches say the same again.
+    _, first = np.unique(out[:, :3], axis=0, return_index=True)
+    once: np.ndarray = out[np.sort(first)]
+    return once
+
+
+def _enough(references: np.ndarray) -> np.ndarray:
+    """Which matches' references have `MIN_SEGMENT_HITS` matches at all (a cheap first cut)."""
+    _, inverse, counts = np.unique(references, return_inverse=True, return_counts=True)
+    enough: np.ndarray = counts[inverse.reshape(-1)] >= MIN_SEGMENT_HITS
+    return enough

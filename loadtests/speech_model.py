@@ -36,6 +36,7 @@ from arengine.kinds.speech.network import (
     silero_package_archive,
 )
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from arengine.system.threads import available_cpus
 from loadtests.agreement import frame_f1
 from loadtests.roofline import counted_flops, this_cpu
@@ -170,7 +171,11 @@ def equivalence(path: Path) -> None:
     pool = EnginePool(available_cpus())
     try:
         tags = [
-            pool.submit(JobSpec("eq", path, (recognizer,), {}, limits, 4)).future.result().tags
+            pool.submit(
+                JobSpec("eq", path, (recognizer,), ModelTagging((recognizer,), {}), limits, 4)
+            )
+            .future.result()
+            .tags
             for recognizer in (
                 SpeechRecognizer(fast, 30, 2, max_batch=4),  # as served: 4 segments per call
                 SpeechRecognizer(reference, 30, 2),  # silero-vad's own forward

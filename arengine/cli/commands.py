@@ -36,7 +36,7 @@ from arengine_client.files import print_skipped, report
 
 if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
     from arengine.cli.runner import Failure, Planned
-    from arengine.engine.engine import Engine
+    from arengine.service.engine import Engine
 
 log = logging.getLogger("arengine")
 ENV_ONLY = frozenset({"api_keys", "admin_keys", "webhook_secret", "mqtt_password"})
@@ -357,7 +357,7 @@ def _engine(settings: Settings) -> Any:
     os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
     logging.basicConfig(level=logging.WARNING, format="arengine: %(levelname)s: %(message)s")
 
-    from arengine.engine.engine import Engine
+    from arengine.service.engine import Engine
     from arengine.system.threads import configure_torch
 
     configure_torch(settings.intra_op_threads, settings.inter_op_threads)

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TextIO
 
 from arengine.audio.validation import AudioLimits, probe
-from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
 from arengine.kinds.base import Overrides
 from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
+from arengine.service.engine import Engine
 from arengine.types import Result
 from arengine_client.files import Failure, Planned, plan, remaining, settle, write_file
 from arengine_client.progress import make_progress

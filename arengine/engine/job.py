@@ -32,25 +32,18 @@ from arengine.audio.recorded import recorded_at, recording_time
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
+from arengine.engine.hooks import Recognizer, Tagging, TagOrder
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.kinds.base import Overrides, Recognizer
-from arengine.kinds.catalog import implied_by_recording_time
-from arengine.live.plans import live_tagger
-from arengine.models.registry import overrides_by_model
-from arengine.postprocess import Tagger
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
 
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
 TagListener = Callable[[list[Tag]], None]
-OpenListener = Callable[[str, str, float], None]
-"""Hears `(model, label, start_s)` when a live stream's run of a label will be a tag, before it
-ends (`LabelTagger.on_open`)."""
-"""Called with each batch of tags as soon as they are final, in timestamp order."""
+"""Called with each batch of tags as soon as they are final, in the request's tag order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +54,8 @@ class JobSpec:
     path: Path
     recognizers: tuple[Recognizer, ...]
     """The models to run, in the order the request named them (one, usually)."""
-    overrides: Overrides
-    """Post-processing overrides; with several models, each takes those its kind has."""
+    tagging: Tagging
+    """Each model's tagger (with the request's parameters), chosen by the caller."""
     limits: AudioLimits
     segments_ahead: int
     on_tags: TagListener | None = None
@@ -79,9 +72,9 @@ class JobSpec:
     plans: tuple[SegmentPlan, ...] | None = None
     """How each model's audio is cut, replacing the models' own plans: a live stream's shorter
     segments (`arengine/live/plans.py`)."""
-    on_open: OpenListener | None = None
-    """Optional, live streams only: hears each label run that will be a tag while it is still
-    open (from an engine thread, one call at a time)."""
+    order: TagOrder | None = None
+    """How the models' tags become one stream; None: merged in start order (`TagMerge`). A live
+    stream sends each tag once final instead (`arengine/live/plans.py`)."""
     keeper: ScoreKeeper | None = None
     """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
     earlier run kept are post-processed from its scores, not inferred again."""
@@ -121,14 +114,10 @@ class Job:
         self._postprocessing = False
         self._info: AudioInfo | None = None
         self._sources: SegmentSources | None = None
-        shares = overrides_by_model(spec.recognizers, spec.overrides)
-        self._shares = shares
         plans = spec.plans or tuple(recognizer.plan for recognizer in spec.recognizers)
         self._runs = [
-            ModelRun(index, recognizer, self._tagger(recognizer, own), plan)
-            for index, (recognizer, own, plan) in enumerate(
-                zip(spec.recognizers, shares, plans, strict=True)
-            )
+            ModelRun(index, recognizer, spec.tagging.tagger(index), plan)
+            for index, (recognizer, plan) in enumerate(zip(spec.recognizers, plans, strict=True))
         ]
         if spec.keeper is not None:
             for run in self._runs:
@@ -136,9 +125,8 @@ class Job:
         self._several = len(self._runs) > 1
         self._window_s = max(run.segment_s for run in self._runs)
         """How far (in audio) one model's decoding may run ahead of the slowest model's."""
-        self._merge: TagMerge | None = None if self._live else TagMerge(len(self._runs))
-        """Several models' tags in one start order; none on a live stream, where each model's
-        tag goes out once final rather than wait until every other model has tagged later."""
+        self._order: TagOrder = spec.order or TagMerge(len(self._runs))
+        """Several models' tags in one stream: in start order unless the caller says otherwise."""
         self._tags: list[Tag] = []
 
     @property
@@ -371,11 +359,7 @@ class Job:
                 run.seconds[Stage.POSTPROCESS] += seconds
                 if scores is None:
                     run.wall_s = time.perf_counter() - self._started
-                released = (
-                    tags
-                    if self._merge is None
-                    else self._merge.add(run.index, tags, done=scores is None)
-                )
+                released = self._order.add(run.index, tags, done=scores is None)
                 self._tags.extend(released)
             self._announce(released)
         if complete:
@@ -399,31 +383,15 @@ class Job:
                 return run, None
         return None
 
-    def _tagger(self, recognizer: Recognizer, overrides: Overrides) -> Tagger:
-        """`recognizer`'s tagger; a live stream's releases each tag once final (`live_tagger`)."""
-        tagger = recognizer.tagger(overrides)
-        if not self._live:
-            return tagger
-        opened = self.spec.on_open
-        if opened is None:
-            return live_tagger(tagger)
-        return live_tagger(tagger, functools.partial(opened, recognizer.name))
-
-    @property
-    def _live(self) -> bool:
-        """A live stream (`arengine/live/`): its tags go out as each is final, in no set order
-        across labels and models."""
-        return self.spec.arrival is not None and self.spec.arrival.open_ended
-
     def _recording_time_defaults(self, when: datetime | None) -> None:
-        """Taggers again with the defaults that follow from the recording's time (birds: its
-        week), before any segment reaches them; a request's own values win."""
+        """Taggers again with what the recording's time implies (birds: its week), before any
+        segment reaches them; the caller's `Tagging` says which change."""
         if when is None:
             return
-        for run, own in zip(self._runs, self._shares, strict=True):
-            fresh = implied_by_recording_time(run.recognizer.kind, own, when)
-            if fresh:
-                run.tagger = self._tagger(run.recognizer, {**own, **fresh})
+        for run in self._runs:
+            fresh = self.spec.tagging.dated(run.index, when)
+            if fresh is not None:
+                run.tagger = fresh
 
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from arengine.audio.segments import Segment, Segmenter, SegmentPlan
-from arengine.kinds.base import Recognizer
+from arengine.engine.hooks import Recognizer
 from arengine.postprocess import Tagger
 from arengine.types import Stage
 

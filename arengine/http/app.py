@@ -19,7 +19,6 @@ from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from arengine import __version__
-from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
@@ -35,6 +34,7 @@ from arengine.jobs.store import JobStore
 from arengine.jobs.webhooks import Webhooks, start_webhooks
 from arengine.live.sources import SourceLabels
 from arengine.notify.mqtt import start_mqtt
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.memory import Jemalloc

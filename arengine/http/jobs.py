@@ -23,7 +23,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from arengine.audio.validation import probe
-from arengine.engine.engine import Engine
 from arengine.errors import (
     ArengineError,
     ErrorCode,
@@ -60,6 +59,7 @@ from arengine.jobs.store import (
     storage_full,
 )
 from arengine.outputs.formats import STREAM, Format, get_format, negotiate
+from arengine.service.engine import Engine
 from arengine.settings import Settings, size_text
 from arengine.types import Result, result_dict, result_of
 

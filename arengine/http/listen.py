@@ -32,7 +32,6 @@ from pydantic import ValidationError
 from starlette.types import Message
 from starlette.websockets import WebSocketDisconnect
 
-from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import (
     ArengineError,
@@ -51,6 +50,7 @@ from arengine.live.decoder import StreamDecoder
 from arengine.live.sources import DEFAULT_SOURCE, SourceLabels, source_name
 from arengine.live.spool import LiveSpool, StreamFormat, parse_message
 from arengine.notify.mqtt import StreamNotice, notify
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 

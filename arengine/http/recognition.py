@@ -20,13 +20,13 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from arengine.audio.arrival import HEADER_BYTES, Arrival, wav_layout
-from arengine.engine.engine import Engine
 from arengine.engine.job import Job, TagListener
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, ErrorCode, InvalidInput
 from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
 from arengine.http.uploads import Upload, UploadLimits, UploadPace, check_declared_length, spool
 from arengine.kinds.base import Overrides, Recognizer
 from arengine.outputs.formats import FORMATS, STREAM, STREAM_MEDIA_TYPE, Format
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 from arengine.types import Result

@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
-from arengine.engine.engine import Engine
 from arengine.errors import ErrorCode, NotReady
 from arengine.http.errors import error_responses
 from arengine.http.recognition import (
@@ -40,6 +39,7 @@ from arengine.http.schemas import (
 )
 from arengine.http.uploads import AUDIO_BODY
 from arengine.outputs.formats import FORMATS, STREAM, get_format, negotiate
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.threads import available_cpus

@@ -20,7 +20,6 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 
-from arengine.engine.engine import Engine
 from arengine.engine.job import Job
 from arengine.errors import ArengineError, ErrorCode
 from arengine.jobs.scores import ModelPlan, ScoreLog
@@ -32,6 +31,7 @@ from arengine.jobs.store import (
     storage_full,
     write_durably,
 )
+from arengine.service.engine import Engine
 from arengine.types import Result, Tag, result_dict
 
 log = logging.getLogger(__name__)

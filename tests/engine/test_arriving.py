@@ -11,6 +11,7 @@ from arengine.engine.pool import EnginePool
 from arengine.errors import BodyTimeout, ErrorCode
 from arengine.kinds.speech.network import SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from tests.arriving import Arriving
 from tests.conftest import RecordingFactory, wait_until
 from tests.engine.test_engine import LIMITS
@@ -18,7 +19,9 @@ from tests.recordings import Recording
 
 
 def _spec(path: Path, recognizer: SpeechRecognizer) -> JobSpec:
-    return JobSpec("r", path, (recognizer,), {}, LIMITS, segments_ahead=4)
+    return JobSpec(
+        "r", path, (recognizer,), ModelTagging((recognizer,), {}), LIMITS, segments_ahead=4
+    )
 
 
 def _long(recording: RecordingFactory) -> Recording:

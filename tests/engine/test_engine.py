@@ -24,6 +24,7 @@ from arengine.errors import Cancelled, StageFailed
 from arengine.jobs.scores import ModelPlan, ScoreLog
 from arengine.kinds.speech.network import MAX_BATCH, SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from arengine.types import Result, Tag
 from tests.conftest import RecordingFactory, wait_until
 from tests.recordings import Recording
@@ -65,7 +66,7 @@ def _spec(
         request_id=request_id,
         path=path,
         recognizers=(recognizer,),
-        overrides={},
+        tagging=ModelTagging((recognizer,), {}),
         limits=LIMITS,
         segments_ahead=ahead,
     )
@@ -273,7 +274,7 @@ def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
             request_id="listen",
             path=long_recording.path,
             recognizers=(recognizer,),
-            overrides={},
+            tagging=ModelTagging((recognizer,), {}),
             limits=LIMITS,
             segments_ahead=4,
             on_tags=listen,
@@ -298,7 +299,15 @@ def test_a_cancelled_job_tells_the_listener_nothing_more(
     heard: list[list[Tag]] = []
     pool = EnginePool(threads=2)
     try:
-        spec = JobSpec("c", clip.path, (recognizer,), {}, LIMITS, 4, on_tags=heard.append)
+        spec = JobSpec(
+            "c",
+            clip.path,
+            (recognizer,),
+            ModelTagging((recognizer,), {}),
+            LIMITS,
+            4,
+            on_tags=heard.append,
+        )
         job = pool.submit(spec)
         job.cancel()
         recognizer.gate.set()

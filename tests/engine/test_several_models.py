@@ -14,12 +14,13 @@ import torch
 
 from arengine.audio.segments import Segment
 from arengine.audio.validation import AudioLimits
-from arengine.engine.engine import Engine
 from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
 from arengine.errors import InvalidInput, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
+from arengine.models.tagging import ModelTagging
 from arengine.postprocess import Tagger
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.types import Result, Stage, Tag
 from tests.music import speech_and_melodies
@@ -75,7 +76,16 @@ def _run(
 ) -> Result:
     pool = EnginePool(threads, observer=backlog)
     try:
-        job = pool.submit(JobSpec("several", path, recognizers, {}, LIMITS, segments_ahead=4))
+        job = pool.submit(
+            JobSpec(
+                "several",
+                path,
+                recognizers,
+                ModelTagging(recognizers, {}),
+                LIMITS,
+                segments_ahead=4,
+            )
+        )
         if backlog is not None:
             backlog.job = job
         return job.future.result(timeout=600)
@@ -185,8 +195,8 @@ def test_the_listener_hears_the_merged_order_as_it_becomes_final(
         spec = JobSpec(
             "listen",
             speech_and_music,
-            engine.check("notes,speech", {}),
-            {},
+            recognizers := engine.check("notes,speech", {}),
+            ModelTagging(recognizers, {}),
             LIMITS,
             segments_ahead=4,
             on_tags=heard.append,

@@ -24,6 +24,7 @@ from arengine.kinds.speech.network import (
 )
 from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models.tagging import ModelTagging
 from loadtests.agreement import frame_f1
 from tests.conftest import Phrases, RecordingFactory
 from tests.kinds.speech.reference import ConvSpeechModel
@@ -141,7 +142,14 @@ def test_speech_tags_match_the_conv_reference(
     try:
         tags = [
             pool.submit(
-                JobSpec("r", clip.path, (SpeechRecognizer(model, 4.0, 2.0),), {}, limits, 4)
+                JobSpec(
+                    "r",
+                    clip.path,
+                    (recognizer := SpeechRecognizer(model, 4.0, 2.0),),
+                    ModelTagging((recognizer,), {}),
+                    limits,
+                    4,
+                )
             )
             .future.result(timeout=120)
             .tags

@@ -1,4 +1,8 @@
-"""The engine: one pool and the loaded models, shared by every request of the process."""
+"""The engine a process serves with: one pool and the loaded models, shared by every request.
+
+The pool and the request state machine (`arengine/engine/`) only schedule; this is where a
+request's strategies are chosen from what it is: an upload or a job, or a live stream.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,12 @@ from pathlib import Path
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
-from arengine.engine.job import Job, JobSpec, OpenListener, TagListener
+from arengine.engine.job import Job, JobSpec, TagListener
 from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
-from arengine.live.plans import live_plan
+from arengine.live.plans import AsFinal, LiveTagging, OpenListener, live_plan
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
     NO_SUCH_MODEL,
@@ -25,6 +29,7 @@ from arengine.models.registry import (
     load_models,
     overrides_by_model,
 )
+from arengine.models.tagging import ModelTagging
 from arengine.settings import Settings
 from arengine.system.threads import available_cpus
 
@@ -154,7 +159,7 @@ class Engine:
             request_id=request_id,
             path=path,
             recognizers=recognizers,
-            overrides=overrides,
+            tagging=ModelTagging(recognizers, overrides),
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
             parallel_decoding=self.settings.parallel_decoding,
@@ -185,13 +190,13 @@ class Engine:
             request_id=request_id,
             path=arrival.path,
             recognizers=recognizers,
-            overrides=overrides,
+            tagging=LiveTagging(ModelTagging(recognizers, overrides), recognizers, on_open),
             limits=dataclasses.replace(self.limits, max_duration_s=settings.listen_max_duration_s),
             segments_ahead=settings.segments_ahead,
             on_tags=on_tags,
             arrival=arrival,
             plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
-            on_open=on_open,
+            order=AsFinal(),
         )
         return self.pool.submit(spec)
 

@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from arengine.audio.decode import decode
 from arengine.audio.segments import Segmenter
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.kinds.speech.network import (
     CONTEXT,
     WINDOW,
@@ -172,7 +172,7 @@ def equivalence(path: Path) -> None:
     try:
         tags = [
             pool.submit(
-                JobSpec("eq", path, (recognizer,), ModelTagging((recognizer,), {}), limits, 4)
+                RequestSpec("eq", path, (recognizer,), ModelTagging((recognizer,), {}), limits, 4)
             )
             .future.result()
             .tags

@@ -28,6 +28,7 @@ from arengine.outputs.formats import (
 from arengine.settings import Settings
 from arengine_client.cli import (
     JOB_OVER_S,
+    add_concurrency_flag,
     add_server_flags,
     listen_command,
     listen_parser,
@@ -58,10 +59,10 @@ RECOGNIZE_EXAMPLES = (
     """examples:
   arengine recognize talk.flac                       # talk.json in the current folder
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
-  arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
+  arengine recognize a.wav b.mp3 --format vtt --concurrency 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
   arengine recognize archive/ --model birds --format birdnet --resume --combined all.csv
-  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
+  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --concurrency 16 --resume
 
 formats (other names in brackets):
 """
@@ -132,9 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
     )
-    recognize.add_argument(
-        "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
-    )
+    add_concurrency_flag(recognize, "files recognized at once (default: 4)")
     add_server_flags(recognize, required=False)
     recognize.add_argument(
         "--resume",
@@ -374,7 +373,7 @@ def recognize(
     model: str,
     format: str,
     out: Path,
-    jobs: int,
+    concurrency: int,
     server: str | None = None,
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
@@ -392,8 +391,8 @@ def recognize(
         print("arengine: no audio files found in the inputs", file=sys.stderr)
         print_skipped(skipped)
         return 2
-    if jobs < 1:
-        print("arengine: --jobs must be at least 1", file=sys.stderr)
+    if concurrency < 1:
+        print("arengine: --concurrency must be at least 1", file=sys.stderr)
         return 2
     fmt = get_format(format)
     # Names over every input, before `--resume` leaves some out: a file's name never depends on
@@ -411,7 +410,7 @@ def recognize(
         from arengine_client.remote import Remote, recognize_remote
 
         remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
-        failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
+        failures = recognize_remote(remote, todo, model, fmt, concurrency, overrides=overrides)
     elif todo:
         engine = _engine(settings.model_copy(update={"models": model}))
         try:
@@ -419,7 +418,7 @@ def recognize(
             if refused is not None:
                 print(f"arengine: {refused}", file=sys.stderr)
                 return 2
-            failures = recognize_files(engine, todo, model, fmt, jobs, overrides=overrides)
+            failures = recognize_files(engine, todo, model, fmt, concurrency, overrides=overrides)
         finally:
             engine.close()
     if combined is not None:

@@ -69,7 +69,7 @@ async def render(
     format: Annotated[
         str,
         Query(max_length=16, description=f"One of: {known_formats()} but {STREAM}.",
-              json_schema_extra=format_enum(stream=False)),
+              json_schema_extra=format_enum(ndjson=False)),
     ],
     name: Annotated[
         str | None,

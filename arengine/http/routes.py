@@ -23,7 +23,7 @@ from arengine.http.recognition import (
     check_format,
     received_at,
     refuse_repeated,
-    stream,
+    stream_ndjson,
 )
 from arengine.http.render import download
 from arengine.http.schemas import (
@@ -80,11 +80,11 @@ async def recognize(
             check_format(get_format(output), recognizer)
     # Loaded models' names, each once: a bounded label value.
     request.state.model = query.model
-    request.state.stream = query.stream
+    request.state.audio_stream = query.stream
     record = Record(request, query.model, started)
     run = Run(request, engine, recognizers, overrides, query.stream, started + timeout, record)
     if output == STREAM:
-        return await stream(run, query.progress)
+        return await stream_ndjson(run, query.progress)
     result = await answer(run)
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
@@ -127,7 +127,7 @@ async def info(request: Request) -> InfoResponse:
         ready=engine.ready,
         uploading_requests=engine.admission.uploading,
         pending_requests=engine.admission.pending,
-        active_jobs=engine.pool.active_jobs,
+        active_jobs=engine.pool.active_requests,
         limits={
             "max_upload_bytes": settings.max_upload_bytes,
             "max_duration_s": settings.max_duration_s,

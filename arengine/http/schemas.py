@@ -50,10 +50,10 @@ class _UploadBase(BaseModel):
         return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
 
 
-def format_enum(*, stream: bool) -> dict[str, Any]:
+def format_enum(*, ndjson: bool) -> dict[str, Any]:
     """The OpenAPI `enum` of a `format` parameter: every name it takes (`ndjson` where it
     streams). The check itself is `get_format`'s, whose message lists them."""
-    return {"enum": [*FORMAT_NAMES, *([STREAM] if stream else [])]}
+    return {"enum": [*FORMAT_NAMES, *([STREAM] if ndjson else [])]}
 
 
 class _QueryBase(_UploadBase):
@@ -66,7 +66,7 @@ class _QueryBase(_UploadBase):
         description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
     )
     format: (
-        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(stream=True))] | None
+        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(ndjson=True))] | None
     ) = Field(
         None,
         description=f"Response format (see GET /v1/formats): {known_formats()}; {STREAM} "
@@ -203,7 +203,7 @@ class _JobResultBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: (
-        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(stream=False))] | None
+        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(ndjson=False))] | None
     ) = Field(
         None,
         description=f"One of: {known_formats()} but {STREAM}. Default: from the Accept "

@@ -14,8 +14,8 @@ from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import SegmentPlan
 from arengine.audio.source import ModelInput, Reading, segment_sources
 from arengine.audio.validation import AudioLimits, probe
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.errors import ErrorCode, InvalidInput, TooLarge
 from arengine.kinds.speech.network import SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
@@ -262,7 +262,7 @@ def test_a_job_decoded_in_parts_tags_as_one_decoded_in_process(
     try:
         results = [
             pool.submit(
-                JobSpec(
+                RequestSpec(
                     "r",
                     path,
                     (recognizer,),

@@ -19,7 +19,7 @@ import soundfile as sf
 
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import Job, JobSpec
+from arengine.engine.request import EngineRequest, RequestSpec
 from arengine.errors import (
     Cancelled,
     ErrorCode,
@@ -152,9 +152,9 @@ def wav(tmp_path: Path) -> Path:
     return path
 
 
-def _spec(path: Path, *recognizers: FakeRecognizer, **given: object) -> JobSpec:
+def _spec(path: Path, *recognizers: FakeRecognizer, **given: object) -> RequestSpec:
     fields: dict[str, object] = {"tagging": FakeTagging(), "segments_ahead": 2, **given}
-    return JobSpec(
+    return RequestSpec(
         request_id="r1",
         path=path,
         recognizers=recognizers or (FakeRecognizer(),),
@@ -173,36 +173,36 @@ class Wakes:
         self.count += 1
 
 
-def _drive(job: Job, batching: bool = True, steps: int = 1000) -> None:
+def _drive(request: EngineRequest, batching: bool = True, steps: int = 1000) -> None:
     """Run the request's tasks one at a time until it ends, as a one-thread pool would."""
     for _ in range(steps):
-        if job.future.done():
+        if request.future.done():
             return
-        task = job.take(batching)
+        task = request.take(batching)
         assert task is not None, "an unfinished request with nothing running has a task to give"
         task()
     raise AssertionError(f"the request did not end in {steps} tasks")
 
 
 def test_states_from_admitted_to_finished(wav: Path) -> None:
-    job = Job(_spec(wav), Wakes())
-    assert not job.validated and not job.finished
-    assert job.progress == (0.0, None)
-    validation = job.take()
+    request = EngineRequest(_spec(wav), Wakes())
+    assert not request.validated and not request.finished
+    assert request.progress == (0.0, None)
+    validation = request.take()
     assert validation is not None
-    assert job.take() is None, "nothing else runs before validation"
+    assert request.take() is None, "nothing else runs before validation"
     validation()
-    assert job.validated and job.progress == (0.0, 3.5)
+    assert request.validated and request.progress == (0.0, 3.5)
     most_held = 0
-    while not job.future.done():
-        task = job.take()
+    while not request.future.done():
+        task = request.take()
         assert task is not None
         task()
-        most_held = max(most_held, job.held_segments)
-    assert job.finished and job.take() is None
+        most_held = max(most_held, request.held_segments)
+    assert request.finished and request.take() is None
     assert most_held <= 2, "never more decoded segments held than segments_ahead"
-    assert job.held_segments == 0 and job.queued_segments == 0
-    result = job.future.result()
+    assert request.held_segments == 0 and request.queued_segments == 0
+    result = request.future.result()
     assert result.model == "fake" and result.audio.duration_s == 3.5
     assert [(t.start, t.end, t.label, t.score) for t in result.tags] == [
         (0.0, 1.0, "m0", 0.0),
@@ -211,65 +211,65 @@ def test_states_from_admitted_to_finished(wav: Path) -> None:
         (3.0, 3.5, "m0", 3.0),
         (3.5, 3.5, "m0-end", 1.0),
     ]
-    assert job.progress == (3.5, 3.5)
+    assert request.progress == (3.5, 3.5)
 
 
 def test_every_stage_is_timed_and_observed(wav: Path) -> None:
     recorder = Recorder()
-    job = Job(_spec(wav), Wakes(), recorder)
-    _drive(job)
+    request = EngineRequest(_spec(wav), Wakes(), recorder)
+    _drive(request)
     stages = {stage for _, stage in recorder.stages}
     assert stages == set(Stage)
     assert recorder.stages.count(("fake", Stage.VALIDATION)) == 1
     assert recorder.waits == ["fake"] * 4, "one queue wait per inferred segment"
-    timings = job.future.result().timings
+    timings = request.future.result().timings
     assert timings.total_s >= 0
 
 
 def test_a_batching_model_gets_batches_only_when_batching(wav: Path) -> None:
     batched = FakeRecognizer(max_batch=2)
-    _drive(Job(_spec(wav, batched), Wakes()))
+    _drive(EngineRequest(_spec(wav, batched), Wakes()))
     assert 2 in batched.batches, "two segments in one forward call"
     single = FakeRecognizer(max_batch=2)
-    _drive(Job(_spec(wav, single), Wakes()), batching=False)
+    _drive(EngineRequest(_spec(wav, single), Wakes()), batching=False)
     assert single.batches == [], "batching off: one segment per call"
     assert single.inferred == [0, 1, 2, 3]
 
 
 def test_the_listener_hears_every_tag_in_order_and_never_nothing(wav: Path) -> None:
     heard: list[list[Tag]] = []
-    job = Job(_spec(wav, on_tags=heard.append), Wakes())
-    _drive(job)
+    request = EngineRequest(_spec(wav, on_tags=heard.append), Wakes())
+    _drive(request)
     assert all(heard), "never called with no tags"
     assert len(heard) > 1, "tags go out as they are final, not all at the end"
-    assert [tag for batch in heard for tag in batch] == list(job.future.result().tags)
+    assert [tag for batch in heard for tag in batch] == list(request.future.result().tags)
 
 
 def test_cancel_ends_it_and_the_running_task_is_discarded(wav: Path) -> None:
     heard: list[list[Tag]] = []
     wakes = Wakes()
     recognizer = FakeRecognizer()
-    job = Job(_spec(wav, recognizer, on_tags=heard.append), wakes)
-    _drive_until(job, lambda: bool(heard))
+    request = EngineRequest(_spec(wav, recognizer, on_tags=heard.append), wakes)
+    _drive_until(request, lambda: bool(heard))
     before = len(heard)
-    running = job.take()
+    running = request.take()
     assert running is not None
-    job.cancel()
-    assert job.finished and job.take() is None
+    request.cancel()
+    assert request.finished and request.take() is None
     with pytest.raises(Cancelled):
-        job.future.result()
+        request.future.result()
     running()  # a task already running finishes; what it gives is dropped
     assert len(heard) == before, "nothing more reaches the listener once cancelled"
-    job.cancel()  # a second cancel changes nothing
-    assert isinstance(job.future.exception(), Cancelled)
+    request.cancel()  # a second cancel changes nothing
+    assert isinstance(request.future.exception(), Cancelled)
 
 
 def test_abort_gives_its_error_to_the_waiter(wav: Path) -> None:
-    job = Job(_spec(wav), Wakes())
+    request = EngineRequest(_spec(wav), Wakes())
     error = NotReady("cut off", code=ErrorCode.SHUTTING_DOWN)
-    job.abort(error)
-    assert job.future.exception() is error
-    assert job.take() is None
+    request.abort(error)
+    assert request.future.exception() is error
+    assert request.take() is None
 
 
 def test_a_failing_inference_fails_the_request_with_its_stage(
@@ -277,39 +277,39 @@ def test_a_failing_inference_fails_the_request_with_its_stage(
 ) -> None:
     heard: list[list[Tag]] = []
     recognizer = FakeRecognizer(fail_at=2)
-    job = Job(_spec(wav, recognizer, on_tags=heard.append), Wakes())
-    _drive(job)
-    error = job.future.exception()
+    request = EngineRequest(_spec(wav, recognizer, on_tags=heard.append), Wakes())
+    _drive(request)
+    error = request.future.exception()
     assert isinstance(error, StageFailed)
     assert error.stage == Stage.INFERENCE and "r1" in str(error)
     assert "the network broke" not in str(error), "the cause goes to the log, not the client"
     assert "the network broke" in caplog.text
-    assert 2 not in recognizer.inferred and job.finished and job.take() is None
+    assert 2 not in recognizer.inferred and request.finished and request.take() is None
     assert all(tag.end <= 2.0 for batch in heard for tag in batch), "only tags before it"
 
 
 def test_an_arengine_error_from_a_stage_reaches_the_waiter_as_it_is(wav: Path) -> None:
     refusal = InvalidInput("this segment is refused")
-    job = Job(_spec(wav, FakeRecognizer(fail_at=0, error=refusal)), Wakes())
-    _drive(job)
-    assert job.future.exception() is refusal
+    request = EngineRequest(_spec(wav, FakeRecognizer(fail_at=0, error=refusal)), Wakes())
+    _drive(request)
+    assert request.future.exception() is refusal
 
 
 def test_a_file_that_is_not_audio_fails_validation(tmp_path: Path) -> None:
     path = tmp_path / "notes.wav"
     path.write_bytes(b"not audio at all, only text " * 20)
     recognizer = FakeRecognizer()
-    job = Job(_spec(path, recognizer), Wakes())
-    _drive(job)
-    assert isinstance(job.future.exception(), UnsupportedFormat | InvalidInput)
-    assert not job.validated and recognizer.inferred == []
+    request = EngineRequest(_spec(path, recognizer), Wakes())
+    _drive(request)
+    assert isinstance(request.future.exception(), UnsupportedFormat | InvalidInput)
+    assert not request.validated and recognizer.inferred == []
 
 
 def test_several_models_are_merged_in_start_order_by_default(wav: Path) -> None:
     first, second = FakeRecognizer("one"), FakeRecognizer("two")
-    job = Job(_spec(wav, first, second), Wakes())
-    _drive(job)
-    result = job.future.result()
+    request = EngineRequest(_spec(wav, first, second), Wakes())
+    _drive(request)
+    result = request.future.result()
     starts = [tag.start for tag in result.tags]
     assert starts == sorted(starts)
     assert {tag.model for tag in result.tags} == {"one", "two"}, "each tag names its model"
@@ -319,12 +319,12 @@ def test_several_models_are_merged_in_start_order_by_default(wav: Path) -> None:
 def test_the_tag_order_strategy_decides_what_goes_out(wav: Path) -> None:
     order = KeepModelZero()
     heard: list[list[Tag]] = []
-    job = Job(
+    request = EngineRequest(
         _spec(wav, FakeRecognizer("one"), FakeRecognizer("two"), order=order, on_tags=heard.append),
         Wakes(),
     )
-    _drive(job)
-    tags = job.future.result().tags
+    _drive(request)
+    tags = request.future.result().tags
     assert tags and {tag.model for tag in tags} == {"one"}
     assert [tag for batch in heard for tag in batch] == list(tags)
     # Each model's tags were offered as they came, and each model's end once.
@@ -334,45 +334,45 @@ def test_the_tag_order_strategy_decides_what_goes_out(wav: Path) -> None:
 
 def test_a_recording_time_gives_the_strategy_its_dated_taggers(tmp_path: Path, wav: Path) -> None:
     tagging = FakeTagging(date=True)
-    job = Job(_spec(wav, tagging=tagging, name="SITE_20250501_053000.wav"), Wakes())
-    _drive(job)
+    request = EngineRequest(_spec(wav, tagging=tagging, name="SITE_20250501_053000.wav"), Wakes())
+    _drive(request)
     assert tagging.asked == [(0, datetime(2025, 5, 1, 5, 30))]
-    assert {tag.label for tag in job.future.result().tags} == {"dated0", "dated0-end"}
+    assert {tag.label for tag in request.future.result().tags} == {"dated0", "dated0-end"}
     undated = FakeTagging(date=True)
-    _drive(Job(_spec(wav, tagging=undated), Wakes()))
+    _drive(EngineRequest(_spec(wav, tagging=undated), Wakes()))
     assert undated.asked == [], "no recording time: the taggers stay"
 
 
 def test_the_strategy_may_keep_the_tagger_it_has(wav: Path) -> None:
     tagging = FakeTagging(date=False)
-    job = Job(_spec(wav, tagging=tagging, name="SITE_20250501_053000.wav"), Wakes())
-    _drive(job)
+    request = EngineRequest(_spec(wav, tagging=tagging, name="SITE_20250501_053000.wav"), Wakes())
+    _drive(request)
     assert len(tagging.asked) == 1
-    assert {tag.label for tag in job.future.result().tags} == {"m0", "m0-end"}
+    assert {tag.label for tag in request.future.result().tags} == {"m0", "m0-end"}
 
 
 def test_kept_scores_are_not_inferred_again(wav: Path) -> None:
     fresh = FakeRecognizer()
-    _drive(Job(_spec(wav, fresh), Wakes()))
+    _drive(EngineRequest(_spec(wav, fresh), Wakes()))
     keeper = FakeKeeper(given={0: np.full(10, 0.0), 1: np.full(10, 1.0)})
     resumed = FakeRecognizer()
-    job = Job(_spec(wav, resumed, keeper=keeper), Wakes())
-    assert job.spec.background, "a request with a keeper is a job's run"
-    _drive(job)
+    request = EngineRequest(_spec(wav, resumed, keeper=keeper), Wakes())
+    assert request.spec.background, "a request with a keeper is a job's run"
+    _drive(request)
     assert resumed.inferred == [2, 3]
     assert keeper.kept_now == [(0, 2), (0, 3)]
     assert keeper.ended == [(0, int(3.5 * RATE))]
-    expected = Job(_spec(wav, FakeRecognizer()), Wakes())
+    expected = EngineRequest(_spec(wav, FakeRecognizer()), Wakes())
     _drive(expected)
-    assert job.future.result().tags == expected.future.result().tags
+    assert request.future.result().tags == expected.future.result().tags
 
 
-def _drive_until(job: Job, condition: object) -> None:
+def _drive_until(request: EngineRequest, condition: object) -> None:
     assert callable(condition)
     for _ in range(1000):
         if condition():
             return
-        task = job.take()
+        task = request.take()
         assert task is not None
         task()
     raise AssertionError("the condition never held")

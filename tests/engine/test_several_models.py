@@ -14,8 +14,8 @@ import torch
 
 from arengine.audio.segments import Segment
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import EngineRequest, RequestSpec
 from arengine.errors import InvalidInput, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
 from arengine.models.tagging import ModelTagging
@@ -50,17 +50,18 @@ class _Backlog:
     and has not cut into segments yet (the tee's queues)."""
 
     def __init__(self) -> None:
-        self.job: Job | None = None
+        self.request: EngineRequest | None = None
         self.most_s = 0.0
         self._lock = threading.Lock()
 
     def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
-        job = self.job
-        decoder = None if job is None else job._sources  # test-only peek at the tee's queues
-        if job is None or decoder is None:
+        request = self.request
+        # A test-only peek at the tee's queues:
+        decoder = None if request is None else request._sources
+        if request is None or decoder is None:
             return
         with self._lock:
-            for index, recognizer in enumerate(job.spec.recognizers):
+            for index, recognizer in enumerate(request.spec.recognizers):
                 held = decoder.held_samples(index) / recognizer.sample_rate
                 self.most_s = max(self.most_s, held)
 
@@ -76,8 +77,8 @@ def _run(
 ) -> Result:
     pool = EnginePool(threads, observer=backlog)
     try:
-        job = pool.submit(
-            JobSpec(
+        request = pool.submit(
+            RequestSpec(
                 "several",
                 path,
                 recognizers,
@@ -87,8 +88,8 @@ def _run(
             )
         )
         if backlog is not None:
-            backlog.job = job
-        return job.future.result(timeout=600)
+            backlog.request = request
+        return request.future.result(timeout=600)
     finally:
         pool.close()
 
@@ -192,7 +193,7 @@ def test_the_listener_hears_the_merged_order_as_it_becomes_final(
     heard: list[list[Tag]] = []
     pool = EnginePool(threads=2)
     try:
-        spec = JobSpec(
+        spec = RequestSpec(
             "listen",
             speech_and_music,
             recognizers := engine.check("notes,speech", {}),

@@ -13,8 +13,8 @@ from silero_vad import load_silero_vad
 
 from arengine.audio.segments import Segment
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.kinds.speech.network import (
     CONTEXT,
     WINDOW,
@@ -142,7 +142,7 @@ def test_speech_tags_match_the_conv_reference(
     try:
         tags = [
             pool.submit(
-                JobSpec(
+                RequestSpec(
                     "r",
                     clip.path,
                     (recognizer := SpeechRecognizer(model, 4.0, 2.0),),

@@ -1,6 +1,6 @@
 """One request inside the engine: its four stages as tasks that any engine thread may run.
 
-A job hands out one task at a time to the pool: validation first, then alternately decoding
+A request hands out one task at a time to the pool: validation first, then alternately decoding
 (one segment ahead, sequentially, never more than `segments_ahead` undelivered segments) and
 inference of decoded segments (any order, any thread; up to the model's `max_batch` segments in
 one forward call, when that pays). Post-processing consumes inference results
@@ -47,7 +47,7 @@ TagListener = Callable[[list[Tag]], None]
 
 
 @dataclass(frozen=True, slots=True)
-class JobSpec:
+class RequestSpec:
     """What a request asks of the engine."""
 
     request_id: str
@@ -60,7 +60,7 @@ class JobSpec:
     segments_ahead: int
     on_tags: TagListener | None = None
     """Optional: hears the tags as they become final (from an engine thread, one call at a time)."""
-    stream: int | None = None
+    audio_stream: int | None = None
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
     """Decode a long seekable file for one model in parts, by `ffmpeg` children at once
@@ -92,11 +92,11 @@ class JobSpec:
         return ",".join(recognizer.name for recognizer in self.recognizers)
 
 
-class Job:
+class EngineRequest:
     """The per-request state machine; the pool calls `take`, everything else is internal."""
 
     def __init__(
-        self, spec: JobSpec, wake: Callable[[], None], observer: StageObserver | None = None
+        self, spec: RequestSpec, wake: Callable[[], None], observer: StageObserver | None = None
     ) -> None:
         self.spec = spec
         self._observer: StageObserver = observer or NullObserver()
@@ -107,7 +107,8 @@ class Job:
         self._validation_s = 0.0
         self.finished = False
         self.served_s = 0.0
-        """Engine seconds this job's tasks have taken; the pool serves the least-served first."""
+        """Engine seconds this request's tasks have taken; the pool serves the least-served
+        first."""
         self._running = 0
         self._validating = False
         self._decoding = False
@@ -131,7 +132,7 @@ class Job:
 
     @property
     def held_segments(self) -> int:
-        """Decoded segments not yet post-processed: the audio this job holds in memory."""
+        """Decoded segments not yet post-processed: the audio this request holds in memory."""
         return sum(run.undelivered for run in self._runs)
 
     @property
@@ -173,7 +174,7 @@ class Job:
         self.abort(Cancelled("the request was cancelled"))
 
     def abort(self, error: ArengineError) -> None:
-        """End the job with `error` (its listener and its waiter get it), as `cancel` does."""
+        """End the request with `error` (its listener and its waiter get it), as `cancel` does."""
         self._fail(error)
 
     def _next_task(self, batching: bool) -> Task | None:
@@ -247,7 +248,7 @@ class Job:
     def _validate(self) -> None:
         started = time.perf_counter()
         spec = self.spec
-        info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
+        info = probe(spec.path, spec.limits, spec.audio_stream, spec.arrival)
         self._recording_time_defaults(recorded_at(spec.path, spec.name))
         models = [ModelInput(run.plan, run.recognizer.sample_rate) for run in self._runs]
         reading = Reading(spec.limits, spec.segments_ahead, spec.parallel_decoding, spec.arrival)
@@ -275,7 +276,7 @@ class Job:
         """Queue a decoded segment for inference (or, when an earlier run kept its scores, for
         post-processing); at the end (`count` segments in all), let post-processing finish the
         model."""
-        # Inferred by an earlier run of this job: its scores go to post-processing.
+        # Inferred by an earlier run of this request's job: its scores go to post-processing.
         kept = segment is not None and segment.index in run.kept
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)

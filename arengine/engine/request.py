@@ -9,7 +9,13 @@ strictly in segment order, so tags come out in timestamp order and segment cuts 
 A request for several models decodes its upload once (`arengine/audio/tee.py`: one resampling per
 distinct rate) and runs one `ModelRun` per model: its own segments, inference and tagger. No
 model decodes more than one segment length ahead of the slowest, which bounds the audio held
-between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`).
+between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`) unless
+the caller gives another order.
+
+What a request is beyond that comes from its caller (`arengine/engine/hooks.py`): each model's
+tagger and the one a recording's time implies (`Tagging`), the order its tags go out in
+(`TagOrder`: a live stream's as each is final), the segment plans (a live stream's shorter ones)
+and the scores a job keeps (`ScoreKeeper`). This module names none of those features.
 """
 
 from __future__ import annotations

@@ -128,7 +128,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     await to_thread.run_sync(_check_room, runner, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
-        await to_thread.run_sync(probe, upload.path, engine.limits, query.stream)
+        await to_thread.run_sync(probe, upload.path, engine.limits, query.audio_stream)
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
@@ -137,7 +137,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
         owner=_owner(request),
         model=query.model,
         overrides=overrides,
-        stream=query.stream,
+        stream=query.audio_stream,
         filename=upload.filename,
         state=JobState.QUEUED,
         done_s=0.0,

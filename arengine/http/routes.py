@@ -80,9 +80,11 @@ async def recognize(
             check_format(get_format(output), recognizer)
     # Loaded models' names, each once: a bounded label value.
     request.state.model = query.model
-    request.state.audio_stream = query.stream
+    request.state.audio_stream = query.audio_stream
     record = Record(request, query.model, started)
-    run = Run(request, engine, recognizers, overrides, query.stream, started + timeout, record)
+    run = Run(
+        request, engine, recognizers, overrides, query.audio_stream, started + timeout, record
+    )
     if output == STREAM:
         return await stream_ndjson(run, query.progress)
     result = await answer(run)

@@ -37,13 +37,33 @@ class _UploadBase(BaseModel):
         "commas (`speech,notes`): the upload is decoded once, every tag carries its `model`, "
         "and the tags of all of them come in one timestamp order.",
     )
-    stream: int | None = Field(
+    audio_stream: int | None = Field(
         None,
         ge=0,
         le=63,
         description="Which audio stream to decode, 0-based among the file's audio streams "
         "(default: the first; video streams are never decoded).",
     )
+    stream: int | None = Field(
+        None,
+        ge=0,
+        le=63,
+        description="Deprecated: the former name of `audio_stream`, which reads as streaming the "
+        "answer (that is `format=ndjson`); the same value, still accepted.",
+        json_schema_extra={"deprecated": True},
+    )
+
+    @model_validator(mode="after")
+    def _one_audio_stream(self) -> Any:
+        """`stream` is `audio_stream`'s former name: either gives the index, both must agree."""
+        if self.stream is not None and self.audio_stream not in (None, self.stream):
+            raise ValueError(
+                f"audio_stream={self.audio_stream} and stream={self.stream} (its former name) "
+                "disagree: give audio_stream alone"
+            )
+        if self.audio_stream is None:
+            self.audio_stream = self.stream
+        return self
 
     def overrides(self) -> dict[str, float | str]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""

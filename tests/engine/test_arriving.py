@@ -1,4 +1,4 @@
-"""A job started on a WAV's header: it decodes only audio that has arrived, without holding an
+"""A request started on a WAV's header: it decodes only audio that has arrived, without holding an
 engine thread while it waits, and ends with the tags of the complete file."""
 
 from __future__ import annotations

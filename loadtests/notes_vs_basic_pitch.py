@@ -32,7 +32,7 @@ import soundfile as sf
 import soxr
 import torch
 
-from arengine.engine.engine import Engine
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from loadtests.recordings import phrases
 from tests.music import FLUTE, GUITAR, PIANO, VIOLIN, Note, f1, melody, polyphonic_piece, render

@@ -30,11 +30,12 @@ import torch
 
 from arengine.audio.segments import Segmenter
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.kinds.speech.network import WINDOW, SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models.tagging import ModelTagging
 from arengine.system.threads import available_cpus
 from loadtests.agreement import Intervals, frame_f1
 from loadtests.roofline import (
@@ -115,7 +116,7 @@ def arengine_engine(path: Path, threads: int, batch: int | None = None) -> Outco
         max_duration_s=86400, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
     )
     try:
-        spec = JobSpec("bench", path, (recognizer,), {}, limits, 4)
+        spec = RequestSpec("bench", path, (recognizer,), ModelTagging((recognizer,), {}), limits, 4)
         seconds, cpu, result = _timed(lambda: pool.submit(spec).future.result())
     finally:
         pool.close()

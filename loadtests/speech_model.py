@@ -26,8 +26,8 @@ from torch import Tensor, nn
 from arengine.audio.decode import decode
 from arengine.audio.segments import Segmenter
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.kinds.speech.network import (
     CONTEXT,
     WINDOW,
@@ -36,6 +36,7 @@ from arengine.kinds.speech.network import (
     silero_package_archive,
 )
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from arengine.system.threads import available_cpus
 from loadtests.agreement import frame_f1
 from loadtests.roofline import counted_flops, this_cpu
@@ -170,7 +171,11 @@ def equivalence(path: Path) -> None:
     pool = EnginePool(available_cpus())
     try:
         tags = [
-            pool.submit(JobSpec("eq", path, (recognizer,), {}, limits, 4)).future.result().tags
+            pool.submit(
+                RequestSpec("eq", path, (recognizer,), ModelTagging((recognizer,), {}), limits, 4)
+            )
+            .future.result()
+            .tags
             for recognizer in (
                 SpeechRecognizer(fast, 30, 2, max_batch=4),  # as served: 4 segments per call
                 SpeechRecognizer(reference, 30, 2),  # silero-vad's own forward

@@ -28,11 +28,12 @@ class AudioLimits:
 
 
 def probe(
-    path: Path, limits: AudioLimits, stream: int | None = None, arrival: Arrival | None = None
+    path: Path, limits: AudioLimits, audio_stream: int | None = None, arrival: Arrival | None = None
 ) -> AudioInfo:
     """Read the header of `path` and check it against `limits`; raise an `ArengineError` if not.
 
-    `stream` picks the n-th audio stream (0-based) of a file that has several; the first otherwise.
+    `audio_stream` picks the n-th audio stream (0-based) of a file that has several (the `stream`
+    query); the first otherwise.
     With `arrival`, `path` is a WAV still being uploaded, its header already there.
 
     Example: `probe(Path("speech.m4a"), limits).format` is `"MP4/MOV"`.
@@ -45,7 +46,7 @@ def probe(
     if container is not None and not container.audio:
         raise UnsupportedFormat(f"found {found}, not audio; accepted containers: {ACCEPTED}")
     if container is not None and container.sndfile:  # uncompressed: libsndfile decodes it
-        if stream:
+        if audio_stream:
             raise InvalidInput(
                 f"a {found} file has one audio stream; stream accepts 0",
                 code=ErrorCode.UNKNOWN_STREAM,
@@ -55,7 +56,7 @@ def probe(
         overrun = sniff.mp4_box_overrun(path) if found == "MP4/MOV" else None
         if overrun is not None:
             raise CorruptAudio(f"the MP4 file is damaged or forged: {overrun}")
-        info = _probe_ffmpeg(path, found, stream)
+        info = _probe_ffmpeg(path, found, audio_stream)
         if info.format == "FLAC":  # FFmpeg estimates a length the header leaves out
             claim = sniff.flac_total_samples(head)
             info = replace(info, frames=claim, length_trusted=claim > 0)
@@ -97,15 +98,15 @@ def _explain_wav(path: Path, limits: AudioLimits) -> None:
         _check_shape(AudioInfo("WAV", "", header.sample_rate, header.channels, 0), limits)
 
 
-def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInfo:
+def _probe_ffmpeg(path: Path, found: str | None, audio_stream: int | None) -> AudioInfo:
     try:
-        demuxer, choice = _open_stream(path, None, stream)
+        demuxer, choice = _open_stream(path, None, audio_stream)
     except av.error.FFmpegError as error:
         if found is None:
             raise UnsupportedFormat(
                 f"not a recognised audio file; accepted containers: {ACCEPTED}"
             ) from None
-        demuxer, choice = _open_again(path, found, stream, error)
+        demuxer, choice = _open_again(path, found, audio_stream, error)
     if choice.decoder not in DECODERS:
         accepted = ", ".join(sorted(set(DECODERS.values())))
         raise UnsupportedFormat(
@@ -125,24 +126,24 @@ def _probe_ffmpeg(path: Path, found: str | None, stream: int | None) -> AudioInf
 
 
 def _open_stream(
-    path: Path, demuxer: str | None, stream: int | None
+    path: Path, demuxer: str | None, audio_stream: int | None
 ) -> tuple[str, ffmpeg.StreamChoice]:
     with ffmpeg.open_upload(path, demuxer) as container:
         name = ffmpeg.demuxer_name(container)
         if name is None:  # cannot happen with the whitelist; checked again all the same
             raise UnsupportedFormat(f"{container.format.name} is not accepted: {ACCEPTED}")
-        index = _pick_stream(ffmpeg.audio_streams(container), len(container.streams), stream)
+        index = _pick_stream(ffmpeg.audio_streams(container), len(container.streams), audio_stream)
         return name, ffmpeg.describe_stream(container, index)
 
 
 def _open_again(
-    path: Path, found: str, stream: int | None, first: av.error.FFmpegError
+    path: Path, found: str, audio_stream: int | None, first: av.error.FFmpegError
 ) -> tuple[str, ffmpeg.StreamChoice]:
     """FFmpeg's probe gave up on a file that starts like `found`: insist on that demuxer."""
     forced = containers.demuxer_for(found)
     try:
         if forced is not None:
-            return _open_stream(path, forced, stream)
+            return _open_stream(path, forced, audio_stream)
     except av.error.FFmpegError:
         pass
     raise CorruptAudio(

@@ -28,6 +28,7 @@ from arengine.outputs.formats import (
 from arengine.settings import Settings
 from arengine_client.cli import (
     JOB_OVER_S,
+    add_concurrency_flag,
     add_server_flags,
     listen_command,
     listen_parser,
@@ -36,7 +37,7 @@ from arengine_client.files import print_skipped, report
 
 if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should not
     from arengine.cli.runner import Failure, Planned
-    from arengine.engine.engine import Engine
+    from arengine.service.engine import Engine
 
 log = logging.getLogger("arengine")
 ENV_ONLY = frozenset(
@@ -60,10 +61,10 @@ RECOGNIZE_EXAMPLES = (
     """examples:
   arengine recognize talk.flac                       # talk.json in the current folder
   arengine recognize calls/ --format csv --out tags/ # every audio file under calls/
-  arengine recognize a.wav b.mp3 --format vtt --jobs 2 --engine-threads 4
+  arengine recognize a.wav b.mp3 --format vtt --concurrency 2 --engine-threads 4
   arengine recognize songs/ --model pitch --format raven
   arengine recognize archive/ --model birds --format birdnet --resume --combined all.csv
-  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --jobs 16 --resume
+  ARENGINE_API_KEY=... arengine recognize archive/ --server http://lb:8080 --concurrency 16 --resume
 
 formats (other names in brackets):
 """
@@ -158,9 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
     )
-    recognize.add_argument(
-        "--jobs", type=int, default=4, help="files recognized at once (default: 4)"
-    )
+    add_concurrency_flag(recognize, "files recognized at once (default: 4)")
     add_server_flags(recognize, required=False)
     recognize.add_argument(
         "--resume",
@@ -404,7 +403,7 @@ def _engine(settings: Settings) -> Any:
     os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
     logging.basicConfig(level=logging.WARNING, format="arengine: %(levelname)s: %(message)s")
 
-    from arengine.engine.engine import Engine
+    from arengine.service.engine import Engine
     from arengine.system.threads import configure_torch
 
     configure_torch(settings.intra_op_threads, settings.inter_op_threads)
@@ -421,7 +420,7 @@ def recognize(
     model: str,
     format: str,
     out: Path,
-    jobs: int,
+    concurrency: int,
     server: str | None = None,
     resume: bool = False,
     parameters: Mapping[str, float | str] | None = None,
@@ -439,8 +438,8 @@ def recognize(
         print("arengine: no audio files found in the inputs", file=sys.stderr)
         print_skipped(skipped)
         return 2
-    if jobs < 1:
-        print("arengine: --jobs must be at least 1", file=sys.stderr)
+    if concurrency < 1:
+        print("arengine: --concurrency must be at least 1", file=sys.stderr)
         return 2
     fmt = get_format(format)
     # Names over every input, before `--resume` leaves some out: a file's name never depends on
@@ -458,7 +457,7 @@ def recognize(
         from arengine_client.remote import Remote, recognize_remote
 
         remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
-        failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=overrides)
+        failures = recognize_remote(remote, todo, model, fmt, concurrency, overrides=overrides)
     elif todo:
         engine = _engine(settings.model_copy(update={"models": model}))
         try:
@@ -466,7 +465,7 @@ def recognize(
             if refused is not None:
                 print(f"arengine: {refused}", file=sys.stderr)
                 return 2
-            failures = recognize_files(engine, todo, model, fmt, jobs, overrides=overrides)
+            failures = recognize_files(engine, todo, model, fmt, concurrency, overrides=overrides)
         finally:
             engine.close()
     if combined is not None:

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TextIO
 
 from arengine.audio.validation import AudioLimits, probe
-from arengine.engine.engine import Engine
-from arengine.engine.job import Job
+from arengine.engine.request import EngineRequest
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
 from arengine.kinds.base import Overrides
 from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
+from arengine.service.engine import Engine
 from arengine.types import Result
 from arengine_client.files import Failure, Planned, plan, remaining, settle, write_file
 from arengine_client.progress import make_progress
@@ -85,12 +85,12 @@ def recognize_files(
     work: Sequence[Planned],
     model: str,
     fmt: Format,
-    jobs: int = 4,
+    concurrency: int = 4,
     stream: TextIO | None = None,
     every_s: float = 10.0,
     overrides: Overrides | None = None,
 ) -> list[Failure]:
-    """Write each file's output (`plan`), `jobs` files at a time; returns the failed ones;
+    """Write each file's output (`plan`), `concurrency` files at a time; returns the failed ones;
     `overrides`: post-processing parameters for every file.
 
     Progress goes to `stream` (stderr): bars on a terminal, lines otherwise (see `progress`).
@@ -99,12 +99,12 @@ def recognize_files(
     progress = make_progress(len(work), sum(durations), stream or sys.stderr, every_s)
     failures: list[Failure] = []
     pending = iter(enumerate(work))
-    running: dict[Future[Result], tuple[Planned, Job | None]] = {}
+    running: dict[Future[Result], tuple[Planned, EngineRequest | None]] = {}
     try:
         while True:
-            for index, item in itertools.islice(pending, max(jobs - len(running), 0)):
-                future, job = _submit(engine, item.path, model, index, overrides or {})
-                running[future] = (item, job)
+            for index, item in itertools.islice(pending, max(concurrency - len(running), 0)):
+                future, recognition = _submit(engine, item.path, model, index, overrides or {})
+                running[future] = (item, recognition)
                 progress.started(item.path, durations[index])
             if not running:
                 break
@@ -112,9 +112,9 @@ def recognize_files(
             for future in done:
                 item, _ = running.pop(future)
                 settle(future.result, item, fmt, progress, failures)
-            for item, job in running.values():
-                if job is not None:
-                    progress.advanced(item.path, job.progress[0])
+            for item, recognition in running.values():
+                if recognition is not None:
+                    progress.advanced(item.path, recognition.progress[0])
     finally:
         progress.close()
     return failures
@@ -122,13 +122,13 @@ def recognize_files(
 
 def _submit(
     engine: Engine, path: Path, model: str, index: int, overrides: Overrides
-) -> tuple[Future[Result], Job | None]:
+) -> tuple[Future[Result], EngineRequest | None]:
     try:
         if not path.is_file():
             raise FileNotFoundError(f"no such file: {path}")
         recognizers = engine.check(model, overrides)
-        job = engine.recognize(path, recognizers, overrides, f"cli-{index}")
-        return job.future, job
+        recognition = engine.recognize(path, recognizers, overrides, f"cli-{index}")
+        return recognition.future, recognition
     except (ArengineError, OSError) as error:
         failed: Future[Result] = Future()
         failed.set_exception(error)

@@ -1,8 +1,12 @@
-"""The engine: one pool of threads (`pool`) running every request's tasks, a request as a state
-machine handing them out (`job`), one model's share of it (`model_run`), the merge of several
-models' tags (`merge`) and admission (`admission`).
+"""The engine, a core that schedules and nothing else: one pool of threads (`pool`) running
+every request's tasks, a request as a state machine handing them out (`request`), one
+model's share of it (`model_run`), the merge of several models' tags (`merge`), admission
+(`admission`), and what plugs in from outside (`hooks`: the models it runs, each request's
+tagging and tag order; `observer`: metrics and a job's kept scores).
 
-May import: audio, errors, kinds, live, models, postprocess, settings, system, types.
-(The engine still plans live streams and recording-time defaults itself; they are to plug in
-from outside, and then live, kinds and models leave this list.)
+It names no kind, no live stream, no durable job and no setting: those who build a request
+(`arengine/service/`, `arengine/jobs/`, the CLI) give it their strategies, so the engine is
+tested alone on fake recognizers (`tests/engine/`).
+
+May import: audio, errors, postprocess, types.
 """

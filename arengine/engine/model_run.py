@@ -1,6 +1,6 @@
-"""One model's share of a job: its segments, their inference results and its tagger.
+"""One model's share of a request: its segments, their inference results and its tagger.
 
-A job runs one `ModelRun` per model it was asked for; the job's lock guards every field.
+A request runs one `ModelRun` per model it was asked for; the request's lock guards every field.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from arengine.audio.segments import Segment, Segmenter, SegmentPlan
-from arengine.kinds.base import Recognizer
+from arengine.engine.hooks import Recognizer
 from arengine.postprocess import Tagger
 from arengine.types import Stage
 
 
 class ModelRun:
-    """One model's segments, inference results and tagger within a job."""
+    """One model's segments, inference results and tagger within a request."""
 
     def __init__(
         self, index: int, recognizer: Recognizer, tagger: Tagger, plan: SegmentPlan | None = None

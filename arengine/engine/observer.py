@@ -45,7 +45,8 @@ class ScoreKeeper(Protocol):
     """
 
     def kept(self, model: int) -> Mapping[int, np.ndarray]:
-        """The scores model `model` (its index in the job) gave for the segments kept, by index."""
+        """The scores model `model` (its index in the request) gave for the segments kept, by
+        index."""
         ...
 
     def keep(self, model: int, segment: int, scores: np.ndarray) -> None:

@@ -1,6 +1,6 @@
-"""The engine pool: a fixed set of threads serving every job, one task at a time.
+"""The engine pool: a fixed set of threads serving every request, one task at a time.
 
-The least-served job goes first: that is what keeps a 5-second clip from waiting behind the
+The least-served request goes first: that is what keeps a 5-second clip from waiting behind the
 hundreds of segments of a 2-hour recording, however much work the recording has queued. A task
 is not taken back once running, so a clip that arrives while every thread holds a long task (a
 heavy model's segment: seconds) waits for one to end; a job's run (`POST /v1/jobs`) therefore
@@ -13,17 +13,17 @@ import logging
 import threading
 from collections import deque
 
-from arengine.engine.job import Job, JobSpec, Task
 from arengine.engine.observer import NullObserver, StageObserver
+from arengine.engine.request import EngineRequest, RequestSpec, Task
 from arengine.errors import ArengineError
 
 log = logging.getLogger(__name__)
 
 
 class EnginePool:
-    """`threads` workers; `submit` a job spec, then wait on `job.future`.
+    """`threads` workers; `submit` a request's spec, then wait on its `future`.
 
-    Example, with a `JobSpec` (see `Engine.recognize`)::
+    Example, with a `RequestSpec` (see `Engine.recognize`)::
 
         pool = EnginePool(threads=2)
         tags = pool.submit(spec).future.result().tags
@@ -39,11 +39,11 @@ class EnginePool:
             raise ValueError(f"engine threads must be at least 1, got {threads}")
         self.threads = threads
         self.background_threads = min(threads, background_threads or max(1, threads - 1))
-        """Threads the background jobs (`JobSpec.background`) may hold at once, together."""
+        """Threads the background jobs (`RequestSpec.background`) may hold at once, together."""
         self._background_busy = 0
         self._observer: StageObserver = observer or NullObserver()
         self._condition = threading.Condition()
-        self._jobs: deque[Job] = deque()
+        self._requests: deque[EngineRequest] = deque()
         self._stopping = False
         self._busy = 0
         self._workers = [
@@ -53,18 +53,18 @@ class EnginePool:
         for worker in self._workers:
             worker.start()
 
-    def submit(self, spec: JobSpec) -> Job:
-        """Queue a request; its tasks interleave with every other job's."""
-        job = Job(spec, self.wake, self._observer)
+    def submit(self, spec: RequestSpec) -> EngineRequest:
+        """Queue a request; its tasks interleave with every other request's."""
+        request = EngineRequest(spec, self.wake, self._observer)
         with self._condition:
             if self._stopping:
                 raise RuntimeError("the engine pool is closed")
-            self._jobs.append(job)
+            self._requests.append(request)
             self._condition.notify_all()
-        return job
+        return request
 
     def wake(self) -> None:
-        """A job may have new tasks: let idle workers look."""
+        """A request may have new tasks: let idle workers look."""
         with self._condition:
             self._condition.notify_all()
 
@@ -74,63 +74,65 @@ class EnginePool:
         return self._busy
 
     @property
-    def active_jobs(self) -> int:
-        """Jobs admitted and not finished."""
+    def active_requests(self) -> int:
+        """Requests admitted and not finished."""
         with self._condition:
-            return sum(not job.finished for job in self._jobs)
+            return sum(not request.finished for request in self._requests)
 
     @property
     def queued_segments(self) -> int:
-        """Decoded segments waiting for inference, across the active jobs."""
+        """Decoded segments waiting for inference, across the active requests."""
         with self._condition:
-            return sum(job.queued_segments for job in self._jobs if not job.finished)
+            return sum(
+                request.queued_segments for request in self._requests if not request.finished
+            )
 
     @property
     def held_segments(self) -> int:
-        """Decoded segments not yet post-processed, across the active jobs."""
+        """Decoded segments not yet post-processed, across the active requests."""
         with self._condition:
-            return sum(job.held_segments for job in self._jobs if not job.finished)
+            return sum(request.held_segments for request in self._requests if not request.finished)
 
     def abort_all(self, error: ArengineError) -> None:
-        """End every active job with `error`; running tasks finish and are discarded."""
+        """End every active request with `error`; running tasks finish and are discarded."""
         with self._condition:
-            jobs = [job for job in self._jobs if not job.finished]
-        for job in jobs:
-            job.abort(error)
+            requests = [request for request in self._requests if not request.finished]
+        for request in requests:
+            request.abort(error)
 
     def close(self) -> None:
         """Cancel what is queued, let running tasks end, join the threads."""
         with self._condition:
             self._stopping = True
-            jobs = list(self._jobs)
+            requests = list(self._requests)
             self._condition.notify_all()
-        for job in jobs:
-            job.cancel()
+        for request in requests:
+            request.cancel()
         for worker in self._workers:
             worker.join()
 
     def _take(self, worker: int) -> tuple[Task, bool] | None:
-        """The next task of the job with the least engine time so far, and whether it is a
-        background job's; caller holds the lock.
+        """The next task of the request with the least engine time so far, and whether it is a
+        background one's (a job's run); caller holds the lock.
 
         Least attained service: a clip that has just arrived has had none, so its few tasks go
-        before the next segment of a recording that has had seconds; jobs that arrived together
-        alternate. Background jobs are skipped while they hold `background_threads` threads.
-        Finished jobs are dropped here.
+        before the next segment of a recording that has had seconds; requests that arrived together
+        alternate. Background requests are skipped while they hold `background_threads` threads.
+        Finished requests are dropped here.
         """
-        self._jobs = deque(job for job in self._jobs if not job.finished)
-        # A batch holds its thread ~4x longer than one segment. A job alone is batched on every
-        # thread; with several jobs, on every thread but the first, which so stays back within
+        self._requests = deque(request for request in self._requests if not request.finished)
+        # A batch holds its thread ~4x longer than one segment. A request alone is batched on every
+        # thread; with several requests, on every thread but the first, which so stays back within
         # one segment's time for a clip that arrives (behind batches on every thread, a clip
         # once waited 100 ms more at p99; batching none made two single-thread processes 27%
         # faster than one process with two threads: BENCHMARKS.md).
-        batching = len(self._jobs) == 1 or worker > 0
+        batching = len(self._requests) == 1 or worker > 0
         background_full = self._background_busy >= self.background_threads
-        for job in sorted(self._jobs, key=lambda job: job.served_s):
-            background = job.spec.background
+        for request in sorted(self._requests, key=lambda request: request.served_s):
+            background = request.spec.background
             if background and background_full:
                 continue
-            task = job.take(batching=batching)
+            task = request.take(batching=batching)
             if task is not None:
                 return task, background
         return None

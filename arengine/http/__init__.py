@@ -3,5 +3,5 @@
 lifecycle (`server`) and the error mapping (`errors`). The stages never import it.
 
 May import: arengine, audio, db, engine, errors, jobs, kinds, live, models, notify, outputs,
-postprocess, settings, system, types.
+postprocess, service, settings, system, types.
 """

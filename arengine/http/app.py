@@ -23,7 +23,6 @@ from arengine import __version__
 from arengine.db.engine import PoolReading, open_engine, time_queries
 from arengine.db.migrate import up_to_date, upgrade
 from arengine.db.url import database_url, is_postgresql
-from arengine.engine.engine import Engine
 from arengine.http import jobs, listen, references, render, routes, web
 from arengine.http.access import AccessLogMiddleware
 from arengine.http.auth import ApiKeyMiddleware
@@ -39,6 +38,7 @@ from arengine.jobs.store import JobStore
 from arengine.jobs.webhooks import Webhooks, start_webhooks
 from arengine.live.sources import SourceLabels
 from arengine.notify.mqtt import start_mqtt
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.memory import Jemalloc

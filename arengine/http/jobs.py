@@ -23,7 +23,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 
 from arengine.audio.validation import probe
-from arengine.engine.engine import Engine
 from arengine.errors import (
     ArengineError,
     ErrorCode,
@@ -60,6 +59,7 @@ from arengine.jobs.store import (
     storage_full,
 )
 from arengine.outputs.formats import STREAM, Format, get_format, negotiate
+from arengine.service.engine import Engine
 from arengine.settings import Settings, size_text
 from arengine.types import Result, result_dict, result_of
 
@@ -128,7 +128,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     await to_thread.run_sync(_check_room, runner, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
     try:
-        await to_thread.run_sync(probe, upload.path, engine.limits, query.stream)
+        await to_thread.run_sync(probe, upload.path, engine.limits, query.audio_stream)
     except BaseException:
         upload.path.unlink(missing_ok=True)
         raise
@@ -137,7 +137,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
         owner=_owner(request),
         model=query.model,
         overrides=overrides,
-        stream=query.stream,
+        stream=query.audio_stream,
         filename=upload.filename,
         state=JobState.QUEUED,
         done_s=0.0,

@@ -32,8 +32,7 @@ from pydantic import ValidationError
 from starlette.types import Message
 from starlette.websockets import WebSocketDisconnect
 
-from arengine.engine.engine import Engine
-from arengine.engine.job import Job
+from arengine.engine.request import EngineRequest
 from arengine.errors import (
     ArengineError,
     BodyTimeout,
@@ -51,6 +50,7 @@ from arengine.live.decoder import StreamDecoder
 from arengine.live.sources import DEFAULT_SOURCE, SourceLabels, source_name
 from arengine.live.spool import LiveSpool, StreamFormat, parse_message
 from arengine.notify.mqtt import StreamNotice, notify
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 
@@ -186,7 +186,7 @@ async def _receive(websocket: WebSocket, idle_s: float) -> Message:
 
 
 class _Session:
-    """One accepted stream: its spool, its job, a reader of audio and a sender of lines."""
+    """One accepted stream: its spool, its recognition, a reader of audio and a sender of lines."""
 
     def __init__(
         self,
@@ -214,7 +214,7 @@ class _Session:
         except OSError as error:
             raise _unstored(error) from None
         # A stream may take twice its longest duration in wall time (it may come slower than
-        # real time), and no more: the deadline of its job.
+        # real time), and no more: the deadline of its recognition.
         self.deadline = started + 2 * self.settings.listen_max_duration_s
         self.deadline += self.settings.listen_idle_timeout_s
 
@@ -241,20 +241,20 @@ class _Session:
         notice = self.notice = notify(self.websocket.app.state.mqtt, self.source, recognizers)
         opened = None if notice is None else notice.opened
         try:
-            job = self.engine.listen(
+            recognition = self.engine.listen(
                 self.spool.arrival, recognizers, overrides, request_id, feed.listener(), opened
             )
         except BaseException:
             if notice is not None:  # its source would stay online
                 notice.close()
             raise
-        feed.watch(job)
+        feed.watch(recognition)
         single = recognizers[0].name if len(recognizers) == 1 else None
-        tasks = [asyncio.ensure_future(self._read(job))]
+        tasks = [asyncio.ensure_future(self._read(recognition))]
         if self.decoder is not None:
-            tasks.append(asyncio.ensure_future(self._pump(self.decoder, job)))
+            tasks.append(asyncio.ensure_future(self._pump(self.decoder, recognition)))
         for task in tasks:
-            task.add_done_callback(functools.partial(_noticed, job, request_id))
+            task.add_done_callback(functools.partial(_noticed, recognition, request_id))
         try:
             last = await self._send(feed, single)
         finally:
@@ -262,7 +262,7 @@ class _Session:
                 notice.close()
             for task in tasks:
                 task.cancel()
-            stop(job)
+            stop(recognition)
             for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
@@ -297,12 +297,12 @@ class _Session:
                 await self.websocket.send_text(line)
         return last
 
-    async def _read(self, job: Job) -> None:
+    async def _read(self, recognition: EngineRequest) -> None:
         """Spool the audio until the end message, the close or `listen_max_duration_s`; a
-        failure ends the job with its error, which the sender's last line reports."""
+        failure ends the recognition with its error, which the sender's last line reports."""
         try:
             while not self.spool.full:
-                await self._keep_pace(job)
+                await self._keep_pace(recognition)
                 message = await _receive(self.websocket, self.settings.listen_idle_timeout_s)
                 if message.get("bytes") is None:
                     if _ends(message.get("text")):
@@ -315,45 +315,46 @@ class _Session:
                 await self.decoder.end()
                 await self._pumped.wait()
         except WebSocketDisconnect:
-            job.abort(Cancelled("the client closed the stream"))
+            recognition.abort(Cancelled("the client closed the stream"))
             return
         except ArengineError as error:
-            job.abort(error)
+            recognition.abort(error)
             return
         except OSError as error:  # the upload directory is full: the stream cannot go on
-            job.abort(_unstored(error))
+            recognition.abort(_unstored(error))
             return
         self.spool.end()
 
-    async def _pump(self, decoder: StreamDecoder, job: Job) -> None:
-        """Spool the decoder's PCM until it exits; its failure ends the job."""
+    async def _pump(self, decoder: StreamDecoder, recognition: EngineRequest) -> None:
+        """Spool the decoder's PCM until it exits; its failure ends the recognition."""
         try:
             await decoder.pump(self.spool.write, lambda: self.spool.full)
             if self.spool.full:
-                # The stream ends at its cap here, as a PCM stream's does in `_read`: its job
-                # finishes, so its summary and its close follow. The child, whose output nobody
-                # reads any more, would block writing it, then stop reading its input, and the
-                # reader feeding it would wait for ever: it goes now.
+                # The stream ends at its cap here, as a PCM stream's does in `_read`: its
+                # recognition finishes, so its summary and its close follow. The child, whose
+                # output nobody reads any more, would block writing it, then stop reading its
+                # input, and the reader feeding it would wait for ever: it goes now.
                 self.spool.end()
                 await decoder.close()
         except ArengineError as error:
-            job.abort(error)
+            recognition.abort(error)
         except OSError as error:  # the upload directory is full
-            job.abort(_unstored(error))
+            recognition.abort(_unstored(error))
         finally:
             self._pumped.set()
 
-    async def _keep_pace(self, job: Job) -> None:
+    async def _keep_pace(self, recognition: EngineRequest) -> None:
         """Wait while the audio received is `listen_buffer_s` ahead of recognition."""
         while (
-            self.spool.seconds - job.processed_s > self.settings.listen_buffer_s
-            and not job.future.done()
+            self.spool.seconds - recognition.processed_s > self.settings.listen_buffer_s
+            and not recognition.future.done()
         ):
             await asyncio.sleep(THROTTLE_POLL_S)
 
 
 class _LiveFeed(TagFeed):
-    """The job's tags and progress; a progress line also says how much audio was received."""
+    """The recognition's tags and progress; a progress line also says how much audio was
+    received."""
 
     def __init__(self, spool: LiveSpool) -> None:
         super().__init__()
@@ -365,7 +366,7 @@ class _LiveFeed(TagFeed):
         return line
 
 
-def _noticed(job: Job, request_id: str, task: asyncio.Future[None]) -> None:
+def _noticed(recognition: EngineRequest, request_id: str, task: asyncio.Future[None]) -> None:
     """A reading or decoding task that died of an unexpected error ends its stream (500, the
     cause logged): otherwise nothing reads the client any more, so the idle timeout no longer
     applies, and the stream would hold its slot and its spool until its deadline."""
@@ -375,7 +376,7 @@ def _noticed(job: Job, request_id: str, task: asyncio.Future[None]) -> None:
     log.error(
         "a live stream's task failed", exc_info=error, extra={"fields": {"request_id": request_id}}
     )
-    job.abort(_fault(request_id))
+    recognition.abort(_fault(request_id))
 
 
 def _fault(request_id: str | None) -> ArengineError:
@@ -403,7 +404,7 @@ def _ends(text: str | None) -> bool:
 
 
 def _refused(websocket: WebSocket, error: ArengineError) -> None:
-    """Count a stream refused before its job started, as a refused request is counted."""
+    """Count a stream refused before its recognition started, as a refused request is counted."""
     code = error.code
     if 400 <= code.status < 500 or code.status == 503:
         metrics: Metrics = websocket.app.state.metrics

@@ -1,6 +1,6 @@
-"""The recognition flow behind `POST /v1/recognize`: admission, spooling, submitting the job
+"""The recognition flow behind `POST /v1/recognize`: admission, spooling, submitting the recognition
 (early for a PCM WAV still arriving), waiting for its result or streaming its tags, and recording
-the outcome once. `routes.py` declares the endpoint and calls `answer` or `stream`.
+the outcome once. `routes.py` declares the endpoint and calls `answer` or `stream_ndjson`.
 """
 
 from __future__ import annotations
@@ -20,21 +20,22 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from arengine.audio.arrival import HEADER_BYTES, Arrival, wav_layout
-from arengine.engine.engine import Engine
-from arengine.engine.job import Job, TagListener
+from arengine.engine.request import EngineRequest, TagListener
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded, ErrorCode, InvalidInput
 from arengine.http.streaming import PROGRESS_EVERY_S, TagFeed, TagStream, lines, stop
 from arengine.http.uploads import Upload, UploadLimits, UploadPace, check_declared_length, spool
 from arengine.kinds.base import Overrides, Recognizer
 from arengine.outputs.formats import FORMATS, STREAM, STREAM_MEDIA_TYPE, Format
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.metrics import Metrics
 from arengine.types import Result
 
 log = logging.getLogger(__name__)
 
-Submit = Callable[[Path, Arrival | None], Job]
-"""Submits the request's job for the upload at a path (still arriving, with an `Arrival`)."""
+Submit = Callable[[Path, Arrival | None], EngineRequest]
+"""Submits the request's recognition for the upload at a path (still arriving, with an
+`Arrival`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,16 +47,16 @@ class Run:
     engine: Engine
     recognizers: tuple[Recognizer, ...]
     overrides: Overrides
-    stream: int | None
-    """Which audio stream of the upload to decode (None: the first)."""
+    audio_stream: int | None
+    """Which audio stream of the upload to decode (None: the first): the `stream` query."""
     deadline: float
     """Monotonic time by which the answer must be complete."""
     record: Record
 
     def submitter(self, on_tags: TagListener | None = None) -> Submit:
-        """How the job is submitted once its upload (or a WAV's header) is on disk."""
+        """How the recognition is submitted once its upload (or a WAV's header) is on disk."""
 
-        def submit(path: Path, arrival: Arrival | None) -> Job:
+        def submit(path: Path, arrival: Arrival | None) -> EngineRequest:
             request_id: str = self.request.state.request_id
             return self.engine.recognize(
                 path,
@@ -63,7 +64,7 @@ class Run:
                 self.overrides,
                 request_id,
                 on_tags,
-                stream=self.stream,
+                audio_stream=self.audio_stream,
                 arrival=arrival,
                 # The name is known before the body: from the part's headers, for a WAV
                 # submitted on its header, and on the finished upload.
@@ -78,8 +79,8 @@ async def answer(run: Run) -> Result:
     """Admit, spool and submit the upload, then wait for the whole result."""
     try:
         with ExitStack() as cleanup:
-            job = await _admit_and_submit(run, cleanup, run.submitter())
-            result = await _outcome(run.request, job, run.deadline)
+            recognition = await _admit_and_submit(run, cleanup, run.submitter())
+            result = await _outcome(run.request, recognition, run.deadline)
     except BaseException as error:
         run.record.done(status_of(error), None)
         raise
@@ -87,7 +88,7 @@ async def answer(run: Run) -> Result:
     return result
 
 
-async def stream(run: Run, progress: bool) -> Response:
+async def stream_ndjson(run: Run, progress: bool) -> Response:
     """Admit, spool and submit as `answer` does, then stream the tags as NDJSON.
 
     Until the first tag (or the result) is known, a failure is an ordinary error response with
@@ -96,15 +97,15 @@ async def stream(run: Run, progress: bool) -> Response:
     cleanup = ExitStack()
     try:
         feed = TagFeed()
-        job = await _admit_and_submit(run, cleanup, run.submitter(feed.listener()))
-        cleanup.callback(stop, job)
-        feed.watch(job)
+        recognition = await _admit_and_submit(run, cleanup, run.submitter(feed.listener()))
+        cleanup.callback(stop, recognition)
+        feed.watch(recognition)
         gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(run.request))
         try:
             first = await feed.next(run.deadline, gone, PROGRESS_EVERY_S if progress else None)
             # With progress lines the stream starts once the upload is validated, not at the
             # first tag (a 2-hour file may have none for minutes); errors before it stay plain.
-            while first is None and not job.validated:
+            while first is None and not recognition.validated:
                 first = await feed.next(run.deadline, gone, PROGRESS_EVERY_S)
         finally:
             gone.cancel()
@@ -176,15 +177,16 @@ def received_at(request: Request) -> float:
     return stamped if isinstance(stamped, float) else time.monotonic()
 
 
-async def _admit_and_submit(run: Run, cleanup: ExitStack, submit: Submit) -> Job:
+async def _admit_and_submit(run: Run, cleanup: ExitStack, submit: Submit) -> EngineRequest:
     """Check the declared length, spool the upload in an upload slot, take an engine slot once
-    the body is complete, and submit the job; `cleanup` releases the slot and deletes the file,
-    whatever happens later.
+    the body is complete, and submit the recognition; `cleanup` releases the slot and deletes the
+    file, whatever happens later.
 
     The engine's fullness is checked before the body is read too, so that a request it has no
     room for is refused at once rather than after its upload. A PCM WAV of declared length is
     submitted as soon as its header is on disk and recognised while it arrives
-    (`arengine/audio/arrival.py`); a job that fails meanwhile ends the upload with its error.
+    (`arengine/audio/arrival.py`); a recognition that fails meanwhile ends the upload with its
+    error.
     """
     request = run.request
     settings: Settings = request.app.state.settings
@@ -200,7 +202,7 @@ async def _admit_and_submit(run: Run, cleanup: ExitStack, submit: Submit) -> Job
         grace_s=settings.upload_grace_s,
     )
     arrival = Arrival()
-    job: Job | None = None
+    recognition: EngineRequest | None = None
     with admission.uploading_slot() as progress:
         body = request.stream()
         content_type = request.headers.get("content-type")
@@ -209,22 +211,24 @@ async def _admit_and_submit(run: Run, cleanup: ExitStack, submit: Submit) -> Job
         )
         try:
             if declared is not None and settings.read_while_uploading:
-                job = await _submit_early(arrival, spooling, int(declared), submit)
-            upload = await _spooled(spooling, job)
+                recognition = await _submit_early(arrival, spooling, int(declared), submit)
+            upload = await _spooled(spooling, recognition)
             cleanup.callback(upload.path.unlink, missing_ok=True)
             cleanup.enter_context(admission.pending_slot())
         except BaseException as error:
             spooling.cancel()  # the spool deletes its file
-            if job is not None:
-                job.abort(error if isinstance(error, ArengineError) else Cancelled("cancelled"))
+            if recognition is not None:
+                recognition.abort(
+                    error if isinstance(error, ArengineError) else Cancelled("cancelled")
+                )
             raise
     request.state.upload_name = upload.filename
-    return job or submit(upload.path, None)
+    return recognition or submit(upload.path, None)
 
 
 async def _submit_early(
     arrival: Arrival, spooling: asyncio.Future[Upload], declared: int, submit: Submit
-) -> Job | None:
+) -> EngineRequest | None:
     """Submit a PCM WAV once its header is on disk; None for any other upload, or one whose
     body was complete by then (submitted when complete, as usual)."""
     loop = asyncio.get_running_loop()
@@ -238,9 +242,9 @@ async def _submit_early(
     return None if arrival.layout is None else submit(arrival.path, arrival)
 
 
-async def _spooled(spooling: asyncio.Future[Upload], job: Job | None) -> Upload:
-    """The finished upload; or, if `job` (started on the header) fails first, its error."""
-    if job is not None:
+async def _spooled(spooling: asyncio.Future[Upload], recognition: EngineRequest | None) -> Upload:
+    """The finished upload; or, if `recognition` (started on the header) fails first, its error."""
+    if recognition is not None:
         loop = asyncio.get_running_loop()
         failed: asyncio.Future[BaseException] = loop.create_future()
 
@@ -250,7 +254,7 @@ async def _spooled(spooling: asyncio.Future[Upload], job: Job | None) -> Upload:
                 with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
                     loop.call_soon_threadsafe(_resolve, failed, error)
 
-        job.future.add_done_callback(done)
+        recognition.future.add_done_callback(done)
         await asyncio.wait(_either(spooling, failed), return_when=asyncio.FIRST_COMPLETED)
         if not spooling.done():
             raise failed.result()
@@ -266,9 +270,10 @@ def _either(*futures: asyncio.Future[Any]) -> set[asyncio.Future[Any]]:
     return set(futures)
 
 
-async def _outcome(request: Request, job: Job, deadline: float) -> Result:
-    """The job's result; cancels it when the `deadline` (monotonic) passes or the client leaves."""
-    result: asyncio.Future[Any] = asyncio.wrap_future(job.future)
+async def _outcome(request: Request, recognition: EngineRequest, deadline: float) -> Result:
+    """The recognition's result; cancels it when the `deadline` (monotonic) passes or the client
+    leaves."""
+    result: asyncio.Future[Any] = asyncio.wrap_future(recognition.future)
     gone: asyncio.Future[Any] = asyncio.ensure_future(_disconnected(request))
     try:
         done, _ = await asyncio.wait(
@@ -278,15 +283,17 @@ async def _outcome(request: Request, job: Job, deadline: float) -> Result:
         )
     finally:
         gone.cancel()
-        if not job.future.done():
-            job.cancel()
-            # The cancelled job's exception is expected: read it so asyncio does not log it.
+        if not recognition.future.done():
+            recognition.cancel()
+            # The cancelled recognition's exception is expected: read it so asyncio does not log it.
             result.add_done_callback(lambda future: future.cancelled() or future.exception())
     if result in done:
         outcome: Result = result.result()
         return outcome
     if gone in done:
-        log.info("request %s: client disconnected, remaining work cancelled", job.spec.request_id)
+        log.info(
+            "request %s: client disconnected, remaining work cancelled", recognition.spec.request_id
+        )
         raise Cancelled("the client disconnected")
     raise DeadlineExceeded("the request's deadline passed; its remaining work was dropped")
 

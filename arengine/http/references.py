@@ -27,7 +27,6 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
-from arengine.engine.engine import Engine
 from arengine.errors import (
     ArengineError,
     ErrorCode,
@@ -44,6 +43,7 @@ from arengine.http.uploads import AUDIO_BODY, UploadLimits, UploadPace, check_de
 from arengine.kinds.fingerprint.library import Library, Reference, metadata_depth
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.kinds.fingerprint.references import add_file
+from arengine.service.engine import Engine
 from arengine.settings import MAX_METADATA_DEPTH, Settings
 
 MAX_METADATA_CHARS = 4096

@@ -29,7 +29,6 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from arengine.engine.admission import UploadProgress
-from arengine.engine.engine import Engine
 from arengine.errors import (
     DeadlineExceeded,
     ErrorCode,
@@ -40,6 +39,7 @@ from arengine.errors import (
 from arengine.http.errors import error_responses, problem_text
 from arengine.http.schemas import RecognizeResponse, format_enum
 from arengine.outputs.formats import STREAM, Format, get_format, known_formats
+from arengine.service.engine import Engine
 from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, size_text
 from arengine.types import Result, Tag
 
@@ -69,7 +69,7 @@ async def render(
     format: Annotated[
         str,
         Query(max_length=16, description=f"One of: {known_formats()} but {STREAM}.",
-              json_schema_extra=format_enum(stream=False)),
+              json_schema_extra=format_enum(ndjson=False)),
     ],
     name: Annotated[
         str | None,

@@ -14,7 +14,6 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from arengine import __version__
-from arengine.engine.engine import Engine
 from arengine.errors import ErrorCode, NotReady
 from arengine.http.errors import error_responses
 from arengine.http.recognition import (
@@ -24,7 +23,7 @@ from arengine.http.recognition import (
     check_format,
     received_at,
     refuse_repeated,
-    stream,
+    stream_ndjson,
 )
 from arengine.http.render import download
 from arengine.http.schemas import (
@@ -40,6 +39,7 @@ from arengine.http.schemas import (
 )
 from arengine.http.uploads import AUDIO_BODY
 from arengine.outputs.formats import FORMATS, STREAM, get_format, negotiate
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.threads import available_cpus
@@ -80,11 +80,13 @@ async def recognize(
             check_format(get_format(output), recognizer)
     # Loaded models' names, each once: a bounded label value.
     request.state.model = query.model
-    request.state.stream = query.stream
+    request.state.audio_stream = query.audio_stream
     record = Record(request, query.model, started)
-    run = Run(request, engine, recognizers, overrides, query.stream, started + timeout, record)
+    run = Run(
+        request, engine, recognizers, overrides, query.audio_stream, started + timeout, record
+    )
     if output == STREAM:
-        return await stream(run, query.progress)
+        return await stream_ndjson(run, query.progress)
     result = await answer(run)
     if output == "json" and query.format is None:  # the plain API answer, not a download
         return RecognizeResponse.of(result)
@@ -127,7 +129,7 @@ async def info(request: Request) -> InfoResponse:
         ready=engine.ready,
         uploading_requests=engine.admission.uploading,
         pending_requests=engine.admission.pending,
-        active_jobs=engine.pool.active_jobs,
+        active_jobs=engine.pool.active_requests,
         limits={
             "max_upload_bytes": settings.max_upload_bytes,
             "max_duration_s": settings.max_duration_s,

@@ -37,23 +37,43 @@ class _UploadBase(BaseModel):
         "commas (`speech,notes`): the upload is decoded once, every tag carries its `model`, "
         "and the tags of all of them come in one timestamp order.",
     )
-    stream: int | None = Field(
+    audio_stream: int | None = Field(
         None,
         ge=0,
         le=63,
         description="Which audio stream to decode, 0-based among the file's audio streams "
         "(default: the first; video streams are never decoded).",
     )
+    stream: int | None = Field(
+        None,
+        ge=0,
+        le=63,
+        description="Deprecated: the former name of `audio_stream`, which reads as streaming the "
+        "answer (that is `format=ndjson`); the same value, still accepted.",
+        json_schema_extra={"deprecated": True},
+    )
+
+    @model_validator(mode="after")
+    def _one_audio_stream(self) -> Any:
+        """`stream` is `audio_stream`'s former name: either gives the index, both must agree."""
+        if self.stream is not None and self.audio_stream not in (None, self.stream):
+            raise ValueError(
+                f"audio_stream={self.audio_stream} and stream={self.stream} (its former name) "
+                "disagree: give audio_stream alone"
+            )
+        if self.audio_stream is None:
+            self.audio_stream = self.stream
+        return self
 
     def overrides(self) -> dict[str, float | str]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
         return self.model_dump(exclude_none=True, exclude=set(_QueryBase.model_fields))
 
 
-def format_enum(*, stream: bool) -> dict[str, Any]:
+def format_enum(*, ndjson: bool) -> dict[str, Any]:
     """The OpenAPI `enum` of a `format` parameter: every name it takes (`ndjson` where it
     streams). The check itself is `get_format`'s, whose message lists them."""
-    return {"enum": [*FORMAT_NAMES, *([STREAM] if stream else [])]}
+    return {"enum": [*FORMAT_NAMES, *([STREAM] if ndjson else [])]}
 
 
 class _QueryBase(_UploadBase):
@@ -66,7 +86,7 @@ class _QueryBase(_UploadBase):
         description="Deadline for this request in seconds; capped by the server's request_timeout_s.",
     )
     format: (
-        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(stream=True))] | None
+        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(ndjson=True))] | None
     ) = Field(
         None,
         description=f"Response format (see GET /v1/formats): {known_formats()}; {STREAM} "
@@ -203,7 +223,7 @@ class _JobResultBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: (
-        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(stream=False))] | None
+        Annotated[str, Field(max_length=16, json_schema_extra=format_enum(ndjson=False))] | None
     ) = Field(
         None,
         description=f"One of: {known_formats()} but {STREAM}. Default: from the Accept "

@@ -11,27 +11,27 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from arengine.engine.job import Job
+from arengine.engine.request import EngineRequest
 from arengine.errors import ArengineError, Cancelled, DeadlineExceeded
 from arengine.types import Result, Tag, result_dict, tag_dict
 
 log = logging.getLogger(__name__)
 
 
-def stop(job: Job) -> None:
-    """Cancel the job unless it is over."""
-    if not job.future.done():
-        job.cancel()
+def stop(recognition: EngineRequest) -> None:
+    """Cancel the recognition unless it is over."""
+    if not recognition.future.done():
+        recognition.cancel()
 
 
 class TagFeed:
-    """Tags from an engine thread to the event loop, and the job's result when it is done.
+    """Tags from an engine thread to the event loop, and the recognition's result when it is done.
 
     Example, inside a request handler::
 
         feed = TagFeed()
-        job = engine.recognize(path, speech, {}, "r1", feed.listener())
-        feed.watch(job)
+        recognition = engine.recognize(path, speech, {}, "r1", feed.listener())
+        feed.watch(recognition)
         first = await feed.next(deadline)
     """
 
@@ -39,7 +39,7 @@ class TagFeed:
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[list[Tag]] = asyncio.Queue()
         self._result: asyncio.Future[Result] | None = None
-        self._job: Job | None = None
+        self._recognition: EngineRequest | None = None
 
     def listener(self) -> Callable[[list[Tag]], None]:
         def hear(tags: list[Tag]) -> None:  # runs on an engine thread
@@ -47,23 +47,23 @@ class TagFeed:
 
         return hear
 
-    def watch(self, job: Job) -> None:
-        self._job = job
-        self._result = asyncio.wrap_future(job.future)
-        # A cancelled job's exception is expected: read it so asyncio does not log it.
+    def watch(self, recognition: EngineRequest) -> None:
+        self._recognition = recognition
+        self._result = asyncio.wrap_future(recognition.future)
+        # A cancelled recognition's exception is expected: read it so asyncio does not log it.
         self._result.add_done_callback(lambda future: future.cancelled() or future.exception())
 
     def progress(self) -> dict[str, Any]:
-        """The job's progress as the stream's `progress` line."""
-        assert self._job is not None
-        done, duration = self._job.progress
+        """The recognition's progress as the stream's `progress` line."""
+        assert self._recognition is not None
+        done, duration = self._recognition.progress
         return {"progress": {"audio_s": round(done, 3), "duration_s": duration}}
 
     async def next(
         self, deadline: float, gone: asyncio.Future[Any] | None = None, tick: float | None = None
     ) -> list[Tag] | Result | None:
-        """The next batch of final tags, or the result once the job is done (with every tag);
-        None when `tick` seconds pass first."""
+        """The next batch of final tags, or the result once the recognition is done (with every
+        tag); None when `tick` seconds pass first."""
         assert self._result is not None  # watch() comes right after submitting
         if not self._queue.empty():
             return self._queue.get_nowait()

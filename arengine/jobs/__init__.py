@@ -1,4 +1,5 @@
 """Jobs: recognitions that outlive their connection and the process (`store.py`, `runner.py`).
 
-May import: arengine, db, engine, errors, kinds, models, postprocess, settings, system, types.
+May import: arengine, db, engine, errors, kinds, models, postprocess, service, settings, system,
+types.
 """

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 
-from arengine.engine.engine import Engine
-from arengine.engine.job import Job
+from arengine.engine.request import EngineRequest
 from arengine.errors import ArengineError, ErrorCode
 from arengine.jobs.scores import ModelPlan, ScoreLog
 from arengine.jobs.store import (
@@ -33,6 +32,7 @@ from arengine.jobs.store import (
     storage_full,
     write_durably,
 )
+from arengine.service.engine import Engine
 from arengine.types import Result, Tag, result_dict
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class JobRunner:
         self._retention = retention
         self._replica = replica
         self._condition = threading.Condition()
-        self._running: dict[str, Job] = {}
+        self._running: dict[str, EngineRequest] = {}
         self._tags: dict[str, list[Tag]] = {}
         """The tags final so far of each job running here (for `GET /v1/jobs/{id}/events`)."""
         self._closing = False
@@ -370,7 +370,7 @@ class JobRunner:
                 recognizers,
                 overrides,
                 record.id,
-                stream=record.stream,
+                audio_stream=record.stream,
                 name=record.filename,
                 keeper=scores,
                 on_tags=hear,

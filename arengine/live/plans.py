@@ -10,18 +10,28 @@ A label tagger (events, music, classifiers) on a live stream releases each tag a
 final rather than in start order (`live_tagger`): in a file, a tag that ends waits while an
 earlier-starting run of another label (a background class that lasts minutes) is still open,
 which on a stream would delay an alarm's tag by as long as the background lasts. The tags are
-the same; only their order across labels differs.
+the same; only their order across labels differs. For the same reason several models' tags go out
+as each is final (`AsFinal`), not merged into one start order, where one model's tag would wait
+until every other model has tagged later.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
+from datetime import datetime
 
 from arengine.audio.segments import SegmentPlan
+from arengine.engine.hooks import Tagging
 from arengine.kinds.base import Recognizer
 from arengine.postprocess import Tagger
 from arengine.postprocess.labels import LabelTagger
+from arengine.types import Tag
+
+OpenListener = Callable[[str, str, float], None]
+"""Hears `(model, label, start_s)` when a live stream's run of a label will be a tag, before it
+ends (`LabelTagger.on_open`); from an engine thread, one call at a time."""
 
 
 def live_plan(recognizer: Recognizer, segment_s: float) -> SegmentPlan:
@@ -47,3 +57,41 @@ def live_tagger(tagger: Tagger, on_open: Callable[[str, float], None] | None = N
         tagger.in_start_order = False
         tagger.on_open = on_open
     return tagger
+
+
+class LiveTagging:
+    """`tagging`'s taggers, each set to release its tags once final (`live_tagger`) and to tell
+    `on_open`, if given, of each label run that will be a tag, under its model's name."""
+
+    def __init__(
+        self,
+        tagging: Tagging,
+        recognizers: Sequence[Recognizer],
+        on_open: OpenListener | None = None,
+    ) -> None:
+        self._tagging = tagging
+        self._names = [recognizer.name for recognizer in recognizers]
+        self._on_open = on_open
+
+    def tagger(self, model: int) -> Tagger:
+        return self._live(model, self._tagging.tagger(model))
+
+    def dated(self, model: int, when: datetime) -> Tagger | None:
+        fresh = self._tagging.dated(model, when)
+        return None if fresh is None else self._live(model, fresh)
+
+    def _live(self, model: int, tagger: Tagger) -> Tagger:
+        if self._on_open is None:
+            return live_tagger(tagger)
+        return live_tagger(tagger, functools.partial(self._on_open, self._names[model]))
+
+
+class AsFinal:
+    """A live stream's tag order: each model's tags go out as they are final, unmerged.
+
+    >>> AsFinal().add(1, [Tag(2.0, 2.5, "C4", 0.8)])[0].label
+    'C4'
+    """
+
+    def add(self, index: int, tags: list[Tag], done: bool = False) -> list[Tag]:
+        return tags

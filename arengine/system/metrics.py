@@ -40,7 +40,7 @@ class EngineState(Protocol):
     @property
     def queued_segments(self) -> int: ...
     @property
-    def active_jobs(self) -> int: ...
+    def active_requests(self) -> int: ...
     @property
     def held_segments(self) -> int: ...
 
@@ -346,7 +346,7 @@ class EngineCollector(Collector):
         yield _gauge(
             "arengine_inflight_requests",
             "Requests admitted to the engine and not finished.",
-            engine.active_jobs,
+            engine.active_requests,
         )
         yield _gauge(
             "arengine_held_segments",

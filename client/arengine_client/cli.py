@@ -97,6 +97,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(run(argv))
 
 
+def add_concurrency_flag(recognize: argparse.ArgumentParser, help: str) -> None:
+    """`--concurrency N`: files at once. `--jobs`, its old name, still works and warns: `jobs`
+    are also the server's durable jobs (`POST /v1/jobs`, which `--job-over-s` sends to)."""
+    recognize.add_argument("--concurrency", type=int, default=4, metavar="N", help=help)
+    recognize.add_argument(
+        "--jobs",
+        type=int,
+        dest="concurrency",
+        default=argparse.SUPPRESS,
+        action=_DeprecatedAlias,
+        help=argparse.SUPPRESS,
+    )
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option's old name: it sets the same value, and says so on stderr."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        new = "--" + self.dest.replace("_", "-")
+        print(f"arengine: {option_string} is deprecated; use {new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_server_flags(recognize: argparse.ArgumentParser, required: bool) -> None:
     """`recognize`'s flags for a server: `--server` and `--job-over-s`."""
     recognize.add_argument(
@@ -104,7 +133,7 @@ def add_server_flags(recognize: argparse.ArgumentParser, required: bool) -> None
         metavar="URL",
         required=required,
         help="send the files to this arengine server (or load balancer) instead of an in-process "
-        "engine; the API key comes from ARENGINE_API_KEY; --jobs uploads at a time",
+        "engine; the API key comes from ARENGINE_API_KEY; --concurrency uploads at a time",
     )
     recognize.add_argument(
         "--job-over-s",
@@ -271,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument(
         "--out", type=Path, default=Path("."), help="output folder (default: current folder)"
     )
-    recognize.add_argument("--jobs", type=int, default=4, help="files sent at once (default: 4)")
+    add_concurrency_flag(recognize, "files sent at once (default: 4)")
     recognize.add_argument(
         "--resume", action="store_true", help="skip inputs whose output file already exists"
     )
@@ -324,7 +353,7 @@ def recognize(
     model: str,
     format: str,
     out: Path,
-    jobs: int,
+    concurrency: int,
     job_over_s: float,
     resume: bool,
     parameters: Mapping[str, float | str],
@@ -339,8 +368,8 @@ def recognize(
         print("arengine: no audio files found in the inputs", file=sys.stderr)
         print_skipped(skipped)
         return 2
-    if jobs < 1:
-        print("arengine: --jobs must be at least 1", file=sys.stderr)
+    if concurrency < 1:
+        print("arengine: --concurrency must be at least 1", file=sys.stderr)
         return 2
     remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
     with Client(remote.url, remote.api_key) as client:
@@ -357,7 +386,7 @@ def recognize(
             )
         failures: list[Failure] = []
         if todo:
-            failures = recognize_remote(remote, todo, model, fmt, jobs, overrides=parameters)
+            failures = recognize_remote(remote, todo, model, fmt, concurrency, overrides=parameters)
     if todo:
         print_skipped(skipped)
     return report(failures, todo)

@@ -1,11 +1,11 @@
 """`arengine recognize --server URL`: a batch of files (`files.plan`) sent to a server or a cluster.
 
 Same inputs, output names, formats, progress lines and failure report as the in-process mode; the
-recognitions run on the server (`jobs` uploads at a time, each retried on 503 by the client; a
-recording over `job_over_s` goes as a job, whose result is fetched once done, across dropped
-connections and server restarts). The output format is the server's `Format` where arengine is
-installed (written here, as the in-process mode writes it), or a `RenderedFormat` that has the
-server write it (`POST /v1/render`) where only the client is.
+recognitions run on the server (`concurrency` uploads at a time, each retried on 503 by the
+client; a recording over `job_over_s` goes as a job, whose result is fetched once done, across
+dropped connections and server restarts). The output format is the server's `Format` where
+arengine is installed (written here, as the in-process mode writes it), or a `RenderedFormat` that
+has the server write it (`POST /v1/render`) where only the client is.
 
 Example (with a server at that address)::
 
@@ -58,11 +58,11 @@ def recognize_remote(
     work: Sequence[Planned],
     model: str,
     fmt: OutputFormat,
-    jobs: int = 4,
+    concurrency: int = 4,
     stream: TextIO | None = None,
     overrides: Mapping[str, float | str] | None = None,
 ) -> list[Failure]:
-    """Write each file's output (`runner.plan`), `jobs` uploads at a time; returns the failed
+    """Write each file's output (`runner.plan`), `concurrency` uploads at a time; returns the failed
     ones; `overrides`: post-processing parameters for every file."""
     stream = stream or sys.stderr
     durations = {item.path: _duration(item.path) for item in work}
@@ -70,20 +70,20 @@ def recognize_remote(
     failures: list[Failure] = []
     retry = RetryPolicy(retries=remote.retries)
     stream.write(
-        f"sending {len(work)} files to {remote.url}, {jobs} at a time; each is retried up to "
-        f"{retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
+        f"sending {len(work)} files to {remote.url}, {concurrency} at a time; each is retried up "
+        f"to {retry.retries} times on 503 or 502, a refused connection {retry.refused_retries} "
         "times\n"
     )
     try:
         with (
             Client(remote.url, remote.api_key, retry=retry) as client,
-            ThreadPoolExecutor(max(jobs, 1), thread_name_prefix="upload") as pool,
+            ThreadPoolExecutor(max(concurrency, 1), thread_name_prefix="upload") as pool,
         ):
             pending = iter(work)
             running: dict[Future[Recognition], Planned] = {}
             while True:
-                # At most `jobs` files in flight, so a bar (or a line) starts with its upload.
-                for item in itertools.islice(pending, max(jobs, 1) - len(running)):
+                # At most `concurrency` files in flight: a bar (or a line) starts with its upload.
+                for item in itertools.islice(pending, max(concurrency, 1) - len(running)):
                     over = remote.job_over_s
                     long = over is not None and durations[item.path] > over
                     upload = pool.submit(

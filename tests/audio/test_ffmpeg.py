@@ -108,7 +108,7 @@ def test_stream_picks_another_audio_track(tmp_path: Path) -> None:
     info, audio = _decoded(path, stream=1)
     assert info.stream == 1 and _peak_hz(audio) == pytest.approx(1500, abs=10)
     with pytest.raises(InvalidInput, match="accepts 0 to 1") as caught:
-        probe(path, LIMITS, stream=2)
+        probe(path, LIMITS, audio_stream=2)
     assert caught.value.code == "unknown_stream"
 
 

@@ -14,11 +14,12 @@ from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import SegmentPlan
 from arengine.audio.source import ModelInput, Reading, segment_sources
 from arengine.audio.validation import AudioLimits, probe
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.errors import ErrorCode, InvalidInput, TooLarge
 from arengine.kinds.speech.network import SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from arengine.types import AudioInfo, Tag
 from tests.conftest import RecordingFactory
 from tests.recordings import ffmpeg
@@ -261,7 +262,15 @@ def test_a_job_decoded_in_parts_tags_as_one_decoded_in_process(
     try:
         results = [
             pool.submit(
-                JobSpec("r", path, (recognizer,), {}, LIMITS, 4, parallel_decoding=parallel)
+                RequestSpec(
+                    "r",
+                    path,
+                    (recognizer,),
+                    ModelTagging((recognizer,), {}),
+                    LIMITS,
+                    4,
+                    parallel_decoding=parallel,
+                )
             ).future.result(timeout=300)
             for parallel in (False, True)
         ]

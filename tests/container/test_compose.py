@@ -119,7 +119,7 @@ def test_forty_files_through_the_balancer_lose_none(
         shutil.copy(clip.path, inputs / f"file{index:02d}.flac")
     done = subprocess.run(
         [sys.executable, "-m", "arengine", "recognize", str(inputs), "--server", stack.balancer,
-         "--jobs", "8", "--format", "csv", "--out", str(tmp_path / "out")],
+         "--concurrency", "8", "--format", "csv", "--out", str(tmp_path / "out")],
         capture_output=True, text=True, check=False, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -104,7 +104,7 @@ def test_recognize_writes_one_file_per_input_and_reports_the_bad_ones(
     out = tmp_path / "out"
     done = _arengine(
         "recognize", str(inputs), str(tmp_path / "missing.flac"), "--format", "vtt",
-        "--out", str(out), "--jobs", "2", cwd=tmp_path,
+        "--out", str(out), "--concurrency", "2", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())

@@ -294,7 +294,7 @@ def test_cli_server_mode_matches_in_process_and_resumes(
         recording(f"talk{i}.{ext}").path.rename(inputs / f"talk{i}.{ext}")
     (inputs / "broken.wav").write_bytes(b"RIFF....WAVEfmt " + b"\x00" * 64)
     missing = str(tmp_path / "missing.flac")
-    common = ["--format", "csv", "--jobs", "3"]
+    common = ["--format", "csv", "--concurrency", "3"]
     key = {"ARENGINE_API_KEY": "client-test-key"}
     local = _arengine(
         "recognize", str(inputs), missing, *common, "--out", "local", "--segment-s", "2",

@@ -21,8 +21,8 @@ import pytest
 import soundfile as sf
 
 from arengine.cli.runner import Failure, plan, recognize_files
-from arengine.engine.engine import Engine
 from arengine.outputs.formats import FORMATS
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from tests.conftest import wait_until
 from tests.gate import Gate, gated_models, marked

@@ -1,4 +1,4 @@
-"""A job started on a WAV's header: it decodes only audio that has arrived, without holding an
+"""A request started on a WAV's header: it decodes only audio that has arrived, without holding an
 engine thread while it waits, and ends with the tags of the complete file."""
 
 from __future__ import annotations
@@ -6,19 +6,22 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.errors import BodyTimeout, ErrorCode
 from arengine.kinds.speech.network import SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from tests.arriving import Arriving
 from tests.conftest import RecordingFactory, wait_until
 from tests.engine.test_engine import LIMITS
 from tests.recordings import Recording
 
 
-def _spec(path: Path, recognizer: SpeechRecognizer) -> JobSpec:
-    return JobSpec("r", path, (recognizer,), {}, LIMITS, segments_ahead=4)
+def _spec(path: Path, recognizer: SpeechRecognizer) -> RequestSpec:
+    return RequestSpec(
+        "r", path, (recognizer,), ModelTagging((recognizer,), {}), LIMITS, segments_ahead=4
+    )
 
 
 def _long(recording: RecordingFactory) -> Recording:
@@ -38,21 +41,21 @@ def test_a_job_decodes_what_has_arrived_with_no_thread_waiting_for_the_rest(
         upload.start()
         upload.send(len(upload.data) // 2)
         arrived_s = (upload.sent - 44) / 2 / 16000
-        job = pool.submit(
+        request = pool.submit(
             dataclasses.replace(_spec(upload.target, recognizer), arrival=upload.arrival)
         )
-        assert wait_until(lambda: job.progress[0] > 0)  # recognising before the upload ends
+        assert wait_until(lambda: request.progress[0] > 0)  # recognising before the upload ends
         # Then it stops where the bytes stop (it has asked for bytes not there, and holds no
         # segment: nothing is left to run), and no thread sits waiting for the rest.
         arrival = upload.arrival
-        assert wait_until(lambda: arrival.refused > 0 and job.held_segments == 0)
+        assert wait_until(lambda: arrival.refused > 0 and request.held_segments == 0)
         assert wait_until(lambda: pool.busy == 0)
-        stalled_s = job.progress[0]
-        idle, finished = pool.busy == 0, job.finished
+        stalled_s = request.progress[0]
+        idle, finished = pool.busy == 0, request.finished
         while upload.sent < len(upload.data):
             upload.send(50_000)
         upload.arrival.finish()
-        result = job.future.result(60)
+        result = request.future.result(60)
     finally:
         pool.close()
     assert idle and not finished
@@ -70,13 +73,14 @@ def test_an_upload_that_fails_fails_its_job_with_the_upload_error(
     upload.start()
     pool = EnginePool(threads=2)
     try:
-        job = pool.submit(
+        request = pool.submit(
             dataclasses.replace(_spec(upload.target, recognizer), arrival=upload.arrival)
         )
-        assert wait_until(lambda: job.progress[1] is not None)  # validated on the header alone
+        # Validated on the header alone:
+        assert wait_until(lambda: request.progress[1] is not None)
         upload.arrival.fail(BodyTimeout("no body data for 30 s"))
-        error = job.future.exception(30)
-        assert wait_until(lambda: pool.busy == 0 and pool.active_jobs == 0)
+        error = request.future.exception(30)
+        assert wait_until(lambda: pool.busy == 0 and pool.active_requests == 0)
     finally:
         pool.close()
     assert isinstance(error, BodyTimeout)

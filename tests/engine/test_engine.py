@@ -18,12 +18,13 @@ from silero_vad import get_speech_timestamps, load_silero_vad
 
 from arengine.audio.segments import Segment
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.errors import Cancelled, StageFailed
 from arengine.jobs.scores import ModelPlan, ScoreLog
 from arengine.kinds.speech.network import MAX_BATCH, SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
+from arengine.models.tagging import ModelTagging
 from arengine.types import Result, Tag
 from tests.conftest import RecordingFactory, wait_until
 from tests.recordings import Recording
@@ -60,12 +61,12 @@ class SlowRecognizer(SpeechRecognizer):
 
 def _spec(
     path: Path, recognizer: SpeechRecognizer, request_id: str = "r", ahead: int = 4
-) -> JobSpec:
-    return JobSpec(
+) -> RequestSpec:
+    return RequestSpec(
         request_id=request_id,
         path=path,
         recognizers=(recognizer,),
-        overrides={},
+        tagging=ModelTagging((recognizer,), {}),
         limits=LIMITS,
         segments_ahead=ahead,
     )
@@ -159,16 +160,16 @@ def test_decoding_stays_a_bounded_number_of_segments_ahead(
     recognizer.gate.clear()  # inference stalls: decoding must stop after `ahead` segments
     pool = EnginePool(threads=3)
     try:
-        job = pool.submit(_spec(long.path, recognizer, ahead=3))
-        assert wait_until(lambda: job.held_segments == 3)
+        request = pool.submit(_spec(long.path, recognizer, ahead=3))
+        assert wait_until(lambda: request.held_segments == 3)
         time.sleep(0.3)  # room to overshoot, if decoding did not stop
-        held = job.held_segments
+        held = request.held_segments
         recognizer.gate.set()
-        result = job.future.result(60)
+        result = request.future.result(60)
     finally:
         pool.close()
     assert held == 3
-    assert job.held_segments == 0
+    assert request.held_segments == 0
     assert result.tags == ()
 
 
@@ -197,12 +198,12 @@ def test_cancel_drops_the_remaining_work(
     recognizer = SlowRecognizer(speech_model, delay_s=0.05, segment_s=1.0)
     pool = EnginePool(threads=2)
     try:
-        job = pool.submit(_spec(long.path, recognizer))
+        request = pool.submit(_spec(long.path, recognizer))
         assert wait_until(lambda: recognizer.calls >= 2)
-        job.cancel()
+        request.cancel()
         with pytest.raises(Cancelled):
-            job.future.result(5)
-        assert wait_until(lambda: pool.busy == 0 and pool.active_jobs == 0)
+            request.future.result(5)
+        assert wait_until(lambda: pool.busy == 0 and pool.active_requests == 0)
         calls = recognizer.calls
         time.sleep(0.3)
         assert recognizer.calls == calls, "no inference after the cancel"
@@ -270,17 +271,17 @@ def test_tag_listener_hears_every_tag_in_order_while_the_job_runs(
 
     pool = EnginePool(threads=4)
     try:
-        spec = JobSpec(
+        spec = RequestSpec(
             request_id="listen",
             path=long_recording.path,
             recognizers=(recognizer,),
-            overrides={},
+            tagging=ModelTagging((recognizer,), {}),
             limits=LIMITS,
             segments_ahead=4,
             on_tags=listen,
         )
-        job = pool.submit(spec)
-        result = job.future.result(timeout=120)
+        request = pool.submit(spec)
+        result = request.future.result(timeout=120)
     finally:
         pool.close()
     assert all(batch for _, batch in heard), "the listener is never called with no tags"
@@ -299,12 +300,20 @@ def test_a_cancelled_job_tells_the_listener_nothing_more(
     heard: list[list[Tag]] = []
     pool = EnginePool(threads=2)
     try:
-        spec = JobSpec("c", clip.path, (recognizer,), {}, LIMITS, 4, on_tags=heard.append)
-        job = pool.submit(spec)
-        job.cancel()
+        spec = RequestSpec(
+            "c",
+            clip.path,
+            (recognizer,),
+            ModelTagging((recognizer,), {}),
+            LIMITS,
+            4,
+            on_tags=heard.append,
+        )
+        request = pool.submit(spec)
+        request.cancel()
         recognizer.gate.set()
         with pytest.raises(Cancelled):
-            job.future.result(timeout=30)
+            request.future.result(timeout=30)
         time.sleep(0.2)
     finally:
         pool.close()
@@ -437,13 +446,13 @@ def test_a_job_run_leaves_a_thread_free_for_a_clip(
     keeper = ScoreLog.open(tmp_path / "job.scores", (ModelPlan.of(job_recognizer),))
     pool = EnginePool(threads=3)  # background_threads: 2 by default
     try:
-        job = pool.submit(replace(_spec(long.path, job_recognizer, "job"), keeper=keeper))
+        request = pool.submit(replace(_spec(long.path, job_recognizer, "job"), keeper=keeper))
         assert wait_until(lambda: job_recognizer.now >= 2)  # the job holds all it may
         answered = pool.submit(_spec(clip.path, SlowRecognizer(speech_model), "clip"))
         assert answered.future.result(20).tags  # on the third thread, the job still stuck
         assert job_recognizer.now == 2
         job_recognizer.gate.set()
-        job.future.result(120)
+        request.future.result(120)
     finally:
         job_recognizer.gate.set()
         pool.close()

@@ -84,7 +84,7 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> list[FakeRequest]:
         made.append(request)
         return request
 
-    monkeypatch.setattr(pool_module, "Job", make)
+    monkeypatch.setattr(pool_module, "EngineRequest", make)
     return made
 
 
@@ -169,7 +169,7 @@ def test_abort_all_ends_only_the_active_requests(requests: list[FakeRequest]) ->
         assert wait_until(lambda: requests[0].finished)
         pool.submit(FakeSpec("active", 3, gate=gate))  # type: ignore[arg-type]
         assert wait_until(lambda: pool.busy == 1)
-        assert pool.active_jobs == 1
+        assert pool.active_requests == 1
         pool.abort_all(StageFailed("inference", "r1", RuntimeError("the model went away")))
         assert requests[0].error is None
         assert isinstance(requests[1].error, StageFailed)

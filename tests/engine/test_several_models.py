@@ -14,12 +14,13 @@ import torch
 
 from arengine.audio.segments import Segment
 from arengine.audio.validation import AudioLimits
-from arengine.engine.engine import Engine
-from arengine.engine.job import Job, JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import EngineRequest, RequestSpec
 from arengine.errors import InvalidInput, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
+from arengine.models.tagging import ModelTagging
 from arengine.postprocess import Tagger
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.types import Result, Stage, Tag
 from tests.music import speech_and_melodies
@@ -51,17 +52,18 @@ class _Backlog:
     and has not cut into segments yet (the tee's queues)."""
 
     def __init__(self) -> None:
-        self.job: Job | None = None
+        self.request: EngineRequest | None = None
         self.most_s = 0.0
         self._lock = threading.Lock()
 
     def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
-        job = self.job
-        decoder = None if job is None else job._sources  # test-only peek at the tee's queues
-        if job is None or decoder is None:
+        request = self.request
+        # A test-only peek at the tee's queues:
+        decoder = None if request is None else request._sources
+        if request is None or decoder is None:
             return
         with self._lock:
-            for index, recognizer in enumerate(job.spec.recognizers):
+            for index, recognizer in enumerate(request.spec.recognizers):
                 held = decoder.held_samples(index) / recognizer.sample_rate
                 self.most_s = max(self.most_s, held)
 
@@ -77,10 +79,19 @@ def _run(
 ) -> Result:
     pool = EnginePool(threads, observer=backlog)
     try:
-        job = pool.submit(JobSpec("several", path, recognizers, {}, LIMITS, segments_ahead=4))
+        request = pool.submit(
+            RequestSpec(
+                "several",
+                path,
+                recognizers,
+                ModelTagging(recognizers, {}),
+                LIMITS,
+                segments_ahead=4,
+            )
+        )
         if backlog is not None:
-            backlog.job = job
-        return job.future.result(timeout=600)
+            backlog.request = request
+        return request.future.result(timeout=600)
     finally:
         pool.close()
 
@@ -184,11 +195,11 @@ def test_the_listener_hears_the_merged_order_as_it_becomes_final(
     heard: list[list[Tag]] = []
     pool = EnginePool(threads=2)
     try:
-        spec = JobSpec(
+        spec = RequestSpec(
             "listen",
             speech_and_music,
-            engine.check("notes,speech", {}),
-            {},
+            recognizers := engine.check("notes,speech", {}),
+            ModelTagging(recognizers, {}),
             LIMITS,
             segments_ahead=4,
             on_tags=heard.append,

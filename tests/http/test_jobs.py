@@ -199,7 +199,7 @@ def test_deleting_a_running_job_stops_its_engine_work(tmp_path: Path) -> None:
         assert client.request("DELETE", f"/v1/jobs/{job_id}").status_code == 204
         gate.open()
         engine = client.app.state.engine
-        assert wait_until(lambda: engine.pool.active_jobs == 0)
+        assert wait_until(lambda: engine.pool.active_requests == 0)
         inferred = client.get("/metrics").text
         _error(client.get(f"/v1/jobs/{job_id}"), 404, "job_not_found")
     found = re.search(r'^arengine_queue_wait_seconds_count\{model="gate"\} (\S+)$', inferred, re.M)

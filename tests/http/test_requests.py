@@ -124,3 +124,23 @@ def test_an_unknown_format_is_named_without_pydantics_prefix(client: InProcessCl
     message = response.json()["error"]["message"]
     assert response.status_code == 422 and message.startswith("format: unknown format 'xml'")
     assert "Value error" not in message
+
+
+def test_audio_stream_names_the_stream_and_stream_is_its_former_name(
+    client: InProcessClient,
+) -> None:
+    """A WAV has one audio stream: index 0 is answered and 1 refused, under either name."""
+    for name in ("audio_stream", "stream"):
+        assert _post(client, **{name: 0}).json()["audio"]["stream"] == 0
+        assert "accepts 0" in _error(_post(client, **{name: 1}), 422, "unknown_stream")
+    assert _post(client, audio_stream=0, stream=0).status_code == 200
+    message = _error(_post(client, audio_stream=0, stream=1), 422, "invalid_parameter")
+    assert "give audio_stream alone" in message
+
+
+def test_the_former_stream_name_is_marked_deprecated(client: InProcessClient) -> None:
+    schema = client.get("/openapi.json").json()
+    parameters = {p["name"]: p for p in schema["paths"]["/v1/recognize"]["post"]["parameters"]}
+    stream = parameters["stream"]
+    assert stream.get("deprecated") or stream["schema"].get("deprecated")
+    assert "audio_stream" in parameters and "former name" in stream["description"]

@@ -32,7 +32,7 @@ class _Pool:
     threads = 4
     busy = 2
     queued_segments = 5
-    active_jobs = 3
+    active_requests = 3
     held_segments = 7
 
 

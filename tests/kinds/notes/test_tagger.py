@@ -13,7 +13,6 @@ import pytest
 import soundfile as sf
 
 from arengine.audio.segments import Segment, Segmenter
-from arengine.engine.engine import Engine
 from arengine.errors import InvalidInput
 from arengine.kinds.notes.recognizer import KEPT_FRAMES, STEP, NotesRecognizer
 from arengine.kinds.notes.tagger import (
@@ -26,6 +25,7 @@ from arengine.kinds.notes.tagger import (
     inferred_onsets,
     note_events,
 )
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.types import Tag, tag_dict
 from tests.music import GUITAR, PIANO, STRINGS, Note, f1, polyphonic_piece, render

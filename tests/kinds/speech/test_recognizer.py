@@ -13,8 +13,8 @@ from silero_vad import load_silero_vad
 
 from arengine.audio.segments import Segment
 from arengine.audio.validation import AudioLimits
-from arengine.engine.job import JobSpec
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import RequestSpec
 from arengine.kinds.speech.network import (
     CONTEXT,
     WINDOW,
@@ -24,6 +24,7 @@ from arengine.kinds.speech.network import (
 )
 from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models.tagging import ModelTagging
 from loadtests.agreement import frame_f1
 from tests.conftest import Phrases, RecordingFactory
 from tests.kinds.speech.reference import ConvSpeechModel
@@ -141,7 +142,14 @@ def test_speech_tags_match_the_conv_reference(
     try:
         tags = [
             pool.submit(
-                JobSpec("r", clip.path, (SpeechRecognizer(model, 4.0, 2.0),), {}, limits, 4)
+                RequestSpec(
+                    "r",
+                    clip.path,
+                    (recognizer := SpeechRecognizer(model, 4.0, 2.0),),
+                    ModelTagging((recognizer,), {}),
+                    limits,
+                    4,
+                )
             )
             .future.result(timeout=120)
             .tags

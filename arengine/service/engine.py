@@ -1,4 +1,8 @@
-"""The engine: one pool and the loaded models, shared by every request of the process."""
+"""The engine a process serves with: one pool and the loaded models, shared by every request.
+
+The pool and the request state machine (`arengine/engine/`) only schedule; this is where a
+request's strategies are chosen from what it is: an upload or a job, or a live stream.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +18,12 @@ from arengine.audio import child
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
-from arengine.engine.job import Job, JobSpec, OpenListener, TagListener
 from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
+from arengine.engine.request import EngineRequest, RequestSpec, TagListener
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
-from arengine.live.plans import live_plan
+from arengine.live.plans import AsFinal, LiveTagging, OpenListener, live_plan
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
     NO_SUCH_MODEL,
@@ -28,6 +32,7 @@ from arengine.models.registry import (
     load_models,
     overrides_by_model,
 )
+from arengine.models.tagging import ModelTagging
 from arengine.settings import Settings
 from arengine.system.threads import available_cpus
 
@@ -42,8 +47,8 @@ class Engine:
         engine = Engine(Settings())
         engine.load_models()
         models = engine.check("speech,notes", {"threshold": 0.6})
-        job = engine.recognize(Path("talk.flac"), models, {"threshold": 0.6}, "r1")
-        result = job.future.result()  # both models' tags, in timestamp order
+        recognition = engine.recognize(Path("talk.flac"), models, {"threshold": 0.6}, "r1")
+        result = recognition.future.result()  # both models' tags, in timestamp order
     """
 
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
@@ -144,30 +149,31 @@ class Engine:
         overrides: Overrides,
         request_id: str,
         on_tags: TagListener | None = None,
-        stream: int | None = None,
+        audio_stream: int | None = None,
         arrival: Arrival | None = None,
         name: str | None = None,
         keeper: ScoreKeeper | None = None,
-    ) -> Job:
-        """Run one file admitted by `check`; the result (or the error) arrives on the job's future.
+    ) -> EngineRequest:
+        """Run one file admitted by `check`; the result (or the error) arrives on the
+        recognition's future.
 
         Not checked again: a request admitted before a shutdown began is allowed to finish.
-        `on_tags`, if given, hears the tags in order as soon as each is final; `stream` picks
-        an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
+        `on_tags`, if given, hears the tags in order as soon as each is final; `audio_stream`
+        picks an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
         `name`: the file's name as the user gave it (for its recording time); `keeper`: a
         job's checkpoint (`engine/observer.py`).
         """
-        spec = JobSpec(
+        spec = RequestSpec(
             request_id=request_id,
             path=path,
             recognizers=recognizers,
-            overrides=overrides,
+            tagging=ModelTagging(recognizers, overrides),
             limits=self.limits,
             segments_ahead=self.settings.segments_ahead,
             parallel_decoding=self.settings.parallel_decoding,
             decode_in_child=self.settings.decode_in_child,
             on_tags=on_tags,
-            stream=stream,
+            audio_stream=audio_stream,
             arrival=arrival,
             name=name,
             keeper=keeper,
@@ -182,24 +188,24 @@ class Engine:
         request_id: str,
         on_tags: TagListener,
         on_open: OpenListener | None = None,
-    ) -> Job:
+    ) -> EngineRequest:
         """Run a live stream admitted by `check`, spooled where `arrival` says
         (`arengine/live/spool.py`): each model cut into `listen_segment_s` segments, each read
         as soon as its audio has arrived; `on_tags` hears each tag once it is final, `on_open`
         each label run that will be a tag while it is still open."""
         assert arrival.path is not None  # the spool opened it
         settings = self.settings
-        spec = JobSpec(
+        spec = RequestSpec(
             request_id=request_id,
             path=arrival.path,
             recognizers=recognizers,
-            overrides=overrides,
+            tagging=LiveTagging(ModelTagging(recognizers, overrides), recognizers, on_open),
             limits=dataclasses.replace(self.limits, max_duration_s=settings.listen_max_duration_s),
             segments_ahead=settings.segments_ahead,
             on_tags=on_tags,
             arrival=arrival,
             plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
-            on_open=on_open,
+            order=AsFinal(),
         )
         return self.pool.submit(spec)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from arengine.engine.engine import Engine
 from arengine.errors import NotReady
 from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.service.engine import Engine
 from arengine.settings import Settings
 
 

@@ -1,6 +1,6 @@
 """One request inside the engine: its four stages as tasks that any engine thread may run.
 
-A job hands out one task at a time to the pool: validation first, then alternately decoding
+A request hands out one task at a time to the pool: validation first, then alternately decoding
 (one segment ahead, sequentially, never more than `segments_ahead` undelivered segments) and
 inference of decoded segments (any order, any thread; up to the model's `max_batch` segments in
 one forward call, when that pays). Post-processing consumes inference results
@@ -9,7 +9,13 @@ strictly in segment order, so tags come out in timestamp order and segment cuts 
 A request for several models decodes its upload once (`arengine/audio/tee.py`: one resampling per
 distinct rate) and runs one `ModelRun` per model: its own segments, inference and tagger. No
 model decodes more than one segment length ahead of the slowest, which bounds the audio held
-between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`).
+between them; their tags are merged into one timestamp order (`arengine/engine/merge.py`) unless
+the caller gives another order.
+
+What a request is beyond that comes from its caller (`arengine/engine/hooks.py`): each model's
+tagger and the one a recording's time implies (`Tagging`), the order its tags go out in
+(`TagOrder`: a live stream's as each is final), the segment plans (a live stream's shorter ones)
+and the scores a job keeps (`ScoreKeeper`). This module names none of those features.
 """
 
 from __future__ import annotations
@@ -32,42 +38,35 @@ from arengine.audio.recorded import recorded_at, recording_time
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
+from arengine.engine.hooks import Recognizer, Tagging, TagOrder
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
 from arengine.errors import ArengineError, Cancelled, StageFailed
-from arengine.kinds.base import Overrides, Recognizer
-from arengine.kinds.catalog import implied_by_recording_time
-from arengine.live.plans import live_tagger
-from arengine.models.registry import overrides_by_model
-from arengine.postprocess import Tagger
 from arengine.types import AudioInfo, Result, Stage, Tag, Timings
 
 log = logging.getLogger(__name__)
 
 Task = Callable[[], None]
 TagListener = Callable[[list[Tag]], None]
-OpenListener = Callable[[str, str, float], None]
-"""Hears `(model, label, start_s)` when a live stream's run of a label will be a tag, before it
-ends (`LabelTagger.on_open`)."""
-"""Called with each batch of tags as soon as they are final, in timestamp order."""
+"""Called with each batch of tags as soon as they are final, in the request's tag order."""
 
 
 @dataclass(frozen=True, slots=True)
-class JobSpec:
+class RequestSpec:
     """What a request asks of the engine."""
 
     request_id: str
     path: Path
     recognizers: tuple[Recognizer, ...]
     """The models to run, in the order the request named them (one, usually)."""
-    overrides: Overrides
-    """Post-processing overrides; with several models, each takes those its kind has."""
+    tagging: Tagging
+    """Each model's tagger (with the request's parameters), chosen by the caller."""
     limits: AudioLimits
     segments_ahead: int
     on_tags: TagListener | None = None
     """Optional: hears the tags as they become final (from an engine thread, one call at a time)."""
-    stream: int | None = None
+    audio_stream: int | None = None
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
     """Decode a long seekable file for one model in parts, by `ffmpeg` children at once
@@ -81,9 +80,9 @@ class JobSpec:
     plans: tuple[SegmentPlan, ...] | None = None
     """How each model's audio is cut, replacing the models' own plans: a live stream's shorter
     segments (`arengine/live/plans.py`)."""
-    on_open: OpenListener | None = None
-    """Optional, live streams only: hears each label run that will be a tag while it is still
-    open (from an engine thread, one call at a time)."""
+    order: TagOrder | None = None
+    """How the models' tags become one stream; None: merged in start order (`TagMerge`). A live
+    stream sends each tag once final instead (`arengine/live/plans.py`)."""
     keeper: ScoreKeeper | None = None
     """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
     earlier run kept are post-processed from its scores, not inferred again."""
@@ -101,11 +100,11 @@ class JobSpec:
         return ",".join(recognizer.name for recognizer in self.recognizers)
 
 
-class Job:
+class EngineRequest:
     """The per-request state machine; the pool calls `take`, everything else is internal."""
 
     def __init__(
-        self, spec: JobSpec, wake: Callable[[], None], observer: StageObserver | None = None
+        self, spec: RequestSpec, wake: Callable[[], None], observer: StageObserver | None = None
     ) -> None:
         self.spec = spec
         self._observer: StageObserver = observer or NullObserver()
@@ -116,21 +115,18 @@ class Job:
         self._validation_s = 0.0
         self.finished = False
         self.served_s = 0.0
-        """Engine seconds this job's tasks have taken; the pool serves the least-served first."""
+        """Engine seconds this request's tasks have taken; the pool serves the least-served
+        first."""
         self._running = 0
         self._validating = False
         self._decoding = False
         self._postprocessing = False
         self._info: AudioInfo | None = None
         self._sources: SegmentSources | None = None
-        shares = overrides_by_model(spec.recognizers, spec.overrides)
-        self._shares = shares
         plans = spec.plans or tuple(recognizer.plan for recognizer in spec.recognizers)
         self._runs = [
-            ModelRun(index, recognizer, self._tagger(recognizer, own), plan)
-            for index, (recognizer, own, plan) in enumerate(
-                zip(spec.recognizers, shares, plans, strict=True)
-            )
+            ModelRun(index, recognizer, spec.tagging.tagger(index), plan)
+            for index, (recognizer, plan) in enumerate(zip(spec.recognizers, plans, strict=True))
         ]
         if spec.keeper is not None:
             for run in self._runs:
@@ -138,14 +134,13 @@ class Job:
         self._several = len(self._runs) > 1
         self._window_s = max(run.segment_s for run in self._runs)
         """How far (in audio) one model's decoding may run ahead of the slowest model's."""
-        self._merge: TagMerge | None = None if self._live else TagMerge(len(self._runs))
-        """Several models' tags in one start order; none on a live stream, where each model's
-        tag goes out once final rather than wait until every other model has tagged later."""
+        self._order: TagOrder = spec.order or TagMerge(len(self._runs))
+        """Several models' tags in one stream: in start order unless the caller says otherwise."""
         self._tags: list[Tag] = []
 
     @property
     def held_segments(self) -> int:
-        """Decoded segments not yet post-processed: the audio this job holds in memory."""
+        """Decoded segments not yet post-processed: the audio this request holds in memory."""
         return sum(run.undelivered for run in self._runs)
 
     @property
@@ -187,7 +182,7 @@ class Job:
         self.abort(Cancelled("the request was cancelled"))
 
     def abort(self, error: ArengineError) -> None:
-        """End the job with `error` (its listener and its waiter get it), as `cancel` does."""
+        """End the request with `error` (its listener and its waiter get it), as `cancel` does."""
         self._fail(error)
 
     def _next_task(self, batching: bool) -> Task | None:
@@ -261,7 +256,7 @@ class Job:
     def _validate(self) -> None:
         started = time.perf_counter()
         spec = self.spec
-        info = probe(spec.path, spec.limits, spec.stream, spec.arrival)
+        info = probe(spec.path, spec.limits, spec.audio_stream, spec.arrival)
         self._recording_time_defaults(recorded_at(spec.path, spec.name))
         models = [ModelInput(run.plan, run.recognizer.sample_rate) for run in self._runs]
         reading = Reading(
@@ -295,7 +290,7 @@ class Job:
         """Queue a decoded segment for inference (or, when an earlier run kept its scores, for
         post-processing); at the end (`count` segments in all), let post-processing finish the
         model."""
-        # Inferred by an earlier run of this job: its scores go to post-processing.
+        # Inferred by an earlier run of this request's job: its scores go to post-processing.
         kept = segment is not None and segment.index in run.kept
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)
@@ -379,11 +374,7 @@ class Job:
                 run.seconds[Stage.POSTPROCESS] += seconds
                 if scores is None:
                     run.wall_s = time.perf_counter() - self._started
-                released = (
-                    tags
-                    if self._merge is None
-                    else self._merge.add(run.index, tags, done=scores is None)
-                )
+                released = self._order.add(run.index, tags, done=scores is None)
                 self._tags.extend(released)
             self._announce(released)
         if complete:
@@ -407,31 +398,15 @@ class Job:
                 return run, None
         return None
 
-    def _tagger(self, recognizer: Recognizer, overrides: Overrides) -> Tagger:
-        """`recognizer`'s tagger; a live stream's releases each tag once final (`live_tagger`)."""
-        tagger = recognizer.tagger(overrides)
-        if not self._live:
-            return tagger
-        opened = self.spec.on_open
-        if opened is None:
-            return live_tagger(tagger)
-        return live_tagger(tagger, functools.partial(opened, recognizer.name))
-
-    @property
-    def _live(self) -> bool:
-        """A live stream (`arengine/live/`): its tags go out as each is final, in no set order
-        across labels and models."""
-        return self.spec.arrival is not None and self.spec.arrival.open_ended
-
     def _recording_time_defaults(self, when: datetime | None) -> None:
-        """Taggers again with the defaults that follow from the recording's time (birds: its
-        week), before any segment reaches them; a request's own values win."""
+        """Taggers again with what the recording's time implies (birds: its week), before any
+        segment reaches them; the caller's `Tagging` says which change."""
         if when is None:
             return
-        for run, own in zip(self._runs, self._shares, strict=True):
-            fresh = implied_by_recording_time(run.recognizer.kind, own, when)
-            if fresh:
-                run.tagger = self._tagger(run.recognizer, {**own, **fresh})
+        for run in self._runs:
+            fresh = self.spec.tagging.dated(run.index, when)
+            if fresh is not None:
+                run.tagger = fresh
 
     def _complete(self) -> None:
         """Called once, by the post-processing that finished the last model. Everything that can

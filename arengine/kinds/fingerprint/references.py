@@ -40,12 +40,12 @@ length_s = 30.0
 file = "{library}"   # managed with `arengine references add|remove|list {name}`
 
 [postprocess]
-min_hits = 15     # matching hashes an occurrence needs
+min_hits = 20     # matched anchors an occurrence needs (tuned on a held-out set)
 min_score = 0.02  # share of the stretch's hashes that must match
 max_gap_s = 3.0   # seconds without a match that end an occurrence
 
 [card]
-task = "occurrences of the library's recordings (fingerprints; found up to about 0.5% off speed)"
+task = "occurrences of the library's recordings (fingerprints; found at 90-110% speed, tempo or pitch)"
 licence = "that of the reference recordings the library was built from"
 source = "arengine references add"
 version = "changes as references are added and removed"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,20 @@ BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for another's transaction before it fails."""
 READ = {"arengine_read": True}
 """Execution options of a read-only unit of work: on SQLite it begins DEFERRED, beside writers."""
+
+
+@contextmanager
+def writing(engine: Engine) -> Iterator[Connection]:
+    """One write transaction (SQLite: `IMMEDIATE`), committed when the block ends without error."""
+    with engine.begin() as connection:
+        yield connection
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A read-only unit of work (`READ`), beside writers."""
+    with engine.connect() as connection:
+        yield connection.execution_options(**READ)
 
 
 def open_engine(url: URL, pool_size: int = 5) -> Engine:

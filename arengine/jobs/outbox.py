@@ -15,15 +15,15 @@ once each lock the row they take (`FOR UPDATE SKIP LOCKED` on PostgreSQL).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
 from sqlalchemy.engine import URL
 
-from arengine.db.engine import READ, open_engine
+from arengine.db.engine import open_engine, reading, writing
 from arengine.db.migrate import upgrade
 from arengine.db.schema import jobs, webhook_outbox, webhook_subscriptions
 from arengine.jobs.store import DATABASE
@@ -178,12 +178,8 @@ class Outbox:
     def close(self) -> None:
         self.engine.dispose()
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with self.engine.begin() as connection:
-            yield connection
+    def _write(self) -> AbstractContextManager[Connection]:
+        return writing(self.engine)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self.engine.connect() as connection:
-            yield connection.execution_options(**READ)
+    def _read(self) -> AbstractContextManager[Connection]:
+        return reading(self.engine)

@@ -25,8 +25,8 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -38,7 +38,7 @@ from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from arengine.db.engine import READ, open_engine
+from arengine.db.engine import open_engine, reading, writing
 from arengine.db.migrate import up_to_date, upgrade
 from arengine.db.schema import jobs, webhook_outbox, webhook_subscriptions
 from arengine.db.url import SQLITE_FILE, redacted
@@ -440,15 +440,11 @@ class JobStore:
         self.engine.dispose()
         self._claim.close()
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        with self.engine.begin() as connection:
-            yield connection
+    def _write(self) -> AbstractContextManager[Connection]:
+        return writing(self.engine)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self.engine.connect() as connection:
-            yield connection.execution_options(**READ)
+    def _read(self) -> AbstractContextManager[Connection]:
+        return reading(self.engine)
 
     def _delete(self, job_id: str) -> None:
         self.upload_path(job_id).unlink(missing_ok=True)

@@ -45,7 +45,7 @@ min_score = 0.02  # share of the stretch's hashes that must match
 max_gap_s = 3.0   # seconds without a match that end an occurrence
 
 [card]
-task = "occurrences of the library's recordings (fingerprints; found at 90-110% speed, tempo or pitch)"
+task = "occurrences of the library's recordings (fingerprints; found at 90-110% speed or pitch)"
 licence = "that of the reference recordings the library was built from"
 source = "arengine references add"
 version = "changes as references are added and removed"

@@ -23,6 +23,7 @@ import json
 import logging
 import sys
 import time
+from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -167,7 +168,7 @@ def parser_refusal(code: ErrorCode, reason: str, max_header_bytes: int) -> Refus
     return Refusal(code, f"malformed HTTP request ({reason})")
 
 
-class ConnectionGuard(asyncio.Protocol):
+class ConnectionGuard(asyncio.Protocol, metaclass=ABCMeta):
     """The connection rules, for a uvicorn HTTP protocol (a mixin before it in the bases): a
     header timeout, a connection cap, a header-size limit however the head arrives, JSON
     refusals, and a lingering close. The protocol says where its request stands
@@ -193,13 +194,13 @@ class ConnectionGuard(asyncio.Protocol):
         self._first_byte_at = 0.0
         self._refusal: Refusal | None = None
 
+    @abstractmethod
     def _head_pending(self) -> bool:
         """Whether the next bytes belong to a request's head (or are the first of one)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _in_body(self) -> bool:
         """Whether a request's body is still arriving."""
-        raise NotImplementedError
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         lingering = _LingeringTransport(transport, asyncio.get_running_loop(), self._unread)

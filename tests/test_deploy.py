@@ -493,6 +493,10 @@ def test_balancer_agrees_with_the_server_settings(
     assert _seconds(directive("client_header_timeout")) == settings.header_timeout_s
     retried = directive("proxy_next_upstream").split()
     assert {"error", "http_503", "non_idempotent"} <= set(retried), "overload goes to the other"
+    # nginx counts a listed http_503 as a failed attempt: with max_fails above 0, two replicas
+    # at their admission limit were both marked down and the balancer answered 502 to all.
+    servers = re.findall(r"^\s*server\s+[\w.-]+:\d+(.*);", conf, flags=re.M)
+    assert servers and all("max_fails=0" in options.split() for options in servers), servers
 
 
 def test_compose_prometheus_scrapes_every_replica(compose: dict[str, Any]) -> None:

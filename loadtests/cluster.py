@@ -144,9 +144,12 @@ class Sent:
 
 
 def send_all(
-    group: Sequence[Replica], files: Sequence[Path], jobs: dict[str, Path] | None = None
+    group: Sequence[Replica],
+    files: Sequence[Path],
+    jobs: dict[str, Path] | None = None,
+    model: str = "speech",
 ) -> Sent:
-    """Each file as a job (`--models speech`), four at a time, to the replicas in turn; a
+    """Each file as a job of `model`, four at a time, to the replicas in turn; a
     refused or lost upload is sent again to the next one (a lost one may have been stored:
     counted as unanswered). Each acknowledged job is added to `jobs` as it comes."""
     lock = threading.Lock()
@@ -160,7 +163,7 @@ def send_all(
             try:
                 with path.open("rb") as body:
                     response = httpx.post(
-                        f"{url}/v1/jobs", params={"model": "speech"}, files={"file": body},
+                        f"{url}/v1/jobs", params={"model": model}, files={"file": body},
                         timeout=600,
                     )  # fmt: skip
             except httpx.TransportError:
@@ -248,10 +251,10 @@ def result_tags(group: Sequence[Replica], job_id: str) -> Tags | None:
     raise RuntimeError("no replica answers")
 
 
-def direct_tags(url: str, path: Path) -> list[dict[str, Any]]:
+def direct_tags(url: str, path: Path, model: str = "speech") -> list[dict[str, Any]]:
     with path.open("rb") as body:
         response = httpx.post(
-            f"{url}/v1/recognize", params={"model": "speech"}, files={"file": body}, timeout=1200
+            f"{url}/v1/recognize", params={"model": model}, files={"file": body}, timeout=1200
         )
     response.raise_for_status()
     tags: list[dict[str, Any]] = response.json()["tags"]

@@ -8,15 +8,15 @@ The same N references of 30 s go into a model folder's SQLite file and into the 
 a PostgreSQL database (a throwaway cluster started by `tests/postgres.py` unless `--postgresql`
 names one; its settings are the tests': no fsync, so adds there are faster than on a real
 server). Each backend then answers the same 2-minute recording holding four 20-s excerpts under
-noise (5 dB SNR) on one thread, through the recognizer as the engine runs it (features, lookup,
-tagging): matching speed in x real time per core, and recall. Size is the SQLite file (after a
-checkpoint) and the PostgreSQL tables with their indexes (after `VACUUM ANALYZE`, as autovacuum
-leaves them), per hour of reference audio.
+noise (5 dB SNR) on one thread (best of three), through the recognizer as the engine runs it
+(features, lookup, tagging): matching speed in x real time per core, and recall. Size is the
+SQLite file (after a checkpoint) and the PostgreSQL tables with their indexes (after `VACUUM
+ANALYZE`, as autovacuum leaves them), per hour of reference audio.
 
 Fingerprinting 10,000 references would take most of an hour on one core, and the storage is
 what is measured here: `--distinct` references (random notes, `loadtests/fingerprint.py`) are
-fingerprinted, and the others are copies of them with the pair's time difference (the hash's
-low six bits) XORed with the copy's number, so that each copy has its own hashes with the same
+fingerprinted, and the others are copies of them with the triplet hash's low six
+bits XORed with the copy's number, so that each copy has its own hashes with the same
 frequencies (the lookups' hit rates stay those of music-like references). The machine's load
 average is printed with each line: its other users share the cores.
 """
@@ -101,9 +101,11 @@ def measure(
     recording = mix(QUERY_S, pieces, placed, snr_db=5.0, seed=count)
     recognizer = FingerprintRecognizer(library, segment_s=30.0)
     recognize(recognizer, recording)  # warm the caches and the connections
-    started = time.perf_counter()
-    tags = recognize(recognizer, recording)
-    match_s = time.perf_counter() - started
+    match_s = float("inf")
+    for _ in range(3):  # best of three: the cores are shared
+        started = time.perf_counter()
+        tags = recognize(recognizer, recording)
+        match_s = min(match_s, time.perf_counter() - started)
     hits = found(tags, placed, [20.0] * len(placed))
     size = megabytes()
     audio_h = count * SECONDS / 3600

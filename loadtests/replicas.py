@@ -4,9 +4,10 @@ replica is killed (`kill -9`) every few seconds.
 
     python -m loadtests.replicas --jobs 200 --long-jobs 3 --kill-every-s 20
 
-Each replica is a real `arengine serve` on 127.0.0.1 with one engine thread, `--models speech`,
-the same `ARENGINE_DATABASE_URL` (a PostgreSQL started here in a temporary directory, with
-`initdb` and `pg_ctl`, as the tests' fixture does) and the same `--data-dir`.
+Each replica is a real `arengine serve` on 127.0.0.1 with one engine thread, `--models MODEL`
+(`--model`, speech by default), the same `ARENGINE_DATABASE_URL` (a PostgreSQL started here in
+a temporary directory, with `initdb` and `pg_ctl`, as the tests' fixture does) and the same
+`--data-dir`.
 
 1. Throughput (`--phases throughput`): `--jobs` jobs of `--job-minutes` sent at once, timed from
    the first upload to the last job done, on one server with its embedded SQLite store, then on
@@ -102,7 +103,7 @@ def recordings(folder: Path, count: int, minutes: float, tag: str) -> list[Path]
 def server_flags(data: Path, args: argparse.Namespace, retention_s: float) -> list[str]:
     queue = args.jobs + args.long_jobs + 16
     return [
-        "--models", "speech", "--engine-threads", "1", "--data-dir", str(data),
+        "--models", args.model, "--engine-threads", "1", "--data-dir", str(data),
         "--max-queued-jobs", str(queue), "--job-lease-s", str(args.job_lease_s),
         "--job-retention-s", str(retention_s),
     ]  # fmt: skip
@@ -144,12 +145,12 @@ def statement_seconds(group: Sequence[Replica]) -> float:
     return total
 
 
-def timed_batch(group: Sequence[Replica], files: Sequence[Path]) -> tuple[float, float]:
+def timed_batch(group: Sequence[Replica], files: Sequence[Path], model: str) -> tuple[float, float]:
     """Seconds from the first upload to the last job done, and of them the replicas' in the
     database's statements (the tool's own polls of the job list included)."""
     statements = statement_seconds(group)
     begin = time.monotonic()
-    sent = send_all(group, files)
+    sent = send_all(group, files, model=model)
     ended, _ = wait_done(group, sent.jobs, 3600)
     failed = [job_id for job_id, job in ended.items() if job["state"] != "done"]
     if failed:
@@ -163,7 +164,7 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
     logs = folder / "logs-sqlite"
     logs.mkdir()
     with replicas(1, server_flags(sqlite, args, 7 * 86400), {}, logs) as group:
-        seconds, statements = timed_batch(group, files)
+        seconds, statements = timed_batch(group, files, args.model)
         rows.append(Throughput("one server, SQLite", 1, len(files), seconds, statements, None))
     for count in range(1, args.replicas + 1):
         database = Postgres()
@@ -177,7 +178,7 @@ def throughput(args: argparse.Namespace, folder: Path, files: list[Path]) -> lis
                 # a busy backend reports at most once a second, an idle one within 10 s.
                 time.sleep(STATISTICS_S)
                 before = database.active_s()
-                seconds, statements = timed_batch(group, files)
+                seconds, statements = timed_batch(group, files, args.model)
                 time.sleep(STATISTICS_S)
                 active = database.active_s() - before
                 rows.append(
@@ -222,12 +223,12 @@ def kills(args: argparse.Namespace, folder: Path, short: list[Path], long: list[
     flags = server_flags(data, args, args.retention_s)
     try:
         with replicas(args.replicas, flags, env, logs) as group:
-            direct = {path: direct_tags(group[0].url, path) for path in {*short, *long}}
+            direct = {path: direct_tags(group[0].url, path, args.model) for path in {*short, *long}}
             killer = Killer(group, args.kill_every_s, args.seed)
             killer.start()
             jobs: dict[str, Path] = {}
             with ThreadPoolExecutor(1) as sender:
-                sending = sender.submit(send_all, group, files, jobs)
+                sending = sender.submit(send_all, group, files, jobs, args.model)
                 ended, tags = wait_done(
                     group, jobs, args.timeout_s, fetch=True, sending=lambda: not sending.done()
                 )
@@ -291,6 +292,12 @@ def main() -> None:
     parser.add_argument("--long-minutes", type=float, default=20.0)
     parser.add_argument("--recordings", type=int, default=4, help="distinct short recordings")
     parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument(
+        "--model",
+        default="speech",
+        help="the model every job asks for (a slower one, `events`, keeps jobs running across "
+        "more kills)",
+    )
     parser.add_argument("--kill-every-s", type=float, default=20.0)
     parser.add_argument("--job-lease-s", type=float, default=10.0)
     parser.add_argument("--timeout-s", type=float, default=3 * 3600, help="kills phase, to done")

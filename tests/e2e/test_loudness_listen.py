@@ -75,12 +75,14 @@ def gated(serve: ServerFactory) -> Server:
 
 def _stream(server: Server, query: str, data: bytes) -> list[dict[str, Any]]:
     url = server.url.replace("http://", "ws://") + "/v1/listen?" + query
+    lines: list[dict[str, Any]] = []
     with suppress(ConnectionClosed), connect(url, open_timeout=30) as ws:
         ws.send(json.dumps(OPENING))
         for at in range(0, len(data), 32000):
             ws.send(data[at : at + 32000])
         ws.send(json.dumps({"end": True}))
-        return [json.loads(message) for message in ws]
+        lines.extend(json.loads(message) for message in ws)
+    return lines
 
 
 def test_a_gated_stream_skips_the_silence_and_tags_the_speech_as_ungated(

@@ -28,12 +28,11 @@ class Counting(Recognizer):
 
     kind = "counting"
 
-    def __init__(self, rate: int = RATE, positional: bool = False) -> None:
+    def __init__(self, rate: int = RATE) -> None:
         self.name = "counting"
         self.sample_rate = rate
         self.labels = ("x",)
         self.plan = SegmentPlan(hop=rate // 10, context=0, segment_frames=10, preroll_frames=0)
-        self.positional = positional
         self.inferred: list[int] = []
 
     def features(self, segment: Segment) -> torch.Tensor:
@@ -50,6 +49,12 @@ class Counting(Recognizer):
 
     def warm_up(self) -> None:
         pass
+
+
+class Positional(Counting):
+    """`Counting` whose scores also say where the segment is."""
+
+    positional = True
 
 
 def _segment(index: int, samples: np.ndarray) -> Segment:
@@ -107,7 +112,7 @@ def test_silence_is_inferred_once_per_shape_and_each_caller_gets_its_own_copy() 
 
 
 def test_a_positional_model_gets_the_silence_of_each_segment_where_it_is() -> None:
-    model = Counting(positional=True)
+    model = Positional()
     gate = LoudnessGate(_gate(), [model])
     scores = [gate.stand_in(0, _segment(i, noise(1.0, -80))) for i in (1, 2)]
     assert [s.tolist()[0] for s in scores if s is not None] == [10.0, 20.0]

@@ -215,6 +215,11 @@ class ErrorCode(StrEnum):
         422,
         "a query parameter is unknown, repeated or outside its range (the message names it and the range)",
     )
+    INVALID_GATE = (
+        "invalid_gate",
+        422,
+        "a request's `gate` names a model that is not a loudness model, or one of the models it gates (the message lists the loudness models loaded)",
+    )
     CALLBACK_URL_REFUSED = (
         "callback_url_refused",
         422,

@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     recognize.add_argument("--models", action=_Removed, help=argparse.SUPPRESS)
     recognize.add_argument(
+        "--gate",
+        metavar="MODEL",
+        help="a loudness model that gates the others: they skip the segments in which it hears "
+        "nothing loud (the HTTP query's gate; it loads too)",
+    )
+    recognize.add_argument(
         "--format",
         default="json",
         choices=FORMAT_NAMES,
@@ -179,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parameter_flags(recognize)
     listen = listen_parser(commands)
     _add_parameter_flags(listen)
+    listen.add_argument(
+        "--gate",
+        dest=PARAMETER_PREFIX + "gate",  # sent in the query, as the parameters are
+        default=argparse.SUPPRESS,
+        metavar="MODEL",
+        help="a loudness model that gates the others: they skip the segments in which it hears "
+        "nothing loud",
+    )
     models = commands.add_parser(
         "models",
         help="list the models that load",
@@ -426,10 +440,12 @@ def recognize(
     parameters: Mapping[str, float | str] | None = None,
     combined: Path | None = None,
     job_over_s: float = JOB_OVER_S,
+    gate: str | None = None,
 ) -> int:
     """Tag every input file; 0 if all succeeded, 1 if any failed, 2 if nothing could start.
     `parameters`: the post-processing overrides of every file (`{"lat": 40.4, "lon": -80.0}`);
-    `combined`: where to write one table of all files' rows too."""
+    `combined`: where to write one table of all files' rows too; `gate`: a loudness model whose
+    quiet segments the models skip."""
     overrides = dict(parameters or {})
     from arengine.cli.runner import expand, plan, recognize_files, remaining, write_combined
 
@@ -457,15 +473,19 @@ def recognize(
         from arengine_client.remote import Remote, recognize_remote
 
         remote = dataclasses.replace(Remote.from_env(server), job_over_s=job_over_s)
-        failures = recognize_remote(remote, todo, model, fmt, concurrency, overrides=overrides)
+        query = overrides if gate is None else {**overrides, "gate": gate}
+        failures = recognize_remote(remote, todo, model, fmt, concurrency, overrides=query)
     elif todo:
-        engine = _engine(settings.model_copy(update={"models": model}))
+        loaded = model if gate is None else f"{model},{gate}"
+        engine = _engine(settings.model_copy(update={"models": loaded}))
         try:
-            refused = _refusal(engine, model, format, overrides)
+            refused = _refusal(engine, model, format, overrides, gate)
             if refused is not None:
                 print(f"arengine: {refused}", file=sys.stderr)
                 return 2
-            failures = recognize_files(engine, todo, model, fmt, concurrency, overrides=overrides)
+            failures = recognize_files(
+                engine, todo, model, fmt, concurrency, overrides=overrides, gate=gate
+            )
         finally:
             engine.close()
     if combined is not None:
@@ -488,14 +508,18 @@ def _combined_refusal(combined: Path | None, fmt: Format, work: Sequence[Planned
 
 
 def _refusal(
-    engine: Engine, model: str, format: str, overrides: Mapping[str, float | str]
+    engine: Engine,
+    model: str,
+    format: str,
+    overrides: Mapping[str, float | str],
+    gate: str | None = None,
 ) -> str | None:
-    """Why `model` (one name or several, comma-separated) cannot run with `overrides` or fill
-    `format`."""
+    """Why `model` (one name or several, comma-separated) cannot run with `overrides` and
+    `gate` or fill `format`."""
     from arengine.errors import ArengineError
 
     try:
-        recognizers = engine.check(model, overrides)
+        recognizers = engine.check(model, overrides, gate)
     except ArengineError as error:
         return str(error)
     for recognizer in recognizers:

@@ -89,9 +89,11 @@ def recognize_files(
     stream: TextIO | None = None,
     every_s: float = 10.0,
     overrides: Overrides | None = None,
+    gate: str | None = None,
 ) -> list[Failure]:
     """Write each file's output (`plan`), `concurrency` files at a time; returns the failed ones;
-    `overrides`: post-processing parameters for every file.
+    `overrides`: post-processing parameters for every file; `gate`: a loudness model whose quiet
+    segments the models skip.
 
     Progress goes to `stream` (stderr): bars on a terminal, lines otherwise (see `progress`).
     """
@@ -103,7 +105,9 @@ def recognize_files(
     try:
         while True:
             for index, item in itertools.islice(pending, max(concurrency - len(running), 0)):
-                future, recognition = _submit(engine, item.path, model, index, overrides or {})
+                future, recognition = _submit(
+                    engine, item.path, model, index, overrides or {}, gate
+                )
                 running[future] = (item, recognition)
                 progress.started(item.path, durations[index])
             if not running:
@@ -121,13 +125,18 @@ def recognize_files(
 
 
 def _submit(
-    engine: Engine, path: Path, model: str, index: int, overrides: Overrides
+    engine: Engine,
+    path: Path,
+    model: str,
+    index: int,
+    overrides: Overrides,
+    gate: str | None = None,
 ) -> tuple[Future[Result], EngineRequest | None]:
     try:
         if not path.is_file():
             raise FileNotFoundError(f"no such file: {path}")
-        recognizers = engine.check(model, overrides)
-        recognition = engine.recognize(path, recognizers, overrides, f"cli-{index}")
+        recognizers = engine.check(model, overrides, gate)
+        recognition = engine.recognize(path, recognizers, overrides, f"cli-{index}", gate=gate)
         return recognition.future, recognition
     except (ArengineError, OSError) as error:
         failed: Future[Result] = Future()

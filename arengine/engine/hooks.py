@@ -69,6 +69,20 @@ class Tagging(Protocol):
         ...
 
 
+class Gate(Protocol):
+    """Which segments a request's models skip, chosen by the caller (a loudness model as a gate,
+    `arengine/kinds/loudness/gate.py`): a skipped segment is not inferred, and its stand-in
+    scores go to post-processing in its place.
+
+    Decided from the segment alone, so that the answer never depends on the order the engine
+    threads take segments in, nor on whether a resumed job inferred its neighbours before.
+    Called from engine threads, several at once."""
+
+    def stand_in(self, model: int, segment: Segment) -> np.ndarray | None:
+        """None: model `model` infers `segment`; else the scores that replace its inference."""
+        ...
+
+
 class TagOrder(Protocol):
     """How several models' tags become one stream (`TagMerge`: in start order, the default)."""
 

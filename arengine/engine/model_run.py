@@ -44,6 +44,8 @@ class ModelRun:
         self.done = False
         """Its tagger has finished: every tag of this model is out."""
         self.seconds = dict.fromkeys(Stage, 0.0)
+        self.skipped_s = 0.0
+        """Audio its request's gate spared it: segments post-processed from stand-in scores."""
         self.wall_s = 0.0
         self.segment_s = self.plan.segment_samples / recognizer.sample_rate
 
@@ -52,6 +54,10 @@ class ModelRun:
         """Audio cut into segments so far, in seconds (where its decoding has got to)."""
         produced = self.segments.index if self.segments is not None else self.next_post
         return produced * self.segment_s
+
+    def audio_s(self, segment: Segment) -> float:
+        """The seconds of audio `segment`'s own output frames cover."""
+        return segment.frames * self.plan.hop / self.recognizer.sample_rate
 
     def ahead(self, segments_ahead: int, batching: bool) -> int:
         """Segments it may hold decoded: a batching model reads ahead far enough for one batch

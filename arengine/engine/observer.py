@@ -25,6 +25,9 @@ class StageObserver(Protocol):
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         """A decoded segment waited `seconds` before an engine thread started its inference."""
 
+    def observe_skipped(self, model: str, seconds: float) -> None:
+        """A request's gate spared `model` the inference of `seconds` of audio."""
+
 
 class NullObserver:
     """The default: observes nothing."""
@@ -33,6 +36,9 @@ class NullObserver:
         pass
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
+        pass
+
+    def observe_skipped(self, model: str, seconds: float) -> None:
         pass
 
 

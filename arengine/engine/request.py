@@ -38,7 +38,7 @@ from arengine.audio.recorded import recorded_at, recording_time
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.audio.source import ModelInput, Reading, SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits, probe
-from arengine.engine.hooks import Recognizer, Tagging, TagOrder
+from arengine.engine.hooks import Gate, Recognizer, Tagging, TagOrder
 from arengine.engine.merge import TagMerge
 from arengine.engine.model_run import ModelRun
 from arengine.engine.observer import NullObserver, ScoreKeeper, StageObserver
@@ -86,6 +86,9 @@ class RequestSpec:
     keeper: ScoreKeeper | None = None
     """Keeps each segment's scores as it is post-processed (a job's checkpoint); the segments an
     earlier run kept are post-processed from its scores, not inferred again."""
+    gate: Gate | None = None
+    """Which segments the models skip (a loudness model as a gate); None: every one is inferred.
+    A skipped segment's stand-in scores are post-processed, and kept, as inferred ones are."""
 
     @property
     def background(self) -> bool:
@@ -292,6 +295,7 @@ class EngineRequest:
         model."""
         # Inferred by an earlier run of this request's job: its scores go to post-processing.
         kept = segment is not None and segment.index in run.kept
+        stand_in = None if kept or segment is None else self._gated(run, segment)
         decoded = time.perf_counter()
         self._observe(run, Stage.FEATURES, decoded - started)
         with self._lock:
@@ -301,16 +305,32 @@ class EngineRequest:
                 run.segment_count = count
             elif kept:
                 run.replaying.add(segment.index)
+            elif stand_in is not None:
+                run.results[segment.index] = stand_in
+                run.undelivered += 1
+                run.skipped_s += run.audio_s(segment)
             else:
                 run.decoded.append((segment, decoded))
                 run.undelivered += 1
                 return
             start = not self._postprocessing
             self._postprocessing = True
-        if kept:
+        if kept or stand_in is not None:
             self._wake()  # the next decoding is free: another thread takes it while this replays
         if start:
             self._postprocess_in_order()
+
+    def _gated(self, run: ModelRun, segment: Segment) -> np.ndarray | None:
+        """The stand-in scores of a segment the request's gate skips (kept, for a job, as
+        inferred ones are), or None: it is inferred."""
+        gate = self.spec.gate
+        stand_in = None if gate is None else gate.stand_in(run.index, segment)
+        if stand_in is None:
+            return None
+        if self.spec.keeper is not None and not self.finished:
+            self.spec.keeper.keep(run.index, segment.index, stand_in)
+        self._observer.observe_skipped(run.recognizer.name, run.audio_s(segment))
+        return stand_in
 
     def _infer(self, run: ModelRun, taken: list[tuple[Segment, float]]) -> None:
         """Stage 3 for one segment, or one forward call over a batch of this model's segments
@@ -426,7 +446,12 @@ class EngineRequest:
             self.finished = True
             tags = tuple(self._tags)
         total = time.perf_counter() - self._started
-        result = Result(self.spec.model, info, tags, self._timings(total), self._model_timings())
+        skipped: tuple[tuple[str, float], ...] = ()
+        if self.spec.gate is not None:
+            skipped = tuple((run.recognizer.name, run.skipped_s) for run in self._runs)
+        result = Result(
+            self.spec.model, info, tags, self._timings(total), self._model_timings(), skipped
+        )
         self.future.set_result(result)
 
     def _timings(self, total_s: float) -> Timings:

@@ -84,6 +84,7 @@ class JobOut(BaseModel):
     state: JobState = Field(description="queued, running, done, failed or cancelled.")
     model: str
     parameters: dict[str, float | str] = Field(description="The post-processing overrides.")
+    gate: str | None = Field(None, description="The loudness model gating its models, if any.")
     progress: ProgressOut
     error: JobErrorOut | None = Field(None, description="Why it failed.")
     created: str = Field(description="When the job was accepted (UTC, ISO 8601).")
@@ -96,6 +97,7 @@ class JobOut(BaseModel):
             state=record.state,
             model=record.model,
             parameters=dict(record.overrides),
+            gate=record.gate,
             progress=ProgressOut(audio_s=record.done_s, duration_s=record.duration_s),
             error=None if record.error is None else JobErrorOut(**_error_fields(record)),
             created=_iso(record.created),
@@ -123,7 +125,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     engine: Engine = request.app.state.engine
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
-    engine.check(query.model, overrides)  # before reading the body: refuse fast
+    engine.check(query.model, overrides, query.gate)  # before reading the body: refuse fast
     callback = await checked_callback(request, query.callback_url)
     await to_thread.run_sync(_check_room, runner, settings)
     upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
@@ -136,6 +138,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
         id=new_job_id(),
         owner=_owner(request),
         model=query.model,
+        gate=query.gate,
         overrides=overrides,
         stream=query.audio_stream,
         filename=upload.filename,

@@ -89,7 +89,7 @@ async def listen(websocket: WebSocket) -> None:
     model = websocket.query_params.get("model", "")
     source = DEFAULT_SOURCE
     try:
-        recognizers, overrides = _checked(websocket, engine)
+        recognizers, overrides, gate = _checked(websocket, engine)
         source = source_name(websocket.query_params.get("source"))
         with engine.admission.listening_slot():
             fmt = StreamFormat.parse(
@@ -97,7 +97,7 @@ async def listen(websocket: WebSocket) -> None:
                 engine.settings.max_channels,
                 (engine.settings.min_sample_rate, engine.settings.max_sample_rate),
             )
-            session = _Session(websocket, engine, fmt, started, source)
+            session = _Session(websocket, engine, fmt, started, source, gate)
             try:
                 code, reason = await session.run(recognizers, overrides)
             finally:
@@ -135,8 +135,10 @@ async def listen(websocket: WebSocket) -> None:
     )
 
 
-def _checked(websocket: WebSocket, engine: Engine) -> tuple[tuple[Recognizer, ...], Overrides]:
-    """The models and overrides of the query, checked as a recognition's are."""
+def _checked(
+    websocket: WebSocket, engine: Engine
+) -> tuple[tuple[Recognizer, ...], Overrides, str | None]:
+    """The models, overrides and gate of the query, checked as a recognition's are."""
     params = websocket.query_params
     names = [name for name, _ in params.multi_items()]
     repeated = sorted({name for name in names if names.count(name) > 1})
@@ -154,7 +156,7 @@ def _checked(websocket: WebSocket, engine: Engine) -> tuple[tuple[Recognizer, ..
         )
         raise InvalidInput(problems, code=ErrorCode.INVALID_PARAMETER) from None
     overrides = query.overrides()
-    return engine.check(query.model, overrides), overrides
+    return engine.check(query.model, overrides, query.gate), overrides, query.gate
 
 
 async def _opening(websocket: WebSocket, settings: Settings) -> str:
@@ -195,8 +197,11 @@ class _Session:
         fmt: StreamFormat,
         started: float,
         source: str = DEFAULT_SOURCE,
+        gate: str | None = None,
     ) -> None:
         self.websocket = websocket
+        self.gate = gate
+        """The loudness model whose quiet segments the models skip (`?gate=`), if any."""
         self.engine = engine
         self.settings = engine.settings
         self.metrics: Metrics = websocket.app.state.metrics
@@ -242,7 +247,13 @@ class _Session:
         opened = None if notice is None else notice.opened
         try:
             recognition = self.engine.listen(
-                self.spool.arrival, recognizers, overrides, request_id, feed.listener(), opened
+                self.spool.arrival,
+                recognizers,
+                overrides,
+                request_id,
+                feed.listener(),
+                opened,
+                gate=self.gate,
             )
         except BaseException:
             if notice is not None:  # its source would stay online

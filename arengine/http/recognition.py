@@ -52,6 +52,8 @@ class Run:
     deadline: float
     """Monotonic time by which the answer must be complete."""
     record: Record
+    gate: str | None = None
+    """The loudness model whose quiet segments the models skip (the `gate` query), if any."""
 
     def submitter(self, on_tags: TagListener | None = None) -> Submit:
         """How the recognition is submitted once its upload (or a WAV's header) is on disk."""
@@ -70,6 +72,7 @@ class Run:
                 # submitted on its header, and on the finished upload.
                 name=getattr(self.request.state, "upload_name", None)
                 or (arrival.name if arrival is not None else None),
+                gate=self.gate,
             )
 
         return submit

@@ -74,7 +74,8 @@ async def recognize(
     overrides = query.overrides()
     timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
     output = query.format or negotiate(request.headers.get("accept")) or "json"
-    recognizers = engine.check(query.model, overrides)  # before reading the body: refuse fast
+    # Before reading the body: refuse fast.
+    recognizers = engine.check(query.model, overrides, query.gate)
     if output != STREAM:
         for recognizer in recognizers:
             check_format(get_format(output), recognizer)
@@ -83,7 +84,14 @@ async def recognize(
     request.state.audio_stream = query.audio_stream
     record = Record(request, query.model, started)
     run = Run(
-        request, engine, recognizers, overrides, query.audio_stream, started + timeout, record
+        request,
+        engine,
+        recognizers,
+        overrides,
+        query.audio_stream,
+        started + timeout,
+        record,
+        query.gate,
     )
     if output == STREAM:
         return await stream_ndjson(run, query.progress)

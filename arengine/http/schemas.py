@@ -22,6 +22,15 @@ DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
 
 
+GATE_DESCRIPTION = (
+    "A loaded loudness model (see GET /v1/models) to gate the models of `model` with: they skip "
+    "the segments in which it hears nothing loud (no window at its lowest trigger level, "
+    "min(absolute_dbfs, background_floor_dbfs + rise_db) of its manifest), which are taken as "
+    "silence and not inferred; the answer's `skipped_s` says how much each model skipped. "
+    "Not one of the models of `model` (else 422 invalid_gate)."
+)
+
+
 class _UploadBase(BaseModel):
     """Query parameters of an upload to tag (`POST /v1/recognize`, `POST /v1/jobs`) other than
     post-processing overrides."""
@@ -36,6 +45,13 @@ class _UploadBase(BaseModel):
         description="Name of a loaded model (see GET /v1/models), or several separated by "
         "commas (`speech,notes`): the upload is decoded once, every tag carries its `model`, "
         "and the tags of all of them come in one timestamp order.",
+    )
+    gate: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description=GATE_DESCRIPTION,
     )
     audio_stream: int | None = Field(
         None,
@@ -180,6 +196,7 @@ class _ListenBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = _QueryBase.model_fields["model"]  # type: ignore[assignment]
+    gate: str | None = _QueryBase.model_fields["gate"]  # type: ignore[assignment]
     source: str | None = Field(
         None,
         description="The name of the microphone or camera the stream comes from: a slug of 1 to "
@@ -189,7 +206,7 @@ class _ListenBase(BaseModel):
 
     def overrides(self) -> dict[str, float | str]:
         """The post-processing parameters the client set; the model's defaults fill the rest."""
-        return self.model_dump(exclude_none=True, exclude={"model", "source"})
+        return self.model_dump(exclude_none=True, exclude={"model", "gate", "source"})
 
 
 if TYPE_CHECKING:
@@ -366,6 +383,11 @@ class RecognizeResponse(BaseModel):
         None,
         description="For several models: each one's stage times (decoding counts for the model "
         "that needed it) and its wall time to its last tag.",
+    )
+    skipped_s: dict[str, float] | None = Field(
+        None,
+        description="With a `gate`: the audio seconds each model skipped, where the gate heard "
+        "nothing loud (not inferred; post-processed as the silence they were taken for).",
     )
 
     @classmethod

@@ -351,7 +351,7 @@ class JobRunner:
     def _recognize(self, record: JobRecord) -> Result:
         engine = self._engine
         overrides = dict(record.overrides)
-        recognizers = engine.check(record.model, overrides)
+        recognizers = engine.check(record.model, overrides, record.gate)
         upload = self.store.upload_path(record.id)
         plan = tuple(ModelPlan.of(recognizer) for recognizer in recognizers)
         scores = ScoreLog.open(self.store.scores_path(record.id), plan)
@@ -374,6 +374,7 @@ class JobRunner:
                 name=record.filename,
                 keeper=scores,
                 on_tags=hear,
+                gate=record.gate,
             )
             with self._condition:
                 self._running[record.id] = job

@@ -118,6 +118,13 @@ class JobRecord:
     read: float | None = None
     """When its owner was first given its outcome (a done job's result, a failed job's error;
     Unix time): only then may the disk budget remove it."""
+    gate: str | None = None
+    """The loudness model gating its models (the `gate` query), if any: kept in the row's
+    `overrides` under `GATE_KEY`, which names no parameter, so the table needs no column."""
+
+
+GATE_KEY = "gate"
+"""A job's gate in its row's `overrides`: the query's own name, which no kind's parameter takes."""
 
 
 def new_job_id() -> str:
@@ -202,7 +209,7 @@ class JobStore:
                     id=record.id,
                     owner=record.owner,
                     model=record.model,
-                    overrides=json.dumps(dict(record.overrides)),
+                    overrides=json.dumps(_stored_overrides(record)),
                     stream=record.stream,
                     filename=record.filename,
                     state=record.state.value,
@@ -625,14 +632,23 @@ def commit_file(source: Path, target: Path) -> None:
         os.close(folder)
 
 
+def _stored_overrides(record: JobRecord) -> dict[str, float | str]:
+    """What a job's row keeps in `overrides`: its parameters, and its gate under `GATE_KEY`."""
+    gate = {} if record.gate is None else {GATE_KEY: record.gate}
+    return {**record.overrides, **gate}
+
+
 def _record(row: Sequence[Any]) -> JobRecord:
     (job_id, owner, model, overrides, stream, filename, state, done_s, duration_s) = row[:9]
     (error_code, error_message, created, finished, result, read) = row[9:]
+    parameters = json.loads(str(overrides))
+    gate = parameters.pop(GATE_KEY, None)
     return JobRecord(
         id=str(job_id),
         owner=None if owner is None else str(owner),
         model=str(model),
-        overrides=MappingProxyType(json.loads(str(overrides))),
+        gate=None if gate is None else str(gate),
+        overrides=MappingProxyType(parameters),
         stream=None if stream is None else int(str(stream)),
         filename=None if filename is None else str(filename),
         state=JobState(str(state)),

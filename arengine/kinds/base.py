@@ -42,6 +42,10 @@ class Recognizer(ABC):
     input_shape: tuple[int | None, ...] | None = None
     """The shape of the input a user's network is called with (`None`: an axis that varies
     from call to call), as `GET /v1/models` states it; `None` for a built-in network."""
+    positional: ClassVar[bool] = False
+    """Its scores depend on where a segment is in the recording (`first_frame`), not on its
+    samples alone: a gate's stand-in for a skipped segment is then made for that segment, not
+    once for every segment of its length (`arengine/kinds/loudness/gate.py`)."""
     _params: Params
     """The post-processing parameters with the manifest's defaults; a request's overrides
     are applied to a copy (`tagger`)."""

@@ -23,6 +23,8 @@ from arengine.engine.pool import EnginePool
 from arengine.engine.request import EngineRequest, RequestSpec, TagListener
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
+from arengine.kinds.loudness.gate import LoudnessGate
+from arengine.kinds.loudness.recognizer import LoudnessRecognizer
 from arengine.live.plans import AsFinal, LiveTagging, OpenListener, live_plan
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
@@ -115,9 +117,12 @@ class Engine:
             self.not_ready_reason = _nothing_loaded(folder, names, self.failures)
             log.error("%s: the server stays not ready", self.not_ready_reason)
 
-    def check(self, model: str, overrides: Overrides) -> tuple[Recognizer, ...]:
+    def check(
+        self, model: str, overrides: Overrides, gate: str | None = None
+    ) -> tuple[Recognizer, ...]:
         """The recognizers of `model` (one name, or several separated by commas) if the request
-        can be admitted; raises the reason if not."""
+        can be admitted (with `gate`, a loudness model, as their gate); raises the reason if
+        not."""
         if self._stopping:
             raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
         if not self.ready:
@@ -133,7 +138,34 @@ class Engine:
         shares = overrides_by_model(recognizers, overrides)
         for recognizer, own in zip(recognizers, shares, strict=True):
             recognizer.tagger(own)  # validates the overrides before any upload is read
+        self.gate(gate, recognizers)
         return recognizers
+
+    def gate(self, name: str | None, recognizers: Sequence[Recognizer]) -> LoudnessGate | None:
+        """The gate of a request for `recognizers`: loudness model `name`, a model the request
+        does not name itself (None: no gate); raises why not (`InvalidInput` `invalid_gate`,
+        `UnknownModel`)."""
+        if name is None:
+            return None
+        models = self.models.items()
+        loudness = sorted(n for n, m in models if isinstance(m.recognizer, LoudnessRecognizer))
+        known = f"loudness models loaded: {', '.join(loudness) or 'none'}"
+        loaded = self.models.get(name)
+        if loaded is None:
+            raise UnknownModel(f"unknown gate model {name!r}; {known}")
+        gate = loaded.recognizer
+        if not isinstance(gate, LoudnessRecognizer):
+            raise InvalidInput(
+                f"gate {name!r} is a {gate.kind} model: a gate is a loudness model ({known})",
+                code=ErrorCode.INVALID_GATE,
+            )
+        if any(recognizer.name == name for recognizer in recognizers):
+            raise InvalidInput(
+                f"gate {name!r} is also in model: a model cannot gate itself; name it in model "
+                "alone to have its tags, or as the gate alone",
+                code=ErrorCode.INVALID_GATE,
+            )
+        return LoudnessGate(gate, recognizers)
 
     def _recognizer(self, name: str) -> Recognizer:
         loaded = self.models.get(name)
@@ -153,6 +185,7 @@ class Engine:
         arrival: Arrival | None = None,
         name: str | None = None,
         keeper: ScoreKeeper | None = None,
+        gate: str | None = None,
     ) -> EngineRequest:
         """Run one file admitted by `check`; the result (or the error) arrives on the
         recognition's future.
@@ -161,7 +194,8 @@ class Engine:
         `on_tags`, if given, hears the tags in order as soon as each is final; `audio_stream`
         picks an audio stream of a file that has several; `arrival`: a WAV still being uploaded;
         `name`: the file's name as the user gave it (for its recording time); `keeper`: a
-        job's checkpoint (`engine/observer.py`).
+        job's checkpoint (`engine/observer.py`); `gate`: a loudness model whose quiet segments
+        the models skip.
         """
         spec = RequestSpec(
             request_id=request_id,
@@ -177,6 +211,7 @@ class Engine:
             arrival=arrival,
             name=name,
             keeper=keeper,
+            gate=self.gate(gate, recognizers),
         )
         return self.pool.submit(spec)
 
@@ -188,11 +223,13 @@ class Engine:
         request_id: str,
         on_tags: TagListener,
         on_open: OpenListener | None = None,
+        gate: str | None = None,
     ) -> EngineRequest:
         """Run a live stream admitted by `check`, spooled where `arrival` says
         (`arengine/live/spool.py`): each model cut into `listen_segment_s` segments, each read
         as soon as its audio has arrived; `on_tags` hears each tag once it is final, `on_open`
-        each label run that will be a tag while it is still open."""
+        each label run that will be a tag while it is still open; `gate`: a loudness model
+        whose quiet segments the models skip."""
         assert arrival.path is not None  # the spool opened it
         settings = self.settings
         spec = RequestSpec(
@@ -206,6 +243,7 @@ class Engine:
             arrival=arrival,
             plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
             order=AsFinal(),
+            gate=self.gate(gate, recognizers),
         )
         return self.pool.submit(spec)
 

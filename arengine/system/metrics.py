@@ -163,6 +163,13 @@ class Metrics:
             buckets=_WAIT_BUCKETS,
             registry=registry,
         )
+        self.gate_skipped = Counter(
+            "arengine_gate_skipped_seconds",
+            "Seconds of audio a model did not infer because the request's gate (a loudness "
+            "model) heard nothing loud there.",
+            ["model"],
+            registry=registry,
+        )
         self.rejected = Counter(
             "arengine_rejected_requests",
             "Requests refused with a 4xx or 503, by error code.",
@@ -245,6 +252,9 @@ class Metrics:
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         self.queue_wait.labels(model).observe(seconds)
+
+    def observe_skipped(self, model: str, seconds: float) -> None:
+        self.gate_skipped.labels(model).inc(seconds)
 
     def observe_request(
         self, model: str, status: int, seconds: float, audio_s: float | None = None

@@ -122,6 +122,9 @@ class Result:
     model_timings: tuple[tuple[str, Timings], ...] = ()
     """For a request of several models, each one's stage times (decoding counts for the model
     whose segment needed it; validation, shared, for none) and its wall time to its last tag."""
+    skipped: tuple[tuple[str, float], ...] = ()
+    """For a request with a gate, the audio seconds each model skipped: post-processed as the
+    silence it was taken for, not inferred."""
 
 
 def tag_dict(tag: Tag) -> dict[str, Any]:
@@ -171,7 +174,8 @@ def timings_dict(timings: Timings) -> dict[str, float]:
 
 def result_dict(result: Result) -> dict[str, Any]:
     """A result as JSON: `model`, `audio`, `tags` (in order) and `timings`, plus
-    `model_timings` (by model name) for several models."""
+    `model_timings` (by model name) for several models, and `skipped_s` (by model name) for a
+    request with a gate."""
     out = {
         "model": result.model,
         "audio": audio_dict(result.audio),
@@ -180,6 +184,8 @@ def result_dict(result: Result) -> dict[str, Any]:
     }
     if result.model_timings:
         out["model_timings"] = {name: timings_dict(t) for name, t in result.model_timings}
+    if result.skipped:
+        out["skipped_s"] = {name: round(seconds, 6) for name, seconds in result.skipped}
     return out
 
 
@@ -194,6 +200,9 @@ def result_of(data: Mapping[str, Any]) -> Result:
         model_timings=tuple(
             (str(name), timings_of(seconds))
             for name, seconds in (data.get("model_timings") or {}).items()
+        ),
+        skipped=tuple(
+            (str(name), float(seconds)) for name, seconds in (data.get("skipped_s") or {}).items()
         ),
     )
 

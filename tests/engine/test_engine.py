@@ -227,6 +227,9 @@ class _Observations:
         with self.lock:
             self.waits.append((model, seconds))
 
+    def observe_skipped(self, model: str, seconds: float) -> None:
+        pass
+
     def seconds(self, stage: str) -> list[float]:
         return [s for _, name, s in self.stages if name == stage]
 

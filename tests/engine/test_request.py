@@ -135,12 +135,16 @@ class Recorder:
 
     stages: list[tuple[str, Stage]] = field(default_factory=list)
     waits: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, float]] = field(default_factory=list)
 
     def observe_stage(self, model: str, stage: Stage, seconds: float) -> None:
         self.stages.append((model, stage))
 
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         self.waits.append(model)
+
+    def observe_skipped(self, model: str, seconds: float) -> None:
+        self.skipped.append((model, seconds))
 
 
 @pytest.fixture
@@ -376,3 +380,46 @@ def _drive_until(request: EngineRequest, condition: object) -> None:
         assert task is not None
         task()
     raise AssertionError("the condition never held")
+
+
+@dataclass
+class OddSegmentsGate:
+    """A gate that skips model 0's odd segments, standing in scores of -1 for them."""
+
+    asked: list[tuple[int, int]] = field(default_factory=list)
+
+    def stand_in(self, model: int, segment: Segment) -> np.ndarray | None:
+        self.asked.append((model, segment.index))
+        return np.full(segment.frames, -1.0) if model == 0 and segment.index % 2 else None
+
+
+def test_a_gated_segment_is_not_inferred_and_its_stand_in_is_tagged(wav: Path) -> None:
+    gated, other = FakeRecognizer("gated"), FakeRecognizer("other")
+    recorder = Recorder()
+    keeper = FakeKeeper()
+    spec = _spec(wav, gated, other, gate=OddSegmentsGate(), keeper=keeper)
+    request = EngineRequest(spec, Wakes(), recorder)
+    _drive(request)
+    assert gated.inferred == [0, 2] and other.inferred == [0, 1, 2, 3]
+    result = request.future.result()
+    scores = [(t.start, t.score) for t in result.tags if t.model == "gated" and t.end > t.start]
+    assert scores == [(0.0, 0.0), (1.0, -1.0), (2.0, 2.0), (3.0, -1.0)]
+    assert result.skipped == (("gated", 1.5), ("other", 0.0)), "1 s and the last 0.5 s"
+    assert recorder.skipped == [("gated", 1.0), ("gated", 0.5)]
+    assert recorder.waits.count("gated") == 2, "a skipped segment never waits for inference"
+    assert sorted(keeper.kept_now) == [(0, s) for s in range(4)] + [(1, s) for s in range(4)]
+
+
+def test_a_resumed_job_replays_a_kept_stand_in_without_asking_the_gate(wav: Path) -> None:
+    keeper = FakeKeeper(given={1: np.full(10, -1.0)})
+    gate = OddSegmentsGate()
+    recognizer = FakeRecognizer()
+    _drive(EngineRequest(_spec(wav, recognizer, gate=gate, keeper=keeper), Wakes()))
+    assert recognizer.inferred == [0, 2]
+    assert gate.asked == [(0, 0), (0, 2), (0, 3)], "segment 1 was kept: its scores are read"
+
+
+def test_without_a_gate_nothing_is_skipped_nor_reported(wav: Path) -> None:
+    request = EngineRequest(_spec(wav), Wakes())
+    _drive(request)
+    assert request.future.result().skipped == ()

@@ -70,6 +70,9 @@ class _Backlog:
     def observe_queue_wait(self, model: str, seconds: float) -> None:
         pass
 
+    def observe_skipped(self, model: str, seconds: float) -> None:
+        pass
+
 
 def _run(
     path: Path,

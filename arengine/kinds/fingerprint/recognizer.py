@@ -55,6 +55,8 @@ class FingerprintRecognizer(Recognizer):
     """Segments -> landmark hashes -> library lookup -> occurrences (its tagger)."""
 
     kind = "fingerprint"
+    positional = True
+    """Its hashes and end marker carry the segment's frames in the recording."""
     _params: FingerprintParams
     sample_rate = SAMPLE_RATE
     labels: tuple[str, ...] = ()

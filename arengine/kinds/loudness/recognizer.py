@@ -53,6 +53,11 @@ class LoudnessRecognizer(Recognizer):
             preroll_frames=0,
         )
 
+    @property
+    def params(self) -> LoudnessParams:
+        """Its post-processing parameters with the manifest's defaults (what a gate reads)."""
+        return self._params
+
     def features(self, segment: Segment) -> Tensor:
         """The segment's window levels: computing them is the whole model."""
         return torch.from_numpy(levels_dbfs(segment.samples, self.plan.hop))

@@ -38,6 +38,8 @@ HTTP_PARSERS = ("httptools", "h11")
 first is the default."""
 
 ENV_PREFIX = "ARENGINE_"
+"""What every variable's name starts with, flat (`ARENGINE_PORT`) or nested
+(`ARENGINE_SERVER__PORT`)."""
 
 
 class _Section(BaseModel):
@@ -585,7 +587,7 @@ class Settings(BaseSettings):
     security: SecuritySettings = Field(default_factory=SecuritySettings)
 
     def __init__(self, **values: Any) -> None:
-        """Flat settings (`port=9000`) or sections (`server={"port": 9000}`), which `nest` joins;
+        """Flat settings (`port=9000`) or sections (`server={"port": 9000}`), which `_nest` joins;
         declared so that type checkers take the flat names too."""
         super().__init__(**values)
 
@@ -600,16 +602,16 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Keywords (the CLI's flags among them) win over the environment, as before the sections.
         if isinstance(init_settings, InitSettingsSource):
-            init_settings = InitSettingsSource(settings_cls, nest(init_settings.init_kwargs))
+            init_settings = InitSettingsSource(settings_cls, _nest(init_settings.init_kwargs))
         flat = _FlatEnvironment(settings_cls)
         return init_settings, env_settings, flat, dotenv_settings, file_secret_settings
 
 
-def nest(given: Mapping[str, Any]) -> dict[str, Any]:
+def _nest(given: Mapping[str, Any]) -> dict[str, Any]:
     """`given` with each flat setting (`port=9000`) moved into its section (`server`); refuses a
     setting given both ways with different values.
 
-    >>> nest({"port": 9000, "server": {"host": "::1"}})
+    >>> _nest({"port": 9000, "server": {"host": "::1"}})
     {'server': {'host': '::1', 'port': 9000}}
     """
     nested = {key: _given(value) for key, value in given.items() if key not in FIELDS}
@@ -618,7 +620,7 @@ def nest(given: Mapping[str, Any]) -> dict[str, Any]:
             continue
         section = nested.setdefault(FIELDS[name], {})
         if not isinstance(section, dict):
-            raise SettingsError(f"{FIELDS[name]} is not a section of settings: give a mapping")
+            raise SettingsError(f"{FIELDS[name]} is a section: give it as a mapping of settings")
         if name in section and section[name] != value:
             raise SettingsError(
                 f"{name} is given twice, flat and in {FIELDS[name]}, with different values: "

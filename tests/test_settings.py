@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from arengine.cli.commands import ENV_ONLY, build_parser
+from arengine.cli.commands import ENV_ONLY, build_parser, main
 from arengine.settings import FIELDS, SECTIONS, ServerSettings, Settings
 
 
@@ -64,6 +64,15 @@ def test_both_forms_with_different_values_are_refused_naming_both(
     message = str(refused.value)
     assert "ARENGINE_API_KEYS" in message and "ARENGINE_SECURITY__API_KEYS" in message
     assert "secret" not in message  # the values may be secrets
+
+
+def test_the_cli_refuses_both_forms_as_invalid_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ARENGINE_ENGINE_THREADS", "2")
+    monkeypatch.setenv("ARENGINE_ENGINE__ENGINE_THREADS", "3")
+    with pytest.raises(SystemExit) as stopped:
+        main(["models"])
+    assert str(stopped.value).startswith("arengine: invalid settings:")
+    assert "ARENGINE_ENGINE__ENGINE_THREADS" in str(stopped.value)
 
 
 def test_a_nested_variable_outside_the_section_is_refused(

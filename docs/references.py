@@ -22,7 +22,7 @@ from arengine.cli.commands import ENV_ONLY
 from arengine.errors import ErrorCode
 from arengine.kinds.catalog import KINDS
 from arengine.outputs.formats import FORMATS
-from arengine.settings import Settings
+from arengine.settings import SECTIONS, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = "Generated from the code when the site is built: edit the declaration, not this page."
@@ -75,12 +75,26 @@ def _range(metadata: list[Any]) -> str:
 
 
 def settings_table() -> str:
-    """One row per setting: flag, environment variable, default, range, meaning."""
-    rows = ["| flag | environment | default | range | meaning |", "|---|---|---|---|---|"]
-    for name, field in Settings.model_fields.items():
+    """One section per settings section, as `arengine serve --help` groups them; one row per
+    setting: flag, environment variables (flat and nested), default, range, meaning."""
+    return "\n\n".join(_section_table(section) for section in SECTIONS)
+
+
+def _section_table(section: str) -> str:
+    model = SECTIONS[section]
+    rows = [
+        f"## {section}",
+        "",
+        str(model.__doc__),
+        "",
+        "| flag | environment | default | range | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for name, field in model.model_fields.items():
         flag = "(environment only)" if name in ENV_ONLY else f"`--{name.replace('_', '-')}`"
+        variables = f"`ARENGINE_{name.upper()}`, `ARENGINE_{section.upper()}__{name.upper()}`"
         rows.append(
-            f"| {flag} | `ARENGINE_{name.upper()}` | `{field.default}` | "
+            f"| {flag} | {variables} | `{field.default}` | "
             f"{_range(field.metadata)} | {_cell(field.description)} |"
         )
     return "\n".join(rows)
@@ -90,7 +104,9 @@ def settings_page() -> str:
     return _page(
         "Settings",
         "Each setting is a flag of `arengine serve` and an environment variable with the "
-        "`ARENGINE_` prefix (a flag wins over the variable); API keys are environment only, so "
+        "`ARENGINE_` prefix, flat or with its section (`ARENGINE_PORT` or "
+        "`ARENGINE_SERVER__PORT`: both with different values are refused; a flag wins over "
+        "the variable); API keys are environment only, so "
         "they never show in `ps`. `GET /v1/info` shows the limits in force.",
         settings_table(),
     )

@@ -79,7 +79,7 @@ def as_served(module: str, argv: list[str]) -> None:
     library = find_jemalloc()
     if library is None or active_allocator() == "jemalloc":
         return
-    env = {**os.environ, "LD_PRELOAD": library, "MALLOC_CONF": Settings().malloc_conf}
+    env = {**os.environ, "LD_PRELOAD": library, "MALLOC_CONF": Settings().server.malloc_conf}
     os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 

@@ -24,7 +24,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from arengine.settings import Settings
+from arengine.settings import FIELDS, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -224,12 +224,12 @@ def test_runtime_settings_are_valid_settings(
     env = dockerfile.stages[-1].env()
     arengine_env = {k: v for k, v in env.items() if k.startswith("ARENGINE_")}
     for key in arengine_env:
-        assert key[len("ARENGINE_") :].lower() in Settings.model_fields, key
+        assert key[len("ARENGINE_") :].lower() in FIELDS, key
     for key, value in arengine_env.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
-    assert settings.host == "0.0.0.0"
-    assert settings.jemalloc
+    assert settings.server.host == "0.0.0.0"
+    assert settings.server.jemalloc
 
 
 def test_entrypoint_port_signal_and_healthcheck(dockerfile: Dockerfile) -> None:
@@ -334,7 +334,7 @@ def _settings(env: Mapping[str, object], monkeypatch: pytest.MonkeyPatch) -> Set
     for key in [k for k in os.environ if k.startswith("ARENGINE_")]:
         monkeypatch.delenv(key)
     for key, value in env.items():
-        assert key[len("ARENGINE_") :].lower() in Settings.model_fields, key
+        assert key[len("ARENGINE_") :].lower() in FIELDS, key
         monkeypatch.setenv(key, _interpolate(value))
     return Settings()
 
@@ -370,10 +370,10 @@ def test_compose_runs_two_read_only_replicas_with_cpu_limit_matching_threads(
         assert service["build"]["context"] == "../.."
         assert (COMPOSE.parent / service["build"]["context"] / "Dockerfile").is_file()
         settings = _settings(service["environment"], monkeypatch)
-        assert settings.host == "0.0.0.0"
+        assert settings.server.host == "0.0.0.0"
         assert service["read_only"] is True
         cpus = float(service["deploy"]["resources"]["limits"]["cpus"])
-        assert cpus == settings.engine_threads >= 1
+        assert cpus == settings.engine.engine_threads >= 1
         assert "ports" not in service, "replicas are reached through the balancer"
 
 
@@ -382,7 +382,7 @@ def test_compose_drain_fits_in_the_stop_grace_period(
 ) -> None:
     for service in _replicas(compose).values():
         settings = _settings(service["environment"], monkeypatch)
-        drain = settings.shutdown_delay_s + settings.shutdown_timeout_s
+        drain = settings.server.shutdown_delay_s + settings.server.shutdown_timeout_s
         assert _seconds(service["stop_grace_period"]) >= drain + 5, "docker would SIGKILL a drain"
         assert service["stop_signal"] == "SIGTERM"
 
@@ -396,12 +396,12 @@ def test_compose_uploads_fit_where_they_are_spooled(
         settings = _settings(service["environment"], monkeypatch)
         memory = _bytes(service["deploy"]["resources"]["limits"]["memory"])
         assert memory > MEASURED_PEAK_MEMORY
-        upload_dir = str(settings.upload_dir)
+        upload_dir = str(settings.server.upload_dir)
         tmpfs = {e.split(":")[0]: e for e in service.get("tmpfs", [])}
         volumes = {v.split(":")[1]: v.split(":")[0] for v in service.get("volumes", [])}
         if upload_dir in tmpfs:
             size = _tmpfs_size(tmpfs[upload_dir])
-            assert size >= settings.max_pending_requests * settings.max_upload_bytes
+            assert size >= settings.limits.max_pending_requests * settings.limits.max_upload_bytes
             tmp_total = sum(_tmpfs_size(entry) for entry in tmpfs.values())
             assert tmp_total + MEASURED_PEAK_MEMORY <= memory
         else:
@@ -411,7 +411,7 @@ def test_compose_uploads_fit_where_they_are_spooled(
         v.split(":")[0]
         for s in _replicas(compose).values()
         for v in s["volumes"]
-        if v.split(":")[1] == str(_settings(s["environment"], monkeypatch).upload_dir)
+        if v.split(":")[1] == str(_settings(s["environment"], monkeypatch).server.upload_dir)
     ]
     assert len(set(sources)) == len(sources), "replicas never share an upload dir"
 
@@ -426,18 +426,18 @@ def test_compose_replicas_share_the_database_and_one_data_volume_under_their_own
     postgres = compose["services"]["postgres"]
     for service in _replicas(compose).values():
         settings = _settings(service["environment"], monkeypatch)
-        assert settings.database_url is not None
-        url = urlsplit(settings.database_url.get_secret_value())
+        assert settings.database.database_url is not None
+        url = urlsplit(settings.database.database_url.get_secret_value())
         assert (url.scheme, url.hostname, url.port) == ("postgresql", "postgres", 5432)
         assert url.password is None, "the password comes from the secret's file"
         assert url.username == postgres["environment"]["POSTGRES_USER"]
         assert url.path == "/" + postgres["environment"]["POSTGRES_DB"]
-        secret = Path(str(settings.database_password_file))
+        secret = Path(str(settings.database.database_password_file))
         assert secret.parent == Path("/run/secrets") and secret.name in service["secrets"]
         assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
         volumes = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
-        assert volumes[str(settings.data_dir)] in compose["volumes"], "a named volume"
-        stores.add(volumes[str(settings.data_dir)])
+        assert volumes[str(settings.jobs.data_dir)] in compose["volumes"], "a named volume"
+        stores.add(volumes[str(settings.jobs.data_dir)])
     assert len(stores) == 1
     names = [service["hostname"] for service in _replicas(compose).values()]
     assert len(set(names)) == len(names), "each replica takes up its own jobs at restart"
@@ -484,13 +484,13 @@ def test_balancer_agrees_with_the_server_settings(
     assert sorted(host for host, _ in upstreams) == sorted(_replicas(compose))
     for service in _replicas(compose).values():
         settings = _settings(service["environment"], monkeypatch)
-        assert {int(port) for _, port in upstreams} == {settings.port}
-        assert _bytes(directive("client_max_body_size")) == settings.max_upload_bytes
-        assert _seconds(directive("client_body_timeout")) == settings.body_timeout_s
-        assert _seconds(directive("proxy_read_timeout")) > settings.request_timeout_s
+        assert {int(port) for _, port in upstreams} == {settings.server.port}
+        assert _bytes(directive("client_max_body_size")) == settings.limits.max_upload_bytes
+        assert _seconds(directive("client_body_timeout")) == settings.limits.body_timeout_s
+        assert _seconds(directive("proxy_read_timeout")) > settings.limits.request_timeout_s
     assert directive("proxy_request_buffering") == "on", "slow uploads held by nginx, not replicas"
     assert directive("proxy_buffering") == "off", "NDJSON tags arrive as they are final"
-    assert _seconds(directive("client_header_timeout")) == settings.header_timeout_s
+    assert _seconds(directive("client_header_timeout")) == settings.limits.header_timeout_s
     retried = directive("proxy_next_upstream").split()
     assert {"error", "http_503", "non_idempotent"} <= set(retried), "overload goes to the other"
     # nginx counts a listed http_503 as a failed attempt: with max_fails above 0, two replicas
@@ -669,9 +669,9 @@ def test_deployment_cpu_equals_engine_threads(
     assert str(requests["cpu"]) == str(limits["cpu"]) == str(threads)
     assert requests["memory"] == limits["memory"]
     for key, value in env.items():
-        assert key[len("ARENGINE_") :].lower() in Settings.model_fields, key
+        assert key[len("ARENGINE_") :].lower() in FIELDS, key
         monkeypatch.setenv(key, value)
-    assert Settings().engine_threads == threads
+    assert Settings().engine.engine_threads == threads
 
 
 @pytest.mark.parametrize("workload", WORKLOADS)
@@ -701,13 +701,16 @@ def test_deployment_drain_and_uploads_agree_with_the_settings(
     settings = _settings(_env(container), monkeypatch)
     sleep = container["lifecycle"]["preStop"]["exec"]["command"]
     assert sleep[0] == "sleep"
-    drain = int(sleep[1]) + settings.shutdown_delay_s + settings.shutdown_timeout_s
+    drain = int(sleep[1]) + settings.server.shutdown_delay_s + settings.server.shutdown_timeout_s
     assert pod["terminationGracePeriodSeconds"] >= drain + 5
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
-    uploads = volumes[mounts[str(settings.upload_dir)]]["emptyDir"]
+    uploads = volumes[mounts[str(settings.server.upload_dir)]]["emptyDir"]
     assert uploads.get("medium") != "Memory", "a memory emptyDir is charged to the limit"
-    assert _bytes(uploads["sizeLimit"]) >= settings.max_pending_requests * settings.max_upload_bytes
+    assert (
+        _bytes(uploads["sizeLimit"])
+        >= settings.limits.max_pending_requests * settings.limits.max_upload_bytes
+    )
     assert _bytes(container["resources"]["limits"]["memory"]) > MEASURED_PEAK_MEMORY
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, "torch import + warm-up"
@@ -798,13 +801,13 @@ def test_every_replica_runs_jobs_on_the_database_and_the_shared_claim(
     container = _container(resources["Deployment"])
     env = _env(container)
     settings = _settings(env, monkeypatch)
-    assert settings.data_dir is not None
+    assert settings.jobs.data_dir is not None
     assert "ARENGINE_REPLICA_NAME" not in env, "each pod's name names its replica"
     assert "ARENGINE_DATABASE_URL" not in env and "ARENGINE_DATABASE_PASSWORD" not in env
     pod = resources["Deployment"]["spec"]["template"]["spec"]
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     mounts = {mount["mountPath"]: mount for mount in container["volumeMounts"]}
-    url_file = Path(str(settings.database_url_file))
+    url_file = Path(str(settings.database.database_url_file))
     secret_mount = mounts[str(url_file.parent)]
     assert secret_mount["readOnly"] is True
     secret = volumes[secret_mount["name"]]["secret"]
@@ -812,15 +815,15 @@ def test_every_replica_runs_jobs_on_the_database_and_the_shared_claim(
     assert {item["path"]: item["key"] for item in secret["items"]} == {url_file.name: "url"}
     assert secret["defaultMode"] & 0o007 == 0, "the URL holds a password: not world-readable"
     assert "Secret" not in {r["kind"] for r in resources.values()}, "the operator makes it"
-    data = volumes[mounts[str(settings.data_dir)]["name"]]
+    data = volumes[mounts[str(settings.jobs.data_dir)]["name"]]
     claim = resources[f"PersistentVolumeClaim/{data['persistentVolumeClaim']['claimName']}"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"], "every pod, on any node, mounts it"
-    queued = settings.max_queued_jobs * settings.max_upload_bytes
+    queued = settings.jobs.max_queued_jobs * settings.limits.max_upload_bytes
     # The budget counts the queued uploads: a full queue alone must not pass it (new jobs would
     # get 507 before too_many_jobs), and the claim holds it plus the uploads accepted just under.
-    assert settings.job_storage_bytes > queued
+    assert settings.jobs.job_storage_bytes > queued
     storage = claim["spec"]["resources"]["requests"]["storage"]
-    assert _bytes(storage) >= queued + settings.job_storage_bytes
+    assert _bytes(storage) >= queued + settings.jobs.job_storage_bytes
 
 
 def test_the_deployment_is_the_only_arengine_workload(resources: dict[str, dict[str, Any]]) -> None:
@@ -841,7 +844,7 @@ def test_database_connections_fit_the_example_postgres(
     surge = resources["Deployment"]["spec"]["strategy"]["rollingUpdate"]["maxSurge"]
     args = _container(_load(POSTGRES / "statefulset.yaml"))["args"]
     limit = int(args[args.index("-c") + 1].removeprefix("max_connections="))
-    assert (pods + surge) * 2 * settings.database_pool_size + 5 <= limit
+    assert (pods + surge) * 2 * settings.database.database_pool_size + 5 <= limit
 
 
 def test_the_example_postgres_is_marked_not_for_production_and_matches_its_url() -> None:
@@ -899,6 +902,6 @@ def test_ingress_sends_every_path_to_the_replicas(
     settings = _settings(_env(_container(resources["Deployment"])), monkeypatch)
     annotations = ingress["metadata"]["annotations"]
     prefix = "nginx.ingress.kubernetes.io/"
-    assert _bytes(annotations[prefix + "proxy-body-size"]) == settings.max_upload_bytes
-    assert int(annotations[prefix + "proxy-read-timeout"]) > settings.request_timeout_s
+    assert _bytes(annotations[prefix + "proxy-body-size"]) == settings.limits.max_upload_bytes
+    assert int(annotations[prefix + "proxy-read-timeout"]) > settings.limits.request_timeout_s
     assert annotations[prefix + "proxy-buffering"] == "off", "NDJSON events as they come"

@@ -25,7 +25,7 @@ from arengine.settings import (
     MAX_RESULT_BYTES,
     MAX_STREAM_TEXT_BYTES,
     MAX_STREAMS,
-    Settings,
+    SECTIONS,
     size_text,
 )
 from docs import references
@@ -53,9 +53,21 @@ def test_no_error_code_is_a_free_string_at_a_raise_site() -> None:
 
 def test_the_settings_reference_has_every_setting_with_its_default_and_meaning() -> None:
     page = references.settings_page()
-    for name, field in Settings.model_fields.items():
-        row = next(line for line in page.splitlines() if f"`ARENGINE_{name.upper()}`" in line)
-        assert f"`{field.default}`" in row and " ".join(str(field.description).split()) in row
+    for section, model in SECTIONS.items():
+        for name, field in model.model_fields.items():
+            rows = page.splitlines()
+            row = next(line for line in rows if f"| `ARENGINE_{name.upper()}`" in line)
+            assert f"`ARENGINE_{section.upper()}__{name.upper()}`" in row
+            assert f"`{field.default}`" in row and " ".join(str(field.description).split()) in row
+
+
+def test_the_settings_reference_is_in_sections_in_their_order() -> None:
+    page = references.settings_page()
+    assert re.findall(r"^## (\w+)$", page, flags=re.M) == list(SECTIONS)
+    for section, model in SECTIONS.items():
+        table = page.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+        listed = re.findall(r"^\| .*? \| `ARENGINE_(\w+)`,", table, flags=re.M)
+        assert listed == [name.upper() for name in model.model_fields], section
 
 
 def test_a_setting_shows_its_range() -> None:

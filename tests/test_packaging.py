@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from arengine.settings import HTTP_PARSERS, Settings
+from arengine.settings import HTTP_PARSERS, ServerSettings
 from tests.conftest import RecordingFactory, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,4 +210,4 @@ def test_the_default_http_parser_is_installed_with_the_package() -> None:
     dependencies = _project(ROOT)["project"]["dependencies"]
     names = {re.split(r"[<>=!~ ;\[]", dependency)[0].lower() for dependency in dependencies}
     assert HTTP_PARSERS[0] in names
-    assert Settings.model_fields["http_parser"].default == HTTP_PARSERS[0]
+    assert ServerSettings.model_fields["http_parser"].default == HTTP_PARSERS[0]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from arengine import __version__
 from arengine.outputs.combined import TABLES
@@ -25,7 +26,7 @@ from arengine.outputs.formats import (
     get_format,
     known_formats,
 )
-from arengine.settings import Settings
+from arengine.settings import FIELDS, SECTIONS, Settings
 from arengine_client.cli import (
     JOB_OVER_S,
     add_concurrency_flag,
@@ -124,13 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve",
         help="run the HTTP server",
-        description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME>.",
+        description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME> or "
+        "ARENGINE_<SECTION>__<NAME>.",
         epilog="example: arengine serve --port 8080 --engine-threads 4\n"
         "secrets are environment only: ARENGINE_API_KEYS=key1,key2 ARENGINE_ADMIN_KEYS=key3 "
         "arengine serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_setting_flags(serve, Settings.model_fields)
+    for section, model in SECTIONS.items():
+        group = serve.add_argument_group(f"{section} settings", model.__doc__)
+        _add_setting_flags(group, model.model_fields)
     recognize = commands.add_parser(
         "recognize",
         help="tag audio files in-process, one output file per input",
@@ -260,11 +264,11 @@ class _Removed(argparse.Action):
         )
 
 
-def _add_setting_flags(parser: argparse.ArgumentParser, names: Iterable[str]) -> None:
+def _add_setting_flags(parser: argparse._ActionsContainer, names: Iterable[str]) -> None:
     for name in names:
         if name in ENV_ONLY:
             continue
-        field = Settings.model_fields[name]
+        field = SECTIONS[FIELDS[name]].model_fields[name]
         flag = "--" + name.replace("_", "-")
         help_text = f"{field.description} [env ARENGINE_{name.upper()}, default {field.default}]"
         if field.annotation is bool:
@@ -335,12 +339,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in list(args)
         if name.startswith(PARAMETER_PREFIX)
     }
-    options = {name: args.pop(name) for name in list(args) if name not in Settings.model_fields}
+    options = {name: args.pop(name) for name in list(args) if name not in FIELDS}
     if command in ("recognize", "listen"):
         options["parameters"] = parameters
     try:
         settings = Settings(**args)
-    except ValidationError as error:
+    except (ValidationError, SettingsError) as error:
         sys.exit(f"arengine: invalid settings:\n{error}")
     if command == "serve":
         serve(settings, list(sys.argv[1:] if argv is None else argv))
@@ -366,38 +370,44 @@ def serve(settings: Settings, argv: list[str]) -> None:
     from arengine.system.logs import configure as configure_logging
 
     _check_job_store(settings)
-    if settings.jemalloc:
-        reexec_with_jemalloc(argv, settings.malloc_conf)
+    if settings.server.jemalloc:
+        reexec_with_jemalloc(argv, settings.server.malloc_conf)
     # OpenMP reads this when torch loads; set before the import so no pool starts wider.
-    os.environ.setdefault("OMP_NUM_THREADS", str(settings.intra_op_threads))
-    os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
-    configure_logging(settings.log_level)
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.engine.intra_op_threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(settings.engine.intra_op_threads))
+    configure_logging(settings.server.log_level)
 
     from arengine.http import server
     from arengine.http.app import create_app
     from arengine.system.threads import available_cpus, configure_torch
 
-    threads = configure_torch(settings.intra_op_threads, settings.inter_op_threads)
+    threads = configure_torch(settings.engine.intra_op_threads, settings.engine.inter_op_threads)
     fields = {
         "allocator": active_allocator(),
         "intra_op_threads": threads.intra_op,
         "inter_op_threads": threads.inter_op,
-        "engine_threads": settings.engine_threads or available_cpus(),
+        "engine_threads": settings.engine.engine_threads or available_cpus(),
         "cpus": available_cpus(),
-        "api_keys": len(settings.api_key_list()),  # how many, never which
-        "admin_keys": len(settings.admin_key_list()),
+        "api_keys": len(settings.security.api_key_list()),  # how many, never which
+        "admin_keys": len(settings.security.admin_key_list()),
     }
     message = " ".join(f"{key}={value}" for key, value in fields.items())
     log.info("starting: %s", message, extra={"fields": fields})
-    if not settings.api_keys and settings.host not in ("127.0.0.1", "::1", "localhost"):
-        log.warning("no API keys: every endpoint is open to whoever reaches %s", settings.host)
+    if not settings.security.api_keys and settings.server.host not in (
+        "127.0.0.1",
+        "::1",
+        "localhost",
+    ):
+        log.warning(
+            "no API keys: every endpoint is open to whoever reaches %s", settings.server.host
+        )
     server.run(create_app(settings), settings)
 
 
 def _check_job_store(settings: Settings) -> None:
     """Exit with one line naming the job store and what to do when it cannot be opened, before
     the server starts (where it would be a traceback from the application's start)."""
-    if settings.data_dir is None:
+    if settings.jobs.data_dir is None:
         return
     from arengine.db.engine import open_engine
     from arengine.db.url import DatabaseUrlError, database_url
@@ -406,21 +416,23 @@ def _check_job_store(settings: Settings) -> None:
     try:
         url = database_url(settings)
         engine = None if url is None else open_engine(url, 1)
-        JobStore.open(settings.data_dir, engine, migrate=settings.database_migrate).close()
+        JobStore.open(
+            settings.jobs.data_dir, engine, migrate=settings.database.database_migrate
+        ).close()
     except (StoreUnusable, DatabaseUrlError, OSError) as error:
         sys.exit(f"arengine: {error}")
 
 
 def _engine(settings: Settings) -> Any:
     """An in-process engine with its models loaded, torch threads pinned as `serve` does."""
-    os.environ.setdefault("OMP_NUM_THREADS", str(settings.intra_op_threads))
-    os.environ.setdefault("MKL_NUM_THREADS", str(settings.intra_op_threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.engine.intra_op_threads))
+    os.environ.setdefault("MKL_NUM_THREADS", str(settings.engine.intra_op_threads))
     logging.basicConfig(level=logging.WARNING, format="arengine: %(levelname)s: %(message)s")
 
     from arengine.service.engine import Engine
     from arengine.system.threads import configure_torch
 
-    configure_torch(settings.intra_op_threads, settings.inter_op_threads)
+    configure_torch(settings.engine.intra_op_threads, settings.engine.inter_op_threads)
     engine = Engine(settings)
     engine.load_models()
     for failure in engine.failures:
@@ -477,7 +489,11 @@ def recognize(
         failures = recognize_remote(remote, todo, model, fmt, concurrency, overrides=query)
     elif todo:
         loaded = model if gate is None else f"{model},{gate}"
-        engine = _engine(settings.model_copy(update={"models": loaded}))
+        engine = _engine(
+            settings.model_copy(
+                update={"engine": settings.engine.model_copy(update={"models": loaded})}
+            )
+        )
         try:
             refused = _refusal(engine, model, format, overrides, gate)
             if refused is not None:

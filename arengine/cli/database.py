@@ -39,7 +39,7 @@ def database(
         print("arengine: name the database: --database-url, or --data-dir for its SQLite file",
               file=sys.stderr)  # fmt: skip
         return 2
-    engine = open_engine(url, settings.database_pool_size)
+    engine = open_engine(url, settings.database.database_pool_size)
     try:
         if action == "upgrade":
             upgrade(engine)
@@ -65,7 +65,7 @@ def _copy(settings: Settings, source: str | None, target: str | None) -> int:
     if origin.get_backend_name() == "sqlite" and destination.get_backend_name() == "postgresql":
         # On SQLite each fingerprint model's library is a file in its folder; on PostgreSQL
         # they are shared tables.
-        libraries = fingerprint_libraries(settings.models_dir or DEFAULT_MODELS_DIR)
+        libraries = fingerprint_libraries(settings.engine.models_dir or DEFAULT_MODELS_DIR)
     try:
         counts = copy(origin, destination, lambda writing: copy_libraries(libraries, writing))
     except NotEmpty as error:

@@ -36,7 +36,7 @@ def references(
         return 2
     if (
         action == "add"
-        and settings.models_dir is None
+        and settings.engine.models_dir is None
         and DEFAULT_MODELS_DIR == PACKAGED_MODELS_DIR
     ):
         print(
@@ -71,7 +71,7 @@ def _run(
     title: str | None,
     database: sa.Engine | None,
 ) -> int:
-    folder = (settings.models_dir or DEFAULT_MODELS_DIR) / name
+    folder = (settings.engine.models_dir or DEFAULT_MODELS_DIR) / name
     try:
         library = library_of(folder, action == "add", database)
     except FileNotFoundError as error:
@@ -89,13 +89,13 @@ def _run(
 def _shared_database(settings: Settings) -> sa.Engine | None:
     """The PostgreSQL database `--database-url` names, its schema up to date (unless
     `--no-database-migrate`); None for the model folder's own file (SQLite, or no URL)."""
-    if settings.database_url is None and settings.database_url_file is None:
+    if settings.database.database_url is None and settings.database.database_url_file is None:
         return None
     url = database_url(settings)
     if url is None or not is_postgresql(url):
         return None
     engine = open_engine(url, 1)
-    if settings.database_migrate:
+    if settings.database.database_migrate:
         try:
             upgrade(engine)
         except BaseException:
@@ -106,10 +106,10 @@ def _shared_database(settings: Settings) -> sa.Engine | None:
 
 def _add(library: Library, files: list[Path], title: str | None, settings: Settings) -> int:
     limits = AudioLimits(
-        max_duration_s=settings.max_duration_s,
-        max_channels=settings.max_channels,
-        min_sample_rate=settings.min_sample_rate,
-        max_sample_rate=settings.max_sample_rate,
+        max_duration_s=settings.limits.max_duration_s,
+        max_channels=settings.limits.max_channels,
+        min_sample_rate=settings.limits.min_sample_rate,
+        max_sample_rate=settings.limits.max_sample_rate,
     )
     failed = 0
     for path in files:

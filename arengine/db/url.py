@@ -29,13 +29,17 @@ class DatabaseUrlError(ValueError):
 def database_url(settings: Settings) -> URL | None:
     """The database `settings` name: `database_url` (or the file `database_url_file` holds),
     else `<data_dir>/jobs.sqlite3`; None when neither is set (jobs are off)."""
-    raw = settings.database_url.get_secret_value() if settings.database_url else None
-    if raw is None and settings.database_url_file is not None:
-        raw = Path(settings.database_url_file).read_text(encoding="utf-8").strip()
+    raw = (
+        settings.database.database_url.get_secret_value()
+        if settings.database.database_url
+        else None
+    )
+    if raw is None and settings.database.database_url_file is not None:
+        raw = Path(settings.database.database_url_file).read_text(encoding="utf-8").strip()
     if raw is None:
-        if settings.data_dir is None:
+        if settings.jobs.data_dir is None:
             return None
-        return URL.create("sqlite", database=str(Path(settings.data_dir) / SQLITE_FILE))
+        return URL.create("sqlite", database=str(Path(settings.jobs.data_dir) / SQLITE_FILE))
     return with_password(parse(raw), _password(settings))
 
 
@@ -92,8 +96,8 @@ def with_password(url: URL, password: str | None) -> URL:
 def _password(settings: Settings) -> str | None:
     """The password from the settings or their file; libpq's own PGPASSWORD (and PGPASSFILE)
     psycopg reads by itself when the URL has none."""
-    if settings.database_password is not None:
-        return settings.database_password.get_secret_value()
-    if settings.database_password_file is not None:
-        return Path(settings.database_password_file).read_text(encoding="utf-8").strip()
+    if settings.database.database_password is not None:
+        return settings.database.database_password.get_secret_value()
+    if settings.database.database_password_file is not None:
+        return Path(settings.database.database_password_file).read_text(encoding="utf-8").strip()
     return None

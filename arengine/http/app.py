@@ -62,7 +62,7 @@ def create_app(settings: Settings) -> FastAPI:
         # Every handler is async and heavy work runs on the engine pool: AnyIO's worker threads
         # (40 by default) are never needed for more than a few small blocking calls.
         to_thread.current_default_thread_limiter().total_tokens = 4
-        uploads = UploadDir.claim(settings.upload_dir)  # sweeps what a crashed server left
+        uploads = UploadDir.claim(settings.server.upload_dir)  # sweeps what a crashed server left
         engine = Engine(settings, metrics)
         app.state.engine = engine
         _watch(metrics, engine)
@@ -74,7 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.mqtt = start_mqtt(settings, metrics)
         database, own = _shared_database(settings, runner)
         # Loading runs beside the server so that /healthz answers and /readyz says 503 meanwhile.
-        loading = (engine, database, settings.database_migrate)
+        loading = (engine, database, settings.database.database_migrate)
         threading.Thread(target=_load, args=loading, name="arengine-loader", daemon=True).start()
         try:
             yield
@@ -101,7 +101,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.mqtt = None
-    app.state.sources = SourceLabels(settings.max_sources)
+    app.state.sources = SourceLabels(settings.live.max_sources)
     app.include_router(routes.router)
     app.include_router(render.router)
     app.include_router(jobs.router)
@@ -109,26 +109,28 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(references.router)
     app.include_router(web.router)
     install_error_handlers(app)
-    if keys := settings.api_key_list():
+    if keys := settings.security.api_key_list():
         public = ["/healthz", "/readyz", *web.PUBLIC_PATHS]
-        public += ["/metrics"] if settings.metrics_public else []
+        public += ["/metrics"] if settings.security.metrics_public else []
         # An administrator may do what a user may: the references endpoints check for the
         # administrator keys themselves.
-        keys = (*keys, *settings.admin_key_list())
+        keys = (*keys, *settings.security.admin_key_list())
         app.add_middleware(
             ApiKeyMiddleware, keys=keys, public_paths=public, public_prefixes=web.PUBLIC_PREFIXES
         )
-    if settings.cors_origins:
+    if settings.security.cors_origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=settings.cors_origins.split(","),
+            allow_origins=settings.security.cors_origins.split(","),
             allow_methods=["GET", "POST"],
             allow_headers=["*"],
         )
     app.add_middleware(
         SecurityMiddleware,
         hosts=_allowed_hosts(settings),
-        origins=(settings.cors_origins or "").split(",") if settings.cors_origins else (),
+        origins=(settings.security.cors_origins or "").split(",")
+        if settings.security.cors_origins
+        else (),
         csp={"/docs": web.DOCS_CSP, web.SITE_PATH: web.SITE_CSP},
     )
     app.add_middleware(InternalErrorMiddleware)  # inside the access log: it logs the 500
@@ -149,25 +151,27 @@ class _App(FastAPI):
 
 def _jobs(settings: Settings, engine: Engine, metrics: Metrics) -> JobRunner | None:
     """The job runner over the store in `data_dir` (None: jobs off), started."""
-    if settings.data_dir is None:
+    if settings.jobs.data_dir is None:
         return None
-    retention = Retention(settings.job_retention_s, settings.job_storage_bytes)
-    replica = Replica(_replica_name(settings), settings.job_lease_s)
+    retention = Retention(settings.jobs.job_retention_s, settings.jobs.job_storage_bytes)
+    replica = Replica(_replica_name(settings), settings.jobs.job_lease_s)
     url = database_url(settings)
     assert url is not None  # the data directory gives one at least
-    database = open_engine(url, settings.database_pool_size)
-    store = JobStore.open(settings.data_dir, database, migrate=settings.database_migrate)
+    database = open_engine(url, settings.database.database_pool_size)
+    store = JobStore.open(
+        settings.jobs.data_dir, database, migrate=settings.database.database_migrate
+    )
     metrics.watch_pool(PoolReading(database))
     time_queries(database, metrics.observe_query)
     runner = JobRunner(
-        store, engine, settings.max_running_jobs, retention, replica, metrics.observe_takeovers
+        store, engine, settings.jobs.max_running_jobs, retention, replica, metrics.observe_takeovers
     )
     runner.start()
     return runner
 
 
 def _replica_name(settings: Settings) -> str:
-    return settings.replica_name or f"{socket.gethostname()}:{settings.port}"
+    return settings.jobs.replica_name or f"{socket.gethostname()}:{settings.server.port}"
 
 
 def _webhooks(settings: Settings, metrics: Metrics, runner: JobRunner | None) -> Webhooks | None:
@@ -182,9 +186,9 @@ def _webhooks(settings: Settings, metrics: Metrics, runner: JobRunner | None) ->
 
 def _allowed_hosts(settings: Settings) -> list[str]:
     """`allowed_hosts`, or by default the loopback names on loopback and any name elsewhere."""
-    if settings.allowed_hosts:
-        return settings.allowed_hosts.split(",")
-    return list(LOOPBACK_HOSTS) if is_loopback(settings.host) else ["*"]
+    if settings.security.allowed_hosts:
+        return settings.security.allowed_hosts.split(",")
+    return list(LOOPBACK_HOSTS) if is_loopback(settings.server.host) else ["*"]
 
 
 def _watch(metrics: Metrics, engine: Engine) -> None:
@@ -213,7 +217,7 @@ def _shared_database(settings: Settings, runner: JobRunner | None) -> tuple[sa.E
         return None, False
     if runner is not None:
         return runner.store.engine, False
-    return open_engine(url, settings.database_pool_size), True
+    return open_engine(url, settings.database.database_pool_size), True
 
 
 def _load(engine: Engine, database: sa.Engine | None, migrate: bool) -> None:

@@ -17,7 +17,9 @@ async def checked_callback(request: Request, url: str | None) -> str | None:
     `callback_url_refused` naming the rule when the guard refuses `url`."""
     settings: Settings = request.app.state.settings
     if url is None:
-        return settings.webhook_url  # the operator's: parsed at start, checked at each delivery
+        return (
+            settings.webhooks.webhook_url
+        )  # the operator's: parsed at start, checked at each delivery
     webhooks = _webhooks(request)
     target = parse_url(url)
     await to_thread.run_sync(allowed_addresses, target, webhooks.allow)

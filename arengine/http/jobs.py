@@ -128,7 +128,9 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
     engine.check(query.model, overrides, query.gate)  # before reading the body: refuse fast
     callback = await checked_callback(request, query.callback_url)
     await to_thread.run_sync(_check_room, runner, settings)
-    upload = await _spool(request, runner.store, settings, started + settings.request_timeout_s)
+    upload = await _spool(
+        request, runner.store, settings, started + settings.limits.request_timeout_s
+    )
     try:
         await to_thread.run_sync(probe, upload.path, engine.limits, query.audio_stream)
     except BaseException:
@@ -150,7 +152,7 @@ async def create_job(request: Request, query: Annotated[JobQuery, Query()]) -> J
         finished=None,
         result=None,
     )
-    limit = settings.max_queued_jobs
+    limit = settings.jobs.max_queued_jobs
     try:
         await subscribe(request, record.id, callback)
     except BaseException:
@@ -343,7 +345,7 @@ def _owner(request: Request) -> str | None:
     """The identity of the API key that made the request, as the API key middleware checked
     it (`arengine.http.auth`); None with keys off."""
     settings: Settings = request.app.state.settings
-    if not settings.api_key_list():
+    if not settings.security.api_key_list():
         return None
     owner: str | None = getattr(request.state, IDENTITY, None)
     if owner is None:  # the middleware always leaves one: never fall back to keys-off jobs
@@ -391,20 +393,21 @@ def _commit(store: JobStore, spooled: Path, record: JobRecord, limit: int) -> bo
 
 
 def _check_room(runner: JobRunner, settings: Settings) -> None:
-    if runner.store.active() >= settings.max_queued_jobs:
+    if runner.store.active() >= settings.jobs.max_queued_jobs:
         raise _too_many(settings)
     if not runner.within_budget():
         raise ArengineError(
-            f"the job store's files pass its disk budget ({size_text(settings.job_storage_bytes)},"
-            " job_storage_bytes) with jobs queued, running or whose outcome nobody has read "
-            "yet, which it never removes: retry once some are read or deleted",
+            "the job store's files pass its disk budget "
+            f"({size_text(settings.jobs.job_storage_bytes)}, job_storage_bytes) with jobs "
+            "queued, running or whose outcome nobody has read yet, which it never removes: retry "
+            "once some are read or deleted",
             code=ErrorCode.JOB_STORAGE_FULL,
         )
 
 
 def _too_many(settings: Settings) -> Overloaded:
     return Overloaded(
-        f"{settings.max_queued_jobs} jobs are queued or running, the limit; retry later",
+        f"{settings.jobs.max_queued_jobs} jobs are queued or running, the limit; retry later",
         code=ErrorCode.TOO_MANY_JOBS,
     )
 
@@ -412,13 +415,13 @@ def _too_many(settings: Settings) -> Overloaded:
 async def _spool(request: Request, store: JobStore, settings: Settings, deadline: float) -> Upload:
     """The upload spooled into the store's folder, in an upload slot, with the limits and the
     pace of a recognition's upload."""
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    limits = UploadLimits(max_bytes=settings.limits.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
     pace = UploadPace(
-        idle_timeout_s=settings.body_timeout_s,
+        idle_timeout_s=settings.limits.body_timeout_s,
         deadline=deadline,
-        min_bytes_per_s=settings.min_upload_bytes_per_s,
-        grace_s=settings.upload_grace_s,
+        min_bytes_per_s=settings.limits.min_upload_bytes_per_s,
+        grace_s=settings.limits.upload_grace_s,
     )
     engine: Engine = request.app.state.engine
     with engine.admission.uploading_slot() as progress:

@@ -94,8 +94,8 @@ async def listen(websocket: WebSocket) -> None:
         with engine.admission.listening_slot():
             fmt = StreamFormat.parse(
                 await _opening(websocket, engine.settings),
-                engine.settings.max_channels,
-                (engine.settings.min_sample_rate, engine.settings.max_sample_rate),
+                engine.settings.limits.max_channels,
+                (engine.settings.limits.min_sample_rate, engine.settings.limits.max_sample_rate),
             )
             session = _Session(websocket, engine, fmt, started, source, gate)
             try:
@@ -161,7 +161,7 @@ def _checked(
 
 async def _opening(websocket: WebSocket, settings: Settings) -> str:
     """The opening text message."""
-    message = await _receive(websocket, settings.listen_idle_timeout_s)
+    message = await _receive(websocket, settings.live.listen_idle_timeout_s)
     if message.get("text") is None:
         raise InvalidInput(
             'the stream must open with a text message such as {"format": "s16le", '
@@ -213,15 +213,15 @@ class _Session:
         self.decoder: StreamDecoder | None = None
         self._pumped = asyncio.Event()
         """The decoder's output is all spooled (or it failed)."""
-        max_frames = int(self.settings.listen_max_duration_s * fmt.sample_rate)
+        max_frames = int(self.settings.live.listen_max_duration_s * fmt.sample_rate)
         try:
-            self.spool = LiveSpool.create(self.settings.upload_dir, fmt.spooled, max_frames)
+            self.spool = LiveSpool.create(self.settings.server.upload_dir, fmt.spooled, max_frames)
         except OSError as error:
             raise _unstored(error) from None
         # A stream may take twice its longest duration in wall time (it may come slower than
         # real time), and no more: the deadline of its recognition.
-        self.deadline = started + 2 * self.settings.listen_max_duration_s
-        self.deadline += self.settings.listen_idle_timeout_s
+        self.deadline = started + 2 * self.settings.live.listen_max_duration_s
+        self.deadline += self.settings.live.listen_idle_timeout_s
 
     async def run(
         self, recognizers: tuple[Recognizer, ...], overrides: Overrides
@@ -314,7 +314,7 @@ class _Session:
         try:
             while not self.spool.full:
                 await self._keep_pace(recognition)
-                message = await _receive(self.websocket, self.settings.listen_idle_timeout_s)
+                message = await _receive(self.websocket, self.settings.live.listen_idle_timeout_s)
                 if message.get("bytes") is None:
                     if _ends(message.get("text")):
                         break
@@ -357,7 +357,7 @@ class _Session:
     async def _keep_pace(self, recognition: EngineRequest) -> None:
         """Wait while the audio received is `listen_buffer_s` ahead of recognition."""
         while (
-            self.spool.seconds - recognition.processed_s > self.settings.listen_buffer_s
+            self.spool.seconds - recognition.processed_s > self.settings.live.listen_buffer_s
             and not recognition.future.done()
         ):
             await asyncio.sleep(THROTTLE_POLL_S)

@@ -193,16 +193,16 @@ async def _admit_and_submit(run: Run, cleanup: ExitStack, submit: Submit) -> Eng
     """
     request = run.request
     settings: Settings = request.app.state.settings
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    limits = UploadLimits(max_bytes=settings.limits.max_upload_bytes)
     declared = request.headers.get("content-length")
     check_declared_length(declared, limits)
     admission = run.engine.admission
     admission.check_room()
     pace = UploadPace(
-        idle_timeout_s=settings.body_timeout_s,
+        idle_timeout_s=settings.limits.body_timeout_s,
         deadline=run.deadline,
-        min_bytes_per_s=settings.min_upload_bytes_per_s,
-        grace_s=settings.upload_grace_s,
+        min_bytes_per_s=settings.limits.min_upload_bytes_per_s,
+        grace_s=settings.limits.upload_grace_s,
     )
     arrival = Arrival()
     recognition: EngineRequest | None = None
@@ -210,10 +210,10 @@ async def _admit_and_submit(run: Run, cleanup: ExitStack, submit: Submit) -> Eng
         body = request.stream()
         content_type = request.headers.get("content-type")
         spooling = asyncio.ensure_future(
-            spool(body, content_type, limits, settings.upload_dir, pace, progress, arrival)
+            spool(body, content_type, limits, settings.server.upload_dir, pace, progress, arrival)
         )
         try:
-            if declared is not None and settings.read_while_uploading:
+            if declared is not None and settings.engine.read_while_uploading:
                 recognition = await _submit_early(arrival, spooling, int(declared), submit)
             upload = await _spooled(spooling, recognition)
             cleanup.callback(upload.path.unlink, missing_ok=True)

@@ -140,18 +140,18 @@ async def add_reference(
     attached = _metadata(metadata)
     engine = _engine(request)
     settings: Settings = request.app.state.settings
-    limits = UploadLimits(max_bytes=settings.max_upload_bytes)
+    limits = UploadLimits(max_bytes=settings.limits.max_upload_bytes)
     check_declared_length(request.headers.get("content-length"), limits)
     pace = UploadPace(
-        idle_timeout_s=settings.body_timeout_s,
-        deadline=received_at(request) + settings.request_timeout_s,
-        min_bytes_per_s=settings.min_upload_bytes_per_s,
-        grace_s=settings.upload_grace_s,
+        idle_timeout_s=settings.limits.body_timeout_s,
+        deadline=received_at(request) + settings.limits.request_timeout_s,
+        min_bytes_per_s=settings.limits.min_upload_bytes_per_s,
+        grace_s=settings.limits.upload_grace_s,
     )
     content_type = request.headers.get("content-type")
     with engine.admission.uploading_slot() as progress:
         body = request.stream()
-        upload = await spool(body, content_type, limits, settings.upload_dir, pace, progress)
+        upload = await spool(body, content_type, limits, settings.server.upload_dir, pace, progress)
     try:
         named = title or _stem(upload.filename) or "reference"
         if upload.filename:
@@ -213,7 +213,7 @@ def _library(request: Request, name: str) -> Library:
 def _require_admin(request: Request) -> None:
     """An administrator key in `Authorization: Bearer`, compared in constant time."""
     settings: Settings = request.app.state.settings
-    keys = [key.encode() for key in settings.admin_key_list()]
+    keys = [key.encode() for key in settings.security.admin_key_list()]
     if not keys:
         raise Forbidden(
             "references cannot be changed over HTTP on this server: it has no administrator "

@@ -89,7 +89,7 @@ async def render(
     engine.admission.check_room()
     with engine.admission.uploading_slot() as progress:
         body = await _body(request, progress)
-    deadline = _Deadline(engine.settings.render_timeout_s)
+    deadline = _Deadline(engine.settings.limits.render_timeout_s)
     with engine.admission.pending_slot():
         limiter = _limiter(request.app)
         return await to_thread.run_sync(_write, fmt, body, name, deadline, limiter=limiter)

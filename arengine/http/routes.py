@@ -72,7 +72,9 @@ async def recognize(
     engine = _engine(request)
     settings: Settings = request.app.state.settings
     overrides = query.overrides()
-    timeout = min(query.timeout_s or settings.request_timeout_s, settings.request_timeout_s)
+    timeout = min(
+        query.timeout_s or settings.limits.request_timeout_s, settings.limits.request_timeout_s
+    )
     output = query.format or negotiate(request.headers.get("accept")) or "json"
     # Before reading the body: refuse fast.
     recognizers = engine.check(query.model, overrides, query.gate)
@@ -139,12 +141,12 @@ async def info(request: Request) -> InfoResponse:
         pending_requests=engine.admission.pending,
         active_jobs=engine.pool.active_requests,
         limits={
-            "max_upload_bytes": settings.max_upload_bytes,
-            "max_duration_s": settings.max_duration_s,
-            "max_channels": settings.max_channels,
-            "min_sample_rate": settings.min_sample_rate,
-            "max_sample_rate": settings.max_sample_rate,
-            "segments_ahead": settings.segments_ahead,
+            "max_upload_bytes": settings.limits.max_upload_bytes,
+            "max_duration_s": settings.limits.max_duration_s,
+            "max_channels": settings.limits.max_channels,
+            "min_sample_rate": settings.limits.min_sample_rate,
+            "max_sample_rate": settings.limits.max_sample_rate,
+            "segments_ahead": settings.engine.segments_ahead,
         },
     )
 

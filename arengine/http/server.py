@@ -155,44 +155,49 @@ def open_file_limit() -> int:
 def connection_cap(settings: Settings, files: int) -> int:
     """`max_connections`, lowered so that connections, upload files and decoders fit in `files`
     descriptors (each upload holds a file, each engine request a decoder, besides its socket)."""
-    spare = files - FILES_RESERVED - settings.max_uploading_requests - settings.max_pending_requests
-    return max(1, min(settings.max_connections, spare))
+    spare = (
+        files
+        - FILES_RESERVED
+        - settings.limits.max_uploading_requests
+        - settings.limits.max_pending_requests
+    )
+    return max(1, min(settings.limits.max_connections, spare))
 
 
 def run(app: FastAPI, settings: Settings) -> None:
     """Serve `app` until a signal; returns when the shutdown sequence is complete."""
     files = open_file_limit()
     cap = connection_cap(settings, files)
-    if cap < settings.max_connections:
+    if cap < settings.limits.max_connections:
         log.warning(
             "max_connections lowered from %d to %d to fit the open-file limit of %d",
-            settings.max_connections,
+            settings.limits.max_connections,
             cap,
             files,
         )
     limits = ConnectionLimits(
-        header_timeout_s=settings.header_timeout_s,
-        max_header_bytes=settings.max_header_bytes,
+        header_timeout_s=settings.limits.header_timeout_s,
+        max_header_bytes=settings.limits.max_header_bytes,
         max_connections=cap,
     )
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        http=protocol_class(limits, app.state.metrics, settings.http_parser),
-        timeout_graceful_shutdown=math.ceil(settings.shutdown_timeout_s),
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level,
+        http=protocol_class(limits, app.state.metrics, settings.server.http_parser),
+        timeout_graceful_shutdown=math.ceil(settings.server.shutdown_timeout_s),
         timeout_keep_alive=5,
-        h11_max_incomplete_event_size=settings.max_header_bytes,
+        h11_max_incomplete_event_size=settings.limits.max_header_bytes,
         # uvicorn's sans-I/O protocol (`WebSocketProtocol`) reads no further message until the
         # application has taken the last one: the back-pressure of `WS /v1/listen`
         # (`arengine/http/listen.py`).
         ws=WebSocketProtocol,
-        ws_max_size=settings.listen_max_message_bytes,
+        ws_max_size=settings.live.listen_max_message_bytes,
         # No keep-alive pings: a stream held back by that back-pressure reads no frame, pongs
         # included, so a ping would time out and drop a stream that is only being slowed down. A
         # stream's progress line every second keeps proxies from idling it out, and a client
         # that is gone is found by `listen_idle_timeout_s`.
         ws_ping_interval=None,
     )
-    GracefulServer(config, app, settings.shutdown_delay_s).run()
+    GracefulServer(config, app, settings.server.shutdown_delay_s).run()

@@ -114,22 +114,25 @@ class Policy:
     @classmethod
     def of(cls, settings: Settings) -> Policy:
         return cls(
-            settings.webhook_max_attempts,
-            settings.webhook_backoff_s,
-            settings.webhook_max_backoff_s,
-            settings.webhook_timeout_s,
+            settings.webhooks.webhook_max_attempts,
+            settings.webhooks.webhook_backoff_s,
+            settings.webhooks.webhook_max_backoff_s,
+            settings.webhooks.webhook_timeout_s,
         )
 
 
 def read_secret(settings: Settings) -> bytes | None:
     """The signing key from `webhook_secret` or `webhook_secret_file` (None: webhooks off); a
     `ValueError` that never quotes the secret when it is malformed."""
-    if settings.webhook_secret is not None and settings.webhook_secret_file is not None:
+    if (
+        settings.webhooks.webhook_secret is not None
+        and settings.webhooks.webhook_secret_file is not None
+    ):
         raise ValueError("set webhook_secret or webhook_secret_file, not both")
-    if settings.webhook_secret is not None:
-        return parse_secret(settings.webhook_secret.get_secret_value())
-    if settings.webhook_secret_file is not None:
-        return parse_secret(Path(settings.webhook_secret_file).read_text().strip())
+    if settings.webhooks.webhook_secret is not None:
+        return parse_secret(settings.webhooks.webhook_secret.get_secret_value())
+    if settings.webhooks.webhook_secret_file is not None:
+        return parse_secret(Path(settings.webhooks.webhook_secret_file).read_text().strip())
     return None
 
 
@@ -393,12 +396,12 @@ def start_webhooks(
     key = read_secret(settings)
     if key is None:
         return None
-    if settings.webhook_url is not None:
+    if settings.webhooks.webhook_url is not None:
         try:
-            parse_url(settings.webhook_url)
+            parse_url(settings.webhooks.webhook_url)
         except ArengineError as error:
             raise ValueError(f"webhook_url: {error.message}") from None
-    allow = Allowlist.parse(settings.webhook_allowed_hosts)
+    allow = Allowlist.parse(settings.webhooks.webhook_allowed_hosts)
     config = WebhookConfig(key, allow, Policy.of(settings), sender)
     webhooks = Webhooks(Outbox(engine), config, observer)
     webhooks.start()

@@ -80,14 +80,14 @@ class MqttNotifier:
 
     def __init__(self, settings: Settings, metrics: Metrics, broker: Broker) -> None:
         self.broker = broker
-        self.topics = Topics(settings.mqtt_topic_prefix, settings.mqtt_discovery_prefix)
-        self.hold_s = settings.mqtt_hold_s
-        self.discovery = settings.mqtt_discovery
-        self.watched = frozenset(split_list(settings.mqtt_labels or ""))
+        self.topics = Topics(settings.mqtt.mqtt_topic_prefix, settings.mqtt.mqtt_discovery_prefix)
+        self.hold_s = settings.mqtt.mqtt_hold_s
+        self.discovery = settings.mqtt.mqtt_discovery
+        self.watched = frozenset(split_list(settings.mqtt.mqtt_labels or ""))
         """The labels with a state topic; empty: every label."""
         self._metrics = metrics
-        self._max_queued = settings.mqtt_max_queued
-        self._reconnect_max_s = settings.mqtt_reconnect_max_s
+        self._max_queued = settings.mqtt.mqtt_max_queued
+        self._reconnect_max_s = settings.mqtt.mqtt_reconnect_max_s
         self._cond = threading.Condition()
         self._events: deque[Message] = deque()
         self._retained: dict[str, str] = {self.topics.status: ONLINE}
@@ -110,7 +110,7 @@ class MqttNotifier:
             ca = str(self.broker.ca_file) if self.broker.ca_file else None
             client.tls_set(ca_certs=ca, cert_reqs=ssl.CERT_REQUIRED)
         client.will_set(self.topics.status, OFFLINE, qos=QOS, retain=True)
-        client.reconnect_delay_set(1, round(settings.mqtt_reconnect_max_s))
+        client.reconnect_delay_set(1, round(settings.mqtt.mqtt_reconnect_max_s))
         # paho's own queue (messages not yet acknowledged, which a reconnection sends again) is
         # bounded too: a broker that takes messages but never acknowledges them.
         client.max_queued_messages_set(UNACKNOWLEDGED_MAX)
@@ -387,8 +387,8 @@ class StreamNotice:
 
 
 def start_mqtt(settings: Settings, metrics: Metrics) -> MqttNotifier | None:
-    """The notifier of `settings.mqtt_url`, connecting; `None` when MQTT is off."""
-    broker = Broker.of(settings)
+    """The notifier of `settings.mqtt.mqtt_url`, connecting; `None` when MQTT is off."""
+    broker = Broker.of(settings.mqtt)
     if broker is None:
         return None
     notifier = MqttNotifier(settings, metrics, broker)

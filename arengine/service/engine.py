@@ -56,22 +56,24 @@ class Engine:
     def __init__(self, settings: Settings, observer: StageObserver | None = None) -> None:
         self.settings = settings
         self.pool = EnginePool(
-            settings.engine_threads or available_cpus(), observer, settings.job_threads or None
+            settings.engine.engine_threads or available_cpus(),
+            observer,
+            settings.jobs.job_threads or None,
         )
         self.limits = AudioLimits(
-            max_duration_s=settings.max_duration_s,
-            max_channels=settings.max_channels,
-            min_sample_rate=settings.min_sample_rate,
-            max_sample_rate=settings.max_sample_rate,
+            max_duration_s=settings.limits.max_duration_s,
+            max_channels=settings.limits.max_channels,
+            min_sample_rate=settings.limits.min_sample_rate,
+            max_sample_rate=settings.limits.max_sample_rate,
         )
         self.models: dict[str, LoadedModel] = {}
         self.failures: list[LoadFailure] = []
         self._loaded = threading.Event()
         self._stopping = False
         self.admission = Admission(
-            settings.max_uploading_requests,
-            settings.max_pending_requests,
-            settings.max_listen_streams,
+            settings.limits.max_uploading_requests,
+            settings.limits.max_pending_requests,
+            settings.live.max_listen_streams,
         )
 
     not_ready_reason = "the models are still loading; retry shortly"
@@ -106,11 +108,11 @@ class Engine:
         `database`: the server database every replica shares (PostgreSQL), where fingerprint
         models keep their references; None keeps them in each model's folder."""
         settings = self.settings
-        if settings.decode_in_child:
+        if settings.engine.decode_in_child:
             child.start()
-        names = settings.models.split(",") if settings.models else None
-        folder = settings.models_dir or DEFAULT_MODELS_DIR
-        self.models, self.failures = load_models(folder, names, settings.segment_s, database)
+        names = settings.engine.models.split(",") if settings.engine.models else None
+        folder = settings.engine.models_dir or DEFAULT_MODELS_DIR
+        self.models, self.failures = load_models(folder, names, settings.engine.segment_s, database)
         if self.models:
             self._loaded.set()
         else:
@@ -203,9 +205,9 @@ class Engine:
             recognizers=recognizers,
             tagging=ModelTagging(recognizers, overrides),
             limits=self.limits,
-            segments_ahead=self.settings.segments_ahead,
-            parallel_decoding=self.settings.parallel_decoding,
-            decode_in_child=self.settings.decode_in_child,
+            segments_ahead=self.settings.engine.segments_ahead,
+            parallel_decoding=self.settings.engine.parallel_decoding,
+            decode_in_child=self.settings.engine.decode_in_child,
             on_tags=on_tags,
             audio_stream=audio_stream,
             arrival=arrival,
@@ -237,11 +239,13 @@ class Engine:
             path=arrival.path,
             recognizers=recognizers,
             tagging=LiveTagging(ModelTagging(recognizers, overrides), recognizers, on_open),
-            limits=dataclasses.replace(self.limits, max_duration_s=settings.listen_max_duration_s),
-            segments_ahead=settings.segments_ahead,
+            limits=dataclasses.replace(
+                self.limits, max_duration_s=settings.live.listen_max_duration_s
+            ),
+            segments_ahead=settings.engine.segments_ahead,
             on_tags=on_tags,
             arrival=arrival,
-            plans=tuple(live_plan(r, settings.listen_segment_s) for r in recognizers),
+            plans=tuple(live_plan(r, settings.live.listen_segment_s) for r in recognizers),
             order=AsFinal(),
             gate=self.gate(gate, recognizers),
         )

@@ -18,7 +18,7 @@ from arengine.cli.commands import build_parser, main
 from arengine.cli.runner import expand
 from arengine.errors import ErrorCode, UnsupportedFormat
 from arengine.outputs.formats import FORMATS
-from arengine.settings import Settings
+from arengine.settings import FIELDS, Settings
 from arengine.system.allocator import find_jemalloc
 from tests.conftest import RecordingFactory, start_server, stop_server
 from tests.conftest import run_cli as _arengine
@@ -35,7 +35,7 @@ def test_every_setting_is_a_flag() -> None:
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert isinstance(commands, dict)
     help_text = commands["serve"].format_help()
-    for name in Settings.model_fields:
+    for name in FIELDS:
         if name in ("api_keys", "admin_keys"):  # secrets: environment only
             flag, variable = f"--{name.replace('_', '-')}", f"ARENGINE_{name.upper()}"
             assert flag not in help_text and variable in help_text
@@ -48,11 +48,11 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("ARENGINE_PORT", "9100")
     monkeypatch.setenv("ARENGINE_ENGINE_THREADS", "3")
     settings = _settings_from(["serve", "--port", "9200", "--no-jemalloc", "--upload-dir", "/tmp"])
-    assert settings.port == 9200
-    assert settings.engine_threads == 3
-    assert settings.jemalloc is False
-    assert settings.upload_dir == Path("/tmp")
-    assert settings.host == "127.0.0.1"
+    assert settings.server.port == 9200
+    assert settings.engine.engine_threads == 3
+    assert settings.server.jemalloc is False
+    assert settings.server.upload_dir == Path("/tmp")
+    assert settings.server.host == "127.0.0.1"
 
 
 def test_out_of_range_settings_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ LINK = 'id="docs-site" href="/docs/site/index.html"'
 
 
 def _get(paths: list[str], **settings: object) -> list[httpx.Response]:
-    app = create_app(Settings(models="speech", **settings))  # type: ignore[arg-type]
+    app = create_app(Settings(models="speech", **settings))
 
     async def fetch() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)

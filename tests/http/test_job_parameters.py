@@ -82,7 +82,7 @@ def test_new_parameters_are_checked_and_need_the_kept_scores(
     _error(server.get(f"/v1/jobs/{job_id}/result?onset_threshold=0.5"), 422, "invalid_parameter")
     csv = server.get(f"/v1/jobs/{job_id}/result?threshold=0.9&format=csv")
     assert csv.status_code == 200 and csv.text.startswith("start,"), csv.text
-    data = Path(server.app.state.settings.data_dir)
+    data = Path(server.app.state.settings.jobs.data_dir)
     (data / "results" / f"{job_id}.scores").unlink()
     _error(server.get(f"/v1/jobs/{job_id}/result?threshold=0.9"), 409, "scores_not_kept")
     assert server.get(f"/v1/jobs/{job_id}/result").status_code == 200

@@ -73,8 +73,8 @@ def test_an_api_key_list_meant_to_be_set_but_empty_or_malformed_is_refused(raw: 
 
 def test_api_keys_are_stripped_and_deduplicated() -> None:
     assert parse_api_keys(" a-1 ,b-2,a-1") == ("a-1", "b-2")
-    assert Settings(api_keys="a-1, b-2").api_key_list() == ("a-1", "b-2")
-    assert Settings().api_key_list() == ()
+    assert Settings(api_keys="a-1, b-2").security.api_key_list() == ("a-1", "b-2")
+    assert Settings().security.api_key_list() == ()
 
 
 @pytest.mark.parametrize("raw", ["", "a,,b", "key one"])
@@ -84,7 +84,10 @@ def test_an_administrator_key_list_is_checked_as_users_keys_are(raw: str) -> Non
 
 
 def test_a_key_cannot_be_both_a_users_and_an_administrators() -> None:
-    assert Settings(api_keys="u-1", admin_keys=" a-1,a-2").admin_key_list() == ("a-1", "a-2")
+    assert Settings(api_keys="u-1", admin_keys=" a-1,a-2").security.admin_key_list() == (
+        "a-1",
+        "a-2",
+    )
     with pytest.raises(ValidationError, match="kept apart"):
         Settings(api_keys="u-1,shared-9", admin_keys="shared-9")
 

@@ -40,7 +40,7 @@ def heard(broker: Mosquitto) -> Iterator[Subscriber]:
 def _notifier(broker: Mosquitto, **settings: Any) -> tuple[MqttNotifier, Metrics]:
     chosen = Settings(mqtt_url=broker.url, mqtt_reconnect_max_s=1, **settings)
     metrics = Metrics(CollectorRegistry())
-    broker_of = Broker.of(chosen)
+    broker_of = Broker.of(chosen.mqtt)
     assert broker_of is not None
     notifier = MqttNotifier(chosen, metrics, broker_of)
     notifier.start()
@@ -177,7 +177,7 @@ def test_a_broker_not_there_at_start_is_connected_once_it_comes(tmp_path: Path) 
     broker = Mosquitto(tmp_path)
     chosen = Settings(mqtt_url=broker.url, mqtt_reconnect_max_s=1)
     metrics = Metrics(CollectorRegistry())
-    broker_of = Broker.of(chosen)
+    broker_of = Broker.of(chosen.mqtt)
     assert broker_of is not None
     notifier = MqttNotifier(chosen, metrics, broker_of)
     notifier.start()
@@ -211,7 +211,9 @@ def test_credentials_work_and_never_reach_the_log(
         heard.close()
         assert "mqtt: connected to mqtt://127.0.0.1" in caplog.text
         assert password not in caplog.text
-        assert password not in repr(Broker.of(Settings(mqtt_url=broker.url, mqtt_username="a")))
+        assert password not in repr(
+            Broker.of(Settings(mqtt_url=broker.url, mqtt_username="a").mqtt)
+        )
 
 
 def test_a_wrong_password_is_refused_and_logged_without_it(
@@ -221,7 +223,7 @@ def test_a_wrong_password_is_refused_and_logged_without_it(
         url = broker.url.replace("mqtt://", "mqtt://arengine:wrong-guess@")
         chosen = Settings(mqtt_url=url, mqtt_reconnect_max_s=1)
         metrics = Metrics(CollectorRegistry())
-        broker_of = Broker.of(chosen)
+        broker_of = Broker.of(chosen.mqtt)
         assert broker_of is not None
         notifier = MqttNotifier(chosen, metrics, broker_of)
         notifier.start()

@@ -46,14 +46,16 @@ def test_the_password_comes_from_the_environment_or_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ARENGINE_MQTT_PASSWORD", "from-env")
-    broker = Broker.of(Settings(mqtt_url="mqtt://h", mqtt_username="u"))
+    broker = Broker.of(Settings(mqtt_url="mqtt://h", mqtt_username="u").mqtt)
     assert broker is not None and broker.password == "from-env"
     monkeypatch.delenv("ARENGINE_MQTT_PASSWORD")
     secret = tmp_path / "password"
     secret.write_text("from-file\n")
-    broker = Broker.of(Settings(mqtt_url="mqtt://h", mqtt_username="u", mqtt_password_file=secret))
+    broker = Broker.of(
+        Settings(mqtt_url="mqtt://h", mqtt_username="u", mqtt_password_file=secret).mqtt
+    )
     assert broker is not None and broker.password == "from-file"
-    assert Broker.of(Settings()) is None
+    assert Broker.of(Settings().mqtt) is None
 
 
 @pytest.mark.parametrize(
@@ -68,7 +70,7 @@ def test_credentials_given_twice_or_half_are_refused_with_the_settings(
     settings: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        Settings(**settings)  # type: ignore[arg-type]
+        Settings(**settings)
 
 
 def test_a_wrong_url_stops_serve_with_its_message_and_not_its_password() -> None:
@@ -81,4 +83,4 @@ def test_the_password_is_never_a_flag() -> None:
     from arengine.cli.commands import ENV_ONLY
 
     assert "mqtt_password" in ENV_ONLY
-    assert "p" not in repr(Settings(mqtt_password="p").mqtt_password)
+    assert "p" not in repr(Settings(mqtt_password="p").mqtt.mqtt_password)

@@ -298,3 +298,39 @@ def test_gil_profile_sorts_samples_into_areas_by_the_innermost_frame_naming_one(
     row = shares(samples, possible=32)
     assert row["total"] == 0.5 and row["inference glue"] == 5 / 32
     assert "| **all** | **50%** |" in table({"x.wav": row})
+
+
+def test_the_broadcast_benchmark_scores_bounds_offsets_and_the_tags_over_no_play() -> None:
+    from arengine.types import Tag
+    from loadtests.fingerprint_broadcast import Play, score
+
+    plays = [Play("3", "ref 2", 100.0, 12.0, 20.0, "clean"),
+             Play("5", "ref 4", 200.0, 0.0, 10.0, "mp3")]  # fmt: skip
+    # Found: bounds and the offset (where the tag puts the play's start) within 0.5 s.
+    right = Tag(100.3, 119.6, "ref 2", 0.9, reference="3", reference_start=12.2,
+                reference_end=31.6, speed=1.0, pitch=1.0)  # fmt: skip
+    late_end = Tag(200.0, 208.0, "ref 4", 0.9, reference="5", reference_start=0.0,
+                   reference_end=8.0, speed=1.0, pitch=1.0)  # fmt: skip
+    wrong_offset = dataclasses.replace(late_end, end=210.0, reference_start=1.0)
+    stray = dataclasses.replace(right, start=400.0, end=410.0)
+    rows, missed = score([right, late_end, wrong_offset, stray], plays)
+    assert (rows["clean"].plays, rows["clean"].found, rows["clean"].correct) == (1, 1, 1)
+    assert (rows["mp3"].found, rows["mp3"].tags, rows["mp3"].correct) == (0, 2, 0)
+    assert (rows["bed"].tags, rows["bed"].correct) == (1, 0)
+    assert missed == [1]
+    other = dataclasses.replace(right, reference="4")
+    assert score([other], plays)[0]["clean"].found == 0
+
+
+def test_the_broadcast_benchmarks_plays_do_not_overlap_and_fit_their_references() -> None:
+    from loadtests.fingerprint_broadcast import CONDITIONS, schedule
+
+    references = [(str(i), f"ref {i}") for i in range(1, 11)]
+    plays = schedule(60.0, 60, references, 60.0, seed=3)
+    assert len(plays) == 60 and {p.condition for p in plays} == set(CONDITIONS)
+    ordered = sorted(plays, key=lambda p: p.at)
+    assert all(a.end < b.at for a, b in itertools.pairwise(ordered))
+    assert all(p.at >= 0 and p.end <= 3600 for p in plays)
+    assert all(8.0 <= p.seconds <= 30.0 and p.ref_start + p.seconds <= 60.0 for p in plays)
+    with pytest.raises(ValueError, match="do not fit"):
+        schedule(1.0, 10, references, 60.0, seed=3)

@@ -46,7 +46,7 @@ import soxr
 
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
 from arengine.kinds.fingerprint.references import library_of
-from arengine.types import Tag, tag_of
+from arengine.types import Tag, tag_dict, tag_of
 from loadtests.fingerprint import synthetic
 from loadtests.fingerprint_recall import ffmpeg
 from loadtests.server import running_server
@@ -170,7 +170,9 @@ def describe_miss(tags: Sequence[Tag], play: Play) -> str:
             continue
         offset = (tag.reference_start or 0.0) - (tag.start - play.at) * (tag.speed or 1.0)
         parts.append(f"own: start {tag.start - play.at:+.2f} end {tag.end - play.end:+.2f} "
-                     f"offset {offset - play.ref_start:+.2f}")  # fmt: skip
+                     f"offset {offset - play.ref_start:+.2f} (ref {tag.reference_start or 0.0:.1f}-"
+                     f"{tag.reference_end or 0.0:.1f} of {play.ref_start:.1f}-"
+                     f"{play.ref_start + play.seconds:.1f})")  # fmt: skip
     return "; ".join(parts)
 
 
@@ -192,13 +194,18 @@ def _speech(rng: np.random.Generator, seconds: float, folder: Path) -> np.ndarra
     return np.concatenate(parts)
 
 
-def bed(minutes: float, seed: int, level: float, folder: Path) -> np.ndarray:
+def bed(
+    minutes: float, seed: int, level: float, folder: Path
+) -> tuple[np.ndarray, list[tuple[float, str]]]:
     """Music not in the library (pieces of seeds from `seed`) and speech, taking turns, all at
-    `level` (RMS); a little noise under it all, as a broadcast's floor."""
+    `level` (RMS); a little noise under it all, as a broadcast's floor. With the layout: where
+    each part starts, and whether it is music or speech."""
     rng = np.random.default_rng(seed)
     parts: list[np.ndarray] = []
+    layout: list[tuple[float, str]] = []
     total, n, want = 0, 0, round(minutes * 60 * SAMPLE_RATE)
     while total < want:
+        layout.append((total / SAMPLE_RATE, "speech" if n % 2 else "music"))
         if n % 2 == 0:
             part = piece(seed + n, folder, float(rng.uniform(40.0, 90.0)))
         else:
@@ -208,8 +215,7 @@ def bed(minutes: float, seed: int, level: float, folder: Path) -> np.ndarray:
         n += 1
     out = np.concatenate(parts)[:want]
     floor = rng.standard_normal(len(out)) * level * 10 ** (-40 / 20)
-    mixed: np.ndarray = (out + floor).astype(np.float32)
-    return mixed
+    return (out + floor).astype(np.float32), layout
 
 
 def broadcast(
@@ -218,10 +224,10 @@ def broadcast(
     pieces: dict[str, np.ndarray],
     seed: int,
     folder: Path,
-) -> np.ndarray:
+) -> tuple[np.ndarray, list[tuple[float, str]]]:
     """The bed with the plays in it (each replacing the bed where it plays), distorted."""
     level = _level(np.concatenate(list(pieces.values())))
-    out = bed(minutes, seed, level, folder)
+    out, layout = bed(minutes, seed, level, folder)
     rng = np.random.default_rng(seed + 1)
     for play in plays:
         source = pieces[play.reference]
@@ -235,7 +241,12 @@ def broadcast(
             excerpt = excerpt + voice * (_level(excerpt) / _level(voice) * 10 ** (-5 / 20))
         at = round(play.at * SAMPLE_RATE)
         out[at : at + len(excerpt)] = excerpt
-    return out
+    return out, layout
+
+
+def _around(layout: Sequence[tuple[float, str]], at: float) -> str:
+    """The bed's kind of part at `at` seconds."""
+    return [kind for start, kind in layout if start <= at][-1]
 
 
 def build_library(
@@ -291,11 +302,13 @@ def main() -> None:
         args.minutes, args.plays, [(r, f"ref {int(r) - 1}") for r in pieces], args.seconds, 3
     )
     hour = folder / "broadcast.wav"
-    sf.write(hour, broadcast(args.minutes, plays, pieces, 5000, folder), SAMPLE_RATE, "PCM_16")
-    (folder / "broadcast.json").write_text(json.dumps([asdict(p) for p in plays], indent=1))
+    samples, layout = broadcast(args.minutes, plays, pieces, 5000, folder)
+    sf.write(hour, samples, SAMPLE_RATE, "PCM_16")
+    truth = {"plays": [asdict(p) for p in plays], "bed": layout}
+    (folder / "broadcast.json").write_text(json.dumps(truth, indent=1))
     other = folder / "other.wav"
     level = _level(np.concatenate(list(pieces.values())))
-    sf.write(other, bed(args.minutes, 7000, level, folder), SAMPLE_RATE, "PCM_16")
+    sf.write(other, bed(args.minutes, 7000, level, folder)[0], SAMPLE_RATE, "PCM_16")
     made_s = time.perf_counter() - started
     print(f"library of {args.refs} ({len(pieces)} playable) and two recordings of "
           f"{args.minutes:g} min made in {made_s:.0f} s", flush=True)  # fmt: skip
@@ -305,6 +318,9 @@ def main() -> None:
     with running_server(_free_port(), *flags) as (_, url):
         tags, busy_s = recognize(url, hour)
         others, other_s = recognize(url, other)
+    for name, found in (("broadcast", tags), ("other", others)):
+        text = json.dumps([tag_dict(t) for t in found], indent=1)
+        (folder / f"{name}-tags.json").write_text(text)
     rows, missed = score(tags, plays)
     audio_s = args.minutes * 60
     print(f"\n{args.minutes:g} min, {len(plays)} plays, {args.refs} references; "
@@ -328,12 +344,13 @@ def main() -> None:
     ok &= not total.tags or precision >= 0.99
     print(f"\nbroadcast: {audio_s / busy_s:.0f}x real time ({busy_s:.0f} s, a loaded machine)")
     if missed:
-        print("\n| missed play | condition | at | length | what the tags say |")
-        print("|---|---|---:|---:|---|")
+        print("\n| missed play | condition | at | length | bed at its start, end | the tags |")
+        print("|---|---|---:|---:|---|---|")
         for i in missed:
             play = plays[i]
             print(f"| {i} ref {play.reference} | {play.condition} | {play.at:.1f} | "
-                  f"{play.seconds:.1f} | {describe_miss(tags, play)} |")  # fmt: skip
+                  f"{play.seconds:.1f} | {_around(layout, play.at)}, {_around(layout, play.end)} | "
+                  f"{describe_miss(tags, play)} |")  # fmt: skip
     print("\n| other hour | tags | x real time |\n|---|---:|---:|")
     print(f"| {args.minutes:g} min of other music and speech | {len(others)} | "
           f"{audio_s / other_s:.0f} |")  # fmt: skip

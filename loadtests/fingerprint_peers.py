@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import soundfile as sf
 import soxr
 
@@ -34,6 +33,8 @@ _OLAF_LINE = re.compile(
     r"^(\d+), (-?[\d.]+), (-?[\d.]+), \S*?r(\d+)\.wav, \d+, (-?[\d.]+), (-?[\d.]+)$",
     re.MULTILINE,
 )
+_OLAF_TIME = re.compile(r"^Matched \d+ fp's from .*? in ([\d.]+)s ", re.MULTILINE)
+_AUDFPRINT_TIME = re.compile(r"^Processed \d+ files .*? in ([\d.]+) s sec", re.MULTILINE)
 _AUDFPRINT_LINE = re.compile(
     r"^Matched +([\d.]+) s starting at +([\d.]+) s in (.+?) to time +(-?[\d.]+) s in "
     r"\S*?r(\d+)\.wav with +(\d+) of",
@@ -80,13 +81,21 @@ def audfprint_tags(output: str) -> dict[str, list[Tag]]:
     return tags
 
 
+def own_seconds(output: str) -> float:
+    """The time a peer reports for its work: Olaf's CPU seconds of each query's processing (its
+    start and library opening not counted), audfprint's CPU seconds of its command after its
+    imports (its library's loading counted)."""
+    return sum(float(t) for t in _OLAF_TIME.findall(output) + _AUDFPRINT_TIME.findall(output))
+
+
 @dataclass(frozen=True)
 class Matched:
     tags: dict[str, list[Tag]]
     """Per query file's path (as given)."""
     seconds: float
     """The commands' wall time, their process start and library load included."""
-    commands: int = 1
+    own_seconds: float
+    """The time the commands report for their work (`own_seconds`)."""
 
 
 class Olaf:
@@ -97,11 +106,11 @@ class Olaf:
         shutil.rmtree(self.home, ignore_errors=True)  # a new library, as audfprint's `new`
         (self.home / ".olaf" / "db").mkdir(parents=True, exist_ok=True)
 
-    def _run(self, *args: str) -> str:
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         environment = {**os.environ, "HOME": str(self.home)}
         command = [str(self.binary), *args]
         return subprocess.run(command, check=True, capture_output=True, text=True,
-                              env=environment).stdout  # fmt: skip
+                              env=environment)  # fmt: skip
 
     def _pairs(self, files: list[Path]) -> list[str]:
         """`raw, name` per file, each raw written beside its WAV."""
@@ -125,12 +134,13 @@ class Olaf:
 
     def match(self, files: list[Path]) -> Matched:
         pairs = self._pairs(files)
-        tags, seconds = {}, 0.0
+        tags, seconds, own = {}, 0.0, 0.0
         for raw, path in zip(pairs[::2], pairs[1::2], strict=True):
             started = time.perf_counter()
-            tags[path] = olaf_tags(self._run("query", raw, path))
+            done = self._run("query", raw, path)
             seconds += time.perf_counter() - started
-        return Matched(tags, seconds, len(files))
+            tags[path], own = olaf_tags(done.stdout), own + own_seconds(done.stderr)
+        return Matched(tags, seconds, own)
 
 
 class Audfprint:
@@ -156,15 +166,8 @@ class Audfprint:
              "--find-time-range", *map(str, files)],
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
-        return Matched(audfprint_tags(output), time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return Matched(audfprint_tags(output), seconds, own_seconds(output))
 
 
 Peer = Olaf | Audfprint
-
-
-def start_up(peer: Peer, folder: Path) -> float:
-    """The seconds of one match command on a second of silence: its process start and library
-    load, which a command pays once however many queries it is given."""
-    quiet = folder / f"{peer.name}-quiet.wav"
-    sf.write(quiet, np.zeros(11025, dtype=np.float32), 11025, subtype="PCM_16")
-    return min(peer.match([quiet]).seconds for _ in range(2))

@@ -26,9 +26,10 @@ reference audio. The machine's load average is printed: its other users share th
 Peers (`loadtests/fingerprint_peers.py`: Olaf, audfprint), when given, index the same references
 and match the same excerpts, both as 16-bit WAV files, through their own command lines. Neither
 reports a speed: a peer's tag is judged by its reference and its offset, carried back to the
-excerpt's start at the played speed. Their speed is shown with their commands' process start
-and library load, and without (the time of a command on a second of silence taken off each).
-Last, a table of recall per distortion with a column per system.
+excerpt's start at the played speed. Their speed is shown by the wall clock (Olaf: a command per
+query, since its lines do not name the query; audfprint: one per distortion; process start and
+library load included) and by their own timers (`fingerprint_peers.own_seconds`). Last, a table
+of recall per distortion with a column per system.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.types import Tag
 from loadtests.fingerprint import library_bytes, recognize, resampled, synthetic
-from loadtests.fingerprint_peers import Audfprint, Olaf, Peer, reference_name, start_up
+from loadtests.fingerprint_peers import Audfprint, Olaf, Peer, reference_name
 from tests.fingerprints import piece
 from tests.recordings import speak
 
@@ -202,7 +203,7 @@ def indexed(system: str, audio_s: float, index_s: float, size: int) -> None:
 
 
 Matcher = Callable[[list[np.ndarray], list[Path]], tuple[list[list[Tag]], float, float]]
-"""(recordings, their WAV files) -> tags per recording, seconds taken, of them process start."""
+"""(recordings, their WAV files) -> tags per recording, seconds taken, seconds by its own timer."""
 
 
 def engine(recognizer: FingerprintRecognizer) -> Matcher:
@@ -212,18 +213,18 @@ def engine(recognizer: FingerprintRecognizer) -> Matcher:
             started = time.perf_counter()
             tags.append(recognize(recognizer, recording))
             busy_s += time.perf_counter() - started
-        return tags, busy_s, 0.0
+        return tags, busy_s, busy_s
 
     return match
 
 
-def peer(tool: Peer, start_s: float) -> Matcher:
-    """Its command line over the queries' files; each command pays its start (`start_s`)."""
+def peer(tool: Peer) -> Matcher:
+    """Its command line over the queries' files."""
 
     def match(_: list[np.ndarray], files: list[Path]) -> tuple[list[list[Tag]], float, float]:
         matched = tool.match(files)
         tags = [matched.tags.get(str(path), []) for path in files]
-        return tags, matched.seconds, start_s * matched.commands
+        return tags, matched.seconds, matched.own_seconds
 
     return match
 
@@ -239,7 +240,7 @@ def peers(
     matchers = {}
     for tool in tools:
         indexed(tool.name, audio_s, tool.index(files), tool.size())
-        matchers[tool.name] = peer(tool, start_up(tool, folder))
+        matchers[tool.name] = peer(tool)
     return matchers
 
 
@@ -271,7 +272,7 @@ def main() -> None:
     steps = tuple(float(f) for f in args.steps.split(","))
     recall: dict[str, dict[str, str]] = {}
     print("distortion  system     recall  offset err s  factor err %  wrong tags  x real time  "
-          "without start  load avg")  # fmt: skip
+          "own timer  load avg")  # fmt: skip
     for name, distort in distortions(folder, steps).items():
         if not name.startswith(tuple(args.only.split(","))):
             continue
@@ -284,22 +285,22 @@ def main() -> None:
         wavs = [as_wav(files / f"q{i}.wav", r) for i, r in enumerate(recordings)] if files else []
         audio_s = sum(len(r) for r in recordings) / SAMPLE_RATE
         for system, match in systems.items():
-            tags, busy_s, start_s = match(recordings, wavs)
+            tags, busy_s, own_s = match(recordings, wavs)
             results = [judge(t, q, system == "arengine") for t, q in zip(tags, asked, strict=True)]
             recall.setdefault(name, {})[system] = f"{sum(r[0] for r in results)}/{len(results)}"
-            row(name, system, results, audio_s / busy_s, audio_s / (busy_s - start_s))
+            row(name, system, results, audio_s / busy_s, audio_s / own_s)
     print(f"\n| distortion | {' | '.join(systems)} |\n|---|{'---|' * len(systems)}")
     for name, found in recall.items():
         print(f"| {name} | {' | '.join(found.values())} |")
 
 
 def row(name: str, system: str, results: list[tuple[bool, float, float, int]], speed: float,
-        unstarted: float) -> None:  # fmt: skip
+        own: float) -> None:  # fmt: skip
     hits = [r for r in results if r[0]]
     offset = np.mean([r[1] for r in hits]) if hits else float("nan")
     factor = 100 * np.mean([r[2] for r in hits]) if hits else float("nan")
     print(f"{name:10}  {system:9}  {len(hits):>2}/{len(results):<3}  {offset:12.3f}  "
-          f"{factor:12.2f}  {sum(r[3] for r in results):10d}  {speed:11.0f}  {unstarted:13.0f}  "
+          f"{factor:12.2f}  {sum(r[3] for r in results):10d}  {speed:11.0f}  {own:9.0f}  "
           f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
 
 

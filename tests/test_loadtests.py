@@ -239,6 +239,15 @@ def test_audfprints_time_range_lines_become_tags_per_query() -> None:
     assert tag.end == pytest.approx(15.7) and tag.reference_end == pytest.approx(18.7)
 
 
+def test_a_peers_own_timer_is_read_from_its_output() -> None:
+    from loadtests.fingerprint_peers import own_seconds
+
+    olaf = "Matched 516 fp's from 24.0s (22 fp/s) in 0.023s (1046 times realtime)\n"
+    assert own_seconds(olaf * 2) == pytest.approx(0.046)
+    assert own_seconds(AUDFPRINT_OUTPUT) == pytest.approx(2.6)
+    assert own_seconds(OLAF_OUTPUT) == 0.0
+
+
 def test_a_librarys_size_is_read_with_its_wal_checkpointed(tmp_path: Path) -> None:
     from arengine.kinds.fingerprint.landmarks import add_recording
     from arengine.kinds.fingerprint.library import Library

@@ -366,3 +366,21 @@ def test_gil_profile_sorts_samples_into_areas_by_the_innermost_frame_naming_one(
     row = shares(samples, possible=32)
     assert row["total"] == 0.5 and row["inference glue"] == 5 / 32
     assert "| **all** | **50%** |" in table({"x.wav": row})
+
+
+def test_the_replicas_benchmark_waits_for_jobs_gone_from_the_list_before_the_last_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job that ended early leaves the job list when its retention is over, before the last
+    one ends: it counts as ended (the tool once polled until its 3-hour timeout)."""
+    from loadtests import cluster
+
+    polls = iter([[{"id": "a", "state": "done"}, {"id": "b", "state": "running"}]])
+    monkeypatch.setattr(
+        cluster, "listed", lambda group: next(polls, [{"id": "b", "state": "done"}])
+    )
+    monkeypatch.setattr(cluster, "result_tags", lambda group, job_id: [{"label": job_id}])
+    monkeypatch.setattr(cluster.time, "sleep", lambda seconds: None)
+    ended, tags = cluster.wait_done([], {"a": Path("a"), "b": Path("b")}, 5, fetch=True)
+    assert set(ended) == {"a", "b"}
+    assert tags == {"a": [{"label": "a"}], "b": [{"label": "b"}]}

@@ -213,11 +213,14 @@ def wait_done(
     would before the retention time removes it (None: it was gone)."""
     deadline = time.monotonic() + timeout_s
     tags: dict[str, Tags | None] = {}
+    # Every job seen ended, kept: one that ended early may be gone from the list (its retention
+    # over) before the last one ends.
+    ended: dict[str, Any] = {}
     while time.monotonic() < deadline:
         more = sending()
         known = set(ids.copy())  # one step under the GIL, while the senders add to it
         jobs = listed(group) or []
-        ended = {job["id"]: job for job in jobs if job["state"] in {"done", "failed", "cancelled"}}
+        ended |= {job["id"]: job for job in jobs if job["state"] in {"done", "failed", "cancelled"}}
         for job_id in known & set(ended) - set(tags) if fetch else ():
             if ended[job_id]["state"] == "done":
                 tags[job_id] = result_tags(group, job_id)

@@ -12,7 +12,8 @@ kept (ffmpeg's `atempo`); prints the share of placements found (the right refere
 over it).
 
 `audfprint`: the same references and query for audfprint (`--checkout` of `dpwe/audfprint`,
-`--python` an interpreter with numpy, scipy, docopt, joblib and psutil) and arengine.
+`--python` an interpreter with numpy, scipy, docopt, joblib and psutil) and arengine (recall per
+distortion against audfprint and Olaf: `loadtests/fingerprint_recall.py`).
 
 `scale`: libraries of N synthetic references (30 s of random notes of a few harmonics each, no
 two alike), printing indexing speed (fingerprint and store, x real time on one thread), the
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
+import sqlite3
 import subprocess
 import tempfile
 import time
@@ -41,6 +42,7 @@ from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
 from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.types import Tag
+from loadtests.fingerprint_peers import Audfprint, reference_name
 from tests.fingerprints import Placed, mix, piece
 
 SPEEDS = (0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0, 1.005, 1.01, 1.02, 1.03, 1.05, 1.07)
@@ -53,6 +55,18 @@ def recognize(recognizer: FingerprintRecognizer, samples: np.ndarray) -> list[Ta
     for segment in Segmenter(iter([samples]), recognizer.plan):
         tags += tagger.push(recognizer.infer(recognizer.features(segment), segment))
     return tags + tagger.finish(len(samples))
+
+
+def library_bytes(path: Path) -> int:
+    """The size of a library's SQLite file with every page of its WAL moved into it. On a
+    connection of its own: the library's connections begin a transaction when they open (its
+    engine's `begin` hook), and inside one SQLite refuses a checkpoint (table is locked)."""
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        connection.close()
+    return os.path.getsize(path)
 
 
 def resampled(samples: np.ndarray, speed: float) -> np.ndarray:
@@ -150,9 +164,7 @@ def scaling(folder: Path, sizes: list[int], seconds: float) -> None:
         tags = recognize(recognizer, recording)
         match_s = time.perf_counter() - started
         hits = found(tags, placed, [20.0] * len(placed))
-        with library.connection() as connection:  # every page in the file
-            connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-        megabytes = os.path.getsize(path) / 1e6
+        megabytes = library_bytes(path) / 1e6
         print(
             f"{size:4d}  {audio_h:11.2f}  {audio_h * 3600 / index_s:10.0f}  "
             f"{megabytes / audio_h:8.1f}  {120.0 / match_s:10.0f}  {hits}/{len(placed):<4}  "
@@ -173,32 +185,21 @@ def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int
     refs = folder / "peers-refs"
     refs.mkdir(exist_ok=True)
     references = [synthetic(i, 30.0) for i in range(size)]
-    for i, samples in enumerate(references):
-        sf.write(refs / f"ref{i}.wav", samples, SAMPLE_RATE, subtype="PCM_16")
+    files = [refs / reference_name(i + 1) for i in range(size)]
+    for path, samples in zip(files, references, strict=True):
+        sf.write(path, samples, SAMPLE_RATE, subtype="PCM_16")
     chosen = np.random.default_rng(size).choice(size, 4, replace=False)
     placed = [Placed(int(i), 5.0 + 28.0 * n, 5.0, 25.0) for n, i in enumerate(chosen)]
     query = folder / "peers-query.wav"
     sf.write(query, mix(120.0, references, placed, snr_db=5.0, seed=size), SAMPLE_RATE)
-    files = [str(refs / f"ref{i}.wav") for i in range(size)]
     audio_s = size * 30.0
 
-    database = folder / "peers.pklz"
-    started = time.perf_counter()
-    tool = [str(python), str(checkout / "audfprint.py")]
-    subprocess.run(
-        [*tool, "new", "--dbase", str(database), *files], check=True, capture_output=True
-    )
-    index_s = time.perf_counter() - started
-    started = time.perf_counter()
-    answer = subprocess.run(
-        [*tool, "match", "--dbase", str(database), "--max-matches", "4", "--find-time-range",
-         str(query)],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    match_s = time.perf_counter() - started
-    named = {int(m) for m in re.findall(r"in \S*ref(\d+)\.wav", answer)}
+    audfprint = Audfprint(checkout, python, folder)
+    index_s = audfprint.index(files)
+    matched = audfprint.match([query], matches=4)
+    named = {int(tag.reference or 0) - 1 for tag in matched.tags.get(str(query), [])}
     hits = len(named & {int(i) for i in chosen})
-    _report("audfprint", audio_s / index_s, 120.0 / match_s, hits, database)
+    _report("audfprint", audio_s / index_s, 120.0 / matched.seconds, hits, audfprint.size())
 
     path = folder / "peers.sqlite"
     path.unlink(missing_ok=True)
@@ -207,20 +208,18 @@ def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int
                          max_sample_rate=192000)  # fmt: skip
     started = time.perf_counter()
     for i, name in enumerate(files):
-        add_file(library, Path(name), limits, f"ref{i}", {})
+        add_file(library, name, limits, f"ref{i}", {})
     index_s = time.perf_counter() - started
     started = time.perf_counter()
     recording, _ = sf.read(query, dtype="float32")
     tags = recognize(FingerprintRecognizer(path, segment_s=30.0), recording)
     match_s = time.perf_counter() - started
     hits = found(tags, placed, [20.0] * len(placed))
-    with library.connection() as connection:  # every page in the file
-        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    _report("arengine", audio_s / index_s, 120.0 / match_s, hits, path)
+    _report("arengine", audio_s / index_s, 120.0 / match_s, hits, library_bytes(path))
 
 
-def _report(tool: str, index_x: float, match_x: float, hits: int, stored: Path) -> None:
-    megabytes = os.path.getsize(stored) / 1e6
+def _report(tool: str, index_x: float, match_x: float, hits: int, size: int) -> None:
+    megabytes = size / 1e6
     load = os.getloadavg()[0]
     print(f"{tool:10} index {index_x:6.0f}x  match {match_x:6.0f}x  found {hits}/4  "
           f"{megabytes:.2f} MB  load {load:.1f}", flush=True)  # fmt: skip

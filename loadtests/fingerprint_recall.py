@@ -2,6 +2,9 @@
 
     python -m loadtests.fingerprint_recall --out /tmp/fp                 # small: 20 references
     python -m loadtests.fingerprint_recall --out /tmp/fp --refs 10000    # the issue's scale
+    python -m loadtests.fingerprint_recall --out /tmp/fp --olaf ../olaf/bin/olaf_core \
+        --audfprint ../audfprint --audfprint-python ../audfprint-venv/bin/python \
+        --only clean,mp3,noise,talk,speed --steps 0.95,0.97,1.03,1.05
 
 References: `--queries` (10) pieces of 30 s rendered by fluidsynth (FluidR3, two random
 melodies each, `tests/fingerprints.py`; Debian ships no MIDI files of music to render here),
@@ -19,6 +22,14 @@ within 0.5 s of the truth and its speed (and pitch) within 1%. Printed per disto
 mean offset and factor errors of the found, wrong tags (another reference, or its own at a
 wrong offset), query speed (x real time, one thread) and, once, the library's size per hour of
 reference audio. The machine's load average is printed: its other users share the cores.
+
+Peers (`loadtests/fingerprint_peers.py`: Olaf, audfprint), when given, index the same references
+and match the same excerpts, both as 16-bit WAV files, through their own command lines. Neither
+reports a speed: a peer's tag is judged by its reference and its offset, carried back to the
+excerpt's start at the played speed. Their speed is shown by the wall clock (Olaf: a command per
+query, since its lines do not name the query; audfprint: one per distortion; process start and
+library load included) and by their own timers (`fingerprint_peers.own_seconds`). Last, a table
+of recall per distortion with a column per system.
 """
 
 from __future__ import annotations
@@ -40,7 +51,8 @@ from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
 from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.types import Tag
-from loadtests.fingerprint import recognize, resampled, synthetic
+from loadtests.fingerprint import library_bytes, recognize, resampled, synthetic
+from loadtests.fingerprint_peers import Audfprint, Olaf, Peer, reference_name
 from tests.fingerprints import piece
 from tests.recordings import speak
 
@@ -75,7 +87,9 @@ def ffmpeg(samples: np.ndarray, folder: Path, *args: str, suffix: str = ".wav") 
     return np.asarray(out)
 
 
-def distortions(folder: Path) -> dict[str, Callable[[np.ndarray], tuple[np.ndarray, float, float]]]:
+def distortions(
+    folder: Path, steps: tuple[float, ...] = STEPS
+) -> dict[str, Callable[[np.ndarray], tuple[np.ndarray, float, float]]]:
     """Name -> (excerpt -> the distorted excerpt, its speed, its pitch)."""
     speech, rate = speak("Good morning, this is your station, and here is the news.", folder)
     voice = np.interp(np.arange(0, len(speech), rate / SAMPLE_RATE), np.arange(len(speech)),
@@ -99,7 +113,7 @@ def distortions(folder: Path) -> dict[str, Callable[[np.ndarray], tuple[np.ndarr
         "noise": noise,
         "talk": talk,
     }
-    for f in STEPS:
+    for f in steps:
         if f != 1.0:
             for change in ("speed", "tempo", "pitch"):
                 table[f"{change} {f:.2f}"] = _changed(change, f, folder)
@@ -132,9 +146,10 @@ def placed(excerpt: np.ndarray, seed: int) -> np.ndarray:
     return noisy
 
 
-def judge(tags: list[Tag], query: Query) -> tuple[bool, float, float, int]:
+def judge(tags: list[Tag], query: Query, factors: bool = True) -> tuple[bool, float, float, int]:
     """Found (right reference, offset within 0.5 s, factors within 1%), its offset error, its
-    factor error, and the wrong tags."""
+    factor error, and the wrong tags. Without `factors` (a peer that reports no speed) the
+    offset is carried back to the excerpt's start at the true speed and no factor is judged."""
     right, wrong = None, 0
     for tag in tags:
         overlap = min(tag.end, LEAD_S + EXCERPT_S / query.speed) - max(tag.start, LEAD_S)
@@ -142,34 +157,91 @@ def judge(tags: list[Tag], query: Query) -> tuple[bool, float, float, int]:
             wrong += 1
             continue
         # Where the tag's start lies in the reference, had the excerpt played on before it.
-        offset = (tag.reference_start or 0.0) - (tag.start - LEAD_S) * (tag.speed or 1.0)
+        speed = (tag.speed or 1.0) if factors else query.speed
+        offset = (tag.reference_start or 0.0) - (tag.start - LEAD_S) * speed
         error = abs(offset - query.ref_start)
-        factor = max(abs((tag.speed or 1.0) / query.speed - 1),
-                     abs((tag.pitch or 1.0) / query.pitch - 1))  # fmt: skip
+        factor = float("nan")
+        if factors:
+            factor = max(abs((tag.speed or 1.0) / query.speed - 1),
+                         abs((tag.pitch or 1.0) / query.pitch - 1))  # fmt: skip
         if right is None or error < right[1]:
-            right = (error <= 0.5 and factor <= 0.01, error, factor)
+            right = (error <= 0.5 and not factor > 0.01, error, factor)
     if right is None:
         return False, float("nan"), float("nan"), wrong
     return right[0], right[1], right[2], wrong + (0 if right[0] else 1)
 
 
-def build(folder: Path, refs: int, queries: int, seconds: float) -> tuple[Path, list[np.ndarray]]:
+def as_wav(path: Path, samples: np.ndarray) -> Path:
+    """`samples` as a 16-bit WAV file for the peers, scaled down where they would clip."""
+    sf.write(path, samples / max(1.0, float(np.abs(samples).max())), SAMPLE_RATE, subtype="PCM_16")
+    return path
+
+
+def build(
+    folder: Path, refs: int, queries: int, seconds: float, files: Path | None
+) -> tuple[Path, list[np.ndarray], list[Path]]:
+    """The library, the rendered pieces and, with `files`, every reference as a WAV there."""
     path = folder / f"recall-{refs}.sqlite"
     path.unlink(missing_ok=True)
     library = Library.create(path)
     rendered = [piece(1000 + i, folder, seconds) for i in range(queries)]
-    started = time.perf_counter()
+    written, index_s = [], 0.0
     for i in range(refs):
         samples = rendered[i] if i < queries else synthetic(i, seconds)
+        started = time.perf_counter()
         add_recording(library, f"ref {i}", samples, {})
-    index_s = time.perf_counter() - started
-    with library.connection() as connection:  # every page in the file
-        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    hours = refs * seconds / 3600
-    size = os.path.getsize(path) / 1e6 / hours
-    print(f"{refs} references ({hours:.2f} h): indexed at {hours * 3600 / index_s:.0f}x real "
-          f"time, {size:.1f} MB per hour of reference audio")  # fmt: skip
-    return path, rendered
+        index_s += time.perf_counter() - started
+        if files is not None:
+            written.append(as_wav(files / reference_name(i + 1), samples))
+    indexed("arengine", refs * seconds, index_s, library_bytes(path))
+    return path, rendered, written
+
+
+def indexed(system: str, audio_s: float, index_s: float, size: int) -> None:
+    print(f"{system}: {audio_s / 3600:.2f} h of references indexed at {audio_s / index_s:.0f}x "
+          f"real time, {size / 1e6 / (audio_s / 3600):.1f} MB per hour")  # fmt: skip
+
+
+Matcher = Callable[[list[np.ndarray], list[Path]], tuple[list[list[Tag]], float, float]]
+"""(recordings, their WAV files) -> tags per recording, seconds taken, seconds by its own timer."""
+
+
+def engine(recognizer: FingerprintRecognizer) -> Matcher:
+    def match(recordings: list[np.ndarray], _: list[Path]) -> tuple[list[list[Tag]], float, float]:
+        tags, busy_s = [], 0.0
+        for recording in recordings:
+            started = time.perf_counter()
+            tags.append(recognize(recognizer, recording))
+            busy_s += time.perf_counter() - started
+        return tags, busy_s, busy_s
+
+    return match
+
+
+def peer(tool: Peer) -> Matcher:
+    """Its command line over the queries' files."""
+
+    def match(_: list[np.ndarray], files: list[Path]) -> tuple[list[list[Tag]], float, float]:
+        matched = tool.match(files)
+        tags = [matched.tags.get(str(path), []) for path in files]
+        return tags, matched.seconds, matched.own_seconds
+
+    return match
+
+
+def peers(
+    args: argparse.Namespace, folder: Path, files: list[Path], audio_s: float
+) -> dict[str, Matcher]:
+    tools: list[Peer] = []
+    if args.olaf:
+        tools.append(Olaf(args.olaf, folder))
+    if args.audfprint:
+        tools.append(Audfprint(args.audfprint, args.audfprint_python, folder))
+    matchers = {}
+    for tool in tools:
+        indexed(tool.name, audio_s, tool.index(files), tool.size())
+        matchers[tool.name] = peer(tool)
+    return matchers
 
 
 def main() -> None:
@@ -178,35 +250,58 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=20, help="references in the library")
     parser.add_argument("--queries", type=int, default=10, help="rendered pieces queried")
     parser.add_argument("--seconds", type=float, default=30.0, help="seconds a reference")
-    parser.add_argument("--only", default="", help="distortions whose name starts so")
+    parser.add_argument("--only", default="", help="distortions whose name starts so (commas: any)")
+    parser.add_argument("--steps", default=",".join(map(str, STEPS)), help="speed factors")
+    parser.add_argument("--olaf", type=Path, help="Olaf's `bin/olaf_core` (make compile_core)")
+    parser.add_argument("--audfprint", type=Path, help="a checkout of dpwe/audfprint")
+    parser.add_argument("--audfprint-python", type=Path, help="an interpreter with its needs")
     args = parser.parse_args()
     torch.set_num_threads(1)
     folder = args.out or Path(tempfile.mkdtemp(prefix="fingerprint-recall-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path, rendered = build(folder, args.refs, min(args.queries, args.refs), args.seconds)
-    recognizer = FingerprintRecognizer(path, segment_s=30.0)
+    files = folder / "peers" if args.olaf or args.audfprint else None
+    for made in (folder, files):
+        if made is not None:
+            made.mkdir(parents=True, exist_ok=True)
+    queries = min(args.queries, args.refs)
+    path, rendered, written = build(folder, args.refs, queries, args.seconds, files)
+    systems = {"arengine": engine(FingerprintRecognizer(path, segment_s=30.0))}
+    if files is not None:
+        systems |= peers(args, files, written, args.refs * args.seconds)
     rng = np.random.default_rng(11)
     starts = [float(rng.uniform(0.0, args.seconds - EXCERPT_S)) for _ in rendered]
-    print("distortion  recall  offset err s  factor err %  wrong tags  x real time  load avg")
-    for name, distort in distortions(folder).items():
-        if not name.startswith(args.only):
+    steps = tuple(float(f) for f in args.steps.split(","))
+    recall: dict[str, dict[str, str]] = {}
+    print("distortion  system     recall  offset err s  factor err %  wrong tags  x real time  "
+          "own timer  load avg")  # fmt: skip
+    for name, distort in distortions(folder, steps).items():
+        if not name.startswith(tuple(args.only.split(","))):
             continue
-        results, busy_s, audio_s = [], 0.0, 0.0
+        asked = []
         for i, samples in enumerate(rendered):
             at = round(starts[i] * SAMPLE_RATE)
             excerpt, speed, pitch = distort(samples[at : at + round(EXCERPT_S * SAMPLE_RATE)])
-            recording = placed(excerpt, i)
-            started = time.perf_counter()
-            tags = recognize(recognizer, recording)
-            busy_s += time.perf_counter() - started
-            audio_s += len(recording) / SAMPLE_RATE
-            results.append(judge(tags, Query(i + 1, starts[i], recording, speed, pitch)))
-        hits = [r for r in results if r[0]]
-        offset = np.mean([r[1] for r in hits]) if hits else float("nan")
-        factor = 100 * np.mean([r[2] for r in hits]) if hits else float("nan")
-        print(f"{name:10}  {len(hits):>2}/{len(results):<3}  {offset:12.3f}  {factor:12.2f}  "
-              f"{sum(r[3] for r in results):10d}  {audio_s / busy_s:11.0f}  "
-              f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+            asked.append(Query(i + 1, starts[i], placed(excerpt, i), speed, pitch))
+        recordings = [q.samples for q in asked]
+        wavs = [as_wav(files / f"q{i}.wav", r) for i, r in enumerate(recordings)] if files else []
+        audio_s = sum(len(r) for r in recordings) / SAMPLE_RATE
+        for system, match in systems.items():
+            tags, busy_s, own_s = match(recordings, wavs)
+            results = [judge(t, q, system == "arengine") for t, q in zip(tags, asked, strict=True)]
+            recall.setdefault(name, {})[system] = f"{sum(r[0] for r in results)}/{len(results)}"
+            row(name, system, results, audio_s / busy_s, audio_s / own_s)
+    print(f"\n| distortion | {' | '.join(systems)} |\n|---|{'---|' * len(systems)}")
+    for name, found in recall.items():
+        print(f"| {name} | {' | '.join(found.values())} |")
+
+
+def row(name: str, system: str, results: list[tuple[bool, float, float, int]], speed: float,
+        own: float) -> None:  # fmt: skip
+    hits = [r for r in results if r[0]]
+    offset = np.mean([r[1] for r in hits]) if hits else float("nan")
+    factor = 100 * np.mean([r[2] for r in hits]) if hits else float("nan")
+    print(f"{name:10}  {system:9}  {len(hits):>2}/{len(results):<3}  {offset:12.3f}  "
+          f"{factor:12.2f}  {sum(r[3] for r in results):10d}  {speed:11.0f}  {own:9.0f}  "
+          f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

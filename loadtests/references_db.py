@@ -40,7 +40,7 @@ from arengine.db.url import parse
 from arengine.kinds.fingerprint.landmarks import SCHEME_HASH, fingerprint, landmark_span
 from arengine.kinds.fingerprint.library import SHARED, Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
-from loadtests.fingerprint import found, recognize, synthetic
+from loadtests.fingerprint import found, library_bytes, recognize, synthetic
 from tests.fingerprints import Placed, mix
 
 SECONDS = 30.0
@@ -75,9 +75,7 @@ def fill(library: Library, base: list[np.ndarray], count: int) -> float:
 
 
 def sqlite_megabytes(library: Library) -> float:
-    with library.connection() as connection:  # every page in the file
-        connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-    return os.path.getsize(library.path) / 1e6
+    return library_bytes(library.path) / 1e6
 
 
 def postgresql_megabytes(database: sa.Engine) -> float:

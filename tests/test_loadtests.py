@@ -192,6 +192,74 @@ def test_the_recall_benchmark_judges_offsets_and_factors_at_the_played_speed() -
     assert judge([other], query)[::3] == (False, 1)  # nothing found, one wrong tag
 
 
+def test_the_recall_benchmark_judges_a_peer_without_factors_at_the_true_speed() -> None:
+    from arengine.types import Tag
+    from loadtests.fingerprint_recall import LEAD_S, Query, judge
+
+    query = Query(3, 12.0, np.zeros(1), speed=1.05, pitch=1.05)
+    # No speed reported: its start is carried back at the played speed, no factor is judged.
+    peer = Tag(LEAD_S + 1.0, LEAD_S + 9.0, "x", 9.0, reference="3", reference_start=13.05)
+    found, offset_error, factor_error, wrong = judge([peer], query, factors=False)
+    assert found and offset_error <= 0.01 and np.isnan(factor_error) and wrong == 0
+    late = dataclasses.replace(peer, reference_start=14.0)
+    assert judge([late], query, factors=False)[::3] == (False, 1)
+
+
+OLAF_OUTPUT = """\
+33, 8.22, 16.73, /tmp/fp/peers/r1.wav, 3542454583, 3.79, 12.30
+7, 10.06, 13.46, /tmp/fp/peers/r12.wav, 2334948810, 13.03, 16.44
+0, 0.00, 0.00, , 0, 0.00, 0.00
+"""
+AUDFPRINT_OUTPUT = """\
+Fri Nov 27 05:30:49 2026 Reading hash table audfprint.pklz
+Read fprints for 12 files ( 5796 hashes) from audfprint.pklz (0.00% dropped)
+Matched    8.4 s starting at    7.3 s in /tmp/fp/peers/q0.wav to time   10.3 s in \
+/tmp/fp/peers/r4.wav with    56 of   120 common hashes at rank  0
+NOMATCH /tmp/fp/peers/q1.wav 24.2 sec 1777 raw hashes
+Processed 2 files (48.4 s total dur) in 2.6 s sec = 0.054 x RT
+"""
+
+
+def test_olafs_result_lines_become_tags_of_the_reference_they_name() -> None:
+    from loadtests.fingerprint_peers import olaf_tags
+
+    first, second = olaf_tags(OLAF_OUTPUT)  # the empty line (no match) gives no tag
+    assert (first.reference, first.start, first.end, first.score) == ("1", 8.22, 16.73, 33.0)
+    assert (first.reference_start, first.reference_end) == (3.79, 12.30)
+    assert second.reference == "12"
+
+
+def test_audfprints_time_range_lines_become_tags_per_query() -> None:
+    from loadtests.fingerprint_peers import audfprint_tags
+
+    tags = audfprint_tags(AUDFPRINT_OUTPUT)
+    (tag,) = tags["/tmp/fp/peers/q0.wav"]
+    assert list(tags) == ["/tmp/fp/peers/q0.wav"]
+    assert (tag.reference, tag.start, tag.score, tag.reference_start) == ("4", 7.3, 56.0, 10.3)
+    assert tag.end == pytest.approx(15.7) and tag.reference_end == pytest.approx(18.7)
+
+
+def test_a_peers_own_timer_is_read_from_its_output() -> None:
+    from loadtests.fingerprint_peers import own_seconds
+
+    olaf = "Matched 516 fp's from 24.0s (22 fp/s) in 0.023s (1046 times realtime)\n"
+    assert own_seconds(olaf * 2) == pytest.approx(0.046)
+    assert own_seconds(AUDFPRINT_OUTPUT) == pytest.approx(2.6)
+    assert own_seconds(OLAF_OUTPUT) == 0.0
+
+
+def test_a_librarys_size_is_read_with_its_wal_checkpointed(tmp_path: Path) -> None:
+    from arengine.kinds.fingerprint.landmarks import add_recording
+    from arengine.kinds.fingerprint.library import Library
+    from loadtests.fingerprint import library_bytes, synthetic
+
+    library = Library.create(tmp_path / "library.sqlite")
+    add_recording(library, "ref", synthetic(1, 12.0), {})
+    size = library_bytes(library.path)  # raised "database table is locked" inside a transaction
+    assert size == os.path.getsize(library.path) > 0
+    assert os.path.getsize(f"{library.path}-wal") == 0
+
+
 def test_the_replicas_benchmark_counts_each_recorded_finish_across_the_logs(
     tmp_path: Path,
 ) -> None:
@@ -334,3 +402,21 @@ def test_the_broadcast_benchmarks_plays_do_not_overlap_and_fit_their_references(
     assert all(8.0 <= p.seconds <= 30.0 and p.ref_start + p.seconds <= 60.0 for p in plays)
     with pytest.raises(ValueError, match="do not fit"):
         schedule(1.0, 10, references, 60.0, seed=3)
+
+
+def test_the_replicas_benchmark_waits_for_jobs_gone_from_the_list_before_the_last_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job that ended early leaves the job list when its retention is over, before the last
+    one ends: it counts as ended (the tool once polled until its 3-hour timeout)."""
+    from loadtests import cluster
+
+    polls = iter([[{"id": "a", "state": "done"}, {"id": "b", "state": "running"}]])
+    monkeypatch.setattr(
+        cluster, "listed", lambda group: next(polls, [{"id": "b", "state": "done"}])
+    )
+    monkeypatch.setattr(cluster, "result_tags", lambda group, job_id: [{"label": job_id}])
+    monkeypatch.setattr(cluster.time, "sleep", lambda seconds: None)
+    ended, tags = cluster.wait_done([], {"a": Path("a"), "b": Path("b")}, 5, fetch=True)
+    assert set(ended) == {"a", "b"}
+    assert tags == {"a": [{"label": "a"}], "b": [{"label": "b"}]}

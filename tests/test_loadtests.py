@@ -416,7 +416,7 @@ def test_the_replicas_benchmark_waits_for_jobs_gone_from_the_list_before_the_las
         cluster, "listed", lambda group: next(polls, [{"id": "b", "state": "done"}])
     )
     monkeypatch.setattr(cluster, "result_tags", lambda group, job_id: [{"label": job_id}])
-    monkeypatch.setattr(cluster.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr("loadtests.cluster.time.sleep", lambda seconds: None)
     ended, tags = cluster.wait_done([], {"a": Path("a"), "b": Path("b")}, 5, fetch=True)
     assert set(ended) == {"a", "b"}
     assert tags == {"a": [{"label": "a"}], "b": [{"label": "b"}]}

@@ -21,7 +21,9 @@ a temporary directory, with `initdb` and `pg_ctl`, as the tests' fixture does) a
    Checked: every acknowledged job (202) is done exactly once (one "done" record in all the
    replicas' logs), its tags (read as soon as it is done) equal to a direct recognition's
    (`POST /v1/recognize` of the same file); after the retention time (`--retention-s`) nothing
-   is left in the data directory nor in the database's job tables.
+   is left in the data directory nor in the database's job tables, but the spool files of
+   uploads a kill cut (listed: the sweep takes them after an hour, as it cannot tell them from
+   another replica's upload still arriving).
 
 Prints Markdown tables; exits 1 when a check fails. Real servers on 127.0.0.1 only.
 """
@@ -46,6 +48,8 @@ from typing import Any
 
 import httpx
 
+from arengine.http.upload_dir import SPOOLED
+from arengine.jobs.store import SWEEP_GRACE_S
 from loadtests.cluster import (
     Postgres,
     Replica,
@@ -275,10 +279,16 @@ def report_kills(
         f"tags unlike a direct recognition's: {len(different)}; result gone unread: {len(gone)}",
         f"done, with no log record (a kill between the finish and its line): {len(unlogged)}",
     ]
+    lines += [f"  not done: {i} {outcome.ended[i]}" for i in not_done[:5]]
     print("\n" + "\n".join(lines))
     wait_forgotten(group, retention_s + 3 * 60)
-    files, rows = leftover_files(data), database.job_rows()
+    left, rows = leftover_files(data), database.job_rows()
+    # An upload cut by a kill leaves its spool file, which no replica may tell from another's
+    # upload still arriving on a shared directory: the sweep takes it after SWEEP_GRACE_S.
+    spools = [name for name in left if SPOOLED.match(Path(name).name)]
+    files = [name for name in left if name not in spools]
     print(f"after retention: {len(files)} files left {files[:5]}, rows left {rows}")
+    print(f"spools of uploads cut by a kill, for the sweep after {SWEEP_GRACE_S:.0f} s: {spools}")
     return not (not_done or twice or gone or different or files or any(rows.values()))
 
 

@@ -323,10 +323,13 @@ class JobStore:
             return ended is not None
 
     def remove(self, job_id: str) -> None:
-        """Cancel and delete a job: marked `cancelled` first (its webhook committed with it if
-        it had not ended), so that a crash midway leaves a row `recover` finishes removing;
-        then its files, then the row. The replica running it sees at its next progress report
-        that the job is no longer its own, and stops."""
+        """Cancel and delete a job. One queued or running is marked `cancelled` first (its
+        webhook committed with it), so that a crash midway leaves a row `recover` finishes
+        removing; then its files, then the row. The replica running it sees at its next
+        progress report that the job is no longer its own, and stops. One that has ended keeps
+        its state to the end (a client polling it never reads a done job as cancelled): its
+        row goes first, then its files (a crash between leaves files no row names, for the
+        sweep)."""
         active = (JobState.QUEUED.value, JobState.RUNNING.value)
         with self._write() as connection:
             cancelled = connection.execute(
@@ -338,9 +341,7 @@ class JobStore:
             if cancelled is not None:
                 _webhook(connection, _record(cancelled))
             else:
-                connection.execute(
-                    update(jobs).where(jobs.c.id == job_id).values(state=JobState.CANCELLED.value)
-                )
+                connection.execute(delete(jobs).where(jobs.c.id == job_id))
         self._delete(job_id)
 
     def counts(self) -> dict[str, int]:

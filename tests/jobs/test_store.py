@@ -131,6 +131,26 @@ def test_ended_jobs_past_the_retention_time_or_the_budget_go_oldest_first(
     assert store.oldest_active() == waiting.created
 
 
+def test_an_ended_job_past_its_retention_is_never_seen_cancelled(
+    open_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its row went to `cancelled` while its files were deleted: a client (or a load test)
+    polling the done job at its retention time read it as cancelled."""
+    store = open_store()
+    job_id = _ended_job(store, time.time() - 10, 10)
+    seen: list[JobRecord | None] = []
+    delete_files = store._delete
+
+    def deleting(job: str) -> None:
+        seen.append(store.get(job))
+        delete_files(job)
+
+    monkeypatch.setattr(store, "_delete", deleting)
+    assert store.expire(ended_before=time.time(), max_bytes=1 << 30) == [job_id]
+    assert seen == [None] and store.get(job_id) is None
+    assert store.counts()["cancelled"] == 0
+
+
 def test_the_budget_never_removes_an_ended_job_nobody_has_read(open_store: StoreFactory) -> None:
     """Queued uploads past the budget made every job deleted as it finished: its client, told
     its job was stored, then got 404. Unread, a job waits for its retention time."""

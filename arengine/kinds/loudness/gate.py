@@ -37,7 +37,7 @@ def threshold_dbfs(gate: LoudnessRecognizer) -> float:
     -55.0
     """
     params = gate.params
-    return min(params.absolute_dbfs, params.background_floor_dbfs + params.rise_db)
+    return float(min(params.absolute_dbfs, params.background_floor_dbfs + params.rise_db))
 
 
 def loud(samples: np.ndarray, window: int, threshold: float) -> bool:

@@ -20,7 +20,7 @@ test:
 	.venv/bin/coverage combine -q
 	.venv/bin/coverage report
 
-# The inner loop (under 3 minutes on 2 cores): the same checks and every test but the container
+# The inner loop (7.7 minutes on 2 quiet cores; the target is 3): the same checks and every test but the container
 # suite and the tests marked `slow` (see pyproject's markers), without coverage.
 # Sets up only when the venv is missing; `make test` stays the full CI run.
 test-fast:

@@ -420,3 +420,24 @@ def test_the_replicas_benchmark_waits_for_jobs_gone_from_the_list_before_the_las
     ended, tags = cluster.wait_done([], {"a": Path("a"), "b": Path("b")}, 5, fetch=True)
     assert set(ended) == {"a", "b"}
     assert tags == {"a": [{"label": "a"}], "b": [{"label": "b"}]}
+
+
+def test_the_latency_tool_waits_for_every_label_off_before_the_next_alarm() -> None:
+    """A label turned ON late by one alarm (a bell after the alarm clock) once counted as the
+    next run's ON, before that run's alarm: a run ends only when every state is OFF again."""
+    import threading
+
+    from loadtests.sources_latency import _all_off
+    from tests.mosquitto import Heard, Subscriber
+
+    heard = Subscriber.__new__(Subscriber)  # its messages only: no broker
+    heard._lock = threading.Lock()
+    state = "arengine/nursery/events/{}/state"
+    heard.messages = [
+        Heard(state.format("alarm_clock"), "ON", False, 1.0),
+        Heard(state.format("bell"), "ON", False, 1.5),
+        Heard(state.format("alarm_clock"), "OFF", False, 3.0),
+    ]
+    assert not _all_off(heard)
+    heard.messages.append(Heard(state.format("bell"), "OFF", False, 3.5))
+    assert _all_off(heard)

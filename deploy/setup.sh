@@ -24,7 +24,9 @@ for option in "$@"; do
     # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
     # mosquitto: the MQTT broker that tests/e2e/test_mqtt.py starts on loopback.
     # postgresql: the tests start their own cluster (initdb, pg_ctl) in a temporary folder.
-    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus mosquitto postgresql) ;;
+    # python3-gi, gir1.2-gst-rtsp-server-1.0 and GStreamer's base and good plugins: the RTSP
+    # server, a camera's stand-in, that tests/stream_server.py runs under Debian's Python.
+    --test) extras="[test]"; packages+=(espeak-ng chromium ffmpeg docker.io docker-compose debootstrap fluidsynth fluid-soundfont-gm sound-theme-freedesktop alsa-utils prometheus mosquitto postgresql python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good) ;;
     --system-only) system_only=1 ;;
     --check-torch) check_only=1 ;;
     *) echo "setup: unknown option $option (expected --test, --system-only, --check-torch)" >&2; exit 2 ;;

@@ -1,15 +1,18 @@
 """A real network audio stream for the tests: FFmpeg's own HTTP server (`-listen 1`) sending a
 recording as Ogg/Opus at real speed, as an Icecast mount or a camera's HTTP audio does.
 
-Why FFmpeg and not Icecast or an RTSP server: FFmpeg is already installed (the server decodes
-through it), needs no daemon, configuration or source client, and serves one listener per
-process, so stopping the process is a stream that drops and starting it again on the same port
-is one that comes back. Debian has no RTSP server that pulls (FFmpeg's RTSP muxer only pushes to
-one), so the RTSP path (`rtsp_transport`) is PyAV's own and not exercised here.
+Why FFmpeg and not Icecast: FFmpeg is already installed (the server decodes through it), needs
+no daemon, configuration or source client, and serves one listener per process, so stopping the
+process is a stream that drops and starting it again on the same port is one that comes back.
+
+Cameras serve RTSP, which FFmpeg cannot (its RTSP muxer only pushes to a server): `RtspServer`
+runs GStreamer's RTSP server (`tests/rtsp_server.py`, Debian's `gir1.2-gst-rtsp-server-1.0`)
+under Debian's Python, which has the GObject bindings the project's venv lacks.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -22,6 +25,8 @@ import pytest
 from tests.conftest import free_port
 
 FFMPEG = shutil.which("ffmpeg") or "/usr/bin/ffmpeg"
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""Debian's Python: `python3-gi` and the GStreamer bindings are installed for it, not the venv."""
 
 
 def needs_ffmpeg() -> pytest.MarkDecorator:
@@ -58,6 +63,56 @@ class StreamServer:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait(10)
+
+
+@functools.cache
+def _has_rtsp_server() -> bool:
+    check = "import gi; gi.require_version('GstRtspServer', '1.0')"
+    try:
+        return subprocess.run([SYSTEM_PYTHON, "-c", check], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def needs_rtsp_server() -> pytest.MarkDecorator:
+    return pytest.mark.skipif(
+        not _has_rtsp_server(),
+        reason="needs Debian's python3-gi and gir1.2-gst-rtsp-server-1.0 (deploy/setup.sh --test)",
+    )
+
+
+class RtspServer:
+    """`recording` (a WAV) served as Opus over RTP at `url`, from its start, at real speed, to
+    every client that connects, as a camera serves its microphone; the port stays the same
+    across `stop` and `start`."""
+
+    def __init__(self, recording: Path, port: int | None = None) -> None:
+        self.recording = recording
+        self.port = port or free_port()
+        self.url = f"rtsp://127.0.0.1:{self.port}/live"
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        """Listen; returns once the server accepts connections."""
+        script = Path(__file__).with_name("rtsp_server.py")
+        self._process = subprocess.Popen(
+            [SYSTEM_PYTHON, str(script), str(self.port), str(self.recording)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        if self._process.stdout.readline().strip() != "ready":
+            self.stop()
+            raise RuntimeError(f"the RTSP server did not start (exit {self._process.poll()})")
+
+    def stop(self) -> None:
+        """Drop every client now (each sees its connection end)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(10)
+        if self._process is not None and self._process.stdout is not None:
+            self._process.stdout.close()
 
 
 class Listener:

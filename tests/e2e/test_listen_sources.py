@@ -1,7 +1,9 @@
-"""`arengine listen --sources` against real stream servers (FFmpeg serving Ogg/Opus over HTTP on
-loopback, `tests/stream_server.py`) and a real arengine server: two sources at once, each tagged
-with its name; a source that drops and comes back is reconnected; a server that goes away and
-comes back too; a source the server refuses for good stops alone."""
+"""`arengine listen --sources` against real stream servers (FFmpeg serving Ogg/Opus over HTTP and
+GStreamer's RTSP server serving Opus over RTP, as a camera does, on loopback;
+`tests/stream_server.py`) and a real arengine server: two sources at once, each tagged with its
+name; a camera over RTSP, on TCP (the default) and on UDP; a source that drops and comes back is
+reconnected; a server that goes away and comes back too; a source the server refuses for good
+stops alone."""
 
 from __future__ import annotations
 
@@ -16,7 +18,13 @@ import soundfile as sf
 
 from tests.conftest import Server, ServerFactory, start_server, stop_server, wait_until
 from tests.kinds.loudness.room import RATE, SLAM, quiet_room
-from tests.stream_server import Listener, StreamServer, needs_ffmpeg
+from tests.stream_server import (
+    Listener,
+    RtspServer,
+    StreamServer,
+    needs_ffmpeg,
+    needs_rtsp_server,
+)
 
 pytestmark = [pytest.mark.slow, needs_ffmpeg()]  # a server started for the module
 
@@ -86,6 +94,53 @@ def test_two_sources_at_once_each_tagged_with_its_name(
         assert re.search(r"yard: connected", listener.status())
     finally:
         assert listener.stop() == 0  # SIGTERM ends it cleanly
+
+
+@pytest.fixture
+def camera(room: Path) -> Iterator[RtspServer]:
+    started = RtspServer(room)
+    started.start()
+    yield started
+    started.stop()
+
+
+@needs_rtsp_server()
+@pytest.mark.parametrize("transport", ["tcp", "udp"])
+def test_a_camera_over_rtsp_is_tagged_at_the_sounds_time(
+    server: Server, camera: RtspServer, tmp_path: Path, transport: str
+) -> None:
+    # TCP is what the client asks a camera for unless the source says otherwise; UDP is what a
+    # source's `options` can choose.
+    options = {} if transport == "tcp" else {"options": '{ rtsp_transport = "udp" }'}
+    listener = Listener(server.url, _sources(tmp_path, {"door": camera.url}, **options), tmp_path)
+    try:
+        assert wait_until(lambda: bool(_slams(listener, "door")), 60), listener.status()
+        ((start, end),) = _slams(listener, "door")
+        # The stream's own time: Opus at 48 kHz over RTP, resampled by the client, keeps the
+        # slam where the recording has it.
+        assert start == pytest.approx(SLAM[0], abs=0.06) and end >= SLAM[1]
+        assert "door: connected" in listener.status()
+        assert _metric(server, "arengine_live_tags_total", "door") >= 1
+    finally:
+        assert listener.stop() == 0
+
+
+@needs_rtsp_server()
+def test_a_camera_that_restarts_is_reconnected(
+    server: Server, camera: RtspServer, tmp_path: Path
+) -> None:
+    listener = Listener(server.url, _sources(tmp_path, {"door": camera.url}), tmp_path)
+    try:
+        assert wait_until(lambda: "door: connected" in listener.status(), 60)
+        camera.stop()  # mid-stream, before the slam: the RTSP session ends with it
+        assert wait_until(lambda: "door: reconnecting" in listener.status(), 60)
+        assert not _slams(listener, "door")
+        camera.start()  # back on the same port, from the start of the room
+        assert wait_until(lambda: len(_slams(listener, "door")) == 1, 60), listener.status()
+        assert listener.status().count("door: connected") == 2
+        assert _slams(listener, "door")[0][0] == pytest.approx(SLAM[0], abs=0.06)
+    finally:
+        assert listener.stop() == 0
 
 
 def test_a_source_that_drops_and_comes_back_is_reconnected(

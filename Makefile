@@ -15,8 +15,9 @@ test:
 	# One process, for now: the suite under pytest-xdist (`make test-fast` uses it; add `-n auto`
 	# here to try it) has not had a whole run checked on 2 cores, and one signal-handling e2e
 	# test failed once with two workers at load 15. Coverage measures the servers the tests start
-	# (pyproject's [tool.coverage.run] patch), and combine joins their data.
-	.venv/bin/coverage run -m pytest
+	# (pyproject's [tool.coverage.run] patch), and combine joins their data. The 30 slowest tests
+	# are listed at the end, so every CI log says where the suite's time goes.
+	.venv/bin/coverage run -m pytest --durations=30
 	.venv/bin/coverage combine -q
 	.venv/bin/coverage report
 

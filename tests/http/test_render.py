@@ -16,7 +16,7 @@ from arengine.http.render import _Deadline, _Timed
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import FORMATS
 from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, Settings
-from arengine.types import Tag
+from arengine.types import Extra, Tag
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient, serving
 
@@ -220,7 +220,7 @@ def test_a_render_past_render_timeout_s_is_stopped_with_504(
 def test_every_writer_stops_at_the_deadline(name: str) -> None:
     """A thread cannot be stopped from outside: each writer stops itself, as it reads the tags,
     once the deadline has passed."""
-    notes = tuple(Tag(i * 0.5, i * 0.5 + 0.4, "A4", 0.5, midi=69) for i in range(1000))
+    notes = tuple(Tag(i * 0.5, i * 0.5 + 0.4, "A4", 0.5, extra=Extra(midi=69)) for i in range(1000))
     result = RecognizeResponse.model_validate(_notes_result([])).to_result()
     deadline = _Deadline(3600)
     timed = dataclasses.replace(result, tags=_Timed(notes, deadline))

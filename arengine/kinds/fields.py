@@ -80,6 +80,11 @@ class TagField(Generic[T]):
         value: T | None = tag.extra.get(self.name)
         return value
 
+    def at(self, tag: Tag) -> T:
+        """The tag's value of this field, which it must have (`KeyError` naming it otherwise)."""
+        value: T = tag.extra[self.name]
+        return value
+
     def cell(self, text: str) -> Any:
         """The value of a text cell (CSV, Raven): None where empty."""
         if not text:

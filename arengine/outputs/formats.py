@@ -272,9 +272,9 @@ def _render_raven(result: Result, source: str) -> str:
     ]
     for index, tag in enumerate(result.tags, 1):
         low, high = 0.0, nyquist
-        pitch = role_of(tag, Role.PITCH_HZ)
-        if pitch is not None:  # a note: the band a quarter-tone around its pitch
-            low, high = pitch / _QUARTER_TONE, pitch * _QUARTER_TONE
+        hz = role_of(tag, Role.PITCH_HZ)
+        if hz is not None:  # a note: the band a quarter-tone around its pitch
+            low, high = hz / _QUARTER_TONE, hz * _QUARTER_TONE
         cells = [index, "Spectrogram 1", 1, f"{tag.start:.6f}", f"{tag.end:.6f}"]
         # Tab-separated: a label keeps its spaces ("American Robin", as BirdNET writes it).
         # Made inert after the trimming: trimmed, an inert " =1+1" would be a formula again.

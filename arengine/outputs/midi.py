@@ -54,9 +54,9 @@ def midi_number(label: str) -> int | None:
     return number if 0 <= number <= 127 else None
 
 
-def fractional_midi(frequency_hz: float) -> float:
+def fractional_midi(hz: float) -> float:
     """69 is A4 (440 Hz)."""
-    return 69 + 12 * math.log2(frequency_hz / 440)
+    return 69 + 12 * math.log2(hz / 440)
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,30 @@ def test_a_million_pitch_bends_on_one_short_note_are_refused(client: InProcessCl
     assert client.post("/v1/render", params={"format": "midi"}, json=body).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "bound"),
+    [("midi", 128, "less than or equal to 127"), ("level_dbfs", 3.0, "less than or equal to 0"),
+     ("speed", 0.0, "greater than 0"), ("reference", "x" * 65, "at most 64 characters")],
+)  # fmt: skip
+def test_a_kind_field_out_of_its_declared_bounds_is_refused(
+    client: InProcessClient, field: str, value: object, bound: str
+) -> None:
+    """Each kind declares its fields' bounds (`<kind>/fields.py`); `TagOut` is built from them."""
+    body = {
+        "model": "x",
+        "audio": {"duration_s": 1.0, "sample_rate": 22050, "channels": 1, "format": "WAV",
+                  "subtype": "PCM_16", "decoder": "libsndfile", "stream": 0,
+                  "truncated": False, "warnings": []},
+        "tags": [{"start": 0.0, "end": 1.0, "label": "A4", "score": 0.9, field: value}],
+        "timings": dict.fromkeys(
+            ["validation_s", "features_s", "inference_s", "postprocess_s", "total_s"], 0.0
+        ),
+    }  # fmt: skip
+    status, code, message = _refusal(client, json.dumps(body), format="csv")
+    assert (status, code) == (422, "invalid_result") and bound in message, message
+    assert f"tags.0.{field}" in message
+
+
 def _notes_result(tags: list[dict[str, Any]]) -> dict[str, Any]:
     end = max([1.0, *(tag["end"] for tag in tags)])
     return {

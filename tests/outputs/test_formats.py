@@ -67,7 +67,7 @@ def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
 def _midi_of(tag: Tag) -> int | None:
     if MIDI.of(tag) is not None or FREQUENCY_HZ.of(tag) is None:
         return MIDI.of(tag)
-    return round(69 + 12 * math.log2(FREQUENCY_HZ.of(tag) / 440))
+    return round(69 + 12 * math.log2(FREQUENCY_HZ.at(tag) / 440))
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))

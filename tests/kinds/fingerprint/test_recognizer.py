@@ -73,8 +73,8 @@ def _assert_found(tags: list[Tag], placed: list[Placed]) -> None:
         assert abs(tag.start - item.at) <= 0.5, (tag, item)
         assert abs(tag.end - item.end) <= 0.5, (tag, item)
         assert REFERENCE_START.of(tag) is not None and REFERENCE_END.of(tag) is not None
-        assert abs(REFERENCE_START.of(tag) - item.ref_start) <= 0.5, (tag, item)
-        assert abs(REFERENCE_END.of(tag) - item.ref_end) <= 0.5, (tag, item)
+        assert abs(REFERENCE_START.at(tag) - item.ref_start) <= 0.5, (tag, item)
+        assert abs(REFERENCE_END.at(tag) - item.ref_end) <= 0.5, (tag, item)
         assert 0.0 < tag.score <= 1.0
 
 

@@ -84,7 +84,7 @@ def test_a_changed_recording_is_found_with_its_factors(
 def _assert_offset(tag: Tag, at: float, ref_start: float) -> None:
     """The tag's reference offset is right at its speed: the stretch it names is the one played."""
     assert REFERENCE_START.of(tag) is not None and SPEED.of(tag) is not None
-    assert abs(REFERENCE_START.of(tag) - (ref_start + (tag.start - at) * SPEED.of(tag))) <= 0.5, tag
+    assert abs(REFERENCE_START.at(tag) - (ref_start + (tag.start - at) * SPEED.at(tag))) <= 0.5, tag
 
 
 def test_talk_over_is_one_occurrence(
@@ -104,7 +104,7 @@ def test_talk_over_is_one_occurrence(
     [tag] = recognize(recognizer, recording)
     assert REFERENCE.of(tag) == "2"
     assert abs(tag.start - 5.0) <= 0.5 and abs(tag.end - 25.0) <= 0.5, tag
-    assert REFERENCE_START.of(tag) == 0.0 and abs(REFERENCE_END.of(tag) - 20.0) <= 0.5
+    assert REFERENCE_START.at(tag) == 0.0 and abs(REFERENCE_END.at(tag) - 20.0) <= 0.5
     assert SPEED.of(tag) == pytest.approx(1.0, rel=0.01)
 
 

@@ -54,7 +54,7 @@ def test_one_occurrence_is_one_tag_however_it_is_pushed() -> None:
     [tag] = tags[0]
     assert (tag.label, REFERENCE.of(tag)) == ("ident", "1")
     assert abs(tag.start - 1000 * FRAME_S) < 0.01
-    assert abs(REFERENCE_START.of(tag) - 200 * FRAME_S) < 0.01
+    assert abs(REFERENCE_START.at(tag) - 200 * FRAME_S) < 0.01
     assert abs(tag.score - 0.25) < 0.01  # every 4th hash matched
 
 
@@ -105,4 +105,4 @@ def test_an_occurrence_matched_to_the_last_landmark_plays_to_the_reference_end()
     assert abs(whole.end - whole.start - 20.0) < 0.01
     cut = round(1.5 / FRAME_S)
     [excerpt] = _tags(_occurrence(3, 1000 + first, first, last - first - cut), 1)
-    assert abs(REFERENCE_END.of(excerpt) - 16.5) < 0.05
+    assert abs(REFERENCE_END.at(excerpt) - 16.5) < 0.05

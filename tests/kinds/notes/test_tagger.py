@@ -162,9 +162,9 @@ def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[
     for tag in tags:
         assert PITCH_BEND.of(tag) is not None
         # One per frame; the window grid's step is 141.27 frames, so a duration may round off 1.
-        assert abs(len(PITCH_BEND.of(tag)) - (tag.end - tag.start) * 22050 / 256) <= 1.5
+        assert abs(len(PITCH_BEND.at(tag)) - (tag.end - tag.start) * 22050 / 256) <= 1.5
         # FluidR3's samples are in tune: the contour peak is within a semitone of the key.
-        assert np.median(np.abs(PITCH_BEND.of(tag))) <= 3
+        assert np.median(np.abs(PITCH_BEND.at(tag))) <= 3
     plain = NotesTagger(NotesParams())
     first = (plain.push(scores) + plain.finish(len(audio)))[0]
     assert set(tag_dict(first)) == {"start", "end", "label", "score", "midi"}

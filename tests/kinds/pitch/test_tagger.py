@@ -62,7 +62,7 @@ def test_a_melody_gives_its_notes_across_segment_cuts(segment_s: float, block: i
         assert abs(tag.start - onset) <= 0.03  # measured: 15 ms early at most
         assert abs(tag.end - (onset + 0.5)) <= 0.03
         assert FREQUENCY_HZ.of(tag) is not None
-        assert abs(1200 * np.log2(FREQUENCY_HZ.of(tag) / frequency)) < 20
+        assert abs(1200 * np.log2(FREQUENCY_HZ.at(tag) / frequency)) < 20
         assert tag.score > 0.8
 
 

@@ -112,7 +112,7 @@ def test_each_role_is_one_field() -> None:
 def test_a_field_declared_twice_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from arengine.kinds import catalog
 
-    twin = TagField("midi", float, "Another midi.")
+    twin: TagField[float] = TagField("midi", float, "Another midi.")
     kind = dataclasses.replace(KINDS["loudness"], tag_fields=(twin,))
     monkeypatch.setitem(catalog.KINDS, "loudness", kind)
     with pytest.raises(ValueError, match="'midi' is declared twice"):

@@ -6,6 +6,7 @@ values from the server's answers; imported from here by the server's modules, as
 
 from arengine_client.types import (
     AudioInfo,
+    Extra,
     Result,
     Stage,
     Tag,
@@ -22,6 +23,7 @@ from arengine_client.types import (
 
 __all__ = [
     "AudioInfo",
+    "Extra",
     "Result",
     "Stage",
     "Tag",

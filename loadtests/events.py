@@ -223,7 +223,9 @@ def timing(audio: np.ndarray, inserted: list[tuple[str, float]], hop_s: float) -
             own = [
                 t
                 for t in tags
-                if t.label_id in wanted and t.start < at + lengths[name] and t.end > at - 1
+                if t.extra.get("label_id") in wanted
+                and t.start < at + lengths[name]
+                and t.end > at - 1
             ]
             near += any(abs(t.start - at) <= 0.5 for t in own)
             first.append(min((t.start for t in own), default=np.inf) - at)

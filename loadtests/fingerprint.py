@@ -94,7 +94,7 @@ def found(tags: list[Tag], placed: list[Placed], lengths: list[float]) -> int:
         end = item.at + length
         for tag in tags:
             overlap = min(tag.end, end) - max(tag.start, item.at)
-            if tag.reference == str(item.index + 1) and overlap >= length / 2:
+            if tag.extra.get("reference") == str(item.index + 1) and overlap >= length / 2:
                 hits += 1
                 break
     return hits
@@ -197,7 +197,7 @@ def audfprint_side_by_side(folder: Path, checkout: Path, python: Path, size: int
     audfprint = Audfprint(checkout, python, folder)
     index_s = audfprint.index(files)
     matched = audfprint.match([query], matches=4)
-    named = {int(tag.reference or 0) - 1 for tag in matched.tags.get(str(query), [])}
+    named = {int(tag.extra.get("reference") or 0) - 1 for tag in matched.tags.get(str(query), [])}
     hits = len(named & {int(i) for i in chosen})
     _report("audfprint", audio_s / index_s, 120.0 / matched.seconds, hits, audfprint.size())
 

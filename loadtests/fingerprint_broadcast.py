@@ -118,9 +118,11 @@ def schedule(
 def matches(tag: Tag, play: Play, tolerance: float = TOLERANCE_S) -> bool:
     """The tag names the play's reference, its bounds and its reference offset within
     `tolerance`: the offset is where the tag puts the play's start in the reference."""
-    if tag.reference != play.reference:
+    if tag.extra.get("reference") != play.reference:
         return False
-    offset = (tag.reference_start or 0.0) - (tag.start - play.at) * (tag.speed or 1.0)
+    offset = (tag.extra.get("reference_start") or 0.0) - (tag.start - play.at) * (
+        tag.extra.get("speed") or 1.0
+    )
     return (
         abs(tag.start - play.at) <= tolerance
         and abs(tag.end - play.end) <= tolerance
@@ -165,13 +167,16 @@ def describe_miss(tags: Sequence[Tag], play: Play) -> str:
         return "no tag"
     parts = []
     for tag in over:
-        if tag.reference != play.reference:
-            parts.append(f"ref {tag.reference} {tag.start:.1f}-{tag.end:.1f}")
+        if tag.extra.get("reference") != play.reference:
+            parts.append(f"ref {tag.extra.get('reference')} {tag.start:.1f}-{tag.end:.1f}")
             continue
-        offset = (tag.reference_start or 0.0) - (tag.start - play.at) * (tag.speed or 1.0)
+        offset = (tag.extra.get("reference_start") or 0.0) - (tag.start - play.at) * (
+            tag.extra.get("speed") or 1.0
+        )
+        begin, end = tag.extra.get("reference_start") or 0.0, tag.extra.get("reference_end") or 0.0
         parts.append(f"own: start {tag.start - play.at:+.2f} end {tag.end - play.end:+.2f} "
-                     f"offset {offset - play.ref_start:+.2f} (ref {tag.reference_start or 0.0:.1f}-"
-                     f"{tag.reference_end or 0.0:.1f} of {play.ref_start:.1f}-"
+                     f"offset {offset - play.ref_start:+.2f} (ref {begin:.1f}-"
+                     f"{end:.1f} of {play.ref_start:.1f}-"
                      f"{play.ref_start + play.seconds:.1f})")  # fmt: skip
     return "; ".join(parts)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import soundfile as sf
 import soxr
 
-from arengine.types import Tag
+from arengine.types import Extra, Tag
 
 OLAF_RATE = 16000
 _OLAF_LINE = re.compile(
@@ -55,9 +55,9 @@ def olaf_tags(output: str) -> list[Tag]:
             float(stop),
             f"r{reference}",
             float(count),
-            reference=reference,
-            reference_start=float(ref_start),
-            reference_end=float(ref_stop),
+            extra=Extra(
+                reference=reference, reference_start=float(ref_start), reference_end=float(ref_stop)
+            ),
         )
         for count, start, stop, reference, ref_start, ref_stop in _OLAF_LINE.findall(output)
     ]
@@ -73,9 +73,11 @@ def audfprint_tags(output: str) -> dict[str, list[Tag]]:
                 float(start) + float(length),
                 f"r{reference}",
                 float(count),
-                reference=reference,
-                reference_start=float(ref_start),
-                reference_end=float(ref_start) + float(length),
+                extra=Extra(
+                    reference=reference,
+                    reference_start=float(ref_start),
+                    reference_end=float(ref_start) + float(length),
+                ),
             )
         )
     return tags

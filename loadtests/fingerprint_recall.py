@@ -153,17 +153,17 @@ def judge(tags: list[Tag], query: Query, factors: bool = True) -> tuple[bool, fl
     right, wrong = None, 0
     for tag in tags:
         overlap = min(tag.end, LEAD_S + EXCERPT_S / query.speed) - max(tag.start, LEAD_S)
-        if tag.reference != str(query.reference) or overlap <= 0:
+        if tag.extra.get("reference") != str(query.reference) or overlap <= 0:
             wrong += 1
             continue
         # Where the tag's start lies in the reference, had the excerpt played on before it.
-        speed = (tag.speed or 1.0) if factors else query.speed
-        offset = (tag.reference_start or 0.0) - (tag.start - LEAD_S) * speed
+        speed = (tag.extra.get("speed") or 1.0) if factors else query.speed
+        offset = (tag.extra.get("reference_start") or 0.0) - (tag.start - LEAD_S) * speed
         error = abs(offset - query.ref_start)
         factor = float("nan")
         if factors:
-            factor = max(abs((tag.speed or 1.0) / query.speed - 1),
-                         abs((tag.pitch or 1.0) / query.pitch - 1))  # fmt: skip
+            factor = max(abs((tag.extra.get("speed") or 1.0) / query.speed - 1),
+                         abs((tag.extra.get("pitch") or 1.0) / query.pitch - 1))  # fmt: skip
         if right is None or error < right[1]:
             right = (error <= 0.5 and not factor > 0.01, error, factor)
     if right is None:

@@ -44,7 +44,7 @@ def evaluate(
 ) -> tuple[float, ...]:
     tagger = recognizer.tagger(overrides)
     tags = [t for part in parts for t in tagger.push(part)] + tagger.finish(samples)
-    return f1(truth, [(t.start, t.end, t.midi or 0) for t in tags])
+    return f1(truth, [(t.start, t.end, t.extra.get("midi") or 0) for t in tags])
 
 
 def main() -> None:

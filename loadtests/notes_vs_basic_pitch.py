@@ -100,7 +100,8 @@ def ours(
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     notes: list[Estimate] = []
     for tag in result.tags:
-        midi = tag.midi if tag.midi is not None else _midi(tag.frequency_hz)
+        number = tag.extra.get("midi")
+        midi: int = number if number is not None else _midi(tag.extra.get("frequency_hz"))
         notes.append((tag.start, tag.end, midi))
     return seconds, cpu, notes
 

@@ -177,31 +177,40 @@ def test_the_long_birds_recording_is_48_khz_birdsong_whose_windows_differ(tmp_pa
 
 
 def test_the_recall_benchmark_judges_offsets_and_factors_at_the_played_speed() -> None:
-    from arengine.types import Tag
+    from arengine.types import Extra, Tag
     from loadtests.fingerprint_recall import LEAD_S, Query, judge
 
     query = Query(3, 12.0, np.zeros(1), speed=1.05, pitch=1.05)
     # The tag starts 1 s into the excerpt: 1.05 s further into the reference at that speed.
-    right = Tag(LEAD_S + 1.0, LEAD_S + 9.0, "x", 0.5, reference="3", reference_start=13.05,
-                reference_end=21.4, speed=1.051, pitch=1.049)  # fmt: skip
+    right = Tag(
+        LEAD_S + 1.0,
+        LEAD_S + 9.0,
+        "x",
+        0.5,
+        extra=Extra(
+            reference="3", reference_start=13.05, reference_end=21.4, speed=1.051, pitch=1.049
+        ),
+    )
     found, offset_error, _, _ = judge([right], query)
     assert found and offset_error <= 0.01
-    slow = dataclasses.replace(right, speed=1.0, pitch=1.0)
+    slow = dataclasses.replace(right, extra=Extra({**right.extra, "speed": 1.0, "pitch": 1.0}))
     assert judge([slow], query)[0] is False  # its factors are 5% off
-    other = dataclasses.replace(right, reference="4")
+    other = dataclasses.replace(right, extra=Extra({**right.extra, "reference": "4"}))
     assert judge([other], query)[::3] == (False, 1)  # nothing found, one wrong tag
 
 
 def test_the_recall_benchmark_judges_a_peer_without_factors_at_the_true_speed() -> None:
-    from arengine.types import Tag
+    from arengine.types import Extra, Tag
     from loadtests.fingerprint_recall import LEAD_S, Query, judge
 
     query = Query(3, 12.0, np.zeros(1), speed=1.05, pitch=1.05)
     # No speed reported: its start is carried back at the played speed, no factor is judged.
-    peer = Tag(LEAD_S + 1.0, LEAD_S + 9.0, "x", 9.0, reference="3", reference_start=13.05)
+    peer = Tag(
+        LEAD_S + 1.0, LEAD_S + 9.0, "x", 9.0, extra=Extra(reference="3", reference_start=13.05)
+    )
     found, offset_error, factor_error, wrong = judge([peer], query, factors=False)
     assert found and offset_error <= 0.01 and np.isnan(factor_error) and wrong == 0
-    late = dataclasses.replace(peer, reference_start=14.0)
+    late = dataclasses.replace(peer, extra=Extra({**peer.extra, "reference_start": 14.0}))
     assert judge([late], query, factors=False)[::3] == (False, 1)
 
 
@@ -224,9 +233,14 @@ def test_olafs_result_lines_become_tags_of_the_reference_they_name() -> None:
     from loadtests.fingerprint_peers import olaf_tags
 
     first, second = olaf_tags(OLAF_OUTPUT)  # the empty line (no match) gives no tag
-    assert (first.reference, first.start, first.end, first.score) == ("1", 8.22, 16.73, 33.0)
-    assert (first.reference_start, first.reference_end) == (3.79, 12.30)
-    assert second.reference == "12"
+    assert (first.extra.get("reference"), first.start, first.end, first.score) == (
+        "1",
+        8.22,
+        16.73,
+        33.0,
+    )
+    assert (first.extra.get("reference_start"), first.extra.get("reference_end")) == (3.79, 12.30)
+    assert second.extra.get("reference") == "12"
 
 
 def test_audfprints_time_range_lines_become_tags_per_query() -> None:
@@ -235,8 +249,13 @@ def test_audfprints_time_range_lines_become_tags_per_query() -> None:
     tags = audfprint_tags(AUDFPRINT_OUTPUT)
     (tag,) = tags["/tmp/fp/peers/q0.wav"]
     assert list(tags) == ["/tmp/fp/peers/q0.wav"]
-    assert (tag.reference, tag.start, tag.score, tag.reference_start) == ("4", 7.3, 56.0, 10.3)
-    assert tag.end == pytest.approx(15.7) and tag.reference_end == pytest.approx(18.7)
+    assert (tag.extra.get("reference"), tag.start, tag.score, tag.extra.get("reference_start")) == (
+        "4",
+        7.3,
+        56.0,
+        10.3,
+    )
+    assert tag.end == pytest.approx(15.7) and tag.extra.get("reference_end") == pytest.approx(18.7)
 
 
 def test_a_peers_own_timer_is_read_from_its_output() -> None:
@@ -369,24 +388,36 @@ def test_gil_profile_sorts_samples_into_areas_by_the_innermost_frame_naming_one(
 
 
 def test_the_broadcast_benchmark_scores_bounds_offsets_and_the_tags_over_no_play() -> None:
-    from arengine.types import Tag
+    from arengine.types import Extra, Tag
     from loadtests.fingerprint_broadcast import Play, score
 
     plays = [Play("3", "ref 2", 100.0, 12.0, 20.0, "clean"),
              Play("5", "ref 4", 200.0, 0.0, 10.0, "mp3")]  # fmt: skip
     # Found: bounds and the offset (where the tag puts the play's start) within 0.5 s.
-    right = Tag(100.3, 119.6, "ref 2", 0.9, reference="3", reference_start=12.2,
-                reference_end=31.6, speed=1.0, pitch=1.0)  # fmt: skip
-    late_end = Tag(200.0, 208.0, "ref 4", 0.9, reference="5", reference_start=0.0,
-                   reference_end=8.0, speed=1.0, pitch=1.0)  # fmt: skip
-    wrong_offset = dataclasses.replace(late_end, end=210.0, reference_start=1.0)
+    right = Tag(
+        100.3,
+        119.6,
+        "ref 2",
+        0.9,
+        extra=Extra(reference="3", reference_start=12.2, reference_end=31.6, speed=1.0, pitch=1.0),
+    )
+    late_end = Tag(
+        200.0,
+        208.0,
+        "ref 4",
+        0.9,
+        extra=Extra(reference="5", reference_start=0.0, reference_end=8.0, speed=1.0, pitch=1.0),
+    )
+    wrong_offset = dataclasses.replace(
+        late_end, end=210.0, extra=Extra({**late_end.extra, "reference_start": 1.0})
+    )
     stray = dataclasses.replace(right, start=400.0, end=410.0)
     rows, missed = score([right, late_end, wrong_offset, stray], plays)
     assert (rows["clean"].plays, rows["clean"].found, rows["clean"].correct) == (1, 1, 1)
     assert (rows["mp3"].found, rows["mp3"].tags, rows["mp3"].correct) == (0, 2, 0)
     assert (rows["bed"].tags, rows["bed"].correct) == (1, 0)
     assert missed == [1]
-    other = dataclasses.replace(right, reference="4")
+    other = dataclasses.replace(right, extra=Extra({**right.extra, "reference": "4"}))
     assert score([other], plays)[0]["clean"].found == 0
 
 

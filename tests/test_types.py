@@ -10,7 +10,7 @@ from typing import Any
 from arengine.client import Recognition
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import FORMATS
-from arengine.types import AudioInfo, Result, Tag, Timings, result_dict, result_of, tag_of
+from arengine.types import AudioInfo, Extra, Result, Tag, Timings, result_dict, result_of, tag_of
 
 NOT_IN_THE_JSON = {(AudioInfo, "length_trusted")}
 """Fields that are facts for validation only, never serialised."""
@@ -30,22 +30,39 @@ RESULT = Result(
         recorded_at="2025-05-01T05:30:00-04:00",
     ),
     tags=(
-        Tag(0.25, 1.5, "speech", 0.875, model="speech", label_id="/m/09x0r"),
-        Tag(0.5, 0.625, "Eurasian Wren", 0.75, scientific_name="Troglodytes troglodytes"),
-        Tag(0.5, 0.75, "A4", 0.5, frequency_hz=440.5, midi=69, pitch_bend=(0.0, -1.0, 2.5)),
-        Tag(1.0, 2.0, "C5", 0.625, midi=72, pitch_bend=(), model="notes"),
-        Tag(1.5, 2.5, "Glass", 0.75, model="events", label_id="/m/039jq"),
-        Tag(2.0, 5.0, "Eurasian Blackbird", 0.875, model="birds", scientific_name="Turdus merula"),
+        Tag(0.25, 1.5, "speech", 0.875, model="speech", extra=Extra(label_id="/m/09x0r")),
+        Tag(
+            0.5,
+            0.625,
+            "Eurasian Wren",
+            0.75,
+            extra=Extra(scientific_name="Troglodytes troglodytes"),
+        ),
+        Tag(
+            0.5,
+            0.75,
+            "A4",
+            0.5,
+            extra=Extra(frequency_hz=440.5, midi=69, pitch_bend=(0.0, -1.0, 2.5)),
+        ),
+        Tag(1.0, 2.0, "C5", 0.625, model="notes", extra=Extra(midi=72, pitch_bend=())),
+        Tag(1.5, 2.5, "Glass", 0.75, model="events", extra=Extra(label_id="/m/039jq")),
+        Tag(
+            2.0,
+            5.0,
+            "Eurasian Blackbird",
+            0.875,
+            model="birds",
+            extra=Extra(scientific_name="Turdus merula"),
+        ),
         Tag(
             6.0,
             18.5,
             "Station ident",
             0.25,
-            reference="7",
-            reference_start=1.5,
-            reference_end=14.0,
-            speed=1.0312,
-            pitch=0.9876,
+            extra=Extra(
+                reference="7", reference_start=1.5, reference_end=14.0, speed=1.0312, pitch=0.9876
+            ),
         ),
     ),
     timings=Timings(0.001, 0.25, 1.5, 0.125, 2.0),

@@ -6,17 +6,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
-from arengine.kinds.catalog import KINDS
+from arengine.kinds.catalog import KINDS, TAG_FIELDS
+from arengine.kinds.fields import MAX_TIME_S, TagField
 from arengine.models.registry import LoadedModel, weights_format_of
 from arengine.outputs.formats import FORMAT_NAMES, STREAM, Format, get_format, known_formats
 from arengine.postprocess.vocabulary import Vocabulary
 from arengine.types import Result, result_dict, result_of
 
-MAX_TIME_S = 10_000_000.0
-"""The latest time a result may hold (116 days): past it a time is a forgery, not a recording."""
 MAX_LABEL_CHARS = 1024
-MAX_BENDS_PER_S = 87
-"""Pitch-bend values a note may carry per second (notes models give one a frame, 86.1 a second)."""
 
 DEFAULT_MODEL = "speech"
 """The model a request without `model` gets; `GET /v1/models` names it, the page opens on it."""
@@ -289,7 +286,9 @@ class AudioOut(BaseModel):
     )
 
 
-class TagOut(BaseModel):
+class _TagShared(BaseModel):
+    """A tag's fields every kind shares; `TagOut` adds each kind's own (`_tag_out`)."""
+
     model_config = ConfigDict(allow_inf_nan=False)
 
     start: float = Field(
@@ -298,70 +297,50 @@ class TagOut(BaseModel):
     end: float = Field(ge=0, le=MAX_TIME_S, description="At or after `start`.")
     label: str = Field(max_length=MAX_LABEL_CHARS)
     score: float = Field(description="Mean model probability over the tag, 0 to 1.")
-    frequency_hz: float | None = Field(
-        None, description="Pitch models: mean frequency of the note."
-    )
-    midi: int | None = Field(
-        None, ge=0, le=127, description="Note models: MIDI note number (69 is A4)."
-    )
-    pitch_bend: list[Annotated[float, Field(ge=-264, le=264)]] | None = Field(
-        None,
-        description="Notes models with pitch_bends=1: per frame (86 a second), the pitch "
-        "relative to `midi` in thirds of a semitone.",
-    )
     model: str | None = Field(
         None,
         max_length=256,
         description="The model that gave the tag, when the request named several.",
     )
-    label_id: str | None = Field(
-        None, description="Events models: the label's AudioSet id (`/m/09x0r` is Speech)."
-    )
-
-    scientific_name: str | None = Field(
-        None, description="Bird models: the species' scientific name (`label` is the common one)."
-    )
-    reference: str | None = Field(
-        None, max_length=64, description="Fingerprint models: the reference's id in the library."
-    )
-    reference_start: float | None = Field(
-        None,
-        ge=0,
-        le=MAX_TIME_S,
-        description="Fingerprint models: where in the reference the "
-        "matched stretch begins, in seconds.",
-    )
-    reference_end: float | None = Field(
-        None,
-        ge=0,
-        le=MAX_TIME_S,
-        description="Fingerprint models: where in the reference the "
-        "matched stretch ends, in seconds.",
-    )
-    speed: float | None = Field(
-        None,
-        gt=0,
-        description="Fingerprint models: how many times as fast as the reference the "
-        "recording plays it (1.05: 5% fast).",
-    )
-    pitch: float | None = Field(
-        None,
-        gt=0,
-        description="Fingerprint models: how many times as high as the reference the "
-        "recording plays it (1.0 when only the tempo changed).",
-    )
 
     @model_validator(mode="after")
-    def _in_order(self) -> TagOut:
+    def _in_order(self) -> _TagShared:
         if self.end < self.start:
             raise ValueError(f"end {self.end} is before start {self.start}")
-        bends = len(self.pitch_bend or ())
-        most = MAX_BENDS_PER_S * (self.end - self.start) + 2
-        if bends > most:
-            raise ValueError(
-                f"{bends} pitch bends over {self.end - self.start:g} s (at most {most:g})"
-            )
+        for declared in TAG_FIELDS.values():
+            value = getattr(self, declared.name, None)
+            if value is not None and declared.check is not None:
+                problem = declared.check(value, self.start, self.end)
+                if problem is not None:
+                    raise ValueError(problem)
         return self
+
+
+def _kind_field(declared: TagField[Any]) -> tuple[Any, Any]:
+    """A kind's tag field as a pydantic field: optional, its bounds on the value or its items.
+    Built at run time from the declaration, so typed `Any` here (the annotations are values)."""
+    bounds: dict[str, Any] = dict(declared.bounds)
+    annotated: Any = Annotated
+    if declared.sequence:
+        items: Any = list
+        value = items[annotated[declared.type, Field(**bounds)]]
+        return value | None, Field(None, description=declared.description)
+    return declared.type | None, Field(None, description=declared.description, **bounds)
+
+
+def _tag_out() -> type[_TagShared]:
+    """`TagOut`: the shared fields, then every kind's own in `KINDS` order (`TAG_FIELDS`), each
+    with its declared bounds and description, so the OpenAPI schema describes them all and
+    `POST /v1/render` refuses what the kind's declaration refuses. A key no kind declares is
+    dropped, as any unknown key is."""
+    fields: dict[str, Any] = {name: _kind_field(f) for name, f in TAG_FIELDS.items()}
+    return create_model("TagOut", __base__=_TagShared, **fields)
+
+
+if TYPE_CHECKING:
+    TagOut = _TagShared
+else:
+    TagOut = _tag_out()
 
 
 class TimingsOut(BaseModel):

@@ -12,13 +12,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import sqlalchemy as sa
 import torch
 
 from arengine.audio.segments import Segment, SegmentPlan
+from arengine.kinds.fields import TagField
 from arengine.kinds.manifest import Manifest
 from arengine.postprocess import Tagger
 from arengine.postprocess.params import Params
@@ -87,7 +88,8 @@ def _nothing(when: datetime) -> dict[str, float | str]:
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """One model kind: its manifest section, recognizer, builder, parameters and tagger."""
+    """One model kind: its manifest section, recognizer, builder, parameters, tagger and tag
+    fields."""
 
     name: str
     """What a manifest's `kind` says; the recognizer's and the parameters' `kind` are the same."""
@@ -113,3 +115,6 @@ class Kind:
     """For a kind whose models keep what they learn while serving (fingerprint: references),
     its builder when `database_url` names a server database every replica shares (PostgreSQL):
     there the model's state lives, keyed by the model's name. `build` otherwise."""
+    tag_fields: tuple[TagField[Any], ...] = ()
+    """The fields its tags carry besides the shared ones (`Tag.extra`), each declared once in
+    the kind's `fields.py` with its bounds and output columns (`fields.py` here)."""

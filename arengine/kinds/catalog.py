@@ -2,11 +2,12 @@
 
 A kind's declaration (`Kind`, `base.py`) names its manifest section (whether the manifest lists
 labels, the `[features] type` and the `[model]` keys it reads), its recognizer class and the
-builder that makes one from a manifest, its post-processing parameters and its tagger. Everything
-else is derived from this table: the manifest checks (`kind_of`), loading
-(`arengine/models/registry.py`), how a request's overrides are shared between models
-(`registry.overrides_by_model`), the query's override fields and their OpenAPI text
-(`arengine/http/schemas.py`), `GET /v1/models`, the README's parameter table
+builder that makes one from a manifest, its post-processing parameters, its tagger and its tags'
+own fields (`tag_fields`, `fields.py`). Everything else is derived from this table: the tag
+fields' schema in `TagOut` and their columns in the output formats (`TAG_FIELDS`), the manifest
+checks (`kind_of`), loading (`arengine/models/registry.py`), how a request's overrides are shared
+between models (`registry.overrides_by_model`), the query's override fields and their OpenAPI
+text (`arengine/http/schemas.py`), `GET /v1/models`, the README's parameter table
 (`tests/test_readme.py`) and the `kind` line of the manifest example in `models/README.md`.
 `tests/kinds/test_catalog.py` fails when a kind is half declared or declared outside this table.
 
@@ -18,8 +19,12 @@ Adding a kind `birds` touches its own folder, `arengine/kinds/birds/`, and one l
 2. `tagger.py`: a `Params` dataclass `BirdsParams` (`kind = "birds"`) and a `BirdsTagger` with the
    `Tagger` contract (`arengine/postprocess/`); or, for label scores, `params.py` with a
    `LabelParams` subclass, tagged by the shared `LabelTagger` (`arengine/postprocess/labels.py`).
-3. `kind.py`: its builder and `KIND = Kind(...)`.
-4. Here: `birds.KIND` in `KINDS` (and its import); the kind's name in the `kind = ...` comment of
+3. `fields.py`, where its tags carry more than start, end, label and score: a `TagField` per
+   field (JSON name, type, bounds and description, its CSV and Raven columns, the `Role` a
+   fixed-column format reads it as), listed in `FIELDS`; the tagger writes them with
+   `extra_of((FIELD, value), ...)` and code reads them with `FIELD.of(tag)`.
+4. `kind.py`: its builder and `KIND = Kind(...)`, with `tag_fields=FIELDS`.
+5. Here: `birds.KIND` in `KINDS` (and its import); the kind's name in the `kind = ...` comment of
    `models/README.md`'s manifest example; a folder under `models/` with its `manifest.toml` (and
    its card); then paste the tables that `python -m tests.test_readme` and
    `arengine models --markdown` print.
@@ -29,11 +34,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from arengine.kinds.base import Kind
 from arengine.kinds.birds import kind as birds
 from arengine.kinds.classifier import kind as classifier
 from arengine.kinds.events import kind as events
+from arengine.kinds.fields import Role, TagField
 from arengine.kinds.fingerprint import kind as fingerprint
 from arengine.kinds.loudness import kind as loudness
 from arengine.kinds.manifest import Manifest, ManifestError
@@ -47,6 +54,30 @@ KINDS: dict[str, Kind] = {
     for module in (speech, pitch, notes, classifier, music, events, birds, fingerprint, loudness)
 }
 """Every model kind, by name, in the order the docs list them."""
+
+
+def _tag_fields() -> dict[str, TagField[Any]]:
+    fields: dict[str, TagField[Any]] = {}
+    for kind in KINDS.values():
+        for declared in kind.tag_fields:
+            if fields.setdefault(declared.name, declared) is not declared:
+                raise ValueError(f"tag field {declared.name!r} is declared twice ({kind.name})")
+    return fields
+
+
+TAG_FIELDS: dict[str, TagField[Any]] = _tag_fields()
+"""Every kind's own tag fields by name, in `KINDS` order, then each kind's: the CSV's and
+Raven's columns and `TagOut`'s fields follow this order. A field two kinds give is one
+declaration both list (the same object); two declarations of one name are refused here."""
+
+
+def field_of(role: Role) -> TagField[Any] | None:
+    """The field a fixed-column format reads as `role` (BirdNET's scientific name), if any.
+
+    >>> field_of(Role.SPECIES).name
+    'scientific_name'
+    """
+    return next((f for f in TAG_FIELDS.values() if f.role is role), None)
 
 
 def implied_by_recording_time(

@@ -28,7 +28,9 @@ from praatio import textgrid
 from praatio.utilities.constants import Interval
 from pympi import Elan
 
+from arengine.kinds.fields import Role
 from arengine.kinds.pitch.tagger import note_name
+from arengine.outputs.columns import role_extra, role_of
 from arengine.outputs.midi import fractional_midi, midi_number
 from arengine.types import Result, Tag
 
@@ -140,11 +142,12 @@ def parse_eaf(text: str) -> list[Tag]:
 
 
 def _note_number(tag: Tag) -> float | None:
-    """Fractional MIDI number: from the measured frequency, else the model's `midi` field (notes
-    models), else the label's note name; None for a tag with no pitch."""
-    if tag.frequency_hz:
-        return fractional_midi(tag.frequency_hz)
-    return float(tag.midi) if tag.midi is not None else midi_number(tag.label)
+    """Fractional MIDI number: from the measured frequency (`Role.PITCH_HZ`), else the model's
+    MIDI number (`Role.MIDI_NOTE`), else the label's note name; None for a tag with no pitch."""
+    frequency, number = role_of(tag, Role.PITCH_HZ), role_of(tag, Role.MIDI_NOTE)
+    if frequency:
+        return fractional_midi(frequency)
+    return float(number) if number is not None else midi_number(tag.label)
 
 
 def _is_note(tag: Tag) -> bool:
@@ -198,7 +201,8 @@ def parse_jams(text: str) -> list[Tag]:
             if note:
                 value = float(item["value"])
                 frequency = round(440 * 2 ** ((value - 69) / 12), 2)
-                tags.append(Tag(start, end, note_name(round(value)), score, frequency))
+                extra = role_extra((Role.PITCH_HZ, frequency))
+                tags.append(Tag(start, end, note_name(round(value)), score, extra=extra))
             else:
                 tags.append(Tag(start, end, str(item["value"]), score))
     return sorted(tags, key=lambda t: (t.start, t.end))

@@ -20,7 +20,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from arengine.kinds.fields import Role, TagField
 from arengine.outputs.annotations import (
     parse_eaf,
     parse_jams,
@@ -29,8 +31,17 @@ from arengine.outputs.annotations import (
     render_jams,
     render_textgrid,
 )
+from arengine.outputs.columns import (
+    CSV_FIELDS,
+    CSV_TEXT,
+    RAVEN_FIELDS,
+    RAVEN_TEXT,
+    role_extra,
+    role_of,
+    used,
+)
 from arengine.outputs.midi import midi_number, parse_midi, render_midi
-from arengine.types import Result, Tag, result_dict, result_of, tag_of
+from arengine.types import Extra, Result, Tag, result_dict, result_of, tag_of
 
 Content = str | bytes
 
@@ -97,10 +108,6 @@ def _parse_json(text: str) -> list[Tag]:
     return list(result_of(json.loads(text)).tags)
 
 
-def _has_species(result: Result) -> bool:
-    return any(tag.scientific_name is not None for tag in result.tags)
-
-
 def _wall_clock(result: Result) -> Callable[[float], str] | None:
     """The wall-clock time `seconds` into the recording, ISO 8601 to the millisecond (with the
     file's UTC offset where it gives one), when the result knows `audio.recorded_at`."""
@@ -133,21 +140,8 @@ class _Rows:
         self._out.write(self._line.getvalue()[:-2] + "\n")
 
 
-CSV_OPTIONAL = (
-    "frequency_hz",
-    "label_id",
-    "scientific_name",
-    "reference",
-    "reference_start",
-    "reference_end",
-    "speed",
-    "pitch",
-    "model",
-)
-"""The `Tag` fields the CSV has a column for after `start,end,label,score`, each only when a
-tag of the result has it set, in this order."""
-_CSV_TEXT = frozenset({"label_id", "scientific_name", "reference", "model"})
-"""The optional columns that hold text: written inert, as labels are."""
+_MODEL = "model"
+"""The CSV's column of `Tag.model`, after the kinds' own (`columns.CSV_FIELDS`)."""
 
 
 def csv_text(rows: Iterable[Sequence[object]]) -> str:
@@ -162,18 +156,21 @@ def csv_text(rows: Iterable[Sequence[object]]) -> str:
 def _render_csv(result: Result, source: str) -> str:
     out = io.StringIO()
     writer = _Rows(out)
-    columns = [
-        name for name in CSV_OPTIONAL if any(getattr(tag, name) is not None for tag in result.tags)
-    ]
+    fields = used(CSV_FIELDS, result.tags)
+    model = any(tag.model is not None for tag in result.tags)
     clock = _wall_clock(result)
     writer.writerow(
-        ["start", "end", "label", "score", *columns] + (["start_at", "end_at"] if clock else [])
+        ["start", "end", "label", "score", *(f.name for f in fields)]
+        + ([_MODEL] if model else [])
+        + (["start_at", "end_at"] if clock else [])
     )
     for tag in result.tags:
         row: list[object] = [tag.start, tag.end, _inert(tag.label), tag.score]
-        for name in columns:
-            value = getattr(tag, name)
-            row.append("" if value is None else _inert(value) if name in _CSV_TEXT else value)
+        for declared in fields:
+            value = declared.of(tag)
+            row.append("" if value is None else _inert(value) if declared.text else value)
+        if model:
+            row.append("" if tag.model is None else _inert(tag.model))
         if clock:
             row += [clock(tag.start), clock(tag.end)]
         writer.writerow(row)
@@ -203,10 +200,13 @@ def _read_inert(cell: str) -> str:
 def _parse_csv(text: str) -> list[Tag]:
     tags = []
     for row in csv.DictReader(io.StringIO(text)):
-        for name in ("label", *_CSV_TEXT):
-            if row.get(name):
-                row[name] = _read_inert(row[name])
-        tags.append(tag_of(row))
+        item: dict[str, object] = {name: row.get(name) for name in ("start", "end", "score")}
+        item["label"] = _read_inert(row.get("label") or "")
+        item[_MODEL] = _read_inert(row.get(_MODEL) or "")
+        for declared in CSV_FIELDS:
+            cell = row.get(declared.name) or ""
+            item[declared.name] = declared.cell(_read_inert(cell) if declared.text else cell)
+        tags.append(tag_of(item))  # the other columns (`start_at`) are not the tag's
     return tags
 
 
@@ -256,32 +256,44 @@ _QUARTER_TONE = 2 ** (1 / 24)
 
 def _render_raven(result: Result, source: str) -> str:
     nyquist = result.audio.sample_rate / 2
-    species = _has_species(result)  # birds: also the scientific name, as BirdNET's tables do
-    known = any(tag.reference is not None for tag in result.tags)  # fingerprints
+    fields = used(RAVEN_FIELDS, result.tags)
+    # BirdNET's tables put the species beside the annotation; the other kinds' columns follow
+    # the date columns, as they did before the kinds declared them.
+    species = [f for f in fields if f.role is Role.SPECIES]
+    later = [f for f in fields if f.role is not Role.SPECIES]
     clock = _wall_clock(result)
     lines = [
         "\t".join(
             _RAVEN_COLUMNS
-            + (["Scientific Name"] if species else [])
+            + [str(f.raven) for f in species]
             + (["Begin Date Time", "End Date Time"] if clock else [])
-            + (_RAVEN_REFERENCE if known else [])
+            + [str(f.raven) for f in later]
         )
     ]
     for index, tag in enumerate(result.tags, 1):
         low, high = 0.0, nyquist
-        if tag.frequency_hz is not None:  # a note: the band a quarter-tone around its pitch
-            low, high = tag.frequency_hz / _QUARTER_TONE, tag.frequency_hz * _QUARTER_TONE
+        hz = role_of(tag, Role.PITCH_HZ)
+        if hz is not None:  # a note: the band a quarter-tone around its pitch
+            low, high = hz / _QUARTER_TONE, hz * _QUARTER_TONE
         cells = [index, "Spectrogram 1", 1, f"{tag.start:.6f}", f"{tag.end:.6f}"]
         # Tab-separated: a label keeps its spaces ("American Robin", as BirdNET writes it).
         # Made inert after the trimming: trimmed, an inert " =1+1" would be a formula again.
         label = _inert(_raven_text(tag.label) or "_")
         cells += [f"{low:.3f}", f"{high:.3f}", label, f"{tag.score:.6f}"]
-        cells += [_inert(_raven_text(tag.scientific_name or ""))] if species else []
+        cells += [_raven_cell(f, f.of(tag)) for f in species]
         cells += [clock(tag.start), clock(tag.end)] if clock else []
-        if known:
-            cells += [tag.reference or "", *(_seconds_cell(t) for t in _reference_span(tag))]
+        cells += [_raven_cell(f, f.of(tag)) for f in later]
         lines.append("\t".join(str(cell) for cell in cells))
     return "\n".join(lines) + "\n"
+
+
+def _raven_cell(declared: TagField[Any], value: Any) -> str:
+    """A kind field's Raven cell: text trimmed to one cell and inert, a number to the µs."""
+    if value is None:
+        return ""
+    if declared.text:
+        return _inert(_raven_text(value))
+    return f"{value:.6f}" if declared.type is float else str(value)
 
 
 def _parse_raven(text: str) -> list[Tag]:
@@ -292,34 +304,20 @@ def _parse_raven(text: str) -> list[Tag]:
             float(row["End Time (s)"]),
             _read_inert(row.get("Annotation") or ""),
             float(row.get("Score") or 0.0),
-            scientific_name=_read_inert(row.get("Scientific Name") or "") or None,
-            reference=row.get(_RAVEN_REFERENCE[0]) or None,
-            reference_start=_optional(row.get(_RAVEN_REFERENCE[1])),
-            reference_end=_optional(row.get(_RAVEN_REFERENCE[2])),
+            extra=Extra({f.name: _raven_value(f, row.get(str(f.raven))) for f in RAVEN_FIELDS}),
         )
         for row in rows
     ]
 
 
+def _raven_value(declared: TagField[Any], cell: str | None) -> Any:
+    text = cell or ""
+    return declared.cell(_read_inert(text) if declared.text else text)
+
+
 def _raven_text(text: str) -> str:
     """A text cell of a tab-separated line: tabs and line breaks as spaces."""
     return re.sub(r"[\t\r\n]+", " ", text).strip()
-
-
-_RAVEN_REFERENCE = ["Reference", "Reference Begin (s)", "Reference End (s)"]
-"""Raven's columns for a fingerprint tag: the reference's id and the matched stretch in it."""
-
-
-def _reference_span(tag: Tag) -> tuple[float | None, float | None]:
-    return tag.reference_start, tag.reference_end
-
-
-def _seconds_cell(value: float | None) -> str:
-    return "" if value is None else f"{value:.6f}"
-
-
-def _optional(cell: str | None) -> float | None:
-    return float(cell) if cell else None
 
 
 _BIRDNET_COLUMNS = ["Start (s)", "End (s)", "Scientific name", "Common name", "Confidence", "File"]
@@ -332,7 +330,7 @@ def _render_birdnet(result: Result, source: str) -> str:
     clock = _wall_clock(result)
     writer.writerow(_BIRDNET_COLUMNS + (["Start Date Time", "End Date Time"] if clock else []))
     for tag in result.tags:
-        names = [_inert(tag.scientific_name or ""), _inert(tag.label)]
+        names = [_inert(role_of(tag, Role.SPECIES) or ""), _inert(tag.label)]
         times = [clock(tag.start), clock(tag.end)] if clock else []
         writer.writerow([tag.start, tag.end, *names, tag.score, _inert(source), *times])
     return out.getvalue()
@@ -345,7 +343,7 @@ def _parse_birdnet(text: str) -> list[Tag]:
             float(row["End (s)"]),
             _read_inert(row["Common name"]),
             float(row["Confidence"]),
-            scientific_name=_read_inert(row["Scientific name"]) or None,
+            extra=role_extra((Role.SPECIES, _read_inert(row["Scientific name"]) or None)),
         )
         for row in csv.DictReader(io.StringIO(text))
     ]
@@ -366,7 +364,7 @@ def _render_kaleidoscope(result: Result, source: str) -> str:
     writer.writerow(_KALEIDOSCOPE_COLUMNS + (["DATE", "TIME", "HOUR"] if date else []))
     for tag in result.tags:
         duration = round(tag.end - tag.start, 6)
-        names = [_inert(tag.scientific_name or ""), _inert(tag.label)]
+        names = [_inert(role_of(tag, Role.SPECIES) or ""), _inert(tag.label)]
         row = [_inert(folder), "", _inert(name), tag.start, duration, *names, tag.score]
         if date:
             row += [date[:10], date[11:19], int(date[11:13])]
@@ -381,7 +379,7 @@ def _parse_kaleidoscope(text: str) -> list[Tag]:
             float(row["OFFSET"]) + float(row["DURATION"]),
             _read_inert(row["common_name"]),
             float(row["confidence"]),
-            scientific_name=_read_inert(row["scientific_name"]) or None,
+            extra=role_extra((Role.SPECIES, _read_inert(row["scientific_name"]) or None)),
         )
         for row in csv.DictReader(io.StringIO(text))
     ]
@@ -465,18 +463,16 @@ _DECLARED = (
     Format("json", "application/json", "json", _render_json, _text(_parse_json), 1e-9,
            "the JSON body of the API"),
     Format("csv", "text/csv", "csv", _render_csv, _text(_parse_csv), 1e-9,
-           "`start,end,label,score`, plus `frequency_hz` for pitch tags, `label_id` for event "
-           "tags, `scientific_name` for bird tags, `reference,reference_start,reference_end,speed,"
-           "pitch` for fingerprint tags, `model` for several models and `start_at,end_at` (wall "
-           "clock, ISO 8601) when the recording's time is known"),
+           f"`start,end,label,score`, plus {CSV_TEXT}, `model` for several models and "
+           "`start_at,end_at` (wall clock, ISO 8601) when the recording's time is known"),
     Format("txt", "text/plain", "txt", _render_audacity, _text(_parse_audacity), 1e-6,
            "Audacity label track: `start<TAB>end<TAB>label`", aliases=("audacity",)),
     Format("raven", "text/tab-separated-values", "selections.txt", _render_raven,
            _text(_parse_raven), 1e-6,
            "Raven selection table (a note's band is a quarter-tone around its pitch; other tags "
-           "span 0 to Nyquist; bird tags add `Scientific Name`; a known recording time adds "
-           "`Begin Date Time`, `End Date Time`; fingerprint tags `Reference`, `Reference Begin "
-           "(s)` and `Reference End (s)`)", aliases=("selections",)),
+           f"span 0 to Nyquist; {RAVEN_TEXT}; a known recording time adds `Begin Date Time`, "
+           "`End Date Time` before the columns of all but the species)",
+           aliases=("selections",)),
     Format("birdnet", "text/csv", "BirdNET.results.csv", _render_birdnet,
            _text(_parse_birdnet), 1e-9,
            "BirdNET-Analyzer's CSV: `Start (s),End (s),Scientific name,Common name,Confidence,"

@@ -1,9 +1,10 @@
 """Note tags as a Standard MIDI File (one track), written and read with `mido`.
 
-A note's number comes from its `midi` field when the model sets one, else from its label (a note
-name such as `C#4`), else from its `frequency_hz`; its velocity is its score. Where the measured
-pitch is off the note's centre (or the tag carries `pitch_bend`), the note gets pitch-wheel
-events on a channel of its own, so that bends of overlapping notes do not bend each other.
+A note's number comes from its MIDI-number field when its kind declares one (`Role.MIDI_NOTE`),
+else from its label (a note name such as `C#4`), else from its pitch in Hz (`Role.PITCH_HZ`); its
+velocity is its score. Where the measured pitch is off the note's centre (or the tag carries a
+pitch-bend contour, `Role.PITCH_BEND`), the note gets pitch-wheel events on a channel of its own,
+so that bends of overlapping notes do not bend each other.
 
 Example, with a `Result` whose first note is an A4::
 
@@ -21,7 +22,9 @@ from dataclasses import dataclass
 
 import mido
 
+from arengine.kinds.fields import Role
 from arengine.kinds.pitch.tagger import note_name
+from arengine.outputs.columns import role_extra, role_of
 from arengine.types import Result, Tag
 
 TICKS_PER_BEAT = 500
@@ -30,7 +33,7 @@ TEMPO = 500_000
 BEND_RANGE = 2.0
 """Semitones at full pitch-wheel deflection: the General MIDI default."""
 BEND_BINS_PER_SEMITONE = 3
-"""`Tag.pitch_bend` counts in thirds of a semitone (basic-pitch's contour bins)."""
+"""A pitch-bend contour counts in thirds of a semitone (basic-pitch's contour bins)."""
 MIN_BEND = 0.05
 """Semitones (5 cents): below this a note is written without a bend."""
 _CHANNELS = [channel for channel in range(16) if channel != 9]  # channel 10 is drums in GM
@@ -51,9 +54,9 @@ def midi_number(label: str) -> int | None:
     return number if 0 <= number <= 127 else None
 
 
-def fractional_midi(frequency_hz: float) -> float:
+def fractional_midi(hz: float) -> float:
     """69 is A4 (440 Hz)."""
-    return 69 + 12 * math.log2(frequency_hz / 440)
+    return 69 + 12 * math.log2(hz / 440)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +70,11 @@ class _Note:
 
 
 def _note(tag: Tag) -> _Note | None:
-    number = tag.midi if tag.midi is not None else midi_number(tag.label)
-    if number is None and tag.frequency_hz:
-        number = round(fractional_midi(tag.frequency_hz))
+    number = role_of(tag, Role.MIDI_NOTE)
+    number = number if number is not None else midi_number(tag.label)
+    frequency = role_of(tag, Role.PITCH_HZ)
+    if number is None and frequency:
+        number = round(fractional_midi(frequency))
     if number is None or not 0 <= number <= 127:
         return None
     start = round(tag.start * 1000)
@@ -79,10 +84,10 @@ def _note(tag: Tag) -> _Note | None:
 
 
 def _bends(tag: Tag, number: int, start: int, end: int) -> tuple[tuple[int, float], ...]:
-    """Semitone offsets from `number`: the tag's `pitch_bend` contour (thirds of a semitone, one
+    """Semitone offsets from `number`: the tag's pitch-bend contour (thirds of a semitone, one
     per frame) spread evenly over the note as basic-pitch's own MIDI writer does, else one offset
     from its mean frequency."""
-    contour = tag.pitch_bend
+    contour = role_of(tag, Role.PITCH_BEND)
     if contour:  # a wheel position where the contour changes: the wheel holds it meanwhile
         step = (end - start) / len(contour)
         return tuple(
@@ -90,8 +95,9 @@ def _bends(tag: Tag, number: int, start: int, end: int) -> tuple[tuple[int, floa
             for i, v in enumerate(contour)
             if i == 0 or v != contour[i - 1]
         )
-    if tag.frequency_hz:
-        offset = fractional_midi(tag.frequency_hz) - number
+    frequency = role_of(tag, Role.PITCH_HZ)
+    if frequency:
+        offset = fractional_midi(frequency) - number
         if abs(offset) >= MIN_BEND:
             return ((start, offset),)
     return ()
@@ -169,6 +175,5 @@ def parse_midi(data: bytes) -> list[Tag]:
 
 def _tag(number: int, end: float, start: float, velocity: int, bend: float) -> Tag:
     frequency = 440 * 2 ** ((number + bend - 69) / 12)
-    return Tag(
-        round(start, 6), round(end, 6), note_name(number), velocity / 127, round(frequency, 2)
-    )
+    extra = role_extra((Role.PITCH_HZ, round(frequency, 2)))
+    return Tag(round(start, 6), round(end, 6), note_name(number), velocity / 127, extra=extra)

@@ -19,7 +19,7 @@ from arengine.errors import ErrorCode, InvalidInput
 from arengine.postprocess.palette import Palette
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.postprocess.vocabulary import Vocabulary, split_list, split_values
-from arengine.types import Tag
+from arengine.types import Extra, Tag
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,7 +476,7 @@ class LabelTagger:
                     end=round(int(end[k]) / self.rate, 3),
                     label=self.view.names[label],
                     score=round(score, 4),
-                    label_id=self.view.ids[label],
+                    extra=Extra(label_id=self.view.ids[label]),
                 )
             )
         return tags
@@ -516,5 +516,5 @@ class LabelTagger:
             end=round(end / self.rate, 3),
             label=self.view.names[label],
             score=round(run.peak if self.peak else run.total / run.count, 4),
-            label_id=self.view.ids[label],
+            extra=Extra(label_id=self.view.ids[label]),
         )

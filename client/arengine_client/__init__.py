@@ -33,7 +33,7 @@ from arengine_client.errors import (
     Unavailable,
     UnsupportedFormat,
 )
-from arengine_client.types import AudioInfo, Result, Tag
+from arengine_client.types import AudioInfo, Extra, Result, Tag
 
 try:
     __version__ = version("arengine-client")
@@ -50,6 +50,7 @@ __all__ = [
     "BodyTimeout",
     "Client",
     "DeadlineExceeded",
+    "Extra",
     "Forbidden",
     "InsufficientStorage",
     "InvalidInput",

@@ -13,7 +13,7 @@ summary and the access log all derive from it. `result_of` reads it back (`POST 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -61,38 +61,75 @@ class AudioInfo:
         return self.frames / self.sample_rate
 
 
+class Extra(Mapping[str, Any]):
+    """A tag's kind fields (a note's `midi`, a fingerprint's `reference`): an immutable mapping.
+
+    The client knows no kinds, so a tag carries whatever fields its kind declares
+    (`arengine/kinds/<kind>/fields.py` on the server) under their JSON names, in the order they
+    were given; an unset field is absent, never None. Two are equal when they hold the same
+    fields whatever their order (a CSV reads them in its columns' order), and hashable, as the
+    frozen `Tag` holding them is. A list becomes a tuple, so nothing inside can change.
+
+    >>> extra = Extra(midi=69, pitch_bend=[0.0, 1.5], reference=None)
+    >>> extra
+    Extra(midi=69, pitch_bend=(0.0, 1.5))
+    >>> extra["midi"], extra.get("reference"), extra == Extra(pitch_bend=(0.0, 1.5), midi=69)
+    (69, None, True)
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | None = None, /, **fields: Any) -> None:
+        pairs = {**(items or {}), **fields}.items()
+        self._items = {
+            name: tuple(value) if isinstance(value, list) else value
+            for name, value in pairs
+            if value is not None
+        }
+
+    def __getitem__(self, name: str) -> Any:
+        return self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __reduce__(self) -> tuple[type[Extra], tuple[dict[str, Any]]]:
+        return Extra, (self._items,)
+
+    def __repr__(self) -> str:
+        return f"Extra({', '.join(f'{name}={value!r}' for name, value in self._items.items())})"
+
+
+_NO_EXTRA = Extra()
+
+
 @dataclass(frozen=True, slots=True)
 class Tag:
-    """One result: `label` between `start` and `end` seconds, with a confidence `score`."""
+    """One result: `label` between `start` and `end` seconds, with a confidence `score`.
+
+    The fields every kind shares are attributes; those of one kind (a note's `midi`, a bird's
+    `scientific_name`) are in `extra`, declared by the kind on the server and read there through
+    its declaration (`MIDI.of(tag)`), so that a misspelt name is an error where it matters;
+    a client reads them by name: `tag.extra.get("midi")`.
+
+    >>> Tag(0.5, 0.75, "A4", 0.9, extra=Extra(midi=69)).extra["midi"]
+    69
+    """
 
     start: float
     end: float
     label: str
     score: float
-    frequency_hz: float | None = None
-    """Mean fundamental frequency, for pitch (note) tags only."""
-    midi: int | None = None
-    """MIDI note number (69 is A4), for note tags only."""
-    pitch_bend: tuple[float, ...] | None = None
-    """Per-frame pitch offsets from `midi` in thirds of a semitone, for `notes` tags when asked."""
     model: str | None = None
     """The model that gave the tag, in a request for several models."""
-    label_id: str | None = None
-    """The label's identifier in its ontology, for event tags: AudioSet's `/m/09x0r` (Speech)."""
-    scientific_name: str | None = None
-    """The species' scientific name, for `birds` tags (whose label is the common name)."""
-    reference: str | None = None
-    """The library reference's id, for `fingerprint` tags (whose label is its title)."""
-    reference_start: float | None = None
-    """Seconds into the reference where the matched stretch begins, for `fingerprint` tags."""
-    reference_end: float | None = None
-    """Seconds into the reference where the matched stretch ends, for `fingerprint` tags."""
-    speed: float | None = None
-    """How many times as fast as the reference the recording plays it (1.05: 5% fast), for
-    `fingerprint` tags."""
-    pitch: float | None = None
-    """How many times as high as the reference the recording plays it (1.05 when played 5%
-    fast by resampling, 1.0 when only the tempo changed), for `fingerprint` tags."""
+    extra: Extra = _NO_EXTRA
+    """The fields of the tag's kind, by their JSON names (`Extra`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,14 +176,11 @@ def tag_dict(tag: Tag) -> dict[str, Any]:
         "label": tag.label,
         "score": tag.score,
     }
-    for name in _OPTIONAL_TAG_FIELDS:
-        if (value := getattr(tag, name)) is not None:
-            out[name] = list(value) if isinstance(value, tuple) else value
+    if tag.model is not None:
+        out["model"] = tag.model
+    for name, value in tag.extra.items():
+        out[name] = list(value) if isinstance(value, tuple) else value
     return out
-
-
-_OPTIONAL_TAG_FIELDS = tuple(field.name for field in dataclasses.fields(Tag))[4:]
-"""Looked up once: `dataclasses.fields` per tag was a tenth of answering a job's 3,431 tags."""
 
 
 def audio_dict(info: AudioInfo) -> dict[str, Any]:
@@ -228,33 +262,29 @@ def audio_of(item: Mapping[str, Any]) -> AudioInfo:
 def tag_of(item: Mapping[str, Any]) -> Tag:
     """A tag from its JSON, or from a CSV row (text cells; an empty cell is an unset field).
 
+    Every key but the shared ones goes into `extra` as it is: the JSON's values are already
+    typed, and a CSV's cells of a kind's fields are typed by the csv format's parser, which
+    reads the kinds' declarations (this module knows no kinds).
+
     >>> row = {"start": "0.5", "end": "1.25", "label": "A4", "score": "0.9", "midi": ""}
     >>> tag_of(row) == Tag(0.5, 1.25, "A4", 0.9)
     True
+    >>> tag_of({"start": 0.5, "end": 1.0, "label": "A4", "score": 0.9, "midi": 69}).extra
+    Extra(midi=69)
     """
-    frequency, midi, bend = item.get("frequency_hz"), item.get("midi"), item.get("pitch_bend")
+    extra = {name: value for name, value in item.items() if name not in _SHARED_KEYS}
     return Tag(
         start=float(item["start"]),
         end=float(item["end"]),
         label=str(item["label"]),
         score=float(item["score"]),
-        frequency_hz=None if frequency in (None, "") else float(frequency),
-        midi=None if midi in (None, "") else int(midi),
-        pitch_bend=None if bend in (None, "") else tuple(float(value) for value in bend),
         model=str(item["model"]) if item.get("model") else None,
-        label_id=str(item["label_id"]) if item.get("label_id") else None,
-        scientific_name=str(item["scientific_name"]) if item.get("scientific_name") else None,
-        reference=str(item["reference"]) if item.get("reference") else None,
-        reference_start=_number(item.get("reference_start")),
-        reference_end=_number(item.get("reference_end")),
-        speed=_number(item.get("speed")),
-        pitch=_number(item.get("pitch")),
+        extra=Extra({name: value for name, value in extra.items() if value != ""}),
     )
 
 
-def _number(value: Any) -> float | None:
-    """An optional number: None when absent or an empty CSV cell."""
-    return None if value in (None, "") else float(value)
+_SHARED_KEYS = frozenset({"start", "end", "label", "score", "model"})
+"""A tag's keys that are `Tag`'s own attributes; every other is a field of its kind."""
 
 
 def timings_of(item: Mapping[str, Any]) -> Timings:

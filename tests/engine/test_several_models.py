@@ -100,11 +100,7 @@ def _run(
 
 
 def _without_model(tags: tuple[Tag, ...], model: str) -> list[Tag]:
-    return [
-        Tag(t.start, t.end, t.label, t.score, t.frequency_hz, t.midi, t.pitch_bend)
-        for t in tags
-        if t.model == model
-    ]
+    return [Tag(t.start, t.end, t.label, t.score, extra=t.extra) for t in tags if t.model == model]
 
 
 def test_each_model_tags_the_upload_as_it_would_alone_in_one_timestamp_order(

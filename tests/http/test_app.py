@@ -16,7 +16,7 @@ from anyio.from_thread import start_blocking_portal
 from arengine.errors import ErrorCode
 from arengine.http.app import create_app
 from arengine.http.errors import ANY_REQUEST
-from arengine.kinds.catalog import KINDS
+from arengine.kinds.catalog import KINDS, TAG_FIELDS
 from arengine.outputs.formats import ALIASES, FORMATS
 from arengine.settings import Settings
 from tests.audio.test_recorded import _bext
@@ -153,6 +153,22 @@ def test_the_schema_derives_errors_and_parameter_docs_from_their_declarations(
     for kind in KINDS.values():
         for name, doc in kind.parameters.docs().items():
             assert f"{kind.name}: {doc}" in described[name]
+
+
+def test_the_schema_describes_every_kind_field_with_its_bounds(client: InProcessClient) -> None:
+    """`TagOut` is built from the kinds' declarations (`<kind>/fields.py`): each field is in
+    the OpenAPI schema with its description and bounds, as when `TagOut` spelt them out."""
+    tag = client.get("/openapi.json").json()["components"]["schemas"]["TagOut"]["properties"]
+    for name, declared in TAG_FIELDS.items():
+        described = tag[name]
+        assert described["description"] == declared.description
+        [branch] = [b for b in described["anyOf"] if b.get("type") != "null"]
+        inner = branch["items"] if declared.sequence else branch
+        limits = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum"}
+        for bound, value in declared.bounds.items():
+            assert inner[limits.get(bound, "maxLength")] == value, (name, bound)
+    assert tag["midi"]["anyOf"][0] == {"type": "integer", "minimum": 0, "maximum": 127}
+    assert tag["level_dbfs"]["anyOf"][0]["minimum"] == -120
 
 
 def test_every_operation_lists_what_any_request_may_be_answered(client: InProcessClient) -> None:

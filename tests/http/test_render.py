@@ -16,7 +16,7 @@ from arengine.http.render import _Deadline, _Timed
 from arengine.http.schemas import RecognizeResponse
 from arengine.outputs.formats import FORMATS
 from arengine.settings import MAX_RESULT_BYTES, MAX_RESULT_TAGS, Settings
-from arengine.types import Tag
+from arengine.types import Extra, Tag
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient, serving
 
@@ -138,6 +138,30 @@ def test_a_million_pitch_bends_on_one_short_note_are_refused(client: InProcessCl
     assert client.post("/v1/render", params={"format": "midi"}, json=body).status_code == 200
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "bound"),
+    [("midi", 128, "less than or equal to 127"), ("level_dbfs", 3.0, "less than or equal to 0"),
+     ("speed", 0.0, "greater than 0"), ("reference", "x" * 65, "at most 64 characters")],
+)  # fmt: skip
+def test_a_kind_field_out_of_its_declared_bounds_is_refused(
+    client: InProcessClient, field: str, value: object, bound: str
+) -> None:
+    """Each kind declares its fields' bounds (`<kind>/fields.py`); `TagOut` is built from them."""
+    body = {
+        "model": "x",
+        "audio": {"duration_s": 1.0, "sample_rate": 22050, "channels": 1, "format": "WAV",
+                  "subtype": "PCM_16", "decoder": "libsndfile", "stream": 0,
+                  "truncated": False, "warnings": []},
+        "tags": [{"start": 0.0, "end": 1.0, "label": "A4", "score": 0.9, field: value}],
+        "timings": dict.fromkeys(
+            ["validation_s", "features_s", "inference_s", "postprocess_s", "total_s"], 0.0
+        ),
+    }  # fmt: skip
+    status, code, message = _refusal(client, json.dumps(body), format="csv")
+    assert (status, code) == (422, "invalid_result") and bound in message, message
+    assert f"tags.0.{field}" in message
+
+
 def _notes_result(tags: list[dict[str, Any]]) -> dict[str, Any]:
     end = max([1.0, *(tag["end"] for tag in tags)])
     return {
@@ -220,7 +244,7 @@ def test_a_render_past_render_timeout_s_is_stopped_with_504(
 def test_every_writer_stops_at_the_deadline(name: str) -> None:
     """A thread cannot be stopped from outside: each writer stops itself, as it reads the tags,
     once the deadline has passed."""
-    notes = tuple(Tag(i * 0.5, i * 0.5 + 0.4, "A4", 0.5, midi=69) for i in range(1000))
+    notes = tuple(Tag(i * 0.5, i * 0.5 + 0.4, "A4", 0.5, extra=Extra(midi=69)) for i in range(1000))
     result = RecognizeResponse.model_validate(_notes_result([])).to_result()
     deadline = _Deadline(3600)
     timed = dataclasses.replace(result, tags=_Timed(notes, deadline))

@@ -10,11 +10,11 @@ import pytest
 
 from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import FORMATS
-from arengine.types import AudioInfo, Result, Tag, Timings
+from arengine.types import AudioInfo, Extra, Result, Tag, Timings
 
 BIRDS = (
-    Tag(0.0, 3.0, "American Robin", 0.8123, scientific_name="Turdus migratorius"),
-    Tag(6.0, 9.0, "=Northern Cardinal", 0.41, scientific_name="Cardinalis cardinalis"),
+    Tag(0.0, 3.0, "American Robin", 0.8123, extra=Extra(scientific_name="Turdus migratorius")),
+    Tag(6.0, 9.0, "=Northern Cardinal", 0.41, extra=Extra(scientific_name="Cardinalis cardinalis")),
 )
 SPEECH = (Tag(1.5, 2.0, "speech", 0.9),)
 

@@ -12,8 +12,9 @@ import pytest
 from praatio import textgrid
 from pympi import Elan
 
+from arengine.kinds.pitch.fields import FREQUENCY_HZ
 from arengine.outputs.formats import FORMATS
-from arengine.types import AudioInfo, Result, Tag, Timings
+from arengine.types import AudioInfo, Extra, Result, Tag, Timings
 
 SPEECH = (
     Tag(0.25, 1.5, "speech", 0.9),
@@ -21,9 +22,11 @@ SPEECH = (
     Tag(3.0, 4.125, "music", 0.7),
 )
 NOTES = (
-    Tag(0.5, 1.0, "A4", 0.9, 440.0),
-    Tag(0.75, 1.25, "C#5", 0.4, 570.0),  # half a semitone sharp of C#5 (554.37 Hz)
-    Tag(2.0, 2.5, "E4", 1.0, 329.63),
+    Tag(0.5, 1.0, "A4", 0.9, extra=Extra(frequency_hz=440.0)),
+    Tag(
+        0.75, 1.25, "C#5", 0.4, extra=Extra(frequency_hz=570.0)
+    ),  # half a semitone sharp of C#5 (554.37 Hz)
+    Tag(2.0, 2.5, "E4", 1.0, extra=Extra(frequency_hz=329.63)),
 )
 
 
@@ -125,8 +128,10 @@ def pretty_semitones(pitch: int) -> float:
 
 def test_midi_takes_the_note_models_fields_and_frequency_only_tags() -> None:
     tags = (
-        Tag(0.0, 0.5, "note", 0.5, None, midi=72, pitch_bend=(0.0, 1.5, 3.0, 0.0)),
-        Tag(1.0, 1.5, "voiced", 0.5, 220.0),  # no note name: the number from its frequency
+        Tag(0.0, 0.5, "note", 0.5, extra=Extra(midi=72, pitch_bend=(0.0, 1.5, 3.0, 0.0))),
+        Tag(
+            1.0, 1.5, "voiced", 0.5, extra=Extra(frequency_hz=220.0)
+        ),  # no note name: the number from its frequency
         Tag(2.0, 2.5, "speech", 0.5),  # no pitch at all: left out
     )
     data = FORMATS["midi"].encode(_result(tags, "notes"), "x")
@@ -146,7 +151,7 @@ def test_midi_parse_reads_back_the_bent_frequency() -> None:
     data = FORMATS["midi"].encode(_result(NOTES, "pitch"), "x")
     parsed = FORMATS["midi"].parse(data)
     assert [t.label for t in parsed] == ["A4", "C#5", "E4"]
-    assert parsed[1].frequency_hz == pytest.approx(570.0, abs=0.2)
+    assert FREQUENCY_HZ.of(parsed[1]) == pytest.approx(570.0, abs=0.2)
     with pytest.raises(TypeError):
         FORMATS["midi"].parse(data.decode("latin-1"))
 
@@ -158,7 +163,10 @@ def test_jams_text_is_plain_json_with_the_model_named() -> None:
 
 
 def test_jams_takes_the_note_models_midi_field(tmp_path: Path) -> None:
-    tags = (Tag(0.0, 0.5, "note", 0.5, None, midi=72), Tag(1.0, 1.5, "note", 0.7, None, 60))
+    tags = (
+        Tag(0.0, 0.5, "note", 0.5, extra=Extra(midi=72)),
+        Tag(1.0, 1.5, "note", 0.7, extra=Extra(midi=60)),
+    )
     path = tmp_path / "notes.jams"
     path.write_bytes(FORMATS["jams"].encode(_result(tags, "notes"), "x"))
     (annotation,) = _load_jams(path).annotations

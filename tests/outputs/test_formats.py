@@ -15,29 +15,47 @@ import mido
 import pytest
 
 from arengine.http.schemas import RecognizeResponse
+from arengine.kinds.birds.fields import SCIENTIFIC_NAME
+from arengine.kinds.events.fields import LABEL_ID
+from arengine.kinds.fingerprint.fields import (
+    PITCH,
+    REFERENCE,
+    REFERENCE_END,
+    REFERENCE_START,
+    SPEED,
+)
+from arengine.kinds.notes.fields import MIDI, PITCH_BEND
+from arengine.kinds.pitch.fields import FREQUENCY_HZ
 from arengine.outputs.annotations import _tiers
 from arengine.outputs.formats import FORMATS, get_format, negotiate
-from arengine.types import AudioInfo, Result, Tag, Timings, result_dict
+from arengine.types import AudioInfo, Extra, Result, Tag, Timings, result_dict
 
 SPEECH = (
     Tag(0.034, 2.59, "speech", 0.9683),
     Tag(3.3333337, 7.25, "speech", 0.71234),
     Tag(3599.9994, 3723.5, "speech", 0.5),
 )
-NOTES = (Tag(0.5, 0.75, "A4", 0.9, 440.0), Tag(1.0, 1.5, "C#5", 0.8, 554.37))
+NOTES = (
+    Tag(0.5, 0.75, "A4", 0.9, extra=Extra(frequency_hz=440.0)),
+    Tag(1.0, 1.5, "C#5", 0.8, extra=Extra(frequency_hz=554.37)),
+)
 BIRDS = (
-    Tag(0.0, 3.0, "American Robin", 0.8123, scientific_name="Turdus migratorius"),
-    Tag(3.0, 9.0, "Northern Cardinal", 0.41, scientific_name="Cardinalis cardinalis"),
+    Tag(0.0, 3.0, "American Robin", 0.8123, extra=Extra(scientific_name="Turdus migratorius")),
+    Tag(3.0, 9.0, "Northern Cardinal", 0.41, extra=Extra(scientific_name="Cardinalis cardinalis")),
 )
 KNOWN = (
-    Tag(2.0, 12.0, "Station ident", 0.41, reference="3", reference_start=0.0, reference_end=10.0),
-    Tag(14.5, 20.25, "=Promo, spring", 0.2, reference="12", reference_start=1.5,
-        reference_end=7.25),
+    Tag(2.0, 12.0, "Station ident", 0.41,
+        extra=Extra(reference="3", reference_start=0.0, reference_end=10.0)),
+    Tag(14.5, 20.25, "=Promo, spring", 0.2,
+        extra=Extra(reference="12", reference_start=1.5, reference_end=7.25)),
 )  # fmt: skip
-EVENTS = (Tag(0.0, 0.96, "Speech", 0.8, label_id="/m/09x0r"), Tag(1.0, 2.0, "Dog", 0.5))
+EVENTS = (
+    Tag(0.0, 0.96, "Speech", 0.8, extra=Extra(label_id="/m/09x0r")),
+    Tag(1.0, 2.0, "Dog", 0.5),
+)
 POLYPHONIC = (
-    Tag(0.5, 0.6, "C4", 0.7, midi=60, pitch_bend=(0.0, 1.0, -1.0)),
-    Tag(0.5, 1.2, "E4", 0.6, midi=64),
+    Tag(0.5, 0.6, "C4", 0.7, extra=Extra(midi=60, pitch_bend=(0.0, 1.0, -1.0))),
+    Tag(0.5, 1.2, "E4", 0.6, extra=Extra(midi=64)),
 )
 
 
@@ -47,9 +65,9 @@ def _result(tags: tuple[Tag, ...], model: str = "speech") -> Result:
 
 
 def _midi_of(tag: Tag) -> int | None:
-    if tag.midi is not None or tag.frequency_hz is None:
-        return tag.midi
-    return round(69 + 12 * math.log2(tag.frequency_hz / 440))
+    if MIDI.of(tag) is not None or FREQUENCY_HZ.of(tag) is None:
+        return MIDI.of(tag)
+    return round(69 + 12 * math.log2(FREQUENCY_HZ.at(tag) / 440))
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
@@ -73,25 +91,32 @@ def test_round_trip(name: str, tags: tuple[Tag, ...]) -> None:
         if name in ("json", "csv", "raven", "jams", "birdnet", "kaleidoscope"):
             assert got.score == pytest.approx(want.score, abs=1e-6)
         if name in ("json", "csv", "raven", "birdnet", "kaleidoscope"):
-            assert got.scientific_name == want.scientific_name
+            assert SCIENTIFIC_NAME.of(got) == SCIENTIFIC_NAME.of(want)
         if name in ("json", "csv", "raven"):
-            assert (got.reference, got.reference_start, got.reference_end) == (
-                want.reference,
-                want.reference_start,
-                want.reference_end,
+            assert (
+                REFERENCE.of(got),
+                REFERENCE_START.of(got),
+                REFERENCE_END.of(got),
+            ) == (
+                REFERENCE.of(want),
+                REFERENCE_START.of(want),
+                REFERENCE_END.of(want),
             )
         if name in ("json", "csv"):
-            assert got.label_id == want.label_id
+            assert LABEL_ID.of(got) == LABEL_ID.of(want)
         if name in ("vtt", "srt"):
             assert got.score == pytest.approx(want.score, abs=0.005)
-        if name in ("json", "csv", "jams", "midi") and want.frequency_hz is not None:
-            assert got.frequency_hz == want.frequency_hz
-        if name in ("jams", "midi") and want.midi is not None:
-            assert _midi_of(got) == want.midi  # a note keeps its pitch, as a number or in Hz
+        if name in ("json", "csv", "jams", "midi") and FREQUENCY_HZ.of(want) is not None:
+            assert FREQUENCY_HZ.of(got) == FREQUENCY_HZ.of(want)
+        if name in ("jams", "midi") and MIDI.of(want) is not None:
+            assert _midi_of(got) == MIDI.of(want)  # a note keeps its pitch, as a number or in Hz
         if name == "midi":
             assert got.score == pytest.approx(want.score, abs=1 / 127)
         if name == "json":
-            assert (got.midi, got.pitch_bend) == (want.midi, want.pitch_bend)
+            assert (MIDI.of(got), PITCH_BEND.of(got)) == (
+                MIDI.of(want),
+                PITCH_BEND.of(want),
+            )
 
 
 def test_birdnet_analyzers_own_columns() -> None:
@@ -126,8 +151,15 @@ def test_fingerprint_tags_name_their_reference_in_tables() -> None:
 
 
 def test_fingerprint_tags_say_the_speed_and_pitch_they_were_played_at() -> None:
-    fast = Tag(2.0, 11.5, "Station ident", 0.3, reference="3", reference_start=0.0,
-               reference_end=10.0, speed=1.0512, pitch=1.0498)  # fmt: skip
+    fast = Tag(
+        2.0,
+        11.5,
+        "Station ident",
+        0.3,
+        extra=Extra(
+            reference="3", reference_start=0.0, reference_end=10.0, speed=1.0512, pitch=1.0498
+        ),
+    )
     result = _result((fast,), model="jingles")
     assert FORMATS["csv"].text(result, "x").splitlines() == [
         "start,end,label,score,reference,reference_start,reference_end,speed,pitch",
@@ -135,7 +167,7 @@ def test_fingerprint_tags_say_the_speed_and_pitch_they_were_played_at() -> None:
     ]
     for name in ("json", "csv"):
         [got] = FORMATS[name].parse(FORMATS[name].encode(result, "x"))
-        assert (got.speed, got.pitch) == (1.0512, 1.0498)
+        assert (SPEED.of(got), PITCH.of(got)) == (1.0512, 1.0498)
     http = RecognizeResponse.of(result).model_dump(exclude_none=True)
     assert http == result_dict(result)
 
@@ -286,7 +318,7 @@ def test_no_csv_cell_starts_a_formula() -> None:
 
 @pytest.mark.parametrize("name", ["birdnet", "kaleidoscope"])
 def test_no_cell_of_the_bird_csvs_starts_a_formula(name: str) -> None:
-    tags = tuple(Tag(0.0, 1.0, label, 0.5, scientific_name=label) for label in HOSTILE)
+    tags = tuple(Tag(0.0, 1.0, label, 0.5, extra=Extra(scientific_name=label)) for label in HOSTILE)
     text = FORMATS[name].text(_result(tags), "=cmd|x/-y.wav")
     for row in list(csv.reader(io.StringIO(text)))[1:]:
         assert not any(cell.startswith(("=", "+", "@")) for cell in row), row
@@ -310,7 +342,7 @@ def test_eaf_of_control_characters_is_xml_elan_can_open() -> None:
 def test_midi_bridges_gaps_past_four_byte_delta_times() -> None:
     """A note 80 hours in: no delta time may pass 0x0FFFFFFF ticks (4 bytes), so the gap is
     bridged by empty markers and the note keeps its time."""
-    late = (Tag(288_000.0, 288_001.0, "A4", 0.9, midi=69),)
+    late = (Tag(288_000.0, 288_001.0, "A4", 0.9, extra=Extra(midi=69)),)
     data = FORMATS["midi"].encode(_result(late, "notes"), "x")
     track = mido.MidiFile(file=io.BytesIO(data)).tracks[0]
     assert max(message.time for message in track) <= 0x0FFFFFFF
@@ -406,7 +438,9 @@ FORMULAS = ['=HYPERLINK("http://x","y")', "+1", "-2+3", "@SUM(A1)", " =1+1", "\t
 def test_no_cell_of_the_tab_separated_tables_starts_a_formula(name: str) -> None:
     """Raven and Audacity tables are opened in spreadsheets as the CSVs are: a reference title
     `=HYPERLINK(...)` ran there, and Raven's trimming made the inert ` =1+1` a formula."""
-    tags = tuple(Tag(0.0, 1.0, label, 0.5, scientific_name=label) for label in FORMULAS)
+    tags = tuple(
+        Tag(0.0, 1.0, label, 0.5, extra=Extra(scientific_name=label)) for label in FORMULAS
+    )
     text = FORMATS[name].text(_result(tags, "birds"), "x")
     for row in list(csv.reader(io.StringIO(text), delimiter="\t"))[1 if name == "raven" else 0 :]:
         assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row), row

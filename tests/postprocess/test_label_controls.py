@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from arengine.errors import InvalidInput
+from arengine.kinds.events.fields import LABEL_ID
 from arengine.kinds.events.params import EventParams
 from arengine.kinds.events.recognizer import read_class_map
 from arengine.models.registry import DEFAULT_MODELS_DIR
@@ -75,7 +76,7 @@ def test_a_tag_is_scored_by_its_peak_and_carries_the_audioset_id() -> None:
     scores = _scores(10, Glass=(2, 6, 0.6))
     scores[3, NAMES.index("Glass")] = 0.9
     (tag,) = _tags(scores, {})
-    assert (tag.label, tag.label_id, tag.score, tag.start, tag.end) == (
+    assert (tag.label, LABEL_ID.of(tag), tag.score, tag.start, tag.end) == (
         "Glass",
         "/m/039jq",
         0.9,
@@ -114,7 +115,7 @@ def test_filters_take_names_ids_and_ontology_classes() -> None:
 def test_a_group_reports_its_members_as_one_label() -> None:
     scores = _scores(12, Bark=(0, 3, 0.8), Howl=(2, 6, 0.7), Whimper_dog=(6, 8, 0.9))
     (dog,) = _tags(scores, {"group": "dog"})
-    assert (dog.label, dog.label_id, dog.start, dog.end, dog.score) == (
+    assert (dog.label, LABEL_ID.of(dog), dog.start, dog.end, dog.score) == (
         "Dog",
         "/m/0bt9lr",
         0.0,

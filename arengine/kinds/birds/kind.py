@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from arengine.audio.recorded import birdnet_week
 from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.birds.fields import FIELDS
 from arengine.kinds.birds.recognizer import BirdsRecognizer
 from arengine.kinds.birds.tagger import BirdsParams, BirdsTagger
 from arengine.kinds.manifest import Manifest, ManifestError
@@ -38,5 +39,6 @@ KIND = Kind(
     build=_birds,
     parameters=BirdsParams,
     tagger=BirdsTagger,
+    tag_fields=FIELDS,
     from_recording_time=lambda when: {"week": birdnet_week(when)},
 )

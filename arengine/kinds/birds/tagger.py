@@ -20,6 +20,8 @@ import torch
 from torch import Tensor
 
 from arengine.errors import ErrorCode, InvalidInput
+from arengine.kinds.birds.fields import SCIENTIFIC_NAME
+from arengine.kinds.fields import extra_of
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.postprocess.vocabulary import split_list, split_values
 from arengine.types import Tag
@@ -207,5 +209,5 @@ class BirdsTagger:
             end=round(end / self.rate, 3),
             label=common,
             score=round(max(run.scores), 4),
-            scientific_name=scientific,
+            extra=extra_of((SCIENTIFIC_NAME, scientific)),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.events.fields import FIELDS
 from arengine.kinds.events.network import HOP_S as EVENTS_HOP_S
 from arengine.kinds.events.params import EventParams
 from arengine.kinds.events.recognizer import EventsRecognizer, read_class_map
@@ -55,4 +56,5 @@ KIND = Kind(
     build=_events,
     parameters=EventParams,
     tagger=LabelTagger,
+    tag_fields=FIELDS,
 )

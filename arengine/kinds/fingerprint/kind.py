@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.fingerprint.fields import FIELDS
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE as FINGERPRINT_RATE
 from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
@@ -40,4 +41,5 @@ KIND = Kind(
     build_shared=_shared,
     parameters=FingerprintParams,
     tagger=FingerprintTagger,
+    tag_fields=FIELDS,
 )

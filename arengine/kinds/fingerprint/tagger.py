@@ -27,6 +27,14 @@ from typing import ClassVar
 
 import numpy as np
 
+from arengine.kinds.fields import extra_of
+from arengine.kinds.fingerprint.fields import (
+    PITCH,
+    REFERENCE,
+    REFERENCE_END,
+    REFERENCE_START,
+    SPEED,
+)
 from arengine.kinds.fingerprint.library import Reference
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
@@ -268,11 +276,13 @@ class FingerprintTagger:
             end=round(end_s, 3),
             label=found.title,
             score=round(score, 4),
-            reference=str(found.id),
-            reference_start=round(max(0.0, reference_start), 3),
-            reference_end=round(min(found.duration_s, reference_end), 3),
-            speed=round(speed, 4),
-            pitch=round(run.pitch(), 4),
+            extra=extra_of(
+                (REFERENCE, str(found.id)),
+                (REFERENCE_START, round(max(0.0, reference_start), 3)),
+                (REFERENCE_END, round(min(found.duration_s, reference_end), 3)),
+                (SPEED, round(speed, 4)),
+                (PITCH, round(run.pitch(), 4)),
+            ),
         )
 
 

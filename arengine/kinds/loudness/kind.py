@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.loudness.fields import FIELDS
 from arengine.kinds.loudness.recognizer import WINDOW_S, LoudnessRecognizer
 from arengine.kinds.loudness.tagger import LoudnessParams, LoudnessTagger
 from arengine.kinds.manifest import Manifest, ManifestError
@@ -28,4 +29,5 @@ KIND = Kind(
     build=_loudness,
     parameters=LoudnessParams,
     tagger=LoudnessTagger,
+    tag_fields=FIELDS,
 )

@@ -17,7 +17,10 @@ have less history and use what there is. The background is taken to be at least
 Loud windows separated by at most `hold_ms` of quieter ones form one tag, from the first loud
 window's start to the last one's end (so a tag's end is where the sound stopped, not `hold_ms`
 later); tags shorter than `min_duration_ms` are dropped. Its score is the peak window level as a
-fraction of full scale, `10 ** (peak_dbfs / 20)`: `20 * log10(score)` gives the peak back in dBFS.
+fraction of full scale, `10 ** (peak_dbfs / 20)`: `20 * log10(score)` gives the peak back in dBFS;
+the tag also carries that peak itself, to 0.01 dB, as `level_dbfs` (`fields.py`), so a table of
+tags says it without the arithmetic. Both stop at full scale: a window over it (a float file
+that clips) is as loud as a level can say.
 Every step is a numpy operation over the pushed windows; the tagger's state (the last
 `background_s` of levels, the open tag) belongs to its one request.
 """
@@ -31,6 +34,8 @@ from typing import ClassVar
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from arengine.kinds.fields import extra_of
+from arengine.kinds.loudness.fields import LEVEL_DBFS
 from arengine.kinds.loudness.level import FLOOR_DBFS
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
@@ -206,4 +211,7 @@ class LoudnessTagger:
         if audio_samples is not None:
             end = min(end, audio_samples)
         score = min(1.0, 10 ** (peak / 20))
-        return Tag(first * self.hop / self.sample_rate, end / self.sample_rate, LABEL, score)
+        level = extra_of((LEVEL_DBFS, round(min(peak, 0.0), 2)))
+        return Tag(
+            first * self.hop / self.sample_rate, end / self.sample_rate, LABEL, score, extra=level
+        )

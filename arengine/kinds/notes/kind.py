@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.manifest import Manifest
+from arengine.kinds.notes.fields import FIELDS
 from arengine.kinds.notes.recognizer import NotesRecognizer
 from arengine.kinds.notes.tagger import NotesParams, NotesTagger
 
@@ -22,4 +23,5 @@ KIND = Kind(
     build=_notes,
     parameters=NotesParams,
     tagger=NotesTagger,
+    tag_fields=FIELDS,
 )

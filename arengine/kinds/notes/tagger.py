@@ -37,6 +37,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from arengine.kinds.fields import extra_of
+from arengine.kinds.notes.fields import MIDI, PITCH_BEND
 from arengine.kinds.pitch.tagger import note_name
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
@@ -291,7 +293,7 @@ class NotesTagger:
     >>> scores[20:120, 39] = 0.9  # key 39 (C4) sounds from frame 20 to 119
     >>> scores[20, KEYS + 39] = 0.95  # with an onset at frame 20
     >>> tagger = NotesTagger(NotesParams())
-    >>> [(t.label, t.midi, t.start, t.end) for t in tagger.push(scores) + tagger.finish(76800)]
+    >>> [(t.label, MIDI.of(t), t.start, t.end) for t in tagger.push(scores) + tagger.finish(76800)]
     [('C4', 60, 0.232, 1.393)]
     """
 
@@ -370,6 +372,5 @@ class NotesTagger:
             end=round(self.grid.sample(self._start + end) / self.sample_rate, 3),
             label=note_name(key + LOWEST_MIDI),
             score=round(amplitude, 4),
-            midi=key + LOWEST_MIDI,
-            pitch_bend=bends,
+            extra=extra_of((MIDI, key + LOWEST_MIDI), (PITCH_BEND, bends)),
         )

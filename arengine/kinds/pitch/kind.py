@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.manifest import Manifest
+from arengine.kinds.pitch.fields import FIELDS
 from arengine.kinds.pitch.recognizer import PitchRecognizer
 from arengine.kinds.pitch.tagger import PitchParams, PitchTagger
 
@@ -22,4 +23,5 @@ KIND = Kind(
     build=_pitch,
     parameters=PitchParams,
     tagger=PitchTagger,
+    tag_fields=FIELDS,
 )

@@ -24,6 +24,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from arengine.errors import ErrorCode, InvalidInput
+from arengine.kinds.fields import extra_of
+from arengine.kinds.pitch.fields import FREQUENCY_HZ
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
@@ -222,6 +224,6 @@ class PitchTagger:
                 end=round(end / self.sample_rate, 3),
                 label=note_name(note.midi),
                 score=round(min(max(note.periodicity / note.frames, 0.0), 1.0), 4),
-                frequency_hz=round(note.frequency / note.frames, 2),
+                extra=extra_of((FREQUENCY_HZ, round(note.frequency / note.frames, 2))),
             )
         )

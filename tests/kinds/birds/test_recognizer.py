@@ -22,6 +22,7 @@ import arengine.kinds.birds.network as network
 from arengine.audio.segments import Segmenter
 from arengine.errors import InvalidInput
 from arengine.kinds.birds.convert import CONVERSION, sha256_of
+from arengine.kinds.birds.fields import SCIENTIFIC_NAME
 from arengine.kinds.birds.location import BirdnetLocation
 from arengine.kinds.birds.network import Birdnet
 from arengine.kinds.birds.recognizer import BirdsRecognizer
@@ -147,7 +148,7 @@ def test_the_detections_equal_birdnets(model: Birdnet, audio: np.ndarray, cache:
         for r, c in zip(rows, classes, strict=True)
     }
     assert len(expected) >= 2, "the recording has birds BirdNET is sure of"
-    found = {(t.start, (t.scientific_name, t.label)): t.score for t in tags}
+    found = {(t.start, (SCIENTIFIC_NAME.of(t), t.label)): t.score for t in tags}
     assert found.keys() == expected.keys()
     for key, score in found.items():
         assert score == pytest.approx(expected[key], abs=1e-3)
@@ -256,7 +257,7 @@ def test_a_custom_species_list_and_per_species_thresholds_from_the_manifest(
     tmp_path: Path, audio: np.ndarray, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     everything = _recognize(_recognizer(cache), audio, {"min_conf": 0.25})
-    first, second = sorted({(t.scientific_name or "", t.label) for t in everything})[:2]
+    first, second = sorted({(SCIENTIFIC_NAME.of(t) or "", t.label) for t in everything})[:2]
     shutil.copytree(MANIFEST.parent, tmp_path / "birds")
     manifest = tmp_path / "birds" / "manifest.toml"
     text = manifest.read_text()
@@ -319,7 +320,7 @@ def test_a_query_names_species_and_their_thresholds_in_any_case(
     recognizer = _recognizer(cache)
     everything = _recognize(recognizer, audio, {"min_conf": 0.25})
     (scientific, common), (other, _) = sorted(
-        {(t.scientific_name or "", t.label) for t in everything}
+        {(SCIENTIFIC_NAME.of(t) or "", t.label) for t in everything}
     )[:2]
     chosen = _recognize(
         recognizer,

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from arengine.errors import InvalidInput
+from arengine.kinds.birds.fields import SCIENTIFIC_NAME
 from arengine.kinds.birds.tagger import BirdsParams, BirdsTagger, confidence
 from arengine.types import Tag
 
@@ -36,7 +37,7 @@ def test_each_window_is_a_tag_with_its_common_and_scientific_name() -> None:
     logits = np.full((3, 2), -5.0, dtype=np.float32)
     logits[0, 0] = logits[2, 0] = logits[2, 1] = SURE
     tags = _run(_tagger(BirdsParams()), logits, [3], 9 * RATE)
-    assert [(t.start, t.end, t.label, t.scientific_name) for t in tags] == [
+    assert [(t.start, t.end, t.label, SCIENTIFIC_NAME.of(t)) for t in tags] == [
         (0.0, 3.0, "American Robin", "Turdus migratorius"),
         (6.0, 9.0, "American Robin", "Turdus migratorius"),
         (6.0, 9.0, "Northern Cardinal", "Cardinalis cardinalis"),

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from arengine.audio.segments import Segment, Segmenter
+from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START
 from arengine.kinds.fingerprint.landmarks import (
     CHUNK_FRAMES,
     HOP,
@@ -68,12 +69,12 @@ def _assert_found(tags: list[Tag], placed: list[Placed]) -> None:
     assert len(tags) == len(placed), tags
     for tag, item in zip(tags, placed, strict=True):
         assert tag.label == f"piece {item.index}"
-        assert tag.reference == str(item.index + 1)
+        assert REFERENCE.of(tag) == str(item.index + 1)
         assert abs(tag.start - item.at) <= 0.5, (tag, item)
         assert abs(tag.end - item.end) <= 0.5, (tag, item)
-        assert tag.reference_start is not None and tag.reference_end is not None
-        assert abs(tag.reference_start - item.ref_start) <= 0.5, (tag, item)
-        assert abs(tag.reference_end - item.ref_end) <= 0.5, (tag, item)
+        assert REFERENCE_START.of(tag) is not None and REFERENCE_END.of(tag) is not None
+        assert abs(REFERENCE_START.at(tag) - item.ref_start) <= 0.5, (tag, item)
+        assert abs(REFERENCE_END.at(tag) - item.ref_end) <= 0.5, (tag, item)
         assert 0.0 < tag.score <= 1.0
 
 
@@ -134,7 +135,7 @@ def test_a_reference_added_or_removed_is_seen_by_the_next_recording(
     other = Library(library.path)  # as another process would: its own connection
     added = add_recording(other, "piece 3", pieces[3], {})
     [tag] = recognize(recognizer, recording)
-    assert (tag.label, tag.reference) == ("piece 3", str(added))
+    assert (tag.label, REFERENCE.of(tag)) == ("piece 3", str(added))
     assert other.remove(added)
     assert recognize(recognizer, recording) == []
 
@@ -150,7 +151,7 @@ def test_offsets_never_wrap_on_long_recordings(library: Library, pieces: list[np
     tags = tagger.push(recognizer.infer(recognizer.features(segment), segment))
     [tag] = tags + tagger.finish(0)
     assert abs(tag.start - (30 * 3600 + 1.0)) <= 0.5
-    assert tag.reference_start == 0.0
+    assert REFERENCE_START.of(tag) == 0.0
 
 
 def test_threads_share_one_recognizer(library: Library, pieces: list[np.ndarray]) -> None:

@@ -11,6 +11,13 @@ import numpy as np
 import pytest
 import soxr
 
+from arengine.kinds.fingerprint.fields import (
+    PITCH,
+    REFERENCE,
+    REFERENCE_END,
+    REFERENCE_START,
+    SPEED,
+)
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
 from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
@@ -62,7 +69,7 @@ def test_a_changed_recording_is_found_with_its_factors(
     recording = mix(50.0, played, [whole, excerpt], snr_db=10.0, seed=2)
     recognizer = FingerprintRecognizer(library.path, segment_s=10.0)
     tags = recognize(recognizer, recording)
-    assert [(t.label, t.reference) for t in tags] == [("piece 0", "1"), ("piece 2", "3")], tags
+    assert [(t.label, REFERENCE.of(t)) for t in tags] == [("piece 0", "1"), ("piece 2", "3")], tags
     # A phase vocoder smears the notes' onsets: the first and last matches of an excerpt cut
     # mid-note come later and earlier than a resampling's (measured: up to 0.51 s here).
     bounds = 0.5 if change == "speed" else 0.75
@@ -70,14 +77,14 @@ def test_a_changed_recording_is_found_with_its_factors(
         assert abs(tag.start - item.at) <= bounds, (tag, item)
         assert abs(tag.end - item.end) <= bounds, (tag, item)
         _assert_offset(tag, item.at, item.ref_start * tempo)
-        assert tag.speed == pytest.approx(tempo, rel=0.01), tag
-        assert tag.pitch == pytest.approx(pitch, rel=0.01), tag
+        assert SPEED.of(tag) == pytest.approx(tempo, rel=0.01), tag
+        assert PITCH.of(tag) == pytest.approx(pitch, rel=0.01), tag
 
 
 def _assert_offset(tag: Tag, at: float, ref_start: float) -> None:
     """The tag's reference offset is right at its speed: the stretch it names is the one played."""
-    assert tag.reference_start is not None and tag.speed is not None
-    assert abs(tag.reference_start - (ref_start + (tag.start - at) * tag.speed)) <= 0.5, tag
+    assert REFERENCE_START.of(tag) is not None and SPEED.of(tag) is not None
+    assert abs(REFERENCE_START.at(tag) - (ref_start + (tag.start - at) * SPEED.at(tag))) <= 0.5, tag
 
 
 def test_talk_over_is_one_occurrence(
@@ -95,10 +102,10 @@ def test_talk_over_is_one_occurrence(
     recording[at : at + len(voice)] += voice * gain
     recognizer = FingerprintRecognizer(library.path, segment_s=10.0)
     [tag] = recognize(recognizer, recording)
-    assert tag.reference == "2"
+    assert REFERENCE.of(tag) == "2"
     assert abs(tag.start - 5.0) <= 0.5 and abs(tag.end - 25.0) <= 0.5, tag
-    assert tag.reference_start == 0.0 and abs(tag.reference_end - 20.0) <= 0.5  # type: ignore[operator]
-    assert tag.speed == pytest.approx(1.0, rel=0.01)
+    assert REFERENCE_START.at(tag) == 0.0 and abs(REFERENCE_END.at(tag) - 20.0) <= 0.5
+    assert SPEED.of(tag) == pytest.approx(1.0, rel=0.01)
 
 
 def test_a_library_of_the_old_scheme_is_refused(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START
 from arengine.kinds.fingerprint.library import Reference
 from arengine.kinds.fingerprint.tagger import (
     END,
@@ -51,9 +52,9 @@ def test_one_occurrence_is_one_tag_however_it_is_pushed() -> None:
     tags = [_tags(rows, pushes) for pushes in (1, 3, 17)]
     assert tags[0] == tags[1] == tags[2]
     [tag] = tags[0]
-    assert (tag.label, tag.reference) == ("ident", "1")
+    assert (tag.label, REFERENCE.of(tag)) == ("ident", "1")
     assert abs(tag.start - 1000 * FRAME_S) < 0.01
-    assert abs(tag.reference_start - 200 * FRAME_S) < 0.01  # type: ignore[operator]
+    assert abs(REFERENCE_START.at(tag) - 200 * FRAME_S) < 0.01
     assert abs(tag.score - 0.25) < 0.01  # every 4th hash matched
 
 
@@ -85,13 +86,13 @@ def test_a_repeat_inside_the_reference_is_not_a_second_occurrence() -> None:
     true = _occurrence(1, 1000, 0, 400)
     echo = np.array([_match(1, 1000 - 100, f, f + 10) for f in range(1100, 1300, 8)])
     [tag] = _tags(np.concatenate([true, echo]), 4)
-    assert tag.reference_start == 0.0
+    assert REFERENCE_START.of(tag) == 0.0
 
 
 def test_an_occurrence_that_starts_near_the_reference_start_is_extended_to_it() -> None:
     """The first match 0.3 s after the reference's start: the tag starts where it does."""
     [tag] = _tags(_occurrence(1, 1000, 13, 400), 1)
-    assert tag.reference_start == 0.0
+    assert REFERENCE_START.of(tag) == 0.0
     assert abs(tag.start - (1000 - 13) * FRAME_S) < 0.01
 
 
@@ -100,8 +101,8 @@ def test_an_occurrence_matched_to_the_last_landmark_plays_to_the_reference_end()
     does; one that stops 1.5 s before the last landmark is an excerpt and ends where it stops."""
     first, last = round(1.0 / FRAME_S), round(18.0 / FRAME_S) - 10  # matches reach 10 frames on
     [whole] = _tags(_occurrence(3, 1000 + first, first, last - first), 1)
-    assert (whole.reference_start, whole.reference_end) == (0.0, 20.0)
+    assert (REFERENCE_START.of(whole), REFERENCE_END.of(whole)) == (0.0, 20.0)
     assert abs(whole.end - whole.start - 20.0) < 0.01
     cut = round(1.5 / FRAME_S)
     [excerpt] = _tags(_occurrence(3, 1000 + first, first, last - first - cut), 1)
-    assert abs(excerpt.reference_end - 16.5) < 0.05  # type: ignore[operator]
+    assert abs(REFERENCE_END.at(excerpt) - 16.5) < 0.05

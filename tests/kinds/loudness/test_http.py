@@ -3,6 +3,7 @@ its parameters listed by `GET /v1/models` and taken from the query."""
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Iterator
 
@@ -87,19 +88,21 @@ def test_it_runs_beside_another_model_each_taking_its_parameters(
     assert len(loud) == 17
 
 
-def test_a_loudness_tag_is_written_in_the_shared_columns(
+def test_a_loudness_tag_is_written_with_its_own_level_column(
     client: InProcessClient, room: bytes
 ) -> None:
-    """No column of its own: the shared ones carry it (score: the peak as a fraction of full
-    scale)."""
+    """The shared columns carry it (score: the peak as a fraction of full scale), and its own
+    `level_dbfs`, which the kind declares (`loudness/fields.py`), says that peak in dBFS."""
     reply = client.post("/v1/recognize?model=loudness&format=csv", files={"file": room})
     assert reply.status_code == 200, reply.text
     lines = reply.text.strip().splitlines()
-    assert lines[0].startswith("start,end,label,score")
-    assert [line.split(",")[:3] for line in lines[1:]] == [
-        ["5.0", "5.2", "loud"],
-        ["10.0", "17.75", "loud"],
-    ]
+    assert lines[0] == "start,end,label,score,level_dbfs"
+    rows = [line.split(",") for line in lines[1:]]
+    assert [row[:3] for row in rows] == [["5.0", "5.2", "loud"], ["10.0", "17.75", "loud"]]
+    for row in rows:
+        assert float(row[4]) == pytest.approx(20 * math.log10(float(row[3])), abs=0.005)
+    tags = client.post("/v1/recognize?model=loudness", files={"file": room}).json()["tags"]
+    assert [tag["level_dbfs"] for tag in tags] == [float(row[4]) for row in rows]
 
 
 def test_a_done_job_answers_new_trigger_parameters_from_its_kept_levels(

@@ -10,6 +10,7 @@ import pytest
 
 from arengine.audio.segments import Segmenter
 from arengine.errors import InvalidInput
+from arengine.kinds.loudness.fields import LEVEL_DBFS
 from arengine.kinds.loudness.level import levels_dbfs
 from arengine.kinds.loudness.recognizer import LoudnessRecognizer
 from arengine.kinds.loudness.tagger import LoudnessParams, LoudnessTagger
@@ -48,6 +49,18 @@ def test_a_door_slam_and_an_alarm_in_a_quiet_room_are_tagged_at_their_bounds(
     slam_peak = levels_dbfs(quiet_room()[round(SLAM[0] * RATE) :], WINDOW)[0]
     assert 20 * math.log10(slam.score) == pytest.approx(slam_peak, abs=1e-4)
     assert 20 * math.log10(alarm.score) == pytest.approx(-23.0, abs=0.2)  # 0.1 sine beeps
+    # The tag also says that peak in dBFS, its own field (`loudness/fields.py`), to 0.01 dB.
+    assert LEVEL_DBFS.at(slam) == round(slam_peak, 2)
+    assert LEVEL_DBFS.at(alarm) == pytest.approx(20 * math.log10(alarm.score), abs=0.005)
+
+
+def test_a_level_over_full_scale_is_said_as_full_scale() -> None:
+    """A float file may hold samples over 1.0: the level stops at 0 dBFS, as the score at 1, so
+    the field keeps to its declared bounds (`POST /v1/render` refuses more)."""
+    tagger = LoudnessTagger(LoudnessParams(), sample_rate=RATE, hop=WINDOW)
+    levels = np.concatenate([np.full(100, -60.0), np.full(10, 6.0), np.full(100, -60.0)])
+    [tag] = tagger.push(levels) + tagger.finish(len(levels) * WINDOW)
+    assert (tag.score, LEVEL_DBFS.at(tag)) == (1.0, 0.0)
 
 
 def test_without_hold_the_alarm_is_a_tag_per_beep() -> None:

@@ -14,6 +14,7 @@ import soundfile as sf
 
 from arengine.audio.segments import Segment, Segmenter
 from arengine.errors import InvalidInput
+from arengine.kinds.notes.fields import MIDI, PITCH_BEND
 from arengine.kinds.notes.recognizer import KEPT_FRAMES, STEP, NotesRecognizer
 from arengine.kinds.notes.tagger import (
     COLUMNS,
@@ -117,7 +118,7 @@ def test_streamed_in_any_pieces_equals_the_whole_recording(
         whole = _whole(scores, len(audio), params)
         for sizes in ([len(scores)], [7] * 400, [KEPT_FRAMES] * 20, list(rng.integers(1, 300, 40))):
             tags = _tags(NotesTagger(params), scores, sizes, len(audio))
-            got = [(t.start, t.end, t.midi) for t in tags]
+            got = [(t.start, t.end, MIDI.of(t)) for t in tags]
             assert [t.start for t in tags] == sorted(t.start for t in tags)
             assert len(whole) > 20
             if infer_onsets:
@@ -151,7 +152,7 @@ def test_a_note_held_for_minutes_forces_a_cut_and_the_buffer_stays_bounded() -> 
         tags += tagger.push(rows[start : start + 500])
         assert len(tagger._buffer) <= 4 + 1290 + 8 * 430 + 142 + 500
     tags += tagger.finish(12000 * 256)
-    assert sum(t.midi == 61 for t in tags) > 200
+    assert sum(MIDI.of(t) == 61 for t in tags) > 200
 
 
 def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]) -> None:
@@ -159,15 +160,15 @@ def test_pitch_bends_and_json(scores: np.ndarray, piece: tuple[np.ndarray, list[
     tagger = NotesTagger(NotesParams(pitch_bends=1))
     tags = tagger.push(scores) + tagger.finish(len(audio))
     for tag in tags:
-        assert tag.pitch_bend is not None
+        assert PITCH_BEND.of(tag) is not None
         # One per frame; the window grid's step is 141.27 frames, so a duration may round off 1.
-        assert abs(len(tag.pitch_bend) - (tag.end - tag.start) * 22050 / 256) <= 1.5
+        assert abs(len(PITCH_BEND.at(tag)) - (tag.end - tag.start) * 22050 / 256) <= 1.5
         # FluidR3's samples are in tune: the contour peak is within a semitone of the key.
-        assert np.median(np.abs(tag.pitch_bend)) <= 3
+        assert np.median(np.abs(PITCH_BEND.at(tag))) <= 3
     plain = NotesTagger(NotesParams())
     first = (plain.push(scores) + plain.finish(len(audio)))[0]
     assert set(tag_dict(first)) == {"start", "end", "label", "score", "midi"}
-    assert first.label[-1].isdigit() and 21 <= (first.midi or 0) <= 108
+    assert first.label[-1].isdigit() and 21 <= (MIDI.of(first) or 0) <= 108
 
 
 def test_known_notes_are_found(scores: np.ndarray, piece: tuple[np.ndarray, list[Note]]) -> None:
@@ -175,7 +176,7 @@ def test_known_notes_are_found(scores: np.ndarray, piece: tuple[np.ndarray, list
     audio, truth = piece
     tagger = NotesTagger(NotesParams())
     tags = tagger.push(scores) + tagger.finish(len(audio))
-    precision, recall, score = f1(truth, [(t.start, t.end, t.midi or 0) for t in tags])
+    precision, recall, score = f1(truth, [(t.start, t.end, MIDI.of(t) or 0) for t in tags])
     assert score >= 0.75, (precision, recall)
     assert {n.program for n in truth} == {PIANO, GUITAR, STRINGS}
 
@@ -212,9 +213,9 @@ def test_every_option_at_its_floor_gives_a_bounded_answer() -> None:
     tagger = NotesTagger(params)
     tags = _tags(tagger, rows, [300] * (frames // 300), frames * 256)
     assert 100 < len(tags) <= 50 * seconds
-    bends = sum(len(tag.pitch_bend or ()) for tag in tags)
+    bends = sum(len(PITCH_BEND.of(tag) or ()) for tag in tags)
     assert bends <= 24 * frames
-    assert all(isinstance(bend, int) for tag in tags for bend in tag.pitch_bend or ())
+    assert all(isinstance(bend, int) for tag in tags for bend in PITCH_BEND.of(tag) or ())
 
 
 def test_segments_are_whole_basic_pitch_windows(recognizer: NotesRecognizer) -> None:
@@ -284,7 +285,7 @@ def test_plain_sine_tones_are_notes_at_predicts_onset_threshold(
     def notes(overrides: dict[str, float]) -> list[tuple[int | None, float]]:
         tagger = recognizer.tagger(overrides)
         tags = [tag for part in parts for tag in tagger.push(part)] + tagger.finish(len(audio))
-        return [(tag.midi, tag.start) for tag in tags]
+        return [(MIDI.of(tag), tag.start) for tag in tags]
 
     assert notes({}) == []
     card = (NOTES / "README.md").read_text(encoding="utf-8")
@@ -310,6 +311,6 @@ def test_without_pitch_bends_the_contour_is_not_needed(
     assert len(full) > 20
     bends = NotesTagger(NotesParams(pitch_bends=1))
     assert bends.columns_read == COLUMNS
-    assert [t.pitch_bend is not None for t in _tags(bends, scores, sizes, len(audio))] == [
+    assert [PITCH_BEND.of(t) is not None for t in _tags(bends, scores, sizes, len(audio))] == [
         True
     ] * len(full)

@@ -7,6 +7,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from arengine.audio.segments import Segmenter
+from arengine.kinds.pitch.fields import FREQUENCY_HZ
 from arengine.kinds.pitch.recognizer import PitchRecognizer
 from arengine.kinds.pitch.tagger import (
     HIGHEST_MIDI,
@@ -17,7 +18,7 @@ from arengine.kinds.pitch.tagger import (
     _Note,
     note_name,
 )
-from arengine.types import Tag
+from arengine.types import Extra, Tag
 from tests.conftest import ROOT
 
 WEIGHTS = ROOT / "models" / "pitch" / "tiny.pth"
@@ -60,8 +61,8 @@ def test_a_melody_gives_its_notes_across_segment_cuts(segment_s: float, block: i
     for tag, onset, (_, frequency) in zip(tags, onsets, MELODY, strict=True):
         assert abs(tag.start - onset) <= 0.03  # measured: 15 ms early at most
         assert abs(tag.end - (onset + 0.5)) <= 0.03
-        assert tag.frequency_hz is not None
-        assert abs(1200 * np.log2(tag.frequency_hz / frequency)) < 20
+        assert FREQUENCY_HZ.of(tag) is not None
+        assert abs(1200 * np.log2(FREQUENCY_HZ.at(tag) / frequency)) < 20
         assert tag.score > 0.8
 
 
@@ -91,8 +92,8 @@ def _tag_all(
 def test_notes_from_made_up_scores() -> None:
     scores = _scores((0, 0.1, 20), (440, 0.9, 50), (0, 0.2, 20), (523.25, 0.7, 30), (0, 0.1, 5))
     assert _tag_all(scores) == [
-        Tag(start=0.195, end=0.695, label="A4", score=0.9, frequency_hz=440.0),
-        Tag(start=0.895, end=1.195, label="C5", score=0.7, frequency_hz=523.25),
+        Tag(start=0.195, end=0.695, label="A4", score=0.9, extra=Extra(frequency_hz=440.0)),
+        Tag(start=0.895, end=1.195, label="C5", score=0.7, extra=Extra(frequency_hz=523.25)),
     ]
 
 

@@ -28,12 +28,13 @@ client distribution."""
 KIND_OWN = {"arengine/http/references.py": "the fingerprint library's own endpoints"}
 """Modules of the shared rooms that serve one kind, and so may name its fields."""
 OWN_NAMES = {
-    ("arengine/outputs/formats.py", "scientific_name"): "Kaleidoscope's own column header",
-    ("arengine/outputs/formats.py", "midi"): "the MIDI format's name",
-    ("arengine/outputs/midi.py", "pitch"): "mido's pitch-wheel value",
-    ("client/arengine_client/progress.py", "speed"): "a progress bar's rate",
+    ("arengine/outputs/formats.py", "scientific_name"): 2,  # Kaleidoscope's own column
+    ("arengine/outputs/formats.py", "midi"): 1,  # the MIDI format's name
+    ("arengine/outputs/midi.py", "pitch"): 3,  # mido's pitch-wheel value
+    ("client/arengine_client/progress.py", "speed"): 3,  # a progress bar's rate
 }
-"""Names that are a kind field's too, but mean something else where they stand."""
+"""Names that are a kind field's too but mean something else where they stand, and how often
+they do: one more is a use of the field."""
 
 
 def _files() -> Iterator[Path]:
@@ -74,13 +75,15 @@ def _names(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def test_shared_code_names_no_kind_field() -> None:
-    named = []
+    named: dict[tuple[str, str], list[int]] = {}
     for path in _files():
         where = path.relative_to(ROOT).as_posix()
         for line, name in _names(ast.parse(path.read_text(), str(path))):
-            if name in TAG_FIELDS and (where, name) not in OWN_NAMES:
-                named.append(f"{where}:{line}: {name}")
-    assert named == [], "shared code names a kind's field; ask its declaration (TAG_FIELDS)"
+            if name in TAG_FIELDS:
+                named.setdefault((where, name), []).append(line)
+    beyond = {key: lines for key, lines in named.items() if len(lines) > OWN_NAMES.get(key, 0)}
+    assert beyond == {}, "shared code names a kind's field; ask its declaration (TAG_FIELDS)"
+    assert {key: len(lines) for key, lines in named.items()} == OWN_NAMES  # none left stale
 
 
 def test_the_check_finds_a_field_named() -> None:

@@ -103,6 +103,10 @@ def test_a_loudness_tag_is_written_with_its_own_level_column(
         assert float(row[4]) == pytest.approx(20 * math.log10(float(row[3])), abs=0.005)
     tags = client.post("/v1/recognize?model=loudness", files={"file": room}).json()["tags"]
     assert [tag["level_dbfs"] for tag in tags] == [float(row[4]) for row in rows]
+    raven = client.post("/v1/recognize?model=loudness&format=raven", files={"file": room})
+    table = [line.split("\t") for line in raven.text.strip().splitlines()]
+    column = table[0].index("Level (dBFS)")  # Raven's own column, from the same declaration
+    assert [float(row[column]) for row in table[1:]] == [float(row[4]) for row in rows]
 
 
 def test_a_done_job_answers_new_trigger_parameters_from_its_kept_levels(

@@ -38,6 +38,7 @@ import numpy as np
 
 from arengine.audio import sniff
 from arengine.audio.decode import DecodeReport, read_blocks, to_mono
+from arengine.audio.spans import Span, SpanReport, read_span
 from arengine.errors import (
     ArengineError,
     CorruptAudio,
@@ -68,7 +69,9 @@ class ChildDecoding:
     """The mono float32 blocks `decode.to_mono` would give for the file at `path`, decoded in a
     child; `report` is filled in as `read_blocks` fills it. Iterate once, then `close` (also
     early: the child is stopped). Example: `blocks = ChildDecoding(path, info, cap, report,
-    65536)`; `np.concatenate(list(blocks))` equals `to_mono(read_blocks(...))` concatenated."""
+    65536)`; `np.concatenate(list(blocks))` equals `to_mono(read_blocks(...))` concatenated.
+    With `span`, the child decodes that part of the file (`spans.read_span`); once read,
+    `found` says what the part found."""
 
     def __init__(
         self,
@@ -77,15 +80,17 @@ class ChildDecoding:
         max_frames: int,
         report: DecodeReport,
         block_frames: int,
+        span: Span | None = None,
     ) -> None:
         self._report = report
         self._block = block_frames
+        self.found = SpanReport()
         data_r, data_w = os.pipe()
         status_r, status_w = os.pipe()
         with contextlib.suppress(OSError):  # a smaller pipe only means less read-ahead
             fcntl.fcntl(data_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         try:
-            job = pickle.dumps((str(path), info, max_frames, block_frames))
+            job = pickle.dumps((str(path), info, max_frames, block_frames, span))
             self._pid = _server().fork(job, data_w, status_w)
         except BaseException:
             for fd in (data_r, status_r):
@@ -96,6 +101,11 @@ class ChildDecoding:
             os.close(status_w)
         self._data, self._status = data_r, status_r
         self._ended = False
+
+    @property
+    def report(self) -> DecodeReport:
+        """What decoding found, once read."""
+        return self._report
 
     def __iter__(self) -> Iterator[np.ndarray]:
         try:
@@ -135,6 +145,10 @@ class ChildDecoding:
         self._report.frames = int(found["frames"])
         self._report.truncated = bool(found["truncated"])
         self._report.warnings.extend(str(warning) for warning in found["warnings"])
+        self.found.reached_end = bool(found["reached_end"])
+        damage = self.found.damage
+        damage.bad, damage.total = int(found["bad"]), int(found["total"])
+        damage.worst = [None if worst is None else int(worst) for worst in found["worst"]]
 
     def close(self) -> None:
         """Stop the child if it still decodes, and close the pipes."""
@@ -242,16 +256,24 @@ def _reap(signum: int, frame: object) -> None:
 
 def _decode(job: bytes, data_w: int, status_w: int) -> int:
     """In the child: the chain's blocks to `data_w`, then its report or error to `status_w`."""
-    path, info, max_frames, block_frames = pickle.loads(job)
-    report = DecodeReport()
+    path, info, max_frames, block_frames, span = pickle.loads(job)
+    report, part = DecodeReport(), SpanReport()
+    if span is None:
+        blocks = read_blocks(Path(path), info, max_frames, report, block_frames)
+    else:
+        blocks = read_span(Path(path), info, max_frames, report, part, block_frames, span)
     try:
         with open(data_w, "wb", buffering=0) as out:
-            for block in to_mono(read_blocks(Path(path), info, max_frames, report, block_frames)):
+            for block in to_mono(blocks):
                 out.write(np.ascontiguousarray(block, np.float32).tobytes())
         found: dict[str, object] = {
             "frames": report.frames,
             "truncated": report.truncated,
             "warnings": report.warnings,
+            "reached_end": part.reached_end,
+            "bad": part.damage.bad,
+            "total": part.damage.total,
+            "worst": part.damage.worst,
         }
     except BrokenPipeError:
         return 1  # the server stopped reading: nobody is left to tell

@@ -400,7 +400,7 @@ def _child(
 
     if not parts or arrival is not None or not child.usable(info):
         return None
-    count = split.part_count(info, parts) if split.usable(info) else 1
+    count = split.part_count(info, parts, path) if split.usable(info) else 1
     try:
         if count > 1:
             return split.PartDecoding(path, info, max_frames, report, block_frames, count)

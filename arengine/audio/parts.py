@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import av
 import numpy as np
 
-from arengine.audio import containers, sniff
+from arengine.audio import containers, ffmpeg, sniff
 from arengine.audio.child import ChildDecoding
 from arengine.audio.decode import DecodeReport, damage_warning, damaged, too_long
 from arengine.audio.spans import Span
@@ -39,17 +40,35 @@ WARMUP_S = 1
 """Seconds decoded and dropped before a part: MP3's bit reservoir, AAC's overlap."""
 
 
+MATROSKA_OPUS = ("Matroska/WebM", "Opus")
+"""Opus in Matroska (WebM) is decoded in parts too: Matroska's timestamps are milliseconds, and
+Opus's always fall on them (48 kHz, frames of 20 ms), so its parts equal one child's to the bit
+(`tests/audio/test_parts.py`); other codecs in Matroska are not split."""
+
+
 def usable(info: AudioInfo) -> bool:
     """Whether `info`'s file can be decoded in parts: FFmpeg's, in a container whose packet
-    timestamps are sample-exact (`containers.Container.seekable`)."""
+    timestamps are sample-exact (`containers.Container.seekable`), or Opus in WebM."""
     container = containers.named(info.format)
-    return info.decoder == sniff.FFMPEG and container is not None and container.seekable
+    exact = container is not None and container.seekable
+    return info.decoder == sniff.FFMPEG and (exact or (info.format, info.subtype) == MATROSKA_OPUS)
 
 
-def part_count(info: AudioInfo, most: int) -> int:
+def part_count(info: AudioInfo, most: int, path: Path | None = None) -> int:
     """How many parts to decode `info` in: at most `most`, each at least `MIN_PART_S` long by
-    the header (a guess that the plan checks as it reads)."""
-    return max(1, min(most, int(info.duration_s // MIN_PART_S)))
+    the header (a guess that the plan checks as it reads). Where the stream states no length
+    (Matroska's is the segment's), the container's, from the file at `path`."""
+    seconds = info.duration_s or (_container_s(path) if path is not None and most > 1 else 0.0)
+    return max(1, min(most, int(seconds // MIN_PART_S)))
+
+
+def _container_s(path: Path) -> float:
+    """The length the container's header states, in seconds (0: none, or not readable)."""
+    try:
+        with ffmpeg.open_upload(path) as container:
+            return max(0.0, (container.duration or 0) / av.time_base)
+    except (av.error.FFmpegError, OSError, PermissionError):
+        return 0.0
 
 
 def starts(info: AudioInfo, parts: int) -> list[int]:

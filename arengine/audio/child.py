@@ -146,6 +146,7 @@ class ChildDecoding:
         self._report.truncated = bool(found["truncated"])
         self._report.warnings.extend(str(warning) for warning in found["warnings"])
         self.found.reached_end = bool(found["reached_end"])
+        self.found.broken = bool(found["broken"])
         damage = self.found.damage
         damage.bad, damage.total = int(found["bad"]), int(found["total"])
         damage.worst = [None if worst is None else int(worst) for worst in found["worst"]]
@@ -271,6 +272,7 @@ def _decode(job: bytes, data_w: int, status_w: int) -> int:
             "truncated": report.truncated,
             "warnings": report.warnings,
             "reached_end": part.reached_end,
+            "broken": part.broken,
             "bad": part.damage.bad,
             "total": part.damage.total,
             "worst": part.damage.worst,

@@ -3,18 +3,21 @@
 One child decodes on one core; a 35-minute MP3 takes it about as long as `ffmpeg -threads 1`,
 and the request's resampling, model and upload come on top. Here the file is split into parts,
 each decoded by a child of the same fork server running the same chain from a seek
-(`spans.read_span`: FFmpeg's libraries through PyAV, the allowlists, the packet-size cap, a change
-of rate refused), and the server reads the parts in order as one child's blocks: mono float32 at
-the file's own rate, resampled once per model rate by the server (`tee`), as for one child.
+(`spans.read_span`: FFmpeg's libraries through PyAV, the allowlists, the packet-size cap, a
+change of rate refused), and the server reads the parts in order as one child's blocks: mono
+float32 at the file's own rate, resampled once per model rate by the server (`tee`), as for one
+child.
 
-Every part starts on a whole second, `WARMUP_S` early for the decoder's state, and is cut by
-the frames' timestamps, so the parts end to end are one decoding's samples (MP3 and FLAC to the
-bit, AAC within its decoder's noise: `tests/audio/test_parts.py`). The plan trusts no header: a
-part whose child did not reach the part's end ends the file there (the later parts are stopped
-unread), the last part reads to the end of the file, and the frame cap is counted on what comes
-out. The damaged-packet policy is the whole file's: each part counts the packets whose timestamps
-lie in it, and each part's counts are added to those before it (`decode.Damage.refused`), so a
-file is refused where one child would refuse it, and the warning gives one child's counts.
+Every part starts on a whole second, `WARMUP_S` early for the decoder's state, and is cut by the
+frames' timestamps, so the parts end to end are one decoding's samples (MP3 and FLAC to the bit,
+AAC within its decoder's noise: `tests/audio/test_parts.py`). The plan trusts no header: a part
+whose child did not reach the part's end ends the file there (the later parts are stopped
+unread), the last part reads to the end of the file, the frame cap is counted on what comes out,
+and a part whose timestamps go back (two files one after the other) hands the rest of the file
+to one child decoding it whole, its first samples (those the parts gave) dropped. The
+damaged-packet policy is the whole file's: each part counts the packets whose timestamps lie in
+it, and each part's counts are added to those before it (`decode.Damage.refused`), so a file is
+refused where one child would refuse it, and the warning gives one child's counts.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class PartDecoding:
         parts: int,
     ) -> None:
         self._info, self._cap, self._report = info, max_frames, report
+        self._path, self._block = path, block_frames
         rate = info.sample_rate
         at = [second * rate for second in starts(info, parts)]
         self._children: list[ChildDecoding] = []
@@ -126,6 +130,9 @@ class PartDecoding:
                 if error.code != ErrorCode.AUDIO_TOO_LONG:
                     raise
                 raise too_long(self._cap, self._info.sample_rate) from None
+            if child.found.broken:
+                yield from self._whole(given)
+                return
             damage = child.found.damage
             if damage.refused(bad, total):
                 raise damaged("the audio stream", bad + damage.bad, total + damage.total)
@@ -141,6 +148,23 @@ class PartDecoding:
         self._report.frames = given
         if bad:
             self._report.warnings.append(damage_warning(bad, total))
+
+    def _whole(self, given: int) -> Iterator[np.ndarray]:
+        """The rest of the file after the `given` samples the parts gave, from one child
+        decoding it whole (its report replaces theirs): a part whose timestamps went back."""
+        self.close()
+        report = DecodeReport()
+        whole = ChildDecoding(self._path, self._info, self._cap, report, self._block)
+        self._children.append(whole)
+        skip = given
+        for block in whole:
+            keep = block[min(skip, len(block)) :]
+            skip -= len(block) - len(keep)
+            self._report.frames = report.frames
+            if len(keep):
+                yield keep
+        self._report.truncated = report.truncated
+        self._report.warnings[:] = report.warnings
 
     def close(self) -> None:
         """Stop every child still decoding, and close the pipes."""

@@ -1,17 +1,18 @@
 """One part of a compressed file decoded from a seek, as a decoding from the start gives it.
 
-Decoding in parts (`parts.py`) gives each part to a child (`child.py`) that runs this chain:
-the in-process chain's demuxer, decoder, allowlists, packet-size cap, change of rate refused and
+Decoding in parts (`parts.py`) gives each part to a child (`child.py`) that runs this chain: the
+in-process chain's demuxer, decoder, allowlists, packet-size cap, change of rate refused and
 mixdown (`decode`, `ffmpeg.Mixdown`), started from a seek to `Span.warmup` samples before the
 part, for the decoder's state (MP3's bit reservoir, AAC's overlap). Which samples belong to the
 part is decided by each frame's timestamp, counted from the stream's start as a decoding from
-the start counts them, so the parts put end to end give its samples: to the bit for MP3 and
-FLAC, within the AAC decoder's noise for M4A (`tests/audio/test_parts.py`). A seek that lands
+the start counts them, so the parts put end to end give its samples: to the bit for MP3, FLAC and
+Opus, within the AAC decoder's noise for M4A (`tests/audio/test_parts.py`). A seek that lands
 past the part's start (an index that lies) is not trusted: the part is decoded again from the
-start of the file. Damaged packets are counted for the packets whose timestamps lie in the part,
-so the parts' counts add up to one decoding's, and kept in a `decode.Damage` for the policy over
-the whole file (`parts.py`); the first part, whose packets before it are none, refuses as one
-decoding does.
+start of the file; timestamps that go back (two files one after the other) stop the part, and
+the server decodes the file whole instead (`parts.py`). Damaged packets are counted for the
+packets whose timestamps lie in the part, so the parts' counts add up to one decoding's, and
+kept in a `decode.Damage` for the policy over the whole file (`parts.py`); the first part, whose
+packets before it are none, refuses as one decoding does.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class SpanReport:
     reached_end: bool = False
     """The decoder got to `Span.end`; otherwise the file ended before it, and so the parts after
     this one hold nothing."""
+    broken: bool = False
+    """The timestamps went back (two files one after the other, say): the span stopped there,
+    and its samples from the seek on cannot be placed; the file is decoded whole instead."""
 
 
 class _SeekMissed(Exception):
@@ -120,6 +124,7 @@ def _blocks(
         stream = container.streams[info.stream]
         origin = stream.start_time or 0
         tick = float(stream.time_base or 0) * info.sample_rate  # samples per timestamp unit
+        slack = info.sample_rate // 1000 + 1  # Matroska's timestamps: whole milliseconds
         damage = found.damage if span.first > 0 else None
         packets = PacketDecoder(stream.codec_context, info.channels, damage=damage)
         if seek:
@@ -136,6 +141,9 @@ def _blocks(
                 start = start if start is not None else (position if position is not None else 0)
                 if seek and position is None and start > span.first:
                     raise _SeekMissed
+                if position is not None and start < position - slack:
+                    found.broken = True
+                    break
                 if start >= end:
                     found.reached_end = True
                     break
@@ -146,7 +154,7 @@ def _blocks(
                 if keep:
                     cut.add(drop, keep, frame.samples)
                     yield from cut.apply(mixdown.push(frame))
-            if found.reached_end:
+            if found.reached_end or found.broken:
                 break
         yield from cut.apply(mixdown.flush())
     found.damage.bad, found.damage.total = packets.bad, packets.total
@@ -167,10 +175,10 @@ def _index(pts: int | None, origin: int, tick: float) -> int | None:
 
 def _inside(index: int | None, first: int, end: int) -> bool:
     """Whether a packet at `index` is this span's to count (the flush at the end, None, is the
-    last span's, which reads to the end; one before the stream's start, as MP3's first packet
+    span's that meets the end of the file; one before the stream's start, as MP3's first packet
     is, the first span's)."""
     if index is None:
-        return end == 1 << 62
+        return True
     return (first == 0 or first <= index) and index < end
 
 

@@ -404,3 +404,18 @@ def _frame_f1(ours: tuple[Tag, ...], theirs: tuple[Tag, ...], seconds: float) ->
 
     a, b = mask(ours), mask(theirs)
     return float(2 * (a & b).sum() / (a.sum() + b.sum()))
+
+
+def test_timestamps_that_go_back_hand_the_rest_to_one_child(recording: RecordingFactory) -> None:
+    """Two WebM files one after the other (a MediaRecorder restarted): the second's timestamps
+    start again at 0, so no part's samples can be placed by them past that point; the part
+    that meets it stops, and one child decoding the file whole gives the rest."""
+    first = _talk(recording, "a.webm").read_bytes()
+    second = _talk(recording, "a.webm", 3)  # the same name: written over the first
+    path = second.with_name("twice.webm")
+    path.write_bytes(first + second.read_bytes())
+    info = probe(path, LIMITS)
+    one, alone = _decoded(path, info, 1)
+    three, decoded = _decoded(path, info, 3)
+    assert len(one) > 16000 * 60
+    assert np.array_equal(three, one) and decoded == alone

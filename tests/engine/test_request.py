@@ -19,7 +19,7 @@ import soundfile as sf
 
 from arengine.audio import parts
 from arengine.audio.segments import Segment, SegmentPlan
-from arengine.audio.source import SegmentSources
+from arengine.audio.source import SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits
 from arengine.engine import request as request_module
 from arengine.engine.pool import EnginePool
@@ -440,10 +440,9 @@ def long_mp3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _decoded_in(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The kind of decoding each request's upload gets, as requests validate."""
     kinds: list[str] = []
-    real = request_module.segment_sources
 
     def spy(*args: object) -> SegmentSources:
-        sources = real(*args)  # type: ignore[arg-type]
+        sources = segment_sources(*args)  # type: ignore[arg-type]
         kinds.append(type(sources._decoding._child).__name__)
         return sources
 

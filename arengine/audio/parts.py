@@ -4,17 +4,18 @@ One child decodes on one core; a 35-minute MP3 takes it about as long as `ffmpeg
 and the request's resampling, model and upload come on top. Here the file is split into parts,
 each decoded by a child of the same fork server running the same chain from a seek
 (`spans.read_span`: FFmpeg's libraries through PyAV, the allowlists, the packet-size cap, a
-change of rate refused), and the server reads the parts in order as one child's blocks: mono
+change of rate refused; the later parts write to a nameless temporary file, so that they decode
+ahead of the engine), and the server reads the parts in order as one child's blocks: mono
 float32 at the file's own rate, resampled once per model rate by the server (`tee`), as for one
 child.
 
 Every part starts on a whole second, `WARMUP_S` early for the decoder's state, and is cut by the
-frames' timestamps, so the parts end to end are one decoding's samples (MP3 and FLAC to the bit,
-AAC within its decoder's noise: `tests/audio/test_parts.py`). The plan trusts no header: a part
-whose child did not reach the part's end ends the file there (the later parts are stopped
-unread), the last part reads to the end of the file, the frame cap is counted on what comes out,
-and a part whose timestamps go back (two files one after the other) hands the rest of the file
-to one child decoding it whole, its first samples (those the parts gave) dropped. The
+frames' timestamps, so the parts end to end are one decoding's samples (MP3, FLAC and Opus to
+the bit, AAC within its decoder's noise: `tests/audio/test_parts.py`). The plan trusts no
+header: a part whose child did not reach the part's end ends the file there (the later parts are
+stopped unread), the last part reads to the end of the file, the frame cap is counted on what
+comes out, and a part whose timestamps go back (two files one after the other) hands the rest of
+the file to one child decoding it whole, its first samples (those the parts gave) dropped. The
 damaged-packet policy is the whole file's: each part counts the packets whose timestamps lie in
 it, and each part's counts are added to those before it (`decode.Damage.refused`), so a file is
 refused where one child would refuse it, and the warning gives one child's counts.
@@ -105,8 +106,11 @@ class PartDecoding:
                 end = at[number + 1] if number + 1 < len(at) else None
                 span = Span(first, end, min(first, WARMUP_S * rate))
                 cap = max(0, max_frames - first)
+                # Part 0 is read as it is decoded; the later parts wait their turn, so their
+                # children write to a file rather than stop at a full pipe.
+                spool = number > 0
                 self._children.append(
-                    ChildDecoding(path, info, cap, DecodeReport(), block_frames, span)
+                    ChildDecoding(path, info, cap, DecodeReport(), block_frames, span, spool)
                 )
         except BaseException:
             self.close()

@@ -141,6 +141,34 @@ def test_a_change_of_sample_rate_is_refused(recording: RecordingFactory) -> None
     assert caught.value.code is ErrorCode.AUDIO_FORMAT_CHANGED
 
 
+def _gone(pids: list[int]) -> bool:
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def test_the_later_parts_decode_to_their_end_while_the_first_is_read(
+    recording: RecordingFactory,
+) -> None:
+    """Parts of 13 s at 44.1 kHz, over twice what a pipe holds: the later parts' children write
+    to a file, so they decode to their ends while the engine reads the first part, rather than
+    stop at a full pipe until their turn comes."""
+    path = _talk(recording, "a.mp3")
+    blocks = decode(path, probe(path, LIMITS), 16000, CAP, None, in_child=True, parts=3)
+    try:
+        next(blocks)
+        assert isinstance(blocks._child, PartDecoding)
+        later = [child._pid for child in blocks._child._children[1:]]
+        assert len(later) == 2 and wait_until(lambda: _gone(later))
+        assert len(np.concatenate(list(blocks))) > 16000 * 30
+    finally:
+        blocks.close()
+
+
 def test_closing_early_ends_the_children(recording: RecordingFactory) -> None:
     path = _talk(recording, "a.mp3")
     blocks = decode(path, probe(path, LIMITS), 16000, CAP, None, in_child=True, parts=3)
@@ -148,17 +176,7 @@ def test_closing_early_ends_the_children(recording: RecordingFactory) -> None:
     assert isinstance(blocks._child, PartDecoding)
     pids = [child._pid for child in blocks._child._children]
     blocks.close()
-
-    def gone() -> bool:
-        for pid in pids:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                continue
-            return False
-        return True
-
-    assert len(pids) == 3 and wait_until(gone)
+    assert len(pids) == 3 and wait_until(lambda: _gone(pids))
 
 
 @pytest.mark.parametrize(("name", "codec"), [("a.webm", "libvorbis"), ("a.ogg", "libvorbis")])

@@ -133,7 +133,9 @@ def _blocks(
         # Bound late on purpose: the message names where the change was met.
         for packet, error in stream_packets(container, info, lambda: at, links):  # noqa: B023
             if error is not None:
-                stopped_early(report, (position or 0) / info.sample_rate, error)
+                # Before any frame: corrupt for the first part, the file's end for a later one.
+                at_s = (position if position is not None else span.first) / info.sample_rate
+                stopped_early(report, at_s, error)
                 break
             counted = _inside(_index(packet.pts, origin, tick), span.first, end)
             for frame in packets.decode(packet, counted):

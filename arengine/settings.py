@@ -219,7 +219,7 @@ class EngineSettings(_Section):
     )
     parallel_decoding: bool = Field(
         True,
-        description="Decode a long MP3, M4A/MP4 or FLAC (at least two minutes by its header) in parts (segments_ahead // 2, each at least a minute), each by its own child process with decode_in_child's chain and checks, all at once, while the request is the only one in the engine; beside another request, one child. Off, or with decode_in_child off: one decoder per request.",
+        description="Decode a long MP3, M4A/MP4, FLAC or Opus-in-WebM upload (at least two minutes by its header) in parts (segments_ahead // 2, each at least a minute), each by its own child process with decode_in_child's chain and checks, all at once, while the request is the only one in the engine; beside another request, one child. Off, or with decode_in_child off: one decoder per request.",
     )
     decode_in_child: bool = Field(
         True,

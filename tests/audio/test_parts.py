@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
 import pytest
 
-from arengine.audio import parts
+from arengine.audio import parts, spans
 from arengine.audio.child import ChildDecoding
-from arengine.audio.decode import MAX_BAD_PACKETS, Damage, decode
+from arengine.audio.decode import (
+    MAX_BAD_PACKETS,
+    Damage,
+    DecodeReport,
+    decode,
+    read_blocks,
+    to_mono,
+)
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import SegmentPlan
 from arengine.audio.source import ModelInput, Reading, segment_sources
+from arengine.audio.spans import Span, SpanReport, read_span
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.pool import EnginePool
 from arengine.engine.request import RequestSpec
@@ -437,3 +446,26 @@ def test_timestamps_that_go_back_hand_the_rest_to_one_child(recording: Recording
     three, decoded = _decoded(path, info, 3)
     assert len(one) > 16000 * 60
     assert np.array_equal(three, one) and decoded == alone
+
+
+def test_a_seek_that_lands_late_is_redone_from_the_start(
+    recording: RecordingFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index that sends the seek past the part's start: the part is decoded from the start
+    of the file instead, its samples still one decoding's (in process: the chain a child runs)."""
+    path = _talk(recording, "a.mp3")
+    info = probe(path, LIMITS)
+    rate = info.sample_rate
+    real = spans._seek
+
+    def late(container: object, stream: Any, timestamp: int) -> None:
+        real(container, stream, timestamp + round(3 / stream.time_base))
+
+    monkeypatch.setattr(spans, "_seek", late)
+    span = Span(10 * rate, 20 * rate, rate)
+    found = SpanReport()
+    part = read_span(path, info, CAP, DecodeReport(), found, 65536, span)
+    samples = np.concatenate(list(to_mono(part)))
+    whole = np.concatenate(list(to_mono(read_blocks(path, info, CAP))))
+    assert found.reached_end
+    assert np.array_equal(samples, whole[10 * rate : 20 * rate])

@@ -218,8 +218,8 @@ class EngineSettings(_Section):
         description="Decoded segments a request may hold ahead of the workers; bounds memory per request.",
     )
     parallel_decoding: bool = Field(
-        False,
-        description="Decode a long MP3, M4A/MP4 or FLAC for one model in parts (segments_ahead // 2, each at least a minute), each by an `ffmpeg` child process, all at once, where the ffmpeg program is on PATH: one request finishes sooner, concurrent requests slower, and damaged packets only warn. Off, or without the program: in the server's process (PyAV), from the start.",
+        True,
+        description="Decode a long MP3, M4A/MP4, FLAC or Opus-in-WebM upload (at least two minutes by its header) in parts (segments_ahead // 2, each at least a minute), each by its own child process with decode_in_child's chain and checks, all at once, while the request is the only one in the engine; beside another request, one child. Off, or with decode_in_child off: one decoder per request.",
     )
     decode_in_child: bool = Field(
         True,

@@ -18,8 +18,8 @@ check_only=""
 for option in "$@"; do
   case "$option" in
     # docker.io, docker-compose, debootstrap: the container tests (tests/container/, make image);
-    # ffmpeg makes test files; the server decodes with the libraries in the av wheel, and uses an
-    # ffmpeg program only where one is on PATH (long files in parts: arengine/audio/parts.py).
+    # ffmpeg makes test files; the server decodes with the libraries in the av wheel alone (long
+    # files in parts too: arengine/audio/parts.py), so it needs no ffmpeg program.
     # fluidsynth and fluid-soundfont-gm: the notes and music tests render MIDI with FluidR3.
     # sound-theme-freedesktop and alsa-utils: real recordings for the events model's tests.
     # mosquitto: the MQTT broker that tests/e2e/test_mqtt.py starts on loopback.

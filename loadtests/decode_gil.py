@@ -7,8 +7,9 @@ thread. Alone: its wall and CPU seconds. Beside a pure-Python thread that counts
 time and the counter's rate against its rate alone (what a thread holding the GIL leaves to the
 others). With `--py-spy`, the chain also runs in a child process under `py-spy record --gil`
 (py-spy must be in the venv: `pip install py-spy`): the share of the wall time in which a thread
-held the GIL, and which part of the chain held it. With `--parts N`, the chain is
-`parts.PartDecoding` in N `ffmpeg` children instead (the process only reads their samples).
+held the GIL, and which part of the chain held it. With `--parts N`, the file is decoded in N
+parts by a forked child each (`parts.PartDecoding`; 1: one child), and the process reads their
+samples and resamples them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from arengine.audio.decode import decode
-from arengine.audio.parts import PartDecoding
 from arengine.audio.validation import AudioLimits, probe
 
 LIMITS = AudioLimits(
@@ -35,24 +35,22 @@ STAGES = (
     ("resampling (soxr)", ("resample_chunk",)),
     ("decoding (demux, decode, to float32 mono blocks)", ("_ffmpeg_blocks", "_ffmpeg_frames")),
     ("the channel mean and checks", ("to_mono",)),
-    ("reading the ffmpeg parts", ("_samples", "_checked", "_read")),
+    ("reading the children's pipes", ("_read", "_finish")),
 )
 
 
 PARTS = [0]
-"""`--parts`: 0 decodes in the process (PyAV); more, in that many `ffmpeg` children."""
+"""`--parts`: 0 decodes in the process; more, in that many parts by a forked child each."""
 
 
 def chain(path: Path, rate: int) -> int:
     """Decode `path` to `rate` the engine's way; the samples out."""
     info = probe(path, LIMITS)
-    if PARTS[0]:
-        parts = PartDecoding(path, info, rate, 2**62, PARTS[0])
-        try:
-            return sum(len(block) for block in parts)
-        finally:
-            parts.close()
-    return sum(len(block) for block in decode(path, info, rate, 2**62))
+    decoding = decode(path, info, rate, 2**62, None, PARTS[0] > 0, max(1, PARTS[0]))
+    try:
+        return sum(len(block) for block in decoding)
+    finally:
+        decoding.close()
 
 
 def beside_counter(path: Path, rate: int) -> tuple[float, float]:
@@ -123,7 +121,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=16000)
     parser.add_argument("--py-spy", action="store_true", help="also sample the GIL with py-spy")
     parser.add_argument("--sampling", type=int, default=200, help="py-spy samples per second")
-    parser.add_argument("--parts", type=int, default=0, help="decode in N ffmpeg children")
+    parser.add_argument(
+        "--parts", type=int, default=0, help="decode in N parts, a forked child each (1: one child)"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     options = parser.parse_args()
     PARTS[0] = options.parts

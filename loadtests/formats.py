@@ -13,7 +13,8 @@ compressed file, in the same alternation: FFmpeg decoding it alone to what the s
 `ffmpeg -threads 1 -i FILE -ac 1 -ar 16000 -f f32le -y /dev/null` (the issue's floor), and the
 ratio of the two (below 1.0: the whole request took less than decoding alone), best against
 best and for each run (that run's request against that run's FFmpeg).
-`--server-flag=--parallel-decoding` passes a flag to `arengine serve`.
+`--server-flag=--no-parallel-decoding` passes a flag to `arengine serve` (there: one child per
+request, not parts).
 """
 
 from __future__ import annotations

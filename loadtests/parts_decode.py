@@ -1,11 +1,12 @@
-"""Decoding alone, one file: sequentially in the process, and in parts by `ffmpeg` children.
+"""Decoding alone, one file: in the process, in one child, and in parts by a child each.
 
     python -m loadtests.parts_decode loadtests/out/35min-44k.mp3 [--parts 2] [--runs 3]
 
-The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread, and
-from `parts.PartDecoding` in 1 and `--parts` parts (`ffmpeg` children; needs the program). No
+The speech model's segments (its plan, 16 kHz) from `decode` + `Segmenter` on one thread: in the
+process, in one forked child, and in `--parts` parts by a child each (`parts.PartDecoding`). No
 model runs: what is timed is decoding only. Alternating, best of `--runs`; wall seconds, and CPU
-seconds of the process and its children (the `ffmpeg` parts).
+seconds of the process and its children (the fork server's children count in its own, which
+`cpu_seconds` does not see: the CPU column is the server process's share).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from arengine.audio import child
 from arengine.audio.decode import decode
-from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.validation import AudioLimits, probe
 from arengine.kinds.speech.network import CONTEXT, WINDOW
@@ -33,12 +34,8 @@ SEGMENT_PLAN = SegmentPlan(hop=WINDOW, context=CONTEXT, segment_frames=938, prer
 """The speech model's default: 30 s segments, 2 s pre-roll (`models/speech/manifest.toml`)."""
 
 
-def sequential(path: Path, info: AudioInfo, plan: SegmentPlan) -> int:
-    return sum(1 for _ in Segmenter(decode(path, info, RATE, CAP), plan))
-
-
-def in_parts(path: Path, info: AudioInfo, plan: SegmentPlan, parts: int) -> int:
-    decoding = PartDecoding(path, info, RATE, CAP, parts)
+def segments(path: Path, info: AudioInfo, plan: SegmentPlan, in_child: bool, parts: int) -> int:
+    decoding = decode(path, info, RATE, CAP, None, in_child, parts)
     try:
         return sum(1 for _ in Segmenter(decoding, plan))
     finally:
@@ -55,12 +52,13 @@ def main() -> None:
     options = parser.parse_args()
     path: Path = options.path
     info = probe(path, LIMITS)
+    child.start()
     best: dict[str, tuple[float, float]] = {}
     steps: dict[str, Callable[[], int]] = {
-        "sequential, 1 thread": lambda: sequential(path, info, SEGMENT_PLAN),
-        "1 part (an ffmpeg child)": lambda: in_parts(path, info, SEGMENT_PLAN, 1),
-        f"{options.parts} parts (ffmpeg children)": lambda: in_parts(
-            path, info, SEGMENT_PLAN, options.parts
+        "in process, 1 thread": lambda: segments(path, info, SEGMENT_PLAN, False, 1),
+        "1 child": lambda: segments(path, info, SEGMENT_PLAN, True, 1),
+        f"{options.parts} parts (a child each)": lambda: segments(
+            path, info, SEGMENT_PLAN, True, options.parts
         ),
     }
     counts = set()

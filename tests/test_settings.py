@@ -118,3 +118,16 @@ def test_serve_help_groups_the_flags_by_section_in_order() -> None:
         expected = [f"--{name.replace('_', '-')}" for name in model.model_fields]
         assert flags == [flag for flag in expected if flag[2:].replace("-", "_") not in ENV_ONLY]
         assert flags, section
+
+
+def test_decoding_in_parts_is_the_default_and_can_be_turned_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On by default, in a pip install and the image alike (no `ffmpeg` program needed); off by
+    flag or variable."""
+    assert Settings().engine.parallel_decoding is True
+    args = vars(build_parser().parse_args(["serve", "--no-parallel-decoding"]))
+    assert args["parallel_decoding"] is False
+    assert "parallel_decoding" not in vars(build_parser().parse_args(["serve"]))
+    monkeypatch.setenv("ARENGINE_PARALLEL_DECODING", "false")
+    assert Settings().engine.parallel_decoding is False

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -30,14 +31,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from arengine.audio import sniff
 from arengine.audio.decode import DecodeReport, read_blocks, to_mono
+from arengine.audio.spans import Span, SpanReport, read_span
 from arengine.errors import (
     ArengineError,
     CorruptAudio,
@@ -50,6 +54,9 @@ from arengine.types import AudioInfo
 
 PIPE_BYTES = 1 << 20
 """The pipe's capacity asked for (Linux's default ceiling for an unprivileged process)."""
+
+POLL_S = 0.005
+"""A spool file's reader, caught up with its child, waits this long before reading again."""
 
 _ERRORS: dict[str, type[ArengineError]] = {
     error.__name__: error
@@ -68,7 +75,11 @@ class ChildDecoding:
     """The mono float32 blocks `decode.to_mono` would give for the file at `path`, decoded in a
     child; `report` is filled in as `read_blocks` fills it. Iterate once, then `close` (also
     early: the child is stopped). Example: `blocks = ChildDecoding(path, info, cap, report,
-    65536)`; `np.concatenate(list(blocks))` equals `to_mono(read_blocks(...))` concatenated."""
+    65536)`; `np.concatenate(list(blocks))` equals `to_mono(read_blocks(...))` concatenated.
+    With `span`, the child decodes that part of the file (`spans.read_span`); once read,
+    `found` says what the part found. With `spool`, it writes to a nameless temporary file
+    instead of the pipe, so that it decodes to the end however far behind the engine reads (a
+    later part of `parts.py`, read once the parts before it are)."""
 
     def __init__(
         self,
@@ -77,15 +88,20 @@ class ChildDecoding:
         max_frames: int,
         report: DecodeReport,
         block_frames: int,
+        span: Span | None = None,
+        spool: bool = False,
     ) -> None:
         self._report = report
         self._block = block_frames
-        data_r, data_w = os.pipe()
+        self.found = SpanReport()
+        self._spool, self._at, self._written = spool, 0, False
+        data_r, data_w = _spool() if spool else os.pipe()
         status_r, status_w = os.pipe()
         with contextlib.suppress(OSError):  # a smaller pipe only means less read-ahead
-            fcntl.fcntl(data_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            if not spool:
+                fcntl.fcntl(data_w, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         try:
-            job = pickle.dumps((str(path), info, max_frames, block_frames))
+            job = pickle.dumps((str(path), info, max_frames, block_frames, span))
             self._pid = _server().fork(job, data_w, status_w)
         except BaseException:
             for fd in (data_r, status_r):
@@ -96,6 +112,11 @@ class ChildDecoding:
             os.close(status_w)
         self._data, self._status = data_r, status_r
         self._ended = False
+
+    @property
+    def report(self) -> DecodeReport:
+        """What decoding found, once read."""
+        return self._report
 
     def __iter__(self) -> Iterator[np.ndarray]:
         try:
@@ -112,13 +133,25 @@ class ChildDecoding:
         view = block.data.cast("B")
         got = 0
         while got < len(view):
-            count = os.readv(self._data, [view[got:]])
+            count = self._spooled(view[got:]) if self._spool else os.readv(self._data, [view[got:]])
             if count == 0:
                 break
             got += count
         if got % 4:
             raise CorruptAudio("the audio's decoder stopped mid-sample")
         return block[: got // 4] if got else None
+
+    def _spooled(self, view: memoryview) -> int:
+        """Bytes read from the spool file into `view`; 0 once the child has written all. Where
+        the engine has caught up with the child, it waits on the status pipe (the child's last
+        word comes after its last sample), `POLL_S` a time, not holding the GIL."""
+        while True:
+            written = self._written  # before the read: then 0 bytes is the end
+            count = os.preadv(self._data, [view], self._at)  # our own offset: the child moves its
+            self._at += count
+            if count or written:
+                return count
+            self._written = bool(select.select([self._status], [], [], POLL_S)[0])
 
     def _finish(self) -> None:
         raw = b""
@@ -135,6 +168,11 @@ class ChildDecoding:
         self._report.frames = int(found["frames"])
         self._report.truncated = bool(found["truncated"])
         self._report.warnings.extend(str(warning) for warning in found["warnings"])
+        self.found.reached_end = bool(found["reached_end"])
+        self.found.broken = bool(found["broken"])
+        damage = self.found.damage
+        damage.bad, damage.total = int(found["bad"]), int(found["total"])
+        damage.worst = [None if worst is None else int(worst) for worst in found["worst"]]
 
     def close(self) -> None:
         """Stop the child if it still decodes, and close the pipes."""
@@ -147,6 +185,13 @@ class ChildDecoding:
         os.close(self._data)
         os.close(self._status)
         self._data = self._status = -1
+
+
+def _spool() -> tuple[int, int]:
+    """A nameless temporary file, as descriptors to read and to write (`ChildDecoding`'s
+    `spool`): unlinked as it is made, so nothing is left behind if the server is killed."""
+    with tempfile.TemporaryFile() as file:
+        return os.dup(file.fileno()), os.dup(file.fileno())
 
 
 class _ForkServer:
@@ -242,16 +287,29 @@ def _reap(signum: int, frame: object) -> None:
 
 def _decode(job: bytes, data_w: int, status_w: int) -> int:
     """In the child: the chain's blocks to `data_w`, then its report or error to `status_w`."""
-    path, info, max_frames, block_frames = pickle.loads(job)
-    report = DecodeReport()
+    path, info, max_frames, block_frames, span = pickle.loads(job)
+    report, part = DecodeReport(), SpanReport()
+    if span is None:
+        blocks = read_blocks(Path(path), info, max_frames, report, block_frames)
+    else:
+        blocks = read_span(Path(path), info, max_frames, report, part, block_frames, span)
     try:
         with open(data_w, "wb", buffering=0) as out:
-            for block in to_mono(read_blocks(Path(path), info, max_frames, report, block_frames)):
-                out.write(np.ascontiguousarray(block, np.float32).tobytes())
+            for block in to_mono(blocks):
+                if not _written(out, block):
+                    # A spool file that cannot grow (the temporary directory full): the
+                    # samples so far stand, and the server decodes the rest whole, by pipe.
+                    part.broken = True
+                    break
         found: dict[str, object] = {
             "frames": report.frames,
             "truncated": report.truncated,
             "warnings": report.warnings,
+            "reached_end": part.reached_end,
+            "broken": part.broken,
+            "bad": part.damage.bad,
+            "total": part.damage.total,
+            "worst": part.damage.worst,
         }
     except BrokenPipeError:
         return 1  # the server stopped reading: nobody is left to tell
@@ -266,6 +324,20 @@ def _decode(job: bytes, data_w: int, status_w: int) -> int:
     with open(status_w, "wb", buffering=0) as status:
         status.write(json.dumps(found).encode())
     return 0
+
+
+def _written(out: BinaryIO, block: np.ndarray) -> bool:
+    """Write `block` as float32; False where a spool file cannot take it. `BrokenPipeError`
+    where the server has stopped reading the pipe."""
+    try:
+        out.write(np.ascontiguousarray(block, np.float32).tobytes())
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:

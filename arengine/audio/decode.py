@@ -35,6 +35,7 @@ from arengine.types import AudioInfo
 
 if TYPE_CHECKING:
     from arengine.audio.child import ChildDecoding
+    from arengine.audio.parts import PartDecoding
 
 BLOCK_FRAMES = 65536
 """Frames decoded per read: 1.5 s at 44.1 kHz, a few hundred KiB even for 8 channels."""
@@ -56,6 +57,34 @@ def file_block_frames(info: AudioInfo) -> int:
 
 MAX_BAD_PACKETS = 8
 """Damaged packets tolerated (skipped and reported) before the stream counts as corrupt."""
+
+
+@dataclass(slots=True)
+class Damage:
+    """The damaged packets of one part of a file (`spans.py`), kept so that the policy can be
+    applied to the whole file once the parts before it are counted: `worst[m - 1]` is the most
+    `20 * bad - total` reached at a damaged packet of the part once its `bad >= m` (None: never),
+    all the policy needs of the part (`refused`)."""
+
+    bad: int = 0
+    total: int = 0
+    worst: list[int | None] = field(default_factory=lambda: [None] * (MAX_BAD_PACKETS + 1))
+
+    def note(self, bad: int, total: int) -> None:
+        """A damaged packet: the part's `bad`-th, its `total`-th packet."""
+        self.bad, self.total = bad, total
+        for least in range(1, min(bad, MAX_BAD_PACKETS + 1) + 1):
+            worst = self.worst[least - 1]
+            if worst is None or 20 * bad - total > worst:
+                self.worst[least - 1] = 20 * bad - total
+
+    def refused(self, bad_before: int, total_before: int) -> bool:
+        """Whether one decoder of the whole file, having counted `bad_before` damaged packets
+        of `total_before` before this part, would have refused the file in it: `bad > 8` and
+        `20 * bad > total` at one of its damaged packets."""
+        least = max(1, MAX_BAD_PACKETS + 1 - bad_before)
+        worst = self.worst[least - 1]
+        return worst is not None and worst > total_before - 20 * bad_before
 
 
 @dataclass(slots=True)
@@ -154,17 +183,24 @@ class PacketDecoder:
     what: str = "the audio stream"
     bad: int = 0
     total: int = 0
+    damage: Damage | None = None
+    """Where a later part of the file is decoded (`spans.py`): the policy is the whole file's,
+    so its damaged packets are noted here for the parts before it to be added, not refused."""
 
-    def decode(self, packet: Any) -> list[av.AudioFrame]:
-        self.total += 1
+    def decode(self, packet: Any, counted: bool = True) -> list[av.AudioFrame]:
+        """`packet`'s frames; `counted`: False for a packet another span counts (decoded only
+        for the decoder's state)."""
+        self.total += counted
         try:
             frames: list[av.AudioFrame] = self.context.decode(packet)
         except av.error.FFmpegError:
-            self.bad += 1
+            self.bad += counted
+            if self.damage is not None:
+                if counted:
+                    self.damage.note(self.bad, self.total)
+                return []
             if self.bad > MAX_BAD_PACKETS and self.bad * 20 > self.total:
-                raise CorruptAudio(
-                    f"{self.what} is damaged: {self.bad} of {self.total} packets cannot be decoded"
-                ) from None
+                raise damaged(self.what, self.bad, self.total) from None
             return []
         if sum(frame.samples for frame in frames) * self.channels * 4 > MAX_PACKET_BYTES:
             raise TooLarge(
@@ -172,6 +208,16 @@ class PacketDecoder:
                 code=ErrorCode.DECODE_BOMB,
             )
         return frames
+
+
+def damaged(what: str, bad: int, total: int) -> CorruptAudio:
+    """The error for a stream past the damaged-packet policy."""
+    return CorruptAudio(f"{what} is damaged: {bad} of {total} packets cannot be decoded")
+
+
+def damage_warning(bad: int, total: int) -> str:
+    """The result's warning for damaged packets skipped."""
+    return f"{bad} damaged packet(s) of {total} were skipped"
 
 
 def _ffmpeg_blocks(
@@ -186,17 +232,17 @@ def _ffmpeg_blocks(
     with ffmpeg.open_upload(path, demuxer, links) as container:
         packets = PacketDecoder(container.streams[info.stream].codec_context, info.channels)
         # Bound late on purpose: the message names where the change was met.
-        for packet, error in _stream_packets(container, info, lambda: decoded, links):  # noqa: B023
+        for packet, error in stream_packets(container, info, lambda: decoded, links):  # noqa: B023
             if error is not None:
-                _stopped_early(report, decoded / info.sample_rate, error)
+                stopped_early(report, decoded / info.sample_rate, error)
                 break
             for frame in packets.decode(packet):
-                _check_parameters(frame, info, decoded)
+                check_parameters(frame, info, decoded)
                 decoded += frame.samples
                 yield from mixdown.push(frame)
         yield from mixdown.flush()
     if packets.bad:
-        report.warnings.append(f"{packets.bad} damaged packet(s) of {packets.total} were skipped")
+        report.warnings.append(damage_warning(packets.bad, packets.total))
 
 
 def too_long(max_frames: int, sample_rate: int) -> TooLarge:
@@ -207,7 +253,7 @@ def too_long(max_frames: int, sample_rate: int) -> TooLarge:
     )
 
 
-def _stream_packets(
+def stream_packets(
     container: Any, info: AudioInfo, decoded: Callable[[], int], links: Links | None
 ) -> Iterator[tuple[Any, Exception | None]]:
     """`ffmpeg.packets` of `info`'s stream; a change of codec or of its parameters is refused
@@ -224,7 +270,7 @@ def _stream_packets(
         ) from None
 
 
-def _check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> None:
+def check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> None:
     """A change of rate or channels at `decoded` frames is refused (422)."""
     channels = frame.layout.nb_channels
     if frame.sample_rate != info.sample_rate or channels != info.channels:
@@ -236,7 +282,7 @@ def _check_parameters(frame: av.AudioFrame, info: AudioInfo, decoded: int) -> No
         )
 
 
-def _stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
+def stopped_early(report: DecodeReport, at_s: float, error: Exception) -> None:
     """A demuxer error at `at_s`: corrupt at the start, otherwise the file ends there
     (`truncated`, with a warning)."""
     if at_s == 0:
@@ -294,11 +340,13 @@ class Decoding:
         arrival: Arrival | None = None,
         block_frames: int = BLOCK_FRAMES,
         in_child: bool = False,
+        parts: int = 1,
     ) -> None:
         self._probed = info
         self.block_frames = block_frames
         self.report = DecodeReport()
-        self._child = _child(path, info, max_frames, self.report, block_frames, in_child, arrival)
+        wanted = parts if in_child else 0
+        self._child = _child(path, info, max_frames, self.report, block_frames, wanted, arrival)
         mono: Iterator[np.ndarray]
         if self._child is not None:
             mono = iter(self._child)
@@ -339,18 +387,24 @@ def _child(
     max_frames: int,
     report: DecodeReport,
     block_frames: int,
-    wanted: bool,
+    parts: int,
     arrival: Arrival | None,
-) -> ChildDecoding | None:
-    """The file's blocks decoded in a child (`child.py`) when `wanted` and FFmpeg decodes the
-    whole file (not one still arriving); None (decoded in process) otherwise, or where no child
-    can be had."""
-    from arengine.audio.child import ChildDecoding, usable  # child.py runs this module's chain
+) -> ChildDecoding | PartDecoding | None:
+    """The file's blocks decoded in a child (`child.py`) when `parts` (0: in process) and FFmpeg
+    decodes the whole file (not one still arriving), in up to `parts` parts by a child each
+    where the file is long and seekable (`parts.py`); None (decoded in process) otherwise, or
+    where no child can be had."""
+    # child.py and parts.py run this module's chain: imported when used.
+    from arengine.audio import child
+    from arengine.audio import parts as split
 
-    if not wanted or arrival is not None or not usable(info):
+    if not parts or arrival is not None or not child.usable(info):
         return None
+    count = split.part_count(info, parts, path) if split.usable(info) else 1
     try:
-        return ChildDecoding(path, info, max_frames, report, block_frames)
+        if count > 1:
+            return split.PartDecoding(path, info, max_frames, report, block_frames, count)
+        return child.ChildDecoding(path, info, max_frames, report, block_frames)
     except (OSError, RuntimeError):
         return None
 
@@ -362,7 +416,9 @@ def decode(
     max_frames: int,
     arrival: Arrival | None = None,
     in_child: bool = False,
+    parts: int = 1,
 ) -> Decoding:
     """The whole chain: mono float32 blocks at `rates` from a file probed as `info` (still
-    arriving, with `arrival`); with `in_child`, FFmpeg's formats decoded in a child process."""
-    return Decoding(path, info, rates, max_frames, arrival, in_child=in_child)
+    arriving, with `arrival`); with `in_child`, FFmpeg's formats decoded in a child process, a
+    long seekable file in up to `parts` parts by a child each."""
+    return Decoding(path, info, rates, max_frames, arrival, in_child=in_child, parts=parts)

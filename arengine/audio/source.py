@@ -1,10 +1,10 @@
 """The entry point the engine calls: one segment source per model from a probed upload.
 
 A request's models share one decoding of its upload (`decode.Decoding`, which resamples once per
-distinct rate through `tee`), each cutting its own segments (`segments.Segmenter`); or, for one
-model and a long seekable file, `ffmpeg` children decode it in parts at once
-(`parts.PartDecoding`). Which of the two, the frame cap and the read-ahead of an upload still
-arriving are decided here, so the engine only asks each source for its next segment.
+distinct rate through `tee`), each cutting its own segments (`segments.Segmenter`). How it is
+decoded (in process, in a child, in parts by a child each: `Reading`), the frame cap and the
+read-ahead of an upload still arriving are decided here, so the engine only asks each source
+for its next segment.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from arengine.audio import parts
 from arengine.audio.arrival import Arrival
 from arengine.audio.decode import Decoding, file_block_frames
-from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.tee import Resampler
 from arengine.audio.validation import AudioLimits
@@ -49,8 +47,9 @@ class Reading:
     limits: AudioLimits
     segments_ahead: int
     """Segments a model may hold decoded ahead of post-processing."""
-    parallel: bool = False
-    """A long seekable file for one model may be decoded from several offsets at once."""
+    parts: int = 1
+    """With `in_child`, a long seekable file may be decoded in up to this many parts, by a
+    child each, at once (`parts.py`)."""
     arrival: Arrival | None = None
     """Set when the upload is a WAV still arriving: read as it arrives."""
     in_child: bool = False
@@ -63,7 +62,7 @@ class SegmentSources:
     def __init__(
         self,
         per_model: tuple[Segmenter, ...],
-        decoding: Decoding | PartDecoding,
+        decoding: Decoding,
         info: AudioInfo,
         arrival: Arrival | None,
     ) -> None:
@@ -124,17 +123,12 @@ def segment_sources(
     Reading(limits, segments_ahead=4)).per_model[0]` gives one model's segments.
     """
     max_frames = int(reading.limits.max_duration_s * info.sample_rate)
-    first = models[0]
-    alone = len(models) == 1 and reading.arrival is None
-    if reading.parallel and alone and parts.usable(info) and info.duration_s >= parts.MIN_PART_S:
-        # A long compressed file for one model: `ffmpeg` children decode it in parts at once.
-        count = parts.part_count(info, max(1, reading.segments_ahead // 2))
-        blocks = PartDecoding(path, info, first.sample_rate, max_frames, count)
-        return SegmentSources((Segmenter(blocks, first.plan),), blocks, info, None)
     rates = [model.sample_rate for model in models]
     live = reading.arrival is not None and reading.arrival.open_ended
     block = live_block_frames(info.sample_rate) if live else file_block_frames(info)
-    decoding = Decoding(path, info, rates, max_frames, reading.arrival, block, reading.in_child)
+    decoding = Decoding(
+        path, info, rates, max_frames, reading.arrival, block, reading.in_child, reading.parts
+    )
     per_model = tuple(
         Segmenter(decoding.reader(index), model.plan) for index, model in enumerate(models)
     )

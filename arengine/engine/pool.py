@@ -55,7 +55,7 @@ class EnginePool:
 
     def submit(self, spec: RequestSpec) -> EngineRequest:
         """Queue a request; its tasks interleave with every other request's."""
-        request = EngineRequest(spec, self.wake, self._observer)
+        request = EngineRequest(spec, self.wake, self._observer, self._others)
         with self._condition:
             if self._stopping:
                 raise RuntimeError("the engine pool is closed")
@@ -78,6 +78,10 @@ class EnginePool:
         """Requests admitted and not finished."""
         with self._condition:
             return sum(not request.finished for request in self._requests)
+
+    def _others(self) -> int:
+        """The requests in flight less the one that asks."""
+        return self.active_requests - 1
 
     @property
     def queued_segments(self) -> int:

@@ -69,8 +69,8 @@ class RequestSpec:
     audio_stream: int | None = None
     """Which audio stream of the upload to decode (0-based among its audio streams)."""
     parallel_decoding: bool = False
-    """Decode a long seekable file for one model in parts, by `ffmpeg` children at once
-    (`arengine/audio/parts.py`)."""
+    """With `decode_in_child`, decode a long seekable file in `segments_ahead // 2` parts, by a
+    child each, at once (`arengine/audio/parts.py`), when no other request is in the engine."""
     decode_in_child: bool = False
     """Decode FFmpeg's formats in a child process forked per request (`arengine/audio/child.py`)."""
     arrival: Arrival | None = None
@@ -107,9 +107,15 @@ class EngineRequest:
     """The per-request state machine; the pool calls `take`, everything else is internal."""
 
     def __init__(
-        self, spec: RequestSpec, wake: Callable[[], None], observer: StageObserver | None = None
+        self,
+        spec: RequestSpec,
+        wake: Callable[[], None],
+        observer: StageObserver | None = None,
+        others: Callable[[], int] = lambda: 0,
     ) -> None:
         self.spec = spec
+        self._others = others
+        """The requests in the engine besides this one, now (the pool's count)."""
         self._observer: StageObserver = observer or NullObserver()
         self.future: Future[Result] = Future()
         self._wake = wake
@@ -265,7 +271,7 @@ class EngineRequest:
         reading = Reading(
             spec.limits,
             spec.segments_ahead,
-            spec.parallel_decoding,
+            self._parts(),
             spec.arrival,
             in_child=spec.decode_in_child,
         )
@@ -280,6 +286,15 @@ class EngineRequest:
             self._validation_s += seconds
         # Validation is shared by the models: counted once, under the first model's name.
         self._observer.observe_stage(self._runs[0].recognizer.name, Stage.VALIDATION, seconds)
+
+    def _parts(self) -> int:
+        """How many parts the upload may be decoded in: several only while this request is the
+        engine's only one, so that its children take cores the engine would otherwise leave
+        idle; beside another request, the engine's threads have work for every core, and
+        children beside them only slow both (docs: What does each input format cost?)."""
+        if not self.spec.parallel_decoding or self._others() > 0:
+            return 1
+        return max(1, self.spec.segments_ahead // 2)
 
     def _decode(self, run: ModelRun) -> None:
         started = time.perf_counter()

@@ -89,7 +89,8 @@ def test_closing_early_stops_the_child(tmp_path: Path) -> None:
     info = probe(path, LIMITS)
     decoding = decode(path, info, 16000, 10**9, None, in_child=True)
     next(decoding)
-    pid = decoding._child._pid if decoding._child is not None else 0
+    assert isinstance(decoding._child, child.ChildDecoding)
+    pid = decoding._child._pid
     assert pid
     decoding.close()
 
@@ -127,7 +128,7 @@ def test_the_engine_reads_compressed_uploads_through_a_child_when_asked(tmp_path
         reading = Reading(LIMITS, 4, in_child=in_child)
         sources = segment_sources(path, info, [ModelInput(plan, 16000)], reading)
         try:
-            assert (sources._decoding._child is not None) == in_child  # type: ignore[union-attr]
+            assert (sources._decoding._child is not None) == in_child
             assert sum(segment.frames for segment in sources.per_model[0]) == 500
         finally:
             sources.close()

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from arengine.audio import ffmpeg
+from arengine.audio import ffmpeg, parts
 from arengine.audio.decode import decode
 from arengine.audio.validation import AudioLimits, probe
 from arengine.errors import ArengineError, CorruptAudio, InvalidInput, UnsupportedFormat
@@ -31,14 +31,30 @@ LIMITS = AudioLimits(
 )
 
 
+@pytest.fixture(autouse=True)
+def _parts_of_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts of a second, so that the hostile files, short, are decoded in parts too."""
+    monkeypatch.setattr(parts, "MIN_PART_S", 1)
+
+
 def _decoded(path: Path) -> AudioInfo:
-    """What decoding `path` finds, in the server's process and in a child (`child.py`, the
-    server's default): the same answer, samples, report or error, either way."""
+    """What decoding `path` finds, in the server's process, in a child (`child.py`), and in
+    parts of a second or more by a child each (`parts.py`, the server's default where the
+    file is seekable): the same answer, samples, report or error, every way (the parts' samples
+    within AAC's gate of `test_parts.py`, and their error's message may count its packets
+    otherwise)."""
     info = probe(path, LIMITS)
     found = [_decode_once(path, info, in_child) for in_child in (False, True)]
     (samples, answer, error), (child_samples, child_answer, _) = found
     assert child_answer == answer
     assert np.array_equal(child_samples, samples)
+    part_samples, part_answer, _ = _decode_once(path, info, True, parts=3)
+    if error is None:
+        assert part_answer == answer
+        assert len(part_samples) == len(samples)
+        assert not len(samples) or np.abs(part_samples - samples).max() <= 0.05
+    else:
+        assert isinstance(part_answer, tuple) and part_answer[:2] == _told(error)[:2]
     if error is not None:
         raise error
     assert isinstance(answer, AudioInfo)
@@ -46,11 +62,10 @@ def _decoded(path: Path) -> AudioInfo:
 
 
 def _decode_once(
-    path: Path, info: AudioInfo, in_child: bool
+    path: Path, info: AudioInfo, in_child: bool, parts: int = 1
 ) -> tuple[np.ndarray, object, ArengineError | None]:
-    blocks = decode(
-        path, info, 16000, int(LIMITS.max_duration_s * info.sample_rate), None, in_child
-    )
+    cap = int(LIMITS.max_duration_s * info.sample_rate)
+    blocks = decode(path, info, 16000, cap, None, in_child, parts)
     taken: list[np.ndarray] = []
     try:
         taken.extend(blocks)

@@ -10,7 +10,8 @@ import pytest
 
 from arengine.audio import parts, sniff
 from arengine.audio.arrival import Arrival
-from arengine.audio.decode import BLOCK_FRAMES, Decoding, file_block_frames
+from arengine.audio.child import ChildDecoding
+from arengine.audio.decode import BLOCK_FRAMES, file_block_frames
 from arengine.audio.parts import PartDecoding
 from arengine.audio.segments import Segmenter, SegmentPlan
 from arengine.audio.source import (
@@ -48,24 +49,36 @@ def test_each_model_gets_its_own_segments_from_one_decoding(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("models", "arrival", "in_parts"),
-    [(1, False, True), (2, False, False), (1, True, False)],
-    ids=["one-model", "two-models", "arriving"],
+    ("models", "arrival", "in_child", "in_parts"),
+    [
+        (1, False, True, True),
+        (2, False, True, True),
+        (1, True, True, False),
+        (1, False, False, False),
+    ],
+    ids=["one-model", "two-models", "arriving", "in-process"],
 )
-def test_a_long_seekable_file_is_decoded_in_parts_for_one_model_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models: int, arrival: bool, in_parts: bool
+def test_a_long_seekable_file_is_decoded_in_parts_by_children_once_uploaded(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    models: int,
+    arrival: bool,
+    in_child: bool,
+    in_parts: bool,
 ) -> None:
     monkeypatch.setattr(parts, "MIN_PART_S", 5)
     path = sine(tmp_path / "a.mp3", 12.0, 44100, 440, "-c:a", "libmp3lame")
     info = probe(path, LIMITS)
-    reading = Reading(LIMITS, 4, parallel=True, arrival=Arrival() if arrival else None)
+    came = Arrival() if arrival else None
+    reading = Reading(LIMITS, 4, parts=2, arrival=came, in_child=in_child)
     sources = segment_sources(path, info, [ModelInput(PLAN, 16000)] * models, reading)
     assert len(sources.per_model) == models
-    assert isinstance(sources._decoding, PartDecoding) == in_parts
+    assert isinstance(sources._decoding._child, PartDecoding) == in_parts
     sources.close()
-    # Not asked for: one decoding in the process.
-    sequential = segment_sources(path, info, [ModelInput(PLAN, 16000)], Reading(LIMITS, 4))
-    assert isinstance(sequential._decoding, Decoding)
+    # Not asked for: one child.
+    reading = Reading(LIMITS, 4, in_child=True)
+    sequential = segment_sources(path, info, [ModelInput(PLAN, 16000)], reading)
+    assert isinstance(sequential._decoding._child, ChildDecoding)
     sequential.close()
 
 

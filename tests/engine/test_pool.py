@@ -79,7 +79,9 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> list[FakeRequest]:
     made: list[FakeRequest] = []
     log: list[tuple[str, bool]] = []
 
-    def make(spec: FakeSpec, wake: Callable[[], None], observer: object) -> FakeRequest:
+    def make(
+        spec: FakeSpec, wake: Callable[[], None], observer: object, others: object = None
+    ) -> FakeRequest:
         request = FakeRequest(spec, wake, log, served_s=spec.served_s)
         made.append(request)
         return request

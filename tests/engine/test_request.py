@@ -17,8 +17,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from arengine.audio import parts
 from arengine.audio.segments import Segment, SegmentPlan
+from arengine.audio.source import SegmentSources, segment_sources
 from arengine.audio.validation import AudioLimits
+from arengine.engine import request as request_module
+from arengine.engine.pool import EnginePool
 from arengine.engine.request import EngineRequest, RequestSpec
 from arengine.errors import (
     Cancelled,
@@ -29,6 +33,7 @@ from arengine.errors import (
     UnsupportedFormat,
 )
 from arengine.types import Stage, Tag
+from tests.recordings import sine
 
 RATE = 16000
 HOP = 1600
@@ -423,3 +428,59 @@ def test_without_a_gate_nothing_is_skipped_nor_reported(wav: Path) -> None:
     request = EngineRequest(_spec(wav), Wakes())
     _drive(request)
     assert request.future.result().skipped == ()
+
+
+@pytest.fixture
+def long_mp3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An MP3 of 12 s that parts of 5 s split in two."""
+    monkeypatch.setattr(parts, "MIN_PART_S", 5)
+    return sine(tmp_path / "a.mp3", 12.0, 44100, 440, "-c:a", "libmp3lame")
+
+
+def _decoded_in(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The kind of decoding each request's upload gets, as requests validate."""
+    kinds: list[str] = []
+
+    def spy(*args: object) -> SegmentSources:
+        sources = segment_sources(*args)  # type: ignore[arg-type]
+        kinds.append(type(sources._decoding._child).__name__)
+        return sources
+
+    monkeypatch.setattr(request_module, "segment_sources", spy)
+    return kinds
+
+
+@pytest.mark.parametrize(
+    ("parallel", "others", "expected"),
+    [(True, 0, "PartDecoding"), (True, 1, "ChildDecoding"), (False, 0, "ChildDecoding")],
+    ids=["alone", "beside-another", "setting-off"],
+)
+def test_an_upload_is_decoded_in_parts_only_alone_and_when_asked(
+    long_mp3: Path, monkeypatch: pytest.MonkeyPatch, parallel: bool, others: int, expected: str
+) -> None:
+    kinds = _decoded_in(monkeypatch)
+    spec = _spec(long_mp3, segments_ahead=4, parallel_decoding=parallel, decode_in_child=True)
+    request = EngineRequest(spec, Wakes(), others=lambda: others)
+    _drive(request)
+    assert kinds == [expected]
+    assert request.future.result().audio.duration_s == pytest.approx(12.0, abs=0.1)
+
+
+def test_two_requests_at_once_decode_in_one_child_each(
+    long_mp3: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside another request the engine's threads have work for every core: no parts. Alone
+    again, the next request has its parts."""
+    kinds = _decoded_in(monkeypatch)
+    spec = _spec(long_mp3, segments_ahead=4, parallel_decoding=True, decode_in_child=True)
+    pool = EnginePool(threads=2)
+    try:
+        with pool._condition:  # no worker takes a task before both are in the engine
+            both = [pool.submit(spec), pool.submit(spec)]
+        for request in both:
+            request.future.result(timeout=120)
+        assert kinds == ["ChildDecoding", "ChildDecoding"]
+        pool.submit(spec).future.result(timeout=120)
+        assert kinds[2:] == ["PartDecoding"]
+    finally:
+        pool.close()

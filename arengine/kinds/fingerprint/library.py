@@ -282,21 +282,17 @@ class Library:
     def _shared_rows(
         self, connection: sa.Connection, keys: dict[str, int], unique: list[int]
     ) -> np.ndarray:
-        """PostgreSQL: one array, one index-only scan, its rows copied out in the binary format
-        and read by numpy as they come (no Python object a row)."""
+        """PostgreSQL: one array, one index-only scan, its rows packed by the server into one
+        `bytea` of big-endian int64 triples that numpy reads whole (no Python object a row: a
+        row each cost as much as the scan, and COPY sends a message a row)."""
         table = self._hashes
         wanted = sa.bindparam("hashes", type_=postgresql.ARRAY(sa.BigInteger))
-        query = sa.select(table.c.hash, table.c.reference, table.c.offset).where(
-            *_of(table, keys), table.c.hash == sa.any_(wanted)
-        )
-        compiled = query.compile(dialect=connection.dialect)
-        params = {**compiled.params, "hashes": unique}
-        statement = f"COPY ({compiled}) TO STDOUT (FORMAT BINARY)"
-        # psycopg's own connection: in the transaction that `_keys` began on it.
-        driver: Any = connection.connection.driver_connection
-        with driver.cursor() as cursor, cursor.copy(statement, params) as copy:
-            data = b"".join(copy)
-        return copy_rows(data)
+        row = sa.func.int8send(table.c.hash).op("||")(sa.func.int8send(table.c.reference))
+        row = row.op("||")(sa.func.int8send(table.c.offset))
+        packed = sa.func.string_agg(row, sa.literal_column("''::bytea"), type_=sa.LargeBinary)
+        query = sa.select(packed).where(*_of(table, keys), table.c.hash == sa.any_(wanted))
+        data = connection.execute(query, {"hashes": unique}).scalar_one() or b""
+        return np.frombuffer(data, ">i8").astype(np.int64).reshape(-1, 3)
 
     def _select(self, reference: int | None) -> list[Reference]:
         table = self._references
@@ -330,26 +326,6 @@ class Library:
             connection.execute(made)
             found = connection.execute(query).scalar()
         return None if found is None else {"library": int(found)}
-
-
-COPY_HEADER = 19
-"""Bytes before the first row of PostgreSQL's binary COPY: its signature, flags and an empty
-header extension."""
-COPY_ROW = np.dtype(
-    [("fields", ">i2"), ("n1", ">i4"), ("hash", ">i8"), ("n2", ">i4"), ("reference", ">i8"),
-     ("n3", ">i4"), ("offset", ">i8")]
-)  # fmt: skip
-"""A row of three `bigint NOT NULL` columns in PostgreSQL's binary COPY: a field count, then
-each field's length (8) and its big-endian value; 2 bytes (-1) end the data."""
-
-
-def copy_rows(data: bytes) -> np.ndarray:
-    """The `(m, 3)` int64 rows of a binary COPY of (hash, reference, offset)."""
-    if len(data) < COPY_HEADER + 2 or (len(data) - COPY_HEADER - 2) % COPY_ROW.itemsize:
-        raise ValueError(f"not a binary COPY of three bigints ({len(data)} bytes)")
-    count = (len(data) - COPY_HEADER - 2) // COPY_ROW.itemsize
-    rows = np.frombuffer(data, COPY_ROW, count, offset=COPY_HEADER)
-    return np.stack([rows["hash"], rows["reference"], rows["offset"]], axis=1).astype(np.int64)
 
 
 def _of(table: sa.Table, keys: dict[str, int]) -> list[sa.ColumnElement[bool]]:

@@ -160,6 +160,19 @@ def test_a_lookup_of_thousands_of_hashes_finds_each(open_library: OpenLibrary) -
     np.testing.assert_array_equal(found, np.stack([hashes, np.full(3000, ref), hashes * 3], 1))
 
 
+def test_a_lookup_gives_back_every_64_bit_value_whole(open_library: OpenLibrary) -> None:
+    """The scheme's marker (a negative hash) and offsets past 32 bits, as each backend's rows
+    come back in bulk (PostgreSQL's packed big-endian, SQLite's tuples)."""
+    library = open_library()
+    marker, big = -(1 << 62), (1 << 62) + 12345
+    ref = library.add("wide", 10.0, {}, rows((marker, 2), (3, big), (4, -5)))
+    found = library.lookup(np.array([4, marker, 3, 9]))
+    np.testing.assert_array_equal(
+        found[np.argsort(found[:, 0])], [[marker, ref, 2], [3, ref, big], [4, ref, -5]]
+    )
+    assert found.dtype == np.int64
+
+
 OLD_SCHEMA = """
 CREATE TABLE references_ (
     id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, duration_s REAL NOT NULL,

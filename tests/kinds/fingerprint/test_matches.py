@@ -1,0 +1,57 @@
+"""The segment's matches and their vote (`matches.py`): the cut before the vote drops only what
+the vote would drop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from arengine.kinds.fingerprint import matches as module
+from arengine.kinds.fingerprint.matches import FACTOR, _enough, _on_lines
+
+
+def _found(rng: np.random.Generator, references: int, per_reference: int, lines: int) -> np.ndarray:
+    """`_on_lines`' input: lone collisions spread over `references`, and `lines` occurrences
+    (a reference at a speed from 0.88 to 1.12, a few frames of jitter) among them."""
+    rows = []
+    for _ in range(references * per_reference):
+        span = int(rng.integers(4, 60))
+        factor = int(rng.integers(int(0.88 * FACTOR), int(1.12 * FACTOR)))
+        rows.append([rng.integers(1, references + 1), rng.integers(0, 3000),
+                     rng.integers(0, 1300), 0, factor, 0, span])  # fmt: skip
+    for _ in range(lines):
+        reference, speed = rng.integers(1, references + 1), rng.uniform(0.88, 1.12)
+        start = rng.integers(-1000, 1000)
+        for frame in rng.integers(0, 1300, int(rng.integers(3, 12))):
+            ref_frame = int(speed * (frame - start)) + int(rng.integers(-2, 3))
+            span = int(rng.integers(8, 60))
+            rows.append([reference, ref_frame, frame, 0, round(speed * FACTOR), 0, span])
+    found = np.array(rows, dtype=np.int64)
+    found[:, 3] = found[:, 2] + found[:, 6]
+    return found[rng.permutation(len(found))]
+
+
+def _per_reference(found: np.ndarray) -> np.ndarray:
+    """The cut as it was: a reference with `MIN_SEGMENT_HITS` matches anywhere keeps them."""
+    _, inverse, counts = np.unique(found[:, 0], return_inverse=True, return_counts=True)
+    kept: np.ndarray = counts[inverse.reshape(-1)] >= module.MIN_SEGMENT_HITS
+    return kept
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_cut_keeps_every_match_the_vote_keeps(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    found = _found(np.random.default_rng(seed), references=40, per_reference=12, lines=15)
+    cut = _on_lines(found)
+    monkeypatch.setattr(module, "_enough", _per_reference)
+    np.testing.assert_array_equal(cut, _on_lines(found))
+    assert len(cut) > 0
+
+
+def test_lone_collisions_of_a_large_library_are_cut_before_the_vote() -> None:
+    """A reference's matches far apart (in start at every speed) make no line: cut."""
+    apart = [[7, 100 * i, 400 * i, 400 * i + 20, FACTOR, 0, 20] for i in range(4)]
+    on_line = [[8, 50 + 10 * i, 10 * i, 10 * i + 20, FACTOR, 0, 20] for i in range(3)]
+    kept = _enough(np.array(apart + on_line, dtype=np.int64))
+    assert kept.tolist() == [False] * 4 + [True] * 3

@@ -61,7 +61,7 @@ class FingerprintParams(Params):
     kind: ClassVar[str] = "fingerprint"
 
     min_hits: int = param(
-        20, "Matched anchors an occurrence needs (fewer: chance lines of a large library).",
+        30, "Matched anchors an occurrence needs (fewer: chance lines of a large library).",
         Bounds(3, 100000, whole=True),
     )  # fmt: skip
     min_score: float = param(
@@ -268,12 +268,14 @@ class FingerprintTagger:
         end_s = (reach + 1) * frame_s
         reference_start = run.at(first) * frame_s
         reference_end = run.at(reach + 1) * frame_s
-        if reference_start - found.first_s <= SNAP_S:  # where the reference's start lies
+        # The snaps look at the whole run: a recording's quiet last second (a phase vocoder's
+        # smeared notes) matches as sparsely as chance does, yet reaches the last landmark.
+        if run.at(run.first) * frame_s - found.first_s <= SNAP_S:  # the reference's start
             start_s -= reference_start / speed
             reference_start = 0.0
             if start_s < 0.0:  # it started before the recording did
                 start_s, reference_start = 0.0, run.at(0) * frame_s
-        if found.last_s - reference_end <= SNAP_S:
+        if found.last_s - run.at(run.reach + 1) * frame_s <= SNAP_S:
             end_s = end_s + (found.duration_s - reference_end) / speed
             reference_end = found.duration_s
         return Tag(

@@ -74,7 +74,7 @@ def test_repeats_and_back_to_back_references_stay_apart() -> None:
 
 
 def test_too_few_matches_and_removed_references_give_no_tag() -> None:
-    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 20 needed
+    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 30 needed
     assert _tags(_occurrence(1, 100, 0, 40), 1, min_hits=5) != []
     assert _tags(_occurrence(4, 100, 0, 400), 2) == []  # not in the library (removed)
 
@@ -117,14 +117,14 @@ def _stray(reference: int, difference: int, frames: range) -> np.ndarray:
 
 def test_lone_matches_on_the_line_around_an_occurrence_do_not_stretch_it() -> None:
     """An excerpt of the reference's frames 300-600, played from frame 1000, with a chance
-    match on its line every 1.5 s (65 frames) for 6 s before and after it (each within
+    match on its line every 1.5 s (65 frames) for 6 s before it and 4.5 s after it (each within
     `max_gap_s` of the next): the tag starts and ends where the excerpt does."""
     difference = 1000 - 300
     rows = np.concatenate(
         [
             _stray(1, difference, range(1000 - 4 * 65, 1000, 65)),
             _occurrence(1, 1000, 300, 300),
-            _stray(1, difference, range(1300 + 65, 1300 + 5 * 65, 65)),
+            _stray(1, difference, range(1300 + 65, 1300 + 4 * 65, 65)),
         ]
     )
     for pushes in (1, 7):

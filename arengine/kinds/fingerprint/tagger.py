@@ -12,6 +12,8 @@ stay apart; back-to-back references are different references. A run becomes a ta
 matched, reaches `min_score`; a run that a stronger run of its reference covers is a passage
 repeated inside the reference, not an occurrence. The tag says the fitted `speed` and the
 matches' mean `pitch`.
+A tag's bounds are its run's dense part (`DENSE_S`, `DENSE_HITS`): chance matches on the line in
+the music around an occurrence join its run across `max_gap_s` but do not stretch its tag.
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
 and after the last there is nothing to match, such as a note held to the end.

@@ -40,7 +40,7 @@ length_s = 30.0
 file = "{library}"   # managed with `arengine references add|remove|list {name}`
 
 [postprocess]
-min_hits = 20     # matched anchors an occurrence needs (tuned on a held-out set)
+min_hits = 30     # matched anchors an occurrence needs (tuned on held-out sets)
 min_score = 0.02  # share of the stretch's hashes that must match
 max_gap_s = 3.0   # seconds without a match that end an occurrence
 

@@ -12,6 +12,8 @@ stay apart; back-to-back references are different references. A run becomes a ta
 matched, reaches `min_score`; a run that a stronger run of its reference covers is a passage
 repeated inside the reference, not an occurrence. The tag says the fitted `speed` and the
 matches' mean `pitch`.
+A tag's bounds are its run's dense part (`DENSE_S`, `DENSE_HITS`): chance matches on the line in
+the music around an occurrence join its run across `max_gap_s` but do not stretch its tag.
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
 and after the last there is nothing to match, such as a note held to the end.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -55,6 +57,11 @@ MIN_RUN_HITS = 3
 """A run with fewer matches ends without a word; one with more waits to be taken in by a
 stronger run of its line (an occurrence's first matches, before its line was known)."""
 SNAP_S = 0.5
+DENSE_S = 1.0
+"""An occurrence starts at its first match with `DENSE_HITS` in the next `DENSE_S` seconds and
+ends at its last with as many in the `DENSE_S` before: chance matches on the line in the
+music around it (within `max_gap_s`, too sparse to be it) do not stretch its bounds."""
+DENSE_HITS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +71,7 @@ class FingerprintParams(Params):
     kind: ClassVar[str] = "fingerprint"
 
     min_hits: int = param(
-        20, "Matched anchors an occurrence needs (fewer: chance lines of a large library).",
+        30, "Matched anchors an occurrence needs (fewer: chance lines of a large library).",
         Bounds(3, 100000, whole=True),
     )  # fmt: skip
     min_score: float = param(
@@ -96,11 +103,16 @@ class _Run:
     """The matches' own speeds, summed: the slope until the run is long enough to fit."""
     pitches: float = 0.0
     """The matches' log pitches, summed."""
+    frames: list[int] = field(default_factory=list)
+    """Each match's frame and its partner's, in order of arrival: where the run is dense."""
+    reaches: list[int] = field(default_factory=list)
 
     def add(self, ref_frame: int, frame: int, reach: int, speed: float, pitch: float) -> None:
         x = frame - self.origin
         self.last, self.reach = max(self.last, frame), max(self.reach, reach)
         self.hits += 1
+        self.frames.append(frame)
+        self.reaches.append(reach)
         self.sx, self.sy = self.sx + x, self.sy + ref_frame
         self.sxx, self.sxy = self.sxx + x * x, self.sxy + x * ref_frame
         self.speeds += speed
@@ -135,6 +147,8 @@ class _Run:
         self.speeds, self.pitches = self.speeds + other.speeds, self.pitches + other.pitches
         self.first, self.last = min(self.first, other.first), max(self.last, other.last)
         self.reach = max(self.reach, other.reach)
+        self.frames += other.frames
+        self.reaches += other.reaches
 
     def holds(self, other: _Run, gap: int) -> bool:
         """`other`, of this reference, lies on this run's line, at most `gap` frames away."""
@@ -259,16 +273,19 @@ class FingerprintTagger:
         if score < self.params.min_score:
             return None
         speed, frame_s = run.speed(), self.frame_s
-        start_s = run.first * frame_s
-        end_s = (run.reach + 1) * frame_s
-        reference_start = run.at(run.first) * frame_s
-        reference_end = run.at(run.reach + 1) * frame_s
-        if reference_start - found.first_s <= SNAP_S:  # where the reference's start lies
+        first, reach = _dense(run, round(DENSE_S / frame_s))
+        start_s = first * frame_s
+        end_s = (reach + 1) * frame_s
+        reference_start = run.at(first) * frame_s
+        reference_end = run.at(reach + 1) * frame_s
+        # The snaps look at the whole run: a recording's quiet last second (a phase vocoder's
+        # smeared notes) matches as sparsely as chance does, yet reaches the last landmark.
+        if run.at(run.first) * frame_s - found.first_s <= SNAP_S:  # the reference's start
             start_s -= reference_start / speed
             reference_start = 0.0
             if start_s < 0.0:  # it started before the recording did
                 start_s, reference_start = 0.0, run.at(0) * frame_s
-        if found.last_s - reference_end <= SNAP_S:
+        if found.last_s - run.at(run.reach + 1) * frame_s <= SNAP_S:
             end_s = end_s + (found.duration_s - reference_end) / speed
             reference_end = found.duration_s
         return Tag(
@@ -294,3 +311,18 @@ def _covers(strong: _Run, weak: _Run) -> bool:
         return False
     overlap = min(strong.last, weak.last) - max(strong.first, weak.first) + 1
     return overlap * 2 > weak.last - weak.first + 1
+
+
+def _dense(run: _Run, window: int) -> tuple[int, int]:
+    """The run's first match and last partner's frame, its sparse ends left out: from the first
+    match with `DENSE_HITS` in the `window` frames from it to the last with as many in the
+    `window` up to it (the whole run when no window is that dense)."""
+    order = np.argsort(run.frames, kind="stable")
+    frames, reaches = np.asarray(run.frames)[order], np.asarray(run.reaches)[order]
+    index = np.arange(len(frames))
+    ahead = np.searchsorted(frames, frames + window, side="left") - index
+    behind = index + 1 - np.searchsorted(frames, frames - window, side="right")
+    starts, ends = np.nonzero(ahead >= DENSE_HITS)[0], np.nonzero(behind >= DENSE_HITS)[0]
+    if not len(starts) or not len(ends) or starts[0] > ends[-1]:
+        return run.first, run.reach
+    return int(frames[starts[0]]), int(reaches[starts[0] : ends[-1] + 1].max())

@@ -117,3 +117,19 @@ def test_a_library_of_the_old_scheme_is_refused(tmp_path: Path) -> None:
     library.add("Station ident", 10.0, {}, pairs)
     with pytest.raises(ValueError, match=r"older scheme .* index its recordings again"):
         FingerprintRecognizer(library.path, segment_s=10.0)
+
+
+def test_an_excerpt_between_other_music_keeps_its_bounds(
+    library: Library, pieces: list[np.ndarray], tmp_path: Path
+) -> None:
+    """A broadcast's excerpt: 10 s of a reference with music that is not in the library
+    (from the same instruments and note grid) straight before and after it: one tag, its
+    start and end within 0.5 s of the excerpt's, not run on into the music around it."""
+    bed = [piece(seed, tmp_path, seconds=20.0) for seed in (21, 22)]
+    placed = [Placed(3, 0.0, 0.0, 12.0), Placed(1, 12.0, 4.0, 14.0), Placed(4, 22.0, 0.0, 12.0)]
+    recording = mix(34.0, [*pieces, *bed], placed, snr_db=30.0, seed=5)
+    recognizer = FingerprintRecognizer(library.path, segment_s=10.0)
+    [tag] = recognize(recognizer, recording)
+    assert REFERENCE.at(tag) == "2"
+    assert abs(tag.start - 12.0) <= 0.5 and abs(tag.end - 22.0) <= 0.5, tag
+    _assert_offset(tag, 12.0, 4.0)

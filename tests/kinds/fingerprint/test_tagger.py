@@ -75,7 +75,7 @@ def test_repeats_and_back_to_back_references_stay_apart() -> None:
 
 
 def test_too_few_matches_and_removed_references_give_no_tag() -> None:
-    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 20 needed
+    assert _tags(_occurrence(1, 100, 0, 40), 1) == []  # 10 matches, 30 needed
     assert _tags(_occurrence(1, 100, 0, 40), 1, min_hits=5) != []
     assert _tags(_occurrence(4, 100, 0, 400), 2) == []  # not in the library (removed)
 
@@ -106,3 +106,45 @@ def test_an_occurrence_matched_to_the_last_landmark_plays_to_the_reference_end()
     cut = round(1.5 / FRAME_S)
     [excerpt] = _tags(_occurrence(3, 1000 + first, first, last - first - cut), 1)
     assert abs(REFERENCE_END.at(excerpt) - 16.5) < 0.05
+
+
+def _stray(reference: int, difference: int, frames: range) -> np.ndarray:
+    """Lone matches on an occurrence's line (chance collisions in the music around it), with
+    the recording's hashes they stand among."""
+    rows = [_match(reference, difference, f, f + 10) for f in frames]
+    rows += [[HASH, 0, f, f, 0, 0] for f in range(frames.start, frames.stop)]
+    return np.array(rows, dtype=np.int64)
+
+
+def test_lone_matches_on_the_line_around_an_occurrence_do_not_stretch_it() -> None:
+    """An excerpt of the reference's frames 300-600, played from frame 1000, with a chance
+    match on its line every 1.5 s (65 frames) for 6 s before it and 4.5 s after it (each within
+    `max_gap_s` of the next): the tag starts and ends where the excerpt does."""
+    difference = 1000 - 300
+    rows = np.concatenate(
+        [
+            _stray(1, difference, range(1000 - 4 * 65, 1000, 65)),
+            _occurrence(1, 1000, 300, 300),
+            _stray(1, difference, range(1300 + 65, 1300 + 4 * 65, 65)),
+        ]
+    )
+    for pushes in (1, 7):
+        [tag] = _tags(rows, pushes)
+        assert abs(tag.start - 1000 * FRAME_S) < 0.1, tag
+        assert abs(tag.end - 1300 * FRAME_S) < 0.5, tag
+        assert abs(REFERENCE_START.at(tag) - 300 * FRAME_S) < 0.1, tag
+
+
+def test_an_occurrence_thinned_by_talk_over_stays_one_tag_to_its_ends() -> None:
+    """Its middle matched sparsely (one match in 40 frames for 3 s), as under a presenter: one
+    tag from its first to its last match, not cut where it thins."""
+    thin = range(1200, 1330, 40)
+    rows = np.concatenate(
+        [
+            _occurrence(1, 1000, 0, 200),
+            _stray(1, 1000, thin),
+            _occurrence(1, 1330, 330, 200),
+        ]
+    )
+    [tag] = _tags(rows, 5)
+    assert abs(tag.start - 1000 * FRAME_S) < 0.1 and abs(tag.end - 1540 * FRAME_S) < 0.1, tag

@@ -62,8 +62,14 @@ def part_count(info: AudioInfo, most: int, path: Path | None = None) -> int:
     """How many parts to decode `info` in: at most `most`, each at least `MIN_PART_S` long by
     the header (a guess that the plan checks as it reads). Where the stream states no length
     (Matroska's is the segment's), the container's, from the file at `path`."""
-    seconds = info.duration_s or (_container_s(path) if path is not None and most > 1 else 0.0)
+    seconds = length_s(info, path) if most > 1 else info.duration_s
     return max(1, min(most, int(seconds // MIN_PART_S)))
+
+
+def length_s(info: AudioInfo, path: Path | None) -> float:
+    """The length the parts split, in seconds: the header's, or where the stream states none
+    (Matroska's is the segment's) the container's, read from the file at `path` (0: none)."""
+    return info.duration_s or (_container_s(path) if path is not None else 0.0)
 
 
 def _container_s(path: Path) -> float:
@@ -75,9 +81,13 @@ def _container_s(path: Path) -> float:
         return 0.0
 
 
-def starts(info: AudioInfo, parts: int) -> list[int]:
-    """Where each part starts, in whole seconds."""
-    return [int(info.duration_s * part / parts) for part in range(parts)]
+def starts(seconds: float, parts: int) -> list[int]:
+    """Where each of `parts` parts of `seconds` starts, in whole seconds.
+
+    >>> starts(2100.0, 2)
+    [0, 1050]
+    """
+    return [int(seconds * part / parts) for part in range(parts)]
 
 
 class PartDecoding:
@@ -99,7 +109,7 @@ class PartDecoding:
         self._info, self._cap, self._report = info, max_frames, report
         self._path, self._block = path, block_frames
         rate = info.sample_rate
-        at = [second * rate for second in starts(info, parts)]
+        at = [second * rate for second in starts(length_s(info, path), parts)]
         self._children: list[ChildDecoding] = []
         try:
             for number, first in enumerate(at):

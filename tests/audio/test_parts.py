@@ -211,6 +211,28 @@ def test_opus_in_webm_without_a_stream_length_is_split_by_the_container_s(
     assert parts.part_count(info, 3, path) == 3
 
 
+def test_opus_in_webm_parts_start_across_the_container_s_length(
+    recording: RecordingFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its parts start at thirds of the container's length, not all at 0 (the stream's length,
+    0, split: the last part decoded the whole file alone, one child's time)."""
+    path = _talk(recording, "a.webm")
+    info = probe(path, LIMITS)
+    spans: list[Span] = []
+    real = parts.ChildDecoding
+
+    def recorded(*args: Any) -> ChildDecoding:
+        spans.append(args[5])
+        return real(*args)
+
+    monkeypatch.setattr(parts, "ChildDecoding", recorded)
+    three, _ = _decoded(path, info, 3)
+    seconds = parts.length_s(info, path)
+    assert seconds > 20
+    assert [span.first for span in spans] == [int(seconds * k / 3) * 48000 for k in range(3)]
+    assert len(three) > 16000 * 20
+
+
 @pytest.mark.parametrize("models", [1, 2])
 def test_a_long_file_is_decoded_in_parts_for_every_model(
     recording: RecordingFactory, models: int

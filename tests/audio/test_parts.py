@@ -219,7 +219,7 @@ def test_opus_in_webm_parts_start_across_the_container_s_length(
     path = _talk(recording, "a.webm")
     info = probe(path, LIMITS)
     spans: list[Span] = []
-    real = parts.ChildDecoding
+    real = ChildDecoding
 
     def recorded(*args: Any) -> ChildDecoding:
         spans.append(args[5])

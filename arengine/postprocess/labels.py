@@ -326,7 +326,8 @@ class LabelTagger:
 
     A window `i` covers `[i * hop, i * hop + window)` samples. A tag's score is its run's mean,
     or with `peak` its highest window (an event's strength, not diluted by its fading tail);
-    `ids` (one per label) go into the tags' `label_id`. `vocabulary` resolves the label lists of
+    `ids` (one per label) go into each tag's field `id_field`, which the calling kind declares
+    (events: `label_id`). `vocabulary` resolves the label lists of
     `params` (groups, filters, per-label values); without one, the labels are plain names.
     With `centred`, a run ends at the end of its last window's middle `hop` samples, and starts
     at its first window's centre: a window fires once a sound fills its later part, so a sharp
@@ -345,11 +346,16 @@ class LabelTagger:
         peak: bool = False,
         vocabulary: Vocabulary | None = None,
         centred: bool = False,
+        id_field: str | None = None,
     ) -> None:
         self.inputs = len(labels)
         self.margin = (window - hop) // 2 if centred else 0
         self.lead = window // 2 if centred else 0
         self.view = LabelView.of(vocabulary or Vocabulary(labels, ids), params)
+        # Each label's tag fields, made once: the shared tagger names no kind's field.
+        self.extras = tuple(
+            Extra({id_field: ident}) if id_field else Extra() for ident in self.view.ids
+        )
         self.peak = peak
         self.params = params
         self.rate = sample_rate
@@ -476,7 +482,7 @@ class LabelTagger:
                     end=round(int(end[k]) / self.rate, 3),
                     label=self.view.names[label],
                     score=round(score, 4),
-                    extra=Extra(label_id=self.view.ids[label]),
+                    extra=self.extras[label],
                 )
             )
         return tags
@@ -516,5 +522,5 @@ class LabelTagger:
             end=round(end / self.rate, 3),
             label=self.view.names[label],
             score=round(run.peak if self.peak else run.total / run.count, 4),
-            extra=Extra(label_id=self.view.ids[label]),
+            extra=self.extras[label],
         )

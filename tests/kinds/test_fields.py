@@ -20,11 +20,12 @@ SHARED = (
     "arengine/http",
     "arengine/cli",
     "arengine/engine",
+    "arengine/postprocess",
     "arengine/types.py",
     "client/arengine_client",
 )
-"""The code every kind goes through: types, outputs, the HTTP layer, the CLI, the engine and the
-client distribution."""
+"""The code every kind goes through: types, outputs, the HTTP layer, the CLI, the engine, the
+shared post-processing (the label tagger of every label kind) and the client distribution."""
 KIND_OWN = {"arengine/http/references.py": "the fingerprint library's own endpoints"}
 """Modules of the shared rooms that serve one kind, and so may name its fields."""
 OWN_NAMES = {

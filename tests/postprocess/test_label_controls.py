@@ -48,7 +48,9 @@ def _tags(
     scores: np.ndarray, overrides: dict[str, float | str], chunks: list[int] | None = None
 ) -> list[Tag]:
     params = PLAIN.for_request(overrides, AUDIOSET)
-    tagger = LabelTagger(NAMES, params, 100, 10, 20, ids=IDS, peak=True, vocabulary=AUDIOSET)
+    tagger = LabelTagger(
+        NAMES, params, 100, 10, 20, ids=IDS, peak=True, vocabulary=AUDIOSET, id_field=LABEL_ID.name
+    )
     tags, at = [], 0
     for size in chunks or [len(scores)]:
         tags += tagger.push(scores[at : at + size])

@@ -11,6 +11,7 @@ LABEL_ID: TagField[str] = TagField(
     csv=True,
 )
 """AudioSet's `/m/09x0r` (Speech); the shared label tagger (`arengine/postprocess/labels.py`)
-writes it under this name from a vocabulary with ids, which only events models have."""
+writes a vocabulary's ids under the name the recognizer gives it (`id_field`): only events
+models have ids."""
 
 FIELDS = (LABEL_ID,)

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.kinds.base import Overrides, Recognizer
+from arengine.kinds.events.fields import LABEL_ID
 from arengine.kinds.events.network import (
     CHUNK_WINDOWS,
     FRAME,
@@ -106,6 +107,7 @@ class EventsRecognizer(Recognizer):
             peak=True,
             vocabulary=self.vocabulary,
             centred=True,
+            id_field=LABEL_ID.name,
         )
 
     def warm_up(self) -> None:

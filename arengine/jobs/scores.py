@@ -13,9 +13,9 @@ from them equal a fresh recognition's. Each record names its codec (`_CODECS`):
   zstd finds the repetition of the high bytes in;
 - no codec named: the first format, byte planes and zlib; still read, never written.
 
-A notes model's rows are kept in two parts (`_SPLIT`), each with its codec: the note and onset
-activations, and the contour, which only pitch bends read; new parameters without pitch bends
-decompress the first part alone.
+A model whose kind keeps columns apart (`Recognizer.kept_apart`: the notes' note and onset
+activations, apart from the contour, which only pitch bends read) has its rows kept in two parts,
+each with its codec; new parameters that read only the first part decompress it alone.
 
 Records: a 4-byte length and a 4-byte CRC-32, then a JSON header line and the compressed array.
 The first record is the plan (each model's name, kind and segment cut); a run whose plan differs
@@ -44,15 +44,12 @@ import zstandard
 from arengine.errors import InsufficientStorage
 from arengine.jobs.store import storage_full
 from arengine.kinds.base import Recognizer
-from arengine.kinds.notes.tagger import NOTE_COLUMNS
+from arengine.kinds.catalog import KINDS
 from arengine.postprocess.palette import MAX_VALUES, Palette
 
 _FRAME = struct.Struct("<II")
 """A record's payload length and CRC-32."""
 _MAX_RECORD = 1 << 30
-_SPLIT = {"notes": NOTE_COLUMNS}
-"""Kinds whose rows are kept in two parts, and the first part's columns: the columns read
-without pitch bends (`NotesTagger.columns_read`)."""
 
 
 class DamagedScores(ValueError):
@@ -232,7 +229,7 @@ class ScoreLog:
     def keep(self, model: int, segment: int, scores: np.ndarray) -> None:
         array = np.ascontiguousarray(scores)
         header: dict[str, Any] = {"m": model, "s": segment, "dtype": array.dtype.str}
-        split = _SPLIT.get(self.plan[model].kind)
+        split = KINDS[self.plan[model].kind].recognizer.kept_apart
         if split is not None and array.ndim == 2 and array.shape[1] > split:
             (first, head), (second, tail) = _encode(array[:, :split]), _encode(array[:, split:])
             header |= {"shape": array.shape, "codec": [first, second], "split": split}

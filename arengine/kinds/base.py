@@ -47,6 +47,11 @@ class Recognizer(ABC):
     """Its scores depend on where a segment is in the recording (`first_frame`), not on its
     samples alone: a gate's stand-in for a skipped segment is then made for that segment, not
     once for every segment of its length (`arengine/kinds/loudness/gate.py`)."""
+    kept_apart: ClassVar[int | None] = None
+    """Score columns its tagger may read without the rest (the notes' note and onset
+    activations, without the contour only pitch bends read): a job's kept scores store them in a
+    part of their own, so new parameters decompress only what they read
+    (`arengine/jobs/scores.py`). None: the rows are kept whole."""
     _params: Params
     """The post-processing parameters with the manifest's defaults; a request's overrides
     are applied to a copy (`tagger`)."""
@@ -118,3 +123,6 @@ class Kind:
     tag_fields: tuple[TagField[Any], ...] = ()
     """The fields its tags carry besides the shared ones (`Tag.extra`), each declared once in
     the kind's `fields.py` with its bounds and output columns (`fields.py` here)."""
+    gate: Callable[[Recognizer, Sequence[Recognizer]], Any] | None = None
+    """For a kind whose models can gate a request's other models (loudness), the `Gate`
+    (`arengine/engine/hooks.py`) one of its models makes for a request's recognizers."""

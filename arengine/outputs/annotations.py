@@ -29,7 +29,7 @@ from praatio.utilities.constants import Interval
 from pympi import Elan
 
 from arengine.kinds.fields import Role
-from arengine.kinds.pitch.tagger import note_name
+from arengine.kinds.notation import note_name
 from arengine.outputs.columns import role_extra, role_of
 from arengine.outputs.midi import fractional_midi, midi_number
 from arengine.types import Result, Tag

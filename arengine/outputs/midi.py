@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import mido
 
 from arengine.kinds.fields import Role
-from arengine.kinds.pitch.tagger import note_name
+from arengine.kinds.notation import note_name
 from arengine.outputs.columns import role_extra, role_of
 from arengine.types import Result, Tag
 

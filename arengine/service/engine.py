@@ -18,13 +18,13 @@ from arengine.audio import child
 from arengine.audio.arrival import Arrival
 from arengine.audio.validation import AudioLimits
 from arengine.engine.admission import Admission
+from arengine.engine.hooks import Gate
 from arengine.engine.observer import ScoreKeeper, StageObserver
 from arengine.engine.pool import EnginePool
 from arengine.engine.request import EngineRequest, RequestSpec, TagListener
 from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
-from arengine.kinds.loudness.gate import LoudnessGate
-from arengine.kinds.loudness.recognizer import LoudnessRecognizer
+from arengine.kinds.catalog import KINDS
 from arengine.live.plans import AsFinal, LiveTagging, OpenListener, live_plan
 from arengine.models.registry import (
     DEFAULT_MODELS_DIR,
@@ -123,8 +123,8 @@ class Engine:
         self, model: str, overrides: Overrides, gate: str | None = None
     ) -> tuple[Recognizer, ...]:
         """The recognizers of `model` (one name, or several separated by commas) if the request
-        can be admitted (with `gate`, a loudness model, as their gate); raises the reason if
-        not."""
+        can be admitted (with `gate`, a model of a kind that gates, as their gate); raises the
+        reason if not."""
         if self._stopping:
             raise NotReady("the server is shutting down", code=ErrorCode.SHUTTING_DOWN)
         if not self.ready:
@@ -143,22 +143,23 @@ class Engine:
         self.gate(gate, recognizers)
         return recognizers
 
-    def gate(self, name: str | None, recognizers: Sequence[Recognizer]) -> LoudnessGate | None:
-        """The gate of a request for `recognizers`: loudness model `name`, a model the request
-        does not name itself (None: no gate); raises why not (`InvalidInput` `invalid_gate`,
-        `UnknownModel`)."""
+    def gate(self, name: str | None, recognizers: Sequence[Recognizer]) -> Gate | None:
+        """The gate of a request for `recognizers`: model `name`, of a kind that gates
+        (`Kind.gate`: loudness), a model the request does not name itself (None: no gate);
+        raises why not (`InvalidInput` `invalid_gate`, `UnknownModel`)."""
         if name is None:
             return None
-        models = self.models.items()
-        loudness = sorted(n for n, m in models if isinstance(m.recognizer, LoudnessRecognizer))
-        known = f"loudness models loaded: {', '.join(loudness) or 'none'}"
+        gating = " or ".join(kind.name for kind in KINDS.values() if kind.gate is not None)
+        can = sorted(n for n, m in self.models.items() if KINDS[m.recognizer.kind].gate)
+        known = f"{gating} models loaded: {', '.join(can) or 'none'}"
         loaded = self.models.get(name)
         if loaded is None:
             raise UnknownModel(f"unknown gate model {name!r}; {known}")
         gate = loaded.recognizer
-        if not isinstance(gate, LoudnessRecognizer):
+        make = KINDS[gate.kind].gate
+        if make is None:
             raise InvalidInput(
-                f"gate {name!r} is a {gate.kind} model: a gate is a loudness model ({known})",
+                f"gate {name!r} is a {gate.kind} model: a gate is a {gating} model ({known})",
                 code=ErrorCode.INVALID_GATE,
             )
         if any(recognizer.name == name for recognizer in recognizers):
@@ -167,7 +168,8 @@ class Engine:
                 "alone to have its tags, or as the gate alone",
                 code=ErrorCode.INVALID_GATE,
             )
-        return LoudnessGate(gate, recognizers)
+        gated: Gate = make(gate, recognizers)
+        return gated
 
     def _recognizer(self, name: str) -> Recognizer:
         loaded = self.models.get(name)

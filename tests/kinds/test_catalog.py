@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
@@ -158,3 +159,39 @@ def test_a_built_in_model_takes_its_kinds_defaults(path: Path) -> None:
     params = KINDS[manifest.kind].parameters
     restated = sorted(set(manifest.postprocess) & (set(params.bounds()) | set(params.texts())))
     assert restated == [], f"{path} restates its kind's defaults: {restated}"
+
+
+KIND_OWN_MODULES = {
+    "arengine/http/references.py": "the fingerprint library's endpoints",
+    "arengine/cli/references.py": "`arengine references`, the fingerprint library's CLI",
+    "arengine/cli/database.py": "`arengine db copy` copies the fingerprint libraries",
+    "arengine/models/registry.py": "a user classifier's weights suffix names its runtime",
+}
+"""Modules outside `arengine/kinds/` that serve one kind, and so may import its package."""
+
+
+def _imports(path: Path) -> set[str]:
+    """The modules `path` imports (docstrings' doctests are prose, not imports)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_only_a_kind_imports_its_package() -> None:
+    """The rooms every kind goes through reach a kind by its declaration (`KINDS`), never by its
+    package: adding a kind touches its folder and the catalog, nothing shared."""
+    root = Path(arengine.kinds.__file__).parents[2]
+    packages = tuple(f"arengine.kinds.{name}" for name in KINDS)
+    importing = {}
+    for path in sorted([*(root / "arengine").rglob("*.py"), *(root / "client").rglob("*.py")]):
+        where = path.relative_to(root).as_posix()
+        if where.startswith("arengine/kinds/"):
+            continue
+        named = sorted(m for m in _imports(path) if m.startswith(packages))
+        if named:
+            importing[where] = named
+    assert set(importing) == set(KIND_OWN_MODULES), importing

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.loudness.fields import FIELDS
+from arengine.kinds.loudness.gate import LoudnessGate
 from arengine.kinds.loudness.recognizer import WINDOW_S, LoudnessRecognizer
 from arengine.kinds.loudness.tagger import LoudnessParams, LoudnessTagger
 from arengine.kinds.manifest import Manifest, ManifestError
@@ -20,6 +23,11 @@ def _loudness(manifest: Manifest, segment_s: float) -> Recognizer:
     )
 
 
+def _gate(gate: Recognizer, recognizers: Sequence[Recognizer]) -> LoudnessGate:
+    assert isinstance(gate, LoudnessRecognizer)
+    return LoudnessGate(gate, recognizers)
+
+
 KIND = Kind(
     name="loudness",
     features="level",
@@ -30,4 +38,5 @@ KIND = Kind(
     parameters=LoudnessParams,
     tagger=LoudnessTagger,
     tag_fields=FIELDS,
+    gate=_gate,
 )

@@ -19,9 +19,9 @@ from torch import Tensor
 
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.kinds.base import Overrides, Recognizer
+from arengine.kinds.notation import note_name
 from arengine.kinds.notes.network import HOP, KEYS, LOWEST_MIDI, SAMPLE_RATE, WINDOW, BasicPitch
-from arengine.kinds.notes.tagger import FrameGrid, NotesParams, NotesTagger
-from arengine.kinds.pitch.tagger import note_name
+from arengine.kinds.notes.tagger import NOTE_COLUMNS, FrameGrid, NotesParams, NotesTagger
 
 EDGE_FRAMES = 15
 """Frames dropped at each edge of a window, as basic-pitch's `unwrap_output` does."""
@@ -56,6 +56,7 @@ class NotesRecognizer(Recognizer):
     score_hop = HOP
     """Samples between frames inside a window (the plan's step is a whole window)."""
     labels: tuple[str, ...] = NOTE_LABELS
+    kept_apart = NOTE_COLUMNS
 
     def __init__(
         self,

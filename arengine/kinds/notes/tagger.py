@@ -38,8 +38,8 @@ from typing import ClassVar
 import numpy as np
 
 from arengine.kinds.fields import extra_of
+from arengine.kinds.notation import note_name
 from arengine.kinds.notes.fields import MIDI, PITCH_BEND
-from arengine.kinds.pitch.tagger import note_name
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 

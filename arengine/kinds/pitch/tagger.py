@@ -25,11 +25,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.kinds.fields import extra_of
+from arengine.kinds.notation import note_name
 from arengine.kinds.pitch.fields import FREQUENCY_HZ
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
-NAMES = ("C", "C#", "D", "D#", "E", "F", "F#", "G", "G#", "A", "A#", "B")
 LOWEST_MIDI = 24
 """C1 (32.7 Hz); CREPE's lowest bin is 31.7 Hz."""
 HIGHEST_MIDI = 107
@@ -47,11 +47,6 @@ def _runs(medians: np.ndarray) -> list[tuple[int, int, int]]:
     begins = np.flatnonzero(usable & np.r_[True, ~same])
     ends = np.flatnonzero(usable & np.r_[~same, True]) + 1
     return list(zip(begins.tolist(), ends.tolist(), midi[begins].tolist(), strict=True))
-
-
-def note_name(midi: int) -> str:
-    """Scientific pitch notation: `note_name(69) == "A4"`, `note_name(61) == "C#4"`."""
-    return f"{NAMES[midi % 12]}{midi // 12 - 1}"
 
 
 NOTE_LABELS = tuple(note_name(m) for m in range(LOWEST_MIDI, HIGHEST_MIDI + 1))

@@ -4,6 +4,7 @@ header says."""
 from __future__ import annotations
 
 import os
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import av
 import numpy as np
 import pytest
 
-from arengine.audio import parts, spans
+from arengine.audio import child, parts, spans
 from arengine.audio.child import ChildDecoding
 from arengine.audio.decode import (
     MAX_BAD_PACKETS,
@@ -176,6 +177,38 @@ def test_the_later_parts_decode_to_their_end_while_the_first_is_read(
         assert len(np.concatenate(list(blocks))) > 16000 * 30
     finally:
         blocks.close()
+
+
+def test_a_spool_that_cannot_grow_hands_the_rest_to_one_child(
+    recording: RecordingFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The later parts spool to a nameless temporary file; where it cannot grow (the temporary
+    directory full; here a file size limit on the decoders) the samples given so far stand and
+    one child decodes the rest of the file: one child's samples, and nothing refused."""
+    path = _talk(recording, "a.mp3")
+    info = probe(path, LIMITS)
+    one, alone = _decoded(path, info, 1)
+    monkeypatch.setattr(child, "_SERVER", [])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, hard))
+    try:
+        limited = child._server()  # its children inherit the limit: 13-s parts need 2.3 MB
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    try:
+        blocks = decode(path, info, 16000, CAP, None, in_child=True, parts=3)
+        try:
+            samples = np.concatenate(list(blocks))
+        finally:
+            blocks.close()
+    finally:
+        limited.stop()
+    assert isinstance(blocks._child, PartDecoding)
+    spooled = blocks._child._children
+    assert len(spooled) == 4 and not isinstance(spooled[-1], PartDecoding)
+    assert any(decoding.found.broken for decoding in spooled[1:3])
+    assert len(samples) == len(one) and np.abs(samples - one).max() == 0
+    assert blocks.info() == alone
 
 
 def test_closing_early_ends_the_children(recording: RecordingFactory) -> None:

@@ -158,6 +158,12 @@ class Server:
         return httpx.Client(base_url=self.url, timeout=120)
 
 
+QUICK_STOP = {"ARENGINE_SHUTDOWN_DELAY_S": "0"}
+"""A test's server closes its listener at once on SIGTERM: no load balancer drains it, and the
+default 2 s of 503 on `/readyz` was paid by every server the suite stops. The tests of that
+window give `--shutdown-delay-s` (a flag wins over the environment)."""
+
+
 def start_server(
     tmp_path: Path,
     *args: str,
@@ -186,7 +192,7 @@ def start_server(
             [sys.executable, "-m", "arengine", "serve", "--port", str(port), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **QUICK_STOP, **(env or {})},
             preexec_fn=None if open_files is None else limit,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log, upload_dir)

@@ -1,4 +1,4 @@
-from arengine.cli.commands import main
+from arengine.cli import main
 
 if __name__ == "__main__":
     main()

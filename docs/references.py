@@ -18,7 +18,7 @@ from typing import Any
 
 from annotated_types import Ge, Gt, Le, Lt
 
-from arengine.cli.commands import ENV_ONLY
+from arengine.cli.serve import ENV_ONLY
 from arengine.errors import ErrorCode
 from arengine.kinds.catalog import KINDS
 from arengine.outputs.formats import FORMATS

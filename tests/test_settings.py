@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from arengine.cli.commands import ENV_ONLY, build_parser, main
+from arengine.cli.commands import build_parser, main
+from arengine.cli.serve import ENV_ONLY
 from arengine.settings import FIELDS, SECTIONS, ServerSettings, Settings
 
 

@@ -10,14 +10,17 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
-
 from arengine import __version__
+from arengine.cli.serve import (
+    add_serve_parser,
+    add_setting_flags,
+    serve,
+    settings_of,
+)
 from arengine.outputs.combined import TABLES
 from arengine.outputs.formats import (
     FORMAT_NAMES,
@@ -26,7 +29,7 @@ from arengine.outputs.formats import (
     get_format,
     known_formats,
 )
-from arengine.settings import FIELDS, SECTIONS, Settings
+from arengine.settings import FIELDS, Settings
 from arengine_client.cli import (
     JOB_OVER_S,
     add_concurrency_flag,
@@ -41,11 +44,6 @@ if TYPE_CHECKING:  # the engine and runner modules load torch; `--help` should n
     from arengine.service.engine import Engine
 
 log = logging.getLogger("arengine")
-ENV_ONLY = frozenset(
-    {"api_keys", "admin_keys", "webhook_secret", "mqtt_password", "database_password"}
-)
-"""Settings that are secrets: a flag would show them in every user's `ps`."""
-
 ENGINE_SETTINGS = (
     "engine_threads",
     "intra_op_threads",
@@ -122,19 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"arengine {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser(
-        "serve",
-        help="run the HTTP server",
-        description="Run the HTTP server. Every flag can also be set as ARENGINE_<NAME> or "
-        "ARENGINE_<SECTION>__<NAME>.",
-        epilog="example: arengine serve --port 8080 --engine-threads 4\n"
-        "secrets are environment only: ARENGINE_API_KEYS=key1,key2 ARENGINE_ADMIN_KEYS=key3 "
-        "arengine serve",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    for section, model in SECTIONS.items():
-        group = serve.add_argument_group(f"{section} settings", model.__doc__)
-        _add_setting_flags(group, model.model_fields)
+    add_serve_parser(commands)
     recognize = commands.add_parser(
         "recognize",
         help="tag audio files in-process, one output file per input",
@@ -185,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"{', '.join(TABLES)}), as BirdNET-Analyzer's combined results; with --resume it "
         "includes the outputs already there",
     )
-    _add_setting_flags(recognize, ENGINE_SETTINGS)
+    add_setting_flags(recognize, ENGINE_SETTINGS)
     _add_parameter_flags(recognize)
     listen = listen_parser(commands)
     _add_parameter_flags(listen)
@@ -210,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the model cards as a Markdown table (task, licence, source, plan...)",
     )
-    _add_setting_flags(models, ("models_dir", "models", "segment_s"))
+    add_setting_flags(models, ("models_dir", "models", "segment_s"))
     references = commands.add_parser(
         "references",
         help="add, remove or list the references of a fingerprint model",
@@ -227,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     references.add_argument(
         "--title", help="add: the title of the (one) reference, instead of its file name"
     )
-    _add_setting_flags(references, ("models_dir", "max_duration_s", *REFERENCES_DATABASE))
+    add_setting_flags(references, ("models_dir", "max_duration_s", *REFERENCES_DATABASE))
     db = commands.add_parser(
         "db",
         help="migrate the jobs' database, or copy one into another",
@@ -240,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=("upgrade", "current", "copy"))
     db.add_argument("--from", dest="source", metavar="URL", help="copy: the database to read")
     db.add_argument("--to", dest="target", metavar="URL", help="copy: the empty database to fill")
-    _add_setting_flags(db, DATABASE_SETTINGS)
+    add_setting_flags(db, DATABASE_SETTINGS)
     return parser
 
 
@@ -262,31 +248,6 @@ class _Removed(argparse.Action):
             f"{option_string} is gone: --model names the models to run (only those load), "
             "--models-dir the folder they are in"
         )
-
-
-def _add_setting_flags(parser: argparse._ActionsContainer, names: Iterable[str]) -> None:
-    for name in names:
-        if name in ENV_ONLY:
-            continue
-        field = SECTIONS[FIELDS[name]].model_fields[name]
-        flag = "--" + name.replace("_", "-")
-        help_text = f"{field.description} [env ARENGINE_{name.upper()}, default {field.default}]"
-        if field.annotation is bool:
-            parser.add_argument(
-                flag,
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            parser.add_argument(
-                flag,
-                dest=name,
-                type=_flag_type(field.annotation),
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
 
 
 def _add_parameter_flags(parser: argparse.ArgumentParser) -> None:
@@ -324,13 +285,6 @@ PARAMETER_PREFIX = "parameter:"
 """Where a post-processing flag's value goes in the parsed arguments (no setting has a colon)."""
 
 
-def _flag_type(annotation: Any) -> Any:
-    for kind in (int, float, Path):
-        if annotation is kind or kind in getattr(annotation, "__args__", ()):
-            return kind
-    return str
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = vars(build_parser().parse_args(argv))
     command = args.pop("command")
@@ -342,10 +296,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     options = {name: args.pop(name) for name in list(args) if name not in FIELDS}
     if command in ("recognize", "listen"):
         options["parameters"] = parameters
-    try:
-        settings = Settings(**args)
-    except (ValidationError, SettingsError) as error:
-        sys.exit(f"arengine: invalid settings:\n{error}")
+    settings = settings_of(args)
     if command == "serve":
         serve(settings, list(sys.argv[1:] if argv is None else argv))
     elif command == "recognize":
@@ -362,65 +313,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         from arengine.cli.database import database
 
         sys.exit(database(settings, **options))
-
-
-def serve(settings: Settings, argv: list[str]) -> None:
-    """Run the server; re-executes once under jemalloc first when it is wanted and installed."""
-    from arengine.system.allocator import active_allocator, reexec_with_jemalloc
-    from arengine.system.logs import configure as configure_logging
-
-    _check_job_store(settings)
-    if settings.server.jemalloc:
-        reexec_with_jemalloc(argv, settings.server.malloc_conf)
-    # OpenMP reads this when torch loads; set before the import so no pool starts wider.
-    os.environ.setdefault("OMP_NUM_THREADS", str(settings.engine.intra_op_threads))
-    os.environ.setdefault("MKL_NUM_THREADS", str(settings.engine.intra_op_threads))
-    configure_logging(settings.server.log_level)
-
-    from arengine.http import server
-    from arengine.http.app import create_app
-    from arengine.system.threads import available_cpus, configure_torch
-
-    threads = configure_torch(settings.engine.intra_op_threads, settings.engine.inter_op_threads)
-    fields = {
-        "allocator": active_allocator(),
-        "intra_op_threads": threads.intra_op,
-        "inter_op_threads": threads.inter_op,
-        "engine_threads": settings.engine.engine_threads or available_cpus(),
-        "cpus": available_cpus(),
-        "api_keys": len(settings.security.api_key_list()),  # how many, never which
-        "admin_keys": len(settings.security.admin_key_list()),
-    }
-    message = " ".join(f"{key}={value}" for key, value in fields.items())
-    log.info("starting: %s", message, extra={"fields": fields})
-    if not settings.security.api_keys and settings.server.host not in (
-        "127.0.0.1",
-        "::1",
-        "localhost",
-    ):
-        log.warning(
-            "no API keys: every endpoint is open to whoever reaches %s", settings.server.host
-        )
-    server.run(create_app(settings), settings)
-
-
-def _check_job_store(settings: Settings) -> None:
-    """Exit with one line naming the job store and what to do when it cannot be opened, before
-    the server starts (where it would be a traceback from the application's start)."""
-    if settings.jobs.data_dir is None:
-        return
-    from arengine.db.engine import open_engine
-    from arengine.db.url import DatabaseUrlError, database_url
-    from arengine.jobs.store import JobStore, StoreUnusable
-
-    try:
-        url = database_url(settings)
-        engine = None if url is None else open_engine(url, 1)
-        JobStore.open(
-            settings.jobs.data_dir, engine, migrate=settings.database.database_migrate
-        ).close()
-    except (StoreUnusable, DatabaseUrlError, OSError) as error:
-        sys.exit(f"arengine: {error}")
 
 
 def _engine(settings: Settings) -> Any:

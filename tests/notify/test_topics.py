@@ -80,7 +80,7 @@ def test_a_wrong_url_stops_serve_with_its_message_and_not_its_password() -> None
 
 
 def test_the_password_is_never_a_flag() -> None:
-    from arengine.cli.commands import ENV_ONLY
+    from arengine.cli.serve import ENV_ONLY
 
     assert "mqtt_password" in ENV_ONLY
     assert "p" not in repr(Settings(mqtt_password="p").mqtt.mqtt_password)

@@ -9,7 +9,8 @@ a PostgreSQL database (a throwaway cluster started by `tests/postgres.py` unless
 names one; its settings are the tests': no fsync, so adds there are faster than on a real
 server). Each backend then answers the same 2-minute recording holding four 20-s excerpts under
 noise (5 dB SNR) on one thread (best of three), through the recognizer as the engine runs it
-(features, lookup, tagging): matching speed in x real time per core, and recall. Size is the
+(features, lookup, tagging): matching speed in x real time per core, recall, and the rows a
+30-s segment's lookup reads (the mean; it does not depend on the machine's load). Size is the
 SQLite file (after a checkpoint) and the PostgreSQL tables with their indexes (after `VACUUM
 ANALYZE`, as autovacuum leaves them), per hour of reference audio.
 
@@ -17,8 +18,10 @@ Fingerprinting 10,000 references would take most of an hour on one core, and the
 what is measured here: `--distinct` references (random notes, `loadtests/fingerprint.py`) are
 fingerprinted, and the others are copies of them with the triplet hash's low six
 bits XORed with the copy's number, so that each copy has its own hashes with the same
-frequencies (the lookups' hit rates stay those of music-like references). The machine's load
-average is printed with each line: its other users share the cores.
+frequencies (the lookups' hit rates stay those of music-like references): those bits are the
+time ratio's level (`landmarks.RATIO_BITS`, 16 levels all used) and the lowest bits of the
+second partner's distance in bins, so up to 64 copies make only hashes that music makes too.
+The machine's load average is printed with each line: its other users share the cores.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import sqlalchemy as sa
 
+from arengine.audio.segments import Segmenter
 from arengine.db.engine import open_engine
 from arengine.db.migrate import upgrade
 from arengine.db.url import parse
@@ -105,14 +109,24 @@ def measure(
         tags = recognize(recognizer, recording)
         match_s = min(match_s, time.perf_counter() - started)
     hits = found(tags, placed, [20.0] * len(placed))
+    rows = segment_rows(recognizer, recording)
     size = megabytes()
     audio_h = count * SECONDS / 3600
     print(
         f"{name:10}  {count:6d}  {audio_h:7.1f}  {count * SECONDS / stored_s:10.0f}  "
-        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {size / audio_h:8.1f}  "
+        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {rows:9.0f}  {size / audio_h:8.1f}  "
         f"{os.getloadavg()[0]:.1f}",
         flush=True,
     )
+
+
+def segment_rows(recognizer: FingerprintRecognizer, recording: np.ndarray) -> float:
+    """The rows a segment's lookup reads, on average over the recording's segments."""
+    counts = [
+        len(recognizer.library.lookup(recognizer.features(segment).numpy()[:, 0]))
+        for segment in Segmenter(iter([recording]), recognizer.plan)
+    ]
+    return float(np.mean(counts))
 
 
 @contextmanager
@@ -144,7 +158,9 @@ def main() -> None:
     count, distinct = options.references, min(options.distinct, options.references)
     print(f"CPU: {_cpu()}; {count} references of {SECONDS:.0f} s ({distinct} fingerprinted)")
     base = fingerprinted(distinct)
-    print("backend       refs  audio h  store x RT  match x RT  recall  MB per h  load avg")
+    print(
+        "backend       refs  audio h  store x RT  match x RT  recall  rows/seg   MB per h  load avg"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         folder = options.out or Path(scratch)
         path = folder / "jingles" / "library.sqlite"

@@ -16,11 +16,12 @@ ANALYZE`, as autovacuum leaves them), per hour of reference audio.
 
 Fingerprinting 10,000 references would take most of an hour on one core, and the storage is
 what is measured here: `--distinct` references (random notes, `loadtests/fingerprint.py`) are
-fingerprinted, and the others are copies of them with the triplet hash's low six
-bits XORed with the copy's number, so that each copy has its own hashes with the same
-frequencies (the lookups' hit rates stay those of music-like references): those bits are the
-time ratio's level (`landmarks.RATIO_BITS`, 16 levels all used) and the lowest bits of the
-second partner's distance in bins, so up to 64 copies make only hashes that music makes too.
+fingerprinted, and the others are copies of them with six bits of their triplet hashes XORed
+with the copy's number (`moved_bits`: the low three bits of each partner's distance in bins from
+the anchor), so that each copy has its own hashes with the same frequencies (the lookups' hit
+rates stay those of music-like references). Hash scheme 2's copies had the hash's low six bits
+moved (its time ratio and one distance); scheme 3 asks a ratio's neighbouring levels, which
+would find a copy moved there by its original's query.
 The machine's load average is printed with each line: its other users share the cores.
 """
 
@@ -41,7 +42,12 @@ from arengine.audio.segments import Segmenter
 from arengine.db.engine import open_engine
 from arengine.db.migrate import upgrade
 from arengine.db.url import parse
-from arengine.kinds.fingerprint.landmarks import SCHEME_HASH, fingerprint, landmark_span
+from arengine.kinds.fingerprint.landmarks import (
+    RATIO_BITS,
+    SCHEME_HASH,
+    fingerprint,
+    landmark_span,
+)
 from arengine.kinds.fingerprint.library import SHARED, Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from loadtests.fingerprint import found, library_bytes, recognize, synthetic
@@ -66,8 +72,18 @@ def references(base: list[np.ndarray], count: int) -> Iterator[np.ndarray]:
             continue
         moved = base[hashes].copy()
         triplets = moved[:, 0] != SCHEME_HASH  # the scheme's marker stays as it is
-        moved[triplets, 0] ^= copy % 64  # other hashes, as another recording's would be
+        moved[triplets, 0] ^= moved_bits(copy)  # other hashes, as another recording's would be
         yield moved
+
+
+def moved_bits(copy: int) -> int:
+    """What a copy's triplet hashes are XORed with: its number's six low bits spread over the
+    low three bits of the two partners' distances in bins (`landmarks.hashed`: the shape above
+    the ratio's `RATIO_BITS`). A query asks for those exactly, so a copy's hash is another
+    recording's; the ratio's level, the band and the span class it also asks neighbours of, so
+    a copy moved there would be found by its original's query, as no other recording is."""
+    low = copy % 64
+    return ((low & 7) | (low >> 3) << 6) << RATIO_BITS
 
 
 def fill(library: Library, base: list[np.ndarray], count: int) -> float:

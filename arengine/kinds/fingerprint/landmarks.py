@@ -3,17 +3,18 @@ spectrogram (as Panako does), and the matches of a recording's triplets against 
 
 A peak is a local maximum of a log-frequency spectrogram (36 bins an octave from 110 Hz), so a
 pitch shift moves every peak by the same number of bins. A triplet is an anchor peak and two of
-its nearest partners after it; its hash (scheme 3) holds what neither a tempo change nor a pitch
-shift moves: where the middle peak lies between the other two in time (a ratio, in 16 levels),
-the two partners' distances in bins from the anchor; and, coarsely, what they move only a
-little: the anchor's register (a band of a sixth of an octave) and the triplet's length (a class
-a quarter of an octave wide). A query asks every neighbouring level, band and class that a
-match could have (`queried`): its middle peak a frame earlier or later, its pitch up to 12%
-higher or lower, its speed from 88% to 112% (what `matches.py` keeps anyway), so each lookup
-returns about 6.5 times fewer rows than scheme 2's (4 levels, thirds of an octave, no length)
-for the same matches. The stored offset holds what they do move: the anchor's frame, its bin (in
-quarters) and the triplet's length in frames, so that each match says the speed and the pitch it
-was played at (`recognizer.py` says how they are fitted).
+its nearest partners after it; its hash (scheme 3) holds what neither a tempo change nor a
+pitch shift moves: where the middle peak lies between the other two in time (a ratio, in 16
+levels), the two partners' distances in bins from the anchor; and, coarsely, what they move
+only a little: the anchor's register (a band of a sixth of an octave) and the triplet's length
+(a class a quarter of an octave wide). A query asks every neighbouring level, band and class
+that a match could have (`queried`): its middle peak a frame earlier or later, its pitch up to
+12% higher or lower, its speed from 88% to 112% (what `matches.py` keeps anyway), so each
+lookup returns about 8 times fewer rows than scheme 2's (4 levels, thirds of an octave, no
+length) for nearly the same matches (`docs/performance/fingerprints.md`). The stored offset
+holds what they do move: the anchor's frame, its bin (in quarters) and the triplet's length in
+frames, so that each match says the speed and the pitch it was played at (`recognizer.py` says
+how they are fitted).
 """
 
 from __future__ import annotations

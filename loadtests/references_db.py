@@ -9,16 +9,20 @@ a PostgreSQL database (a throwaway cluster started by `tests/postgres.py` unless
 names one; its settings are the tests': no fsync, so adds there are faster than on a real
 server). Each backend then answers the same 2-minute recording holding four 20-s excerpts under
 noise (5 dB SNR) on one thread (best of three), through the recognizer as the engine runs it
-(features, lookup, tagging): matching speed in x real time per core, and recall. Size is the
+(features, lookup, tagging): matching speed in x real time per core, recall, and the rows a
+30-s segment's lookup reads (the mean; it does not depend on the machine's load). Size is the
 SQLite file (after a checkpoint) and the PostgreSQL tables with their indexes (after `VACUUM
 ANALYZE`, as autovacuum leaves them), per hour of reference audio.
 
 Fingerprinting 10,000 references would take most of an hour on one core, and the storage is
 what is measured here: `--distinct` references (random notes, `loadtests/fingerprint.py`) are
-fingerprinted, and the others are copies of them with the triplet hash's low six
-bits XORed with the copy's number, so that each copy has its own hashes with the same
-frequencies (the lookups' hit rates stay those of music-like references). The machine's load
-average is printed with each line: its other users share the cores.
+fingerprinted, and the others are copies of them with six bits of their triplet hashes XORed
+with the copy's number (`moved_bits`: the low three bits of each partner's distance in bins from
+the anchor), so that each copy has its own hashes with the same frequencies (the lookups' hit
+rates stay those of music-like references). Hash scheme 2's copies had the hash's low six bits
+moved (its time ratio and one distance); scheme 3 asks a ratio's neighbouring levels, which
+would find a copy moved there by its original's query.
+The machine's load average is printed with each line: its other users share the cores.
 """
 
 from __future__ import annotations
@@ -34,10 +38,16 @@ from pathlib import Path
 import numpy as np
 import sqlalchemy as sa
 
+from arengine.audio.segments import Segmenter
 from arengine.db.engine import open_engine
 from arengine.db.migrate import upgrade
 from arengine.db.url import parse
-from arengine.kinds.fingerprint.landmarks import SCHEME_HASH, fingerprint, landmark_span
+from arengine.kinds.fingerprint.landmarks import (
+    RATIO_BITS,
+    SCHEME_HASH,
+    fingerprint,
+    landmark_span,
+)
 from arengine.kinds.fingerprint.library import SHARED, Library
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from loadtests.fingerprint import found, library_bytes, recognize, synthetic
@@ -62,8 +72,18 @@ def references(base: list[np.ndarray], count: int) -> Iterator[np.ndarray]:
             continue
         moved = base[hashes].copy()
         triplets = moved[:, 0] != SCHEME_HASH  # the scheme's marker stays as it is
-        moved[triplets, 0] ^= copy % 64  # other hashes, as another recording's would be
+        moved[triplets, 0] ^= moved_bits(copy)  # other hashes, as another recording's would be
         yield moved
+
+
+def moved_bits(copy: int) -> int:
+    """What a copy's triplet hashes are XORed with: its number's six low bits spread over the
+    low three bits of the two partners' distances in bins (`landmarks.hashed`: the shape above
+    the ratio's `RATIO_BITS`). A query asks for those exactly, so a copy's hash is another
+    recording's; the ratio's level, the band and the span class it also asks neighbours of, so
+    a copy moved there would be found by its original's query, as no other recording is."""
+    low = copy % 64
+    return ((low & 7) | (low >> 3) << 6) << RATIO_BITS
 
 
 def fill(library: Library, base: list[np.ndarray], count: int) -> float:
@@ -105,14 +125,24 @@ def measure(
         tags = recognize(recognizer, recording)
         match_s = min(match_s, time.perf_counter() - started)
     hits = found(tags, placed, [20.0] * len(placed))
+    rows = segment_rows(recognizer, recording)
     size = megabytes()
     audio_h = count * SECONDS / 3600
     print(
         f"{name:10}  {count:6d}  {audio_h:7.1f}  {count * SECONDS / stored_s:10.0f}  "
-        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {size / audio_h:8.1f}  "
+        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {rows:9.0f}  {size / audio_h:8.1f}  "
         f"{os.getloadavg()[0]:.1f}",
         flush=True,
     )
+
+
+def segment_rows(recognizer: FingerprintRecognizer, recording: np.ndarray) -> float:
+    """The rows a segment's lookup reads, on average over the recording's segments."""
+    counts = [
+        len(recognizer.library.lookup(recognizer.features(segment).numpy()[:, 0]))
+        for segment in Segmenter(iter([recording]), recognizer.plan)
+    ]
+    return float(np.mean(counts))
 
 
 @contextmanager
@@ -144,7 +174,9 @@ def main() -> None:
     count, distinct = options.references, min(options.distinct, options.references)
     print(f"CPU: {_cpu()}; {count} references of {SECONDS:.0f} s ({distinct} fingerprinted)")
     base = fingerprinted(distinct)
-    print("backend       refs  audio h  store x RT  match x RT  recall  MB per h  load avg")
+    print(
+        "backend       refs  audio h  store x RT  match x RT  recall  rows/seg   MB per h  load avg"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         folder = options.out or Path(scratch)
         path = folder / "jingles" / "library.sqlite"

@@ -336,6 +336,7 @@ def test_the_references_benchmark_fills_both_backends_alike(
 ) -> None:
     """Tiny: 6 references (3 fingerprinted, 3 copies with their own hashes) in a SQLite file
     and on PostgreSQL; both hold the same rows, and the copies' hashes differ from their base's."""
+    from arengine.kinds.fingerprint.landmarks import RATIO_LEVELS
     from arengine.kinds.fingerprint.library import Library
     from loadtests.references_db import fill, fingerprinted, references, shared_database
 
@@ -343,6 +344,10 @@ def test_the_references_benchmark_fills_both_backends_alike(
     copies = list(references(base, 6))
     assert len(copies) == 6 and not np.array_equal(copies[3][:, 0], copies[0][:, 0])
     np.testing.assert_array_equal(copies[3][:, 1], copies[0][:, 1])
+    # A copy moves what a query asks exactly, never the ratio's level, whose neighbours its
+    # original's query asks too (scheme 3): that would find the copy as no other recording is.
+    moved = copies[3][:, 0] ^ copies[0][:, 0]
+    assert moved.any() and not (moved & (RATIO_LEVELS - 1)).any()
     file = Library.create(tmp_path / "jingles" / "library.sqlite")
     database = shared_database(postgresql.database())
     shared = Library.shared(database, "jingles")

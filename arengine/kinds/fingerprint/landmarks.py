@@ -3,13 +3,18 @@ spectrogram (as Panako does), and the matches of a recording's triplets against 
 
 A peak is a local maximum of a log-frequency spectrogram (36 bins an octave from 110 Hz), so a
 pitch shift moves every peak by the same number of bins. A triplet is an anchor peak and two of
-its nearest partners after it; its hash holds what neither a tempo change nor a pitch shift
-moves: where the middle peak lies between the other two in time (a ratio), the two partners'
-distances in bins from the anchor, and the anchor's register (a sixth of an octave band;
-a query asks the neighbouring band too when its anchor lies near the edge). The stored offset
+its nearest partners after it; its hash (scheme 3) holds what neither a tempo change nor a
+pitch shift moves: where the middle peak lies between the other two in time (a ratio, in 16
+levels), the two partners' distances in bins from the anchor; and, coarsely, what they move
+only a little: the anchor's register (a band of a sixth of an octave) and the triplet's length
+(a class a quarter of an octave wide). A query asks every neighbouring level, band and class
+that a match could have (`queried`): its middle peak a frame earlier or later, its pitch up to
+12% higher or lower, its speed from 88% to 112% (what `matches.py` keeps anyway), so each
+lookup returns about 8 times fewer rows than scheme 2's (4 levels, thirds of an octave, no
+length) for nearly the same matches (`docs/performance/fingerprints.md`). The stored offset
 holds what they do move: the anchor's frame, its bin (in quarters) and the triplet's length in
-frames, so that each match says the speed and the pitch it was played at
-(`recognizer.py` says how they are fitted).
+frames, so that each match says the speed and the pitch it was played at (`recognizer.py` says
+how they are fitted).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ PEAK_FRAMES = 7
 """...and of the frames this close before and after."""
 FLOOR_DB = -20.0
 """Peaks quieter than this (a sine of about -68 dBFS) are not used: silence and dither."""
+FINE = 4
+"""Stored bins are in quarters (interpolated peaks): the pitch is fitted to a fraction of a bin."""
 MAX_DT = 60
 """A triplet's partners come within this many frames (1.4 s) after its anchor..."""
 MAX_DF = 24
@@ -45,17 +52,30 @@ MIN_SPAN = 4
 """Frames a triplet spans at least: shorter ones say too little about the speed."""
 FAN_OUT = 4
 """Partners per anchor (the nearest in time): 6 triplets an anchor."""
-RATIO_LEVELS = 4
-BAND_BINS = 12
-"""The anchor's register in the hash: bands of a third of an octave."""
-BAND_MARGIN = 5.5
-"""A query anchor this close (in bins) to its band's edge asks the next band too: a shift of up
-to about 7% moves it no further."""
-FINE = 4
-"""Stored bins are in quarters (interpolated peaks): the pitch is fitted to a fraction of a bin."""
-SCHEME = 2
+SLOWEST = 0.88
+FASTEST = 1.12
+"""The speeds a match may say (an occurrence is found between 0.9 and 1.1; a match's own
+estimate is rougher): a query asks for the spans these allow, and `matches.py` keeps no other."""
+MAX_SHIFT = BINS_PER_OCTAVE * np.log2(FASTEST) * FINE
+"""The pitch shift a match may say, in quarters of a bin (12%): a query asks for the bands it
+reaches, and `matches.py` keeps no other."""
+RATIO_BITS = 4
+RATIO_LEVELS = 1 << RATIO_BITS
+"""Where the middle peak lies between the other two in time, in levels of 1/16 (the hash's
+lowest bits)..."""
+RATIO_MARGIN = 1.0
+"""...and a query asks every level its middle peak reaches when moved this many frames either
+way (each peak's frame is rounded, at any speed)."""
+BAND_BINS = 6
+"""The anchor's register in the hash: bands of a sixth of an octave (a query asks every band a
+pitch shift of `MAX_SHIFT` reaches: two or three)."""
+SPAN_STEPS = 4
+"""A triplet's length in the hash: classes a quarter of an octave wide (a query asks every class
+a speed from `SLOWEST` to `FASTEST` reaches: one to three)."""
+SCHEME = 3
 """The hash scheme, stored in each reference (`SCHEME_HASH`): version 1 (landmark pairs on a
-linear spectrogram) had no marker."""
+linear spectrogram) had no marker; version 2 hashed the triplets' time ratio in 4 levels and the
+anchor's band in thirds of an octave, without the span."""
 SCHEME_HASH = -(1 << 62)
 """A row with this hash marks its reference's scheme (its offset); no triplet hashes below 0."""
 PREROLL_FRAMES = 2 * PEAK_FRAMES
@@ -141,8 +161,9 @@ def partners(found: np.ndarray, anchors: np.ndarray) -> np.ndarray:
 
 
 def triplets(found: np.ndarray, first: int, last: int) -> np.ndarray:
-    """`(n, 5)` rows of (hash, anchor frame, anchor bin in quarters, span in frames, band) of the
-    triplets whose anchor lies in frames `[first, last)` of `found`, by anchor."""
+    """`(n, 5)` rows of (shape, anchor frame, anchor bin in quarters, span in frames, middle
+    peak's frame after the anchor's) of the triplets whose anchor lies in frames `[first, last)`
+    of `found`, by anchor; the shape is the partners' distances in bins from the anchor."""
     frames, fine = found[:, 0], found[:, 2]
     anchors = np.flatnonzero((frames >= first) & (frames < last))
     if not len(anchors):
@@ -158,26 +179,40 @@ def triplets(found: np.ndarray, first: int, last: int) -> np.ndarray:
     one, two, three = np.concatenate(parts)[
         np.argsort(np.concatenate(parts)[:, 0], kind="stable")
     ].T
-    span = frames[three] - frames[one]
-    ratio = np.minimum(RATIO_LEVELS - 1, (frames[two] - frames[one]) * RATIO_LEVELS // span)
     d2 = np.rint((fine[two] - fine[one]) / FINE).astype(np.int64) + 32
     d3 = np.rint((fine[three] - fine[one]) / FINE).astype(np.int64) + 32
-    band = fine[one] // (BAND_BINS * FINE)
-    shape = (((d2 << 6) | d3) << 3) | ratio
-    return np.stack([shape, frames[one], fine[one], span, band], axis=1).astype(np.int64)
+    span, middle = frames[three] - frames[one], frames[two] - frames[one]
+    return np.stack([(d2 << 6) | d3, frames[one], fine[one], span, middle], axis=1).astype(np.int64)
 
 
-def hashed(shape: np.ndarray, band: np.ndarray) -> np.ndarray:
-    """A triplet's hash: its shape (time ratio, bin distances) and its anchor's band."""
-    out: np.ndarray = (band << 15) | shape
+def hashed(
+    shape: np.ndarray, ratio: np.ndarray, band: np.ndarray, length: np.ndarray
+) -> np.ndarray:
+    """A triplet's hash: its anchor's band and its span's class (what a query asks neighbours
+    of) above its shape and its time ratio's level (the low bits)."""
+    out: np.ndarray = (((((band << 5) | length) << 12) | shape) << RATIO_BITS) | ratio
     return out
+
+
+def ratio_level(middle: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """The level of `middle / span` (both in frames) in `RATIO_LEVELS`."""
+    level: np.ndarray = np.clip(np.floor(middle * RATIO_LEVELS / span), 0, RATIO_LEVELS - 1)
+    return level.astype(np.int64)
+
+
+def span_class(span: np.ndarray) -> np.ndarray:
+    """The class of a span in frames: `SPAN_STEPS` an octave."""
+    steps: np.ndarray = np.floor(np.log2(np.maximum(span, 1)) * SPAN_STEPS)
+    return steps.astype(np.int64)
 
 
 def stored(rows: np.ndarray) -> np.ndarray:
     """The `(n, 2)` library rows (hash, offset) of `triplets` rows: the offset packs the anchor's
     frame, its bin in quarters and the span (`unpack`)."""
-    offset = (rows[:, 1] << 24) | (rows[:, 2] << 8) | rows[:, 3]
-    return np.stack([hashed(rows[:, 0], rows[:, 4]), offset], axis=1)
+    shape, frame, fine, span, middle = rows.T
+    offset = (frame << 24) | (fine << 8) | span
+    levels = (ratio_level(middle, span), fine // (BAND_BINS * FINE), span_class(span))
+    return np.stack([hashed(shape, *levels), offset], axis=1)
 
 
 def unpack(offset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -186,18 +221,38 @@ def unpack(offset: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def queried(rows: np.ndarray) -> np.ndarray:
-    """`(m, 5)` rows of (hash, triplet index, anchor frame, bin in quarters, span): each triplet's
-    hash, and its hash in the next band when its anchor lies near that band's edge."""
-    index = np.arange(len(rows))
-    inside = rows[:, 2] - rows[:, 4] * BAND_BINS * FINE
-    low = inside < BAND_MARGIN * FINE
-    high = inside >= (BAND_BINS - BAND_MARGIN) * FINE
-    bands = [rows[:, 4], (rows[:, 4] - 1)[low], (rows[:, 4] + 1)[high]]
-    which = np.concatenate([index, index[low], index[high]])
-    hashes = hashed(rows[which, 0], np.concatenate(bands))
-    keep = np.concatenate(bands) >= 0
-    out = np.stack([hashes, which, rows[which, 1], rows[which, 2], rows[which, 3]], axis=1)
-    return out[keep]
+    """`(m, 5)` rows of (hash, triplet index, anchor frame, bin in quarters, span): each
+    triplet's hash under every ratio level, band and span class that a reference's triplet
+    could have while matching it (its middle peak a frame or so away, its anchor up to
+    `MAX_SHIFT` higher or lower, its span from `SLOWEST` to `FASTEST` of this one's)."""
+    shape, _, fine, span, middle = rows.T
+    ranges = (
+        (ratio_level(middle - RATIO_MARGIN, span), ratio_level(middle + RATIO_MARGIN, span)),
+        (
+            np.maximum(0, np.floor((fine - MAX_SHIFT) / (BAND_BINS * FINE))).astype(np.int64),
+            np.floor((fine + MAX_SHIFT) / (BAND_BINS * FINE)).astype(np.int64),
+        ),
+        (span_class(np.floor(span * SLOWEST)), span_class(np.ceil(span * FASTEST))),
+    )
+    which = np.arange(len(rows))
+    levels: list[np.ndarray] = []
+    for low, high in ranges:
+        more, level = _each(low[which], high[which])
+        which, levels = which[more], [*(done[more] for done in levels), level]
+    hashes = hashed(shape[which], *levels)
+    return np.stack([hashes, which, *rows[which, 1:4].T], axis=1)
+
+
+def _each(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every value from `low` to `high` (inclusive) of each row, with the row's index.
+
+    >>> _each(np.array([2, 5]), np.array([4, 5]))
+    (array([0, 0, 0, 1]), array([2, 3, 4, 5]))
+    """
+    counts = high - low + 1
+    which = np.repeat(np.arange(len(low)), counts)
+    step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return which, low[which] + step
 
 
 def fingerprint(samples: np.ndarray) -> np.ndarray:

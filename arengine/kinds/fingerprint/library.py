@@ -64,8 +64,12 @@ CREATE INDEX IF NOT EXISTS hashes_by_hash ON hashes (hash, reference, offset);
 CREATE INDEX IF NOT EXISTS hashes_by_reference ON hashes (reference);
 """
 """A model folder's SQLite file, as every version has made it (existing files open unchanged)."""
-LOOKUP_CHUNK = 900
-"""Hashes per `IN (...)` query on SQLite: under its default limit of bound parameters."""
+FILE_LOOKUP = (
+    "SELECT hash, reference, offset FROM hashes WHERE hash IN (SELECT value FROM json_each(?))"
+)
+"""SQLite's lookup: every hash of a segment in one bound JSON array. Chunks of bound parameters
+(`IN (?, ?, ...)`, 900 a query) cost SQLAlchemy more than SQLite's probes: 100,000 hashes took
+120 ms in 112 queries, 45 ms in this one."""
 
 FILE = sa.MetaData()
 FILE_REFERENCES = sa.Table(
@@ -264,18 +268,12 @@ class Library:
             return self._shared_rows(connection, keys, unique)
 
     def _file_rows(self, connection: sa.Connection, unique: list[int]) -> np.ndarray:
-        """SQLite: chunks of bound parameters, in one read transaction."""
-        table = self._hashes
-        query = sa.select(table.c.hash, table.c.reference, table.c.offset).where(
-            table.c.hash.in_(sa.bindparam("hashes", expanding=True))
-        )
-        rows: list[Any] = []
-        for i in range(0, len(unique), LOOKUP_CHUNK):
-            result = connection.execute(query, {"hashes": unique[i : i + LOOKUP_CHUNK]})
-            # The driver's own tuples: a SQLAlchemy row apiece cost as much again as the
-            # fetch (10,000 references: hundreds of thousands of rows a segment).
-            rows += result.cursor.fetchall()
-            result.close()
+        """SQLite: one query, its hashes one JSON array (`json_each`) probed in the index."""
+        result = connection.exec_driver_sql(FILE_LOOKUP, (json.dumps(unique),))
+        # The driver's own tuples: a SQLAlchemy row apiece cost as much again as the fetch
+        # (10,000 references: hundreds of thousands of rows a segment).
+        rows = result.cursor.fetchall()
+        result.close()
         # Rows are tuples, but numpy reads a list of them 100x slower than their flat values.
         return np.fromiter(chain.from_iterable(rows), np.int64, 3 * len(rows)).reshape(-1, 3)
 

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from arengine.kinds.fingerprint.landmarks import BINS_PER_OCTAVE, FINE, unpack
+from arengine.kinds.fingerprint.landmarks import (
+    BINS_PER_OCTAVE,
+    FASTEST,
+    FINE,
+    MAX_SHIFT,
+    SLOWEST,
+    unpack,
+)
 
-SLOWEST = 0.88
-FASTEST = 1.12
-"""The speeds a match may say (an occurrence is found between 0.9 and 1.1; a match's own
-estimate is rougher)."""
-MAX_SHIFT = BINS_PER_OCTAVE * np.log2(1.12) * FINE
-"""The pitch shift a match may say, in quarters of a bin (12%)."""
+# SLOWEST, FASTEST (the speeds a match may say) and MAX_SHIFT (the pitch shift) are the
+# landmarks' own: a query asks only for the hashes of matches these bounds keep.
 SPEED_STEP = 0.002
 SPEEDS = np.arange(SLOWEST, FASTEST + SPEED_STEP / 2, SPEED_STEP)
 """The speeds voted for: a segment's line is one of these..."""

@@ -20,8 +20,8 @@ frame, frame, 0, 0) per anchor of the recording and a closing (-2, 0, last frame
 0); `tagger.py` groups them into occurrences.
 
 A library whose references were fingerprinted with another scheme (the landmark pairs before
-triplets) would match nothing, silently: it is refused when the model loads, with the advice to
-index its recordings again (`check_scheme`).
+triplets, or scheme 2's coarser triplet hashes) would match nothing, silently: it is refused
+when the model loads, with the advice to index its recordings again (`check_scheme`).
 """
 
 from __future__ import annotations

@@ -13,9 +13,10 @@ test:
 	.venv/bin/mkdocs build --strict --quiet
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	# On every core (pytest-xdist, a test module per worker; tests/conftest.py's scheduler): on a
-	# clean clone and 2 quiet cores, pytest took 24.5-30.6 min this way against 40 in one process. Coverage measures the workers and the servers the
-	# tests start (pyproject's [tool.coverage.run] patch), and combine joins their data. The 30
-	# slowest tests are listed at the end, so every CI log says where the suite's time goes.
+	# clean clone and 2 quiet cores, pytest took 24.5-30.6 min this way against 40 in one
+	# process. Coverage measures the workers and the servers the tests start (pyproject's
+	# [tool.coverage.run] patch), and combine joins their data. The 30 slowest tests are listed
+	# at the end, so every CI log says where the suite's time goes.
 	.venv/bin/coverage run -m pytest -n auto --durations=30
 	.venv/bin/coverage combine -q
 	.venv/bin/coverage report

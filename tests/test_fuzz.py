@@ -30,8 +30,8 @@ def test_fuzzing_the_decode_path_finds_no_crash(tmp_path: Path) -> None:
             "-runs=3000",
             "-max_len=20000",
             "-timeout=20",
-            # The instrumented imports alone take 2.3 GB under coverage (libFuzzer's default
-            # limit is 2048 MB); an input that makes decoding grow past 4 GB is still caught.
+            # Room above libFuzzer's default 2048 MB for the child under coverage; an input
+            # that makes decoding grow past 4 GB is still caught.
             "-rss_limit_mb=4096",
             str(corpus),
         ],

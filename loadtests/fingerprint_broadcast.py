@@ -23,7 +23,8 @@ correct tags over all tags (the tags that overlap no play count against the `bed
 false-positive hour: `--minutes` of other music and speech (other seeds), no plays, through
 the same server: every tag on it is a false one. Wall times are of a loaded shared machine.
 `--check` exits 1 when a target (recall >= 0.95, precision >= 0.99 per condition, no tag on the
-other hour) is missed.
+other hour) is missed. `--seed` (3 by default, the hour the performance page reports) draws
+another schedule, bed and other hour from the same library: tune on one, report the other.
 """
 
 from __future__ import annotations
@@ -297,8 +298,8 @@ def main() -> None:
         "--seed",
         type=int,
         default=3,
-        help="the plays' schedule (3: the measured hour); other "
-        "seeds also draw another bed and other hour, for tuning held out from the measured one",
+        help="3: the measured hour; another seed draws other plays, bed and other hour "
+        "(to tune on an hour held out from the one reported)",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()

@@ -13,7 +13,8 @@ matched, reaches `min_score`; a run that a stronger run of its reference covers 
 repeated inside the reference, not an occurrence. The tag says the fitted `speed` and the
 matches' mean `pitch`.
 A tag's bounds are its run's dense part (`DENSE_S`, `DENSE_HITS`): chance matches on the line in
-the music around an occurrence join its run across `max_gap_s` but do not stretch its tag.
+the music around an occurrence join its run across `max_gap_s` but do not stretch its tag, nor do
+matches off its fitted line or a triplet with one chance peak outside it (`_dense`).
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
 and after the last there is nothing to match, such as a note held to the end.
@@ -58,9 +59,10 @@ MIN_RUN_HITS = 3
 stronger run of its line (an occurrence's first matches, before its line was known)."""
 SNAP_S = 0.5
 DENSE_S = 1.0
-"""An occurrence starts at its first match with `DENSE_HITS` in the next `DENSE_S` seconds and
-ends at its last with as many in the `DENSE_S` before: chance matches on the line in the
-music around it (within `max_gap_s`, too sparse to be it) do not stretch its bounds."""
+"""An occurrence starts at its first matched peak with `DENSE_HITS` matches in the next
+`DENSE_S` seconds and ends at its last with as many in the `DENSE_S` before: chance matches on
+the line in the music around it (within `max_gap_s`, too sparse to be it) do not stretch its
+bounds."""
 DENSE_HITS = 3
 DENSE_MIN_S = 0.5
 DENSE_EXPECTED = 6.0

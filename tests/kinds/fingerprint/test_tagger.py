@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START
+from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START, SPEED
 from arengine.kinds.fingerprint.library import Reference
 from arengine.kinds.fingerprint.tagger import (
     END,
@@ -184,3 +184,17 @@ def test_a_thinly_matched_occurrence_keeps_its_sparse_first_and_last_matches() -
     [tag] = _tags(rows, 3, min_hits=10)
     assert abs(tag.start - 1000 * FRAME_S) < 0.05, tag
     assert abs(tag.end - 1423 * FRAME_S) < 0.05, tag
+
+
+def test_matches_a_few_frames_off_the_line_do_not_stretch_an_occurrence() -> None:
+    """A burst of matches 6 frames (0.14 s) off the line of the 20-s excerpt that follows it
+    2 s later: its run is taken into the excerpt's (within `absorb`'s tolerance) but the tag
+    starts where the excerpt does (the held-out hour's play 36 started 3.26 s early so)."""
+    difference = 1000 - 300
+    burst = [_match(1, difference - 6, f, f + 10) for f in range(900, 950, 6)]
+    rows = np.concatenate([_occurrence(1, 1000, 300, 860), np.array(burst)])
+    for pushes in (1, 4):
+        [tag] = _tags(rows, pushes)
+        assert abs(tag.start - 1000 * FRAME_S) < 0.1, tag
+        assert abs(REFERENCE_START.at(tag) - 300 * FRAME_S) < 0.1, tag
+        assert abs(SPEED.at(tag) - 1.0) < 0.01, tag

@@ -23,7 +23,8 @@ correct tags over all tags (the tags that overlap no play count against the `bed
 false-positive hour: `--minutes` of other music and speech (other seeds), no plays, through
 the same server: every tag on it is a false one. Wall times are of a loaded shared machine.
 `--check` exits 1 when a target (recall >= 0.95, precision >= 0.99 per condition, no tag on the
-other hour) is missed.
+other hour) is missed. `--seed` (3 by default, the hour the performance page reports) draws
+another schedule, bed and other hour from the same library: tune on one, report the other.
 """
 
 from __future__ import annotations
@@ -293,6 +294,13 @@ def main() -> None:
     parser.add_argument("--refs", type=int, default=100, help="references in the library")
     parser.add_argument("--queries", type=int, default=30, help="rendered (playable) references")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds a reference")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=3,
+        help="3: the measured hour; another seed draws other plays, bed and other hour "
+        "(to tune on an hour held out from the one reported)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     folder = args.out or Path(tempfile.mkdtemp(prefix="fingerprint-broadcast-"))
@@ -304,16 +312,21 @@ def main() -> None:
     started = time.perf_counter()
     pieces = build_library(models, args.refs, min(args.queries, args.refs), args.seconds, folder)
     plays = schedule(
-        args.minutes, args.plays, [(r, f"ref {int(r) - 1}") for r in pieces], args.seconds, 3
+        args.minutes,
+        args.plays,
+        [(r, f"ref {int(r) - 1}") for r in pieces],
+        args.seconds,
+        args.seed,
     )
+    shift = 100 * (args.seed - 3)  # the bed's and the other hour's pieces: 5000 and 7000 on
     hour = folder / "broadcast.wav"
-    samples, layout = broadcast(args.minutes, plays, pieces, 5000, folder)
+    samples, layout = broadcast(args.minutes, plays, pieces, 5000 + shift, folder)
     sf.write(hour, samples, SAMPLE_RATE, "PCM_16")
     truth = {"plays": [asdict(p) for p in plays], "bed": layout}
     (folder / "broadcast.json").write_text(json.dumps(truth, indent=1))
     other = folder / "other.wav"
     level = _level(np.concatenate(list(pieces.values())))
-    sf.write(other, bed(args.minutes, 7000, level, folder)[0], SAMPLE_RATE, "PCM_16")
+    sf.write(other, bed(args.minutes, 7000 + shift, level, folder)[0], SAMPLE_RATE, "PCM_16")
     made_s = time.perf_counter() - started
     print(f"library of {args.refs} ({len(pieces)} playable) and two recordings of "
           f"{args.minutes:g} min made in {made_s:.0f} s", flush=True)  # fmt: skip

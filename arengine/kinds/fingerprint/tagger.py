@@ -13,7 +13,8 @@ matched, reaches `min_score`; a run that a stronger run of its reference covers 
 repeated inside the reference, not an occurrence. The tag says the fitted `speed` and the
 matches' mean `pitch`.
 A tag's bounds are its run's dense part (`DENSE_S`, `DENSE_HITS`): chance matches on the line in
-the music around an occurrence join its run across `max_gap_s` but do not stretch its tag.
+the music around an occurrence join its run across `max_gap_s` but do not stretch its tag, nor do
+matches off its fitted line or a triplet with one chance peak outside it (`_dense`).
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
 and after the last there is nothing to match, such as a note held to the end.
@@ -58,10 +59,15 @@ MIN_RUN_HITS = 3
 stronger run of its line (an occurrence's first matches, before its line was known)."""
 SNAP_S = 0.5
 DENSE_S = 1.0
-"""An occurrence starts at its first match with `DENSE_HITS` in the next `DENSE_S` seconds and
-ends at its last with as many in the `DENSE_S` before: chance matches on the line in the
-music around it (within `max_gap_s`, too sparse to be it) do not stretch its bounds."""
+"""An occurrence starts at its first matched peak with `DENSE_HITS` matches in the next
+`DENSE_S` seconds and ends at its last with as many in the `DENSE_S` before: chance matches on
+the line in the music around it (within `max_gap_s`, too sparse to be it) do not stretch its
+bounds."""
 DENSE_HITS = 3
+DENSE_MIN_S = 0.5
+DENSE_EXPECTED = 6.0
+"""A run matched densely has a window of about this many of its matches (at least
+`DENSE_MIN_S`, at most `DENSE_S`): see `_dense`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,8 @@ class _Run:
     frames: list[int] = field(default_factory=list)
     """Each match's frame and its partner's, in order of arrival: where the run is dense."""
     reaches: list[int] = field(default_factory=list)
+    ref_frames: list[int] = field(default_factory=list)
+    """Each match's reference frame: which of them lie on the fitted line."""
 
     def add(self, ref_frame: int, frame: int, reach: int, speed: float, pitch: float) -> None:
         x = frame - self.origin
@@ -113,6 +121,7 @@ class _Run:
         self.hits += 1
         self.frames.append(frame)
         self.reaches.append(reach)
+        self.ref_frames.append(ref_frame)
         self.sx, self.sy = self.sx + x, self.sy + ref_frame
         self.sxx, self.sxy = self.sxx + x * x, self.sxy + x * ref_frame
         self.speeds += speed
@@ -149,6 +158,7 @@ class _Run:
         self.reach = max(self.reach, other.reach)
         self.frames += other.frames
         self.reaches += other.reaches
+        self.ref_frames += other.ref_frames
 
     def holds(self, other: _Run, gap: int) -> bool:
         """`other`, of this reference, lies on this run's line, at most `gap` frames away."""
@@ -273,7 +283,7 @@ class FingerprintTagger:
         if score < self.params.min_score:
             return None
         speed, frame_s = run.speed(), self.frame_s
-        first, reach = _dense(run, round(DENSE_S / frame_s))
+        first, reach = _dense(run, frame_s)
         start_s = first * frame_s
         end_s = (reach + 1) * frame_s
         reference_start = run.at(first) * frame_s
@@ -313,16 +323,46 @@ def _covers(strong: _Run, weak: _Run) -> bool:
     return overlap * 2 > weak.last - weak.first + 1
 
 
-def _dense(run: _Run, window: int) -> tuple[int, int]:
-    """The run's first match and last partner's frame, its sparse ends left out: from the first
-    match with `DENSE_HITS` in the `window` frames from it to the last with as many in the
-    `window` up to it (the whole run when no window is that dense)."""
-    order = np.argsort(run.frames, kind="stable")
-    frames, reaches = np.asarray(run.frames)[order], np.asarray(run.reaches)[order]
-    index = np.arange(len(frames))
-    ahead = np.searchsorted(frames, frames + window, side="left") - index
-    behind = index + 1 - np.searchsorted(frames, frames - window, side="right")
-    starts, ends = np.nonzero(ahead >= DENSE_HITS)[0], np.nonzero(behind >= DENSE_HITS)[0]
-    if not len(starts) or not len(ends) or starts[0] > ends[-1]:
+def _dense(run: _Run, frame_s: float) -> tuple[int, int]:
+    """The run's first matched peak and its last, its sparse ends left out: of the anchors and
+    partners of its matches on its fitted line, the first with `DENSE_HITS` of them in the
+    window from it and the last with as many in the window up to it (the whole run when none
+    is that dense).
+
+    Two kinds of chance match lie near an occurrence's line and would stretch its bounds: a
+    triplet of one peak of the music around it and two of its own (its anchor up to 1.4 s
+    before the occurrence, or its last partner as far after it), and a few matches a handful
+    of frames off the line (a run that `absorb` took in within its tolerance). Only matches
+    within `DIFF_TOLERANCE` of the fitted line count, and the window is `DENSE_S` for a thinly
+    matched run (under talk, a third of the anchors match) but shrinks towards `DENSE_MIN_S`
+    for a densely matched one, where such a lone peak would find the occurrence's own in a
+    window as wide as a thin run's."""
+    frames, reaches = np.asarray(run.frames), np.asarray(run.reaches)
+    slope = run.speed()
+    line = (run.sy - slope * run.sx) / run.hits + slope * (frames - run.origin)
+    on = np.abs(np.asarray(run.ref_frames) - line) <= DIFF_TOLERANCE
+    if on.sum() >= DENSE_HITS:
+        frames, reaches = frames[on], reaches[on]
+    rate = len(frames) / max(1.0, (frames.max() - frames.min()) * frame_s)  # matches a second
+    window = round(min(DENSE_S, max(DENSE_MIN_S, DENSE_EXPECTED / rate)) / frame_s)
+    order = np.argsort(frames, kind="stable")
+    frames, reaches = frames[order], reaches[order]
+    points = np.unique(np.concatenate([frames, reaches]))
+    dense = DENSE_HITS
+    first = next((p for p in points if _touching(frames, reaches, p, p + window) >= dense), None)
+    last = next(
+        (p for p in points[::-1] if _touching(frames, reaches, p - window, p) >= dense), None
+    )
+    if first is None or last is None or first > last:
         return run.first, run.reach
-    return int(frames[starts[0]]), int(reaches[starts[0] : ends[-1] + 1].max())
+    return int(first), int(last)
+
+
+def _touching(frames: np.ndarray, reaches: np.ndarray, low: int, high: int) -> int:
+    """How many matches (anchors `frames`, in order, and their partners `reaches`) have a
+    matched peak in frames `[low, high]`: one match's anchor and partner count once, so a lone
+    match is never dense on its own."""
+    reach = int((reaches - frames).max())
+    since, first, stop = np.searchsorted(frames, [low - reach, low, high + 1], side="left")
+    before = reaches[since:first]  # anchored before the window, perhaps reaching into it
+    return int(stop - first) + int(np.count_nonzero((before >= low) & (before <= high)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START
+from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START, SPEED
 from arengine.kinds.fingerprint.library import Reference
 from arengine.kinds.fingerprint.tagger import (
     END,
@@ -148,3 +148,53 @@ def test_an_occurrence_thinned_by_talk_over_stays_one_tag_to_its_ends() -> None:
     )
     [tag] = _tags(rows, 5)
     assert abs(tag.start - 1000 * FRAME_S) < 0.1 and abs(tag.end - 1540 * FRAME_S) < 0.1, tag
+
+
+def test_a_triplet_half_in_the_music_around_an_occurrence_does_not_stretch_it() -> None:
+    """A clean excerpt (a match every 4th frame, 0.09 s) of the reference's frames 300-600 from
+    frame 1000, with two matches on its line that are one chance peak in the music around it
+    and two of its own: one whose anchor lies 0.7 s before the excerpt (its partners inside it),
+    one whose last partner lies 0.8 s after it. The tag starts and ends where the excerpt does
+    (the broadcast hour's play 6 started 0.84 s early so)."""
+    difference = 1000 - 300
+    rows = np.concatenate(
+        [
+            _occurrence(1, 1000, 300, 300),
+            np.array([_match(1, difference, 970, 1015), _match(1, difference, 1290, 1335)]),
+        ]
+    )
+    for pushes in (1, 4):
+        [tag] = _tags(rows, pushes)
+        assert abs(tag.start - 1000 * FRAME_S) < 0.1, tag
+        assert abs(tag.end - 1306 * FRAME_S) < 0.1, tag
+        assert abs(REFERENCE_START.at(tag) - 300 * FRAME_S) < 0.1, tag
+
+
+def test_a_thinly_matched_occurrence_keeps_its_sparse_first_and_last_matches() -> None:
+    """Under talk a match every 12th frame (0.28 s), 0.7 s from the first match to the next and
+    0.5 s from the one before the last to the last: the tag still runs from the first match to
+    the last partner (the window stays `DENSE_S` wide for a thin run: its gaps are its own)."""
+    rows = np.concatenate(
+        [
+            _stray(1, 1000, range(1000, 1001)),
+            _stray(1, 1000, range(1030, 1400, 12)),
+            _stray(1, 1000, range(1412, 1413)),
+        ]
+    )
+    [tag] = _tags(rows, 3, min_hits=10)
+    assert abs(tag.start - 1000 * FRAME_S) < 0.05, tag
+    assert abs(tag.end - 1423 * FRAME_S) < 0.05, tag
+
+
+def test_matches_a_few_frames_off_the_line_do_not_stretch_an_occurrence() -> None:
+    """A burst of matches 6 frames (0.14 s) off the line of the 20-s excerpt that follows it
+    2 s later: its run is taken into the excerpt's (within `absorb`'s tolerance) but the tag
+    starts where the excerpt does (the held-out hour's play 36 started 3.26 s early so)."""
+    difference = 1000 - 300
+    burst = [_match(1, difference - 6, f, f + 10) for f in range(900, 950, 6)]
+    rows = np.concatenate([_occurrence(1, 1000, 300, 860), np.array(burst)])
+    for pushes in (1, 4):
+        [tag] = _tags(rows, pushes)
+        assert abs(tag.start - 1000 * FRAME_S) < 0.1, tag
+        assert abs(REFERENCE_START.at(tag) - 300 * FRAME_S) < 0.1, tag
+        assert abs(SPEED.at(tag) - 1.0) < 0.01, tag

@@ -173,6 +173,21 @@ def test_a_lookup_gives_back_every_64_bit_value_whole(open_library: OpenLibrary)
     assert found.dtype == np.int64
 
 
+def test_a_lookup_of_runs_of_consecutive_hashes_finds_each_and_no_neighbour(
+    open_library: OpenLibrary,
+) -> None:
+    """SQLite looks consecutive hashes up as one range each (at most 64 long): every hash asked
+    is found, at each end of a run and across the 64th, and a stored hash next to a run, which
+    was not asked, is not."""
+    library = open_library()
+    stored = np.arange(0, 400)
+    ref = library.add("runs", 10.0, {}, np.stack([stored, stored + 1000], axis=1))
+    asked = np.r_[5:6, 10:20, 30:200, 250:251, 252:253]  # 170 in a row: three ranges
+    found = library.lookup(np.r_[asked, asked[::-1]])
+    expected = np.stack([asked, np.full(len(asked), ref), asked + 1000], axis=1)
+    np.testing.assert_array_equal(found[np.argsort(found[:, 0])], expected)
+
+
 OLD_SCHEMA = """
 CREATE TABLE references_ (
     id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, duration_s REAL NOT NULL,

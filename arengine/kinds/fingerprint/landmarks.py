@@ -95,7 +95,7 @@ def _log_filters() -> Tensor:
 
 
 FILTERS = _log_filters()
-SPARSE_FILTERS = FILTERS.to_sparse_coo().coalesce()
+SPARSE_FILTERS = FILTERS.to_sparse_coo().coalesce()  # type: ignore[no-untyped-call]
 """`FILTERS`' 991 weights that are not zero (of 101,574): each log bin sums a few STFT bins, and
 a sparse product skips the rest (a 30-s segment's spectrogram in about 14 ms of CPU, not 17)."""
 

@@ -81,6 +81,19 @@ less one (`RUN_BITS`): one index probe a run. A triplet's neighbouring ratio lev
 consecutive hashes (`landmarks.hashed`), so a segment's 63,000 hashes are 26,000 runs and the
 probes, most of a lookup's time, 2.4 times fewer."""
 
+SHARED_RUNS = (
+    "SELECT string_agg(int8send(hash) || int8send(reference) || int8send(\"offset\"), ''::bytea) "
+    "FROM unnest(CAST(:runs AS bigint[])) AS run(packed) JOIN fingerprint_hashes "
+    f"ON library = :library AND hash BETWEEN packed >> {RUN_BITS} "
+    f"AND (packed >> {RUN_BITS}) + (packed & 63)"
+)
+"""PostgreSQL's lookup: the runs packed as SQLite's are, one index-only range scan each, the rows
+packed by the server into one `bytea` of big-endian int64 triples that numpy reads whole (no
+Python object a row: a row each cost as much as the scan, and COPY sends a message a row). The
+runs go as one text array: `hash = ANY(array)` of a segment's 63,000 hashes spent 70-90 ms in
+the planner alone (a selectivity estimate per element) and probed each; psycopg's adaptation of
+a list of 63,000 ints cost more CPU than the text."""
+
 FILE = sa.MetaData()
 FILE_REFERENCES = sa.Table(
     "references_",
@@ -275,7 +288,7 @@ class Library:
                 return np.empty((0, 3), dtype=np.int64)
             if self.model is None:
                 return self._file_rows(connection, unique)
-            return self._shared_rows(connection, keys, unique.tolist())
+            return self._shared_rows(connection, keys, unique)
 
     def _file_rows(self, connection: sa.Connection, unique: np.ndarray) -> np.ndarray:
         """SQLite: one query of runs (`FILE_RUNS`), and one of single hashes for those too large
@@ -288,19 +301,30 @@ class Library:
         return np.concatenate(parts)
 
     def _shared_rows(
+        self, connection: sa.Connection, keys: dict[str, int], unique: np.ndarray
+    ) -> np.ndarray:
+        """PostgreSQL: the runs of consecutive hashes (`SHARED_RUNS`), and the hashes too large
+        or negative to pack (the scheme's marker) by one array."""
+        packable = (unique >= 0) & (unique < 1 << (63 - RUN_BITS))
+        first, length = runs(unique[packable], 1 << RUN_BITS)
+        packed = ",".join(map(str, ((first << RUN_BITS) | (length - 1)).tolist()))
+        query = sa.text(SHARED_RUNS).bindparams(runs=f"{{{packed}}}", library=keys["library"])
+        parts = [_unpacked(connection.execute(query).scalar_one())]
+        if not packable.all():
+            parts.append(self._shared_hashes(connection, keys, unique[~packable].tolist()))
+        return np.concatenate(parts)
+
+    def _shared_hashes(
         self, connection: sa.Connection, keys: dict[str, int], unique: list[int]
     ) -> np.ndarray:
-        """PostgreSQL: one array, one index-only scan, its rows packed by the server into one
-        `bytea` of big-endian int64 triples that numpy reads whole (no Python object a row: a
-        row each cost as much as the scan, and COPY sends a message a row)."""
+        """PostgreSQL's lookup of single hashes: one array, one index-only scan."""
         table = self._hashes
         wanted = sa.bindparam("hashes", type_=postgresql.ARRAY(sa.BigInteger))
         row = sa.func.int8send(table.c.hash).op("||")(sa.func.int8send(table.c.reference))
         row = row.op("||")(sa.func.int8send(table.c.offset))
         packed = sa.func.string_agg(row, sa.literal_column("''::bytea"), type_=sa.LargeBinary)
         query = sa.select(packed).where(*_of(table, keys), table.c.hash == sa.any_(wanted))
-        data = connection.execute(query, {"hashes": unique}).scalar_one() or b""
-        return np.frombuffer(data, ">i8").astype(np.int64).reshape(-1, 3)
+        return _unpacked(connection.execute(query, {"hashes": unique}).scalar_one())
 
     def _select(self, reference: int | None) -> list[Reference]:
         table = self._references
@@ -360,6 +384,11 @@ def metadata_depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+def _unpacked(data: bytes | None) -> np.ndarray:
+    """The `(m, 3)` rows of PostgreSQL's `bytea` of big-endian int64 triples."""
+    return np.frombuffer(data or b"", ">i8").astype(np.int64).reshape(-1, 3)
 
 
 def _packed_rows(connection: sa.Connection, query: str, values: np.ndarray) -> np.ndarray:

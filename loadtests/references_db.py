@@ -10,7 +10,8 @@ names one; its settings are the tests': no fsync, so adds there are faster than 
 server). Each backend then answers the same 2-minute recording holding four 20-s excerpts under
 noise (5 dB SNR) on one thread (best of three), through the recognizer as the engine runs it
 (features, lookup, tagging): matching speed in x real time per core, recall, and the rows a
-30-s segment's lookup reads (the mean; it does not depend on the machine's load). Size is the
+30-s segment's lookup reads and the distinct hashes it asks for (the means; they do not depend on
+the machine's load). Size is the
 SQLite file (after a checkpoint) and the PostgreSQL tables with their indexes (after `VACUUM
 ANALYZE`, as autovacuum leaves them), per hour of reference audio.
 
@@ -48,7 +49,7 @@ from arengine.kinds.fingerprint.landmarks import (
     fingerprint,
     landmark_span,
 )
-from arengine.kinds.fingerprint.library import SHARED, Library
+from arengine.kinds.fingerprint.library import SHARED, Library, distinct
 from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from loadtests.fingerprint import found, library_bytes, recognize, synthetic
 from tests.fingerprints import Placed, mix
@@ -125,24 +126,27 @@ def measure(
         tags = recognize(recognizer, recording)
         match_s = min(match_s, time.perf_counter() - started)
     hits = found(tags, placed, [20.0] * len(placed))
-    rows = segment_rows(recognizer, recording)
+    rows, asked = segment_rows(recognizer, recording)
     size = megabytes()
     audio_h = count * SECONDS / 3600
     print(
         f"{name:10}  {count:6d}  {audio_h:7.1f}  {count * SECONDS / stored_s:10.0f}  "
-        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {rows:9.0f}  {size / audio_h:8.1f}  "
+        f"{QUERY_S / match_s:10.0f}  {hits}/{len(placed):<4}  {rows:9.0f}  {asked:10.0f}  "
+        f"{size / audio_h:8.1f}  "
         f"{os.getloadavg()[0]:.1f}",
         flush=True,
     )
 
 
-def segment_rows(recognizer: FingerprintRecognizer, recording: np.ndarray) -> float:
-    """The rows a segment's lookup reads, on average over the recording's segments."""
-    counts = [
-        len(recognizer.library.lookup(recognizer.features(segment).numpy()[:, 0]))
-        for segment in Segmenter(iter([recording]), recognizer.plan)
-    ]
-    return float(np.mean(counts))
+def segment_rows(recognizer: FingerprintRecognizer, recording: np.ndarray) -> tuple[float, float]:
+    """The rows a segment's lookup reads and the distinct hashes it asks for, on average over
+    the recording's segments."""
+    counts = []
+    for segment in Segmenter(iter([recording]), recognizer.plan):
+        hashes = recognizer.features(segment).numpy()[:, 0]
+        counts.append((len(recognizer.library.lookup(hashes)), len(distinct(hashes))))
+    rows, asked = np.mean(counts, axis=0)
+    return float(rows), float(asked)
 
 
 @contextmanager
@@ -175,7 +179,8 @@ def main() -> None:
     print(f"CPU: {_cpu()}; {count} references of {SECONDS:.0f} s ({distinct} fingerprinted)")
     base = fingerprinted(distinct)
     print(
-        "backend       refs  audio h  store x RT  match x RT  recall  rows/seg   MB per h  load avg"
+        "backend       refs  audio h  store x RT  match x RT  recall  rows/seg  hashes/seg"
+        "   MB per h  load avg"
     )
     with tempfile.TemporaryDirectory() as scratch:
         folder = options.out or Path(scratch)

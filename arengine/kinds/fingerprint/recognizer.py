@@ -46,7 +46,7 @@ from arengine.kinds.fingerprint.landmarks import (
     spectrogram_db,
     triplets,
 )
-from arengine.kinds.fingerprint.library import Library
+from arengine.kinds.fingerprint.library import Library, distinct
 from arengine.kinds.fingerprint.matches import COLUMNS, matches
 from arengine.kinds.fingerprint.tagger import END, HASH, FingerprintParams, FingerprintTagger
 
@@ -91,7 +91,7 @@ class FingerprintRecognizer(Recognizer):
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
         query = features.numpy()
         found = matches(query, self.library.lookup(query[:, 0]))
-        frames = np.unique(query[:, 2])  # one row an anchor, as the matches are
+        frames = distinct(query[:, 2])  # one row an anchor, as the matches are
         own = np.zeros((len(frames), COLUMNS), dtype=np.int64)
         own[:, 0], own[:, 2], own[:, 3] = HASH, frames, frames
         last = segment.first_frame + segment.frames - 1

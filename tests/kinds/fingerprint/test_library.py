@@ -22,7 +22,7 @@ from arengine.cli.database import database
 from arengine.db.engine import open_engine
 from arengine.db.migrate import heads, upgrade
 from arengine.db.url import parse
-from arengine.kinds.fingerprint.library import SHARED, Library
+from arengine.kinds.fingerprint.library import SHARED, SHARED_RUNS, Library
 from arengine.kinds.fingerprint.references import library_of
 from arengine.settings import Settings
 from tests.postgres import PostgreSQL
@@ -162,7 +162,8 @@ def test_a_lookup_of_thousands_of_hashes_finds_each(open_library: OpenLibrary) -
 
 def test_a_lookup_gives_back_every_64_bit_value_whole(open_library: OpenLibrary) -> None:
     """The scheme's marker (a negative hash) and offsets past 32 bits, as each backend's rows
-    come back in bulk (PostgreSQL's packed big-endian, SQLite's tuples)."""
+        come back in bulk (packed by the database: big-endian bytes, hexadecimal text), the marker
+    apart from the runs of consecutive hashes."""
     library = open_library()
     marker, big = -(1 << 62), (1 << 62) + 12345
     ref = library.add("wide", 10.0, {}, rows((marker, 2), (3, big), (4, -5)))
@@ -171,6 +172,21 @@ def test_a_lookup_gives_back_every_64_bit_value_whole(open_library: OpenLibrary)
         found[np.argsort(found[:, 0])], [[marker, ref, 2], [3, ref, big], [4, ref, -5]]
     )
     assert found.dtype == np.int64
+
+
+def test_a_lookup_of_runs_of_consecutive_hashes_finds_each_and_no_neighbour(
+    open_library: OpenLibrary,
+) -> None:
+    """SQLite looks consecutive hashes up as one range each (at most 64 long): every hash asked
+    is found, at each end of a run and across the 64th, and a stored hash next to a run, which
+    was not asked, is not."""
+    library = open_library()
+    stored = np.arange(0, 400)
+    ref = library.add("runs", 10.0, {}, np.stack([stored, stored + 1000], axis=1))
+    asked = np.r_[5:6, 10:20, 30:200, 250:251, 252:253]  # 170 in a row: three ranges
+    found = library.lookup(np.r_[asked, asked[::-1]])
+    expected = np.stack([asked, np.full(len(asked), ref), asked + 1000], axis=1)
+    np.testing.assert_array_equal(found[np.argsort(found[:, 0])], expected)
 
 
 OLD_SCHEMA = """
@@ -208,7 +224,8 @@ def test_a_library_file_of_an_earlier_version_opens_with_its_references(tmp_path
 
 
 def test_a_lookup_on_postgresql_reads_only_the_index(postgresql: PostgreSQL) -> None:
-    """(library, hash) with the reference and the offset included: an index-only scan."""
+    """(library, hash) with the reference and the offset included: an index-only scan, of
+    single hashes and of the runs of consecutive ones."""
     url = postgresql.database()
     migrated(url)
     library = Library.shared(postgres_engine(url), "jingles")
@@ -221,7 +238,11 @@ def test_a_lookup_on_postgresql_reads_only_the_index(postgresql: PostgreSQL) -> 
             'EXPLAIN SELECT hash, reference, "offset" FROM fingerprint_hashes '
             "WHERE library = 1 AND hash = ANY('{1,2,3}'::bigint[])"
         ).fetchall()
+        ranges = connection.execute(
+            "EXPLAIN " + SHARED_RUNS.replace(":runs", "'{64,200}'").replace(":library", "1")
+        ).fetchall()
     assert "Index Only Scan using fingerprint_hashes_by_hash" in str(plan)
+    assert "Index Only Scan using fingerprint_hashes_by_hash" in str(ranges)
     library.database.dispose()
 
 

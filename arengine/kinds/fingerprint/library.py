@@ -72,9 +72,11 @@ FILE_LOOKUP = f"SELECT {PACKED} FROM hashes WHERE hash IN (SELECT value FROM jso
 parameters (`IN (?, ?, ...)`, 900 a query) cost SQLAlchemy more than SQLite's probes: 100,000
 hashes took 120 ms in 112 queries, 45 ms in this one."""
 RUN_BITS = 6
+_RUN_MASK = (1 << RUN_BITS) - 1
 FILE_RUNS = (
     f"SELECT {PACKED} FROM json_each(?) AS run CROSS JOIN hashes "
-    f"WHERE hash BETWEEN run.value >> {RUN_BITS} AND (run.value >> {RUN_BITS}) + (run.value & 63)"
+    f"WHERE hash BETWEEN run.value >> {RUN_BITS} "
+    f"AND (run.value >> {RUN_BITS}) + (run.value & {_RUN_MASK})"
 )
 """SQLite's lookup of runs of consecutive hashes, each packed as its first hash above its length
 less one (`RUN_BITS`): one index probe a run. A triplet's neighbouring ratio levels are
@@ -85,7 +87,7 @@ SHARED_RUNS = (
     "SELECT string_agg(int8send(hash) || int8send(reference) || int8send(\"offset\"), ''::bytea) "
     "FROM unnest(CAST(:runs AS bigint[])) AS run(packed) JOIN fingerprint_hashes "
     f"ON library = :library AND hash BETWEEN packed >> {RUN_BITS} "
-    f"AND (packed >> {RUN_BITS}) + (packed & 63)"
+    f"AND (packed >> {RUN_BITS}) + (packed & {_RUN_MASK})"
 )
 """PostgreSQL's lookup: the runs packed as SQLite's are, one index-only range scan each, the rows
 packed by the server into one `bytea` of big-endian int64 triples that numpy reads whole (no

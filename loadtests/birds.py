@@ -44,7 +44,7 @@ from arengine.audio.segments import Segment, Segmenter
 from arengine.kinds.birds.recognizer import BirdsRecognizer
 from arengine.kinds.birds.spectrogram import WINDOW
 from arengine.kinds.manifest import read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from loadtests.server import memory_mib, running_server
 
 MANIFEST = DEFAULT_MODELS_DIR / "birds" / "manifest.toml"

@@ -37,7 +37,8 @@ from arengine.audio.decode import BLOCK_FRAMES
 from arengine.audio.segments import Segmenter
 from arengine.kinds.catalog import KINDS
 from arengine.kinds.events.network import WINDOW, Yamnet
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.postprocess.vocabulary import Ontology
 from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
 

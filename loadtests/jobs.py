@@ -36,7 +36,8 @@ from typing import Any
 import httpx
 
 from arengine.jobs.scores import ScoreLog
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.postprocess import WholeTagger
 from loadtests.recordings import write_recording
 from loadtests.server import start_server

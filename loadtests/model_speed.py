@@ -29,7 +29,8 @@ import torch
 
 from arengine.audio.segments import Segment, Segmenter
 from arengine.kinds.classifier.runtimes import RUNTIMES
-from arengine.models.registry import DEFAULT_MODELS_DIR, LoadedModel, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import LoadedModel, load_models
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator, find_jemalloc
 from arengine.system.threads import available_cpus

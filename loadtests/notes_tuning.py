@@ -18,7 +18,7 @@ import torch
 from arengine.audio.segments import Segmenter
 from arengine.kinds.notes.recognizer import NotesRecognizer
 from arengine.kinds.notes.tagger import NotesParams
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from loadtests.notes_vs_basic_pitch import mixed
 from tests.music import Note, f1, polyphonic_piece, render
 

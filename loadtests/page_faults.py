@@ -17,7 +17,8 @@ import sys
 
 import torch
 
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.system.allocator import active_allocator
 from loadtests.model_speed import as_served, noise, x_real_time
 

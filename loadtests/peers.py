@@ -34,7 +34,8 @@ from arengine.engine.pool import EnginePool
 from arengine.engine.request import RequestSpec
 from arengine.kinds.speech.network import WINDOW, SpeechModel
 from arengine.kinds.speech.recognizer import SpeechRecognizer
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.models.tagging import ModelTagging
 from arengine.system.threads import available_cpus
 from loadtests.agreement import Intervals, frame_f1

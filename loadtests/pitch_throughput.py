@@ -17,7 +17,7 @@ import torch
 
 from arengine.audio.segments import Segment, Segmenter
 from arengine.kinds.pitch.recognizer import PitchRecognizer
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.system.threads import available_cpus
 
 

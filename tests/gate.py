@@ -34,7 +34,7 @@ import soundfile as sf
 import torch
 from torch import nn
 
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 
 LOUD = -5.0
 """A window whose mean log-mel is above this is tagged `loud` (noise of RMS 0.05 and more)."""

@@ -16,7 +16,7 @@ import yaml
 
 from arengine.errors import ErrorCode
 from arengine.kinds.catalog import KINDS
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.outputs.formats import FORMATS
 from arengine.settings import (
     MAX_FIELD_BYTES,

@@ -93,7 +93,7 @@ def test_the_events_recording_holds_its_sounds_at_the_times_it_says() -> None:
 
 
 def test_the_events_benchmark_finds_a_sound_only_by_its_own_labels() -> None:
-    from arengine.models.registry import DEFAULT_MODELS_DIR
+    from arengine.models import DEFAULT_MODELS_DIR
     from arengine.postprocess.vocabulary import Ontology
     from loadtests.events import EXPECTED, own_labels
 

@@ -20,7 +20,7 @@ from arengine.db.copy import BATCH
 from arengine.db.engine import open_engine
 from arengine.db.migrate import current, heads, upgrade
 from arengine.db.url import DatabaseUrlError, database_url, parse, redacted
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 
 

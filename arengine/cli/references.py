@@ -23,7 +23,7 @@ from arengine.db.url import DatabaseUrlError, database_url, is_postgresql
 from arengine.errors import ArengineError
 from arengine.kinds.fingerprint.library import Library
 from arengine.kinds.fingerprint.references import add_file, library_of
-from arengine.models.registry import DEFAULT_MODELS_DIR, PACKAGED_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR, PACKAGED_MODELS_DIR
 from arengine.settings import Settings
 
 

@@ -15,18 +15,20 @@ import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from arengine.audio.validation import AudioLimits, probe
 from arengine.engine.request import EngineRequest
 from arengine.errors import ArengineError, ErrorCode, InvalidInput, UnsupportedFormat
-from arengine.kinds.base import Overrides
 from arengine.outputs.combined import TABLES, Part, combine
 from arengine.outputs.formats import Format
-from arengine.service.engine import Engine
 from arengine.types import Result
 from arengine_client.files import Failure, Planned, plan, remaining, settle, write_file
 from arengine_client.progress import make_progress
+
+if TYPE_CHECKING:  # the engine is handed in; `--server` runs use the rest without torch
+    from arengine.kinds.base import Overrides
+    from arengine.service.engine import Engine
 
 __all__ = [
     "Failure",

@@ -1,5 +1,6 @@
-"""What every model kind shares: the `Recognizer` base the engine drives, and `Kind`, the
-declaration that ties a kind's manifest section, recognizer, parameters and tagger together.
+"""What every model kind shares: the `Recognizer` base the engine drives (`Kind`, the
+declaration that ties a kind's manifest section, recognizer, parameters and tagger together, is
+`declaration.py`: it loads no torch).
 
 A kind subclasses `Recognizer` and writes only what is its own (its segment plan, features,
 forward call, tagger and warm-up); one `infer` per segment for `infer_batch` and the parameter
@@ -9,18 +10,13 @@ listing of `defaults` live here, once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
-import sqlalchemy as sa
 import torch
 
 from arengine.audio.segments import Segment, SegmentPlan
-from arengine.kinds.fields import TagField
-from arengine.kinds.manifest import Manifest
 from arengine.postprocess import Tagger
 from arengine.postprocess.params import Params
 
@@ -85,44 +81,3 @@ class Recognizer(ABC):
     def defaults(self) -> dict[str, float]:
         """The post-processing parameters and their defaults, as `GET /v1/models` shows them."""
         return self._params.defaults()
-
-
-def _nothing(when: datetime) -> dict[str, float | str]:
-    return {}
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """One model kind: its manifest section, recognizer, builder, parameters, tagger and tag
-    fields."""
-
-    name: str
-    """What a manifest's `kind` says; the recognizer's and the parameters' `kind` are the same."""
-    features: str
-    """The `[features] type` the kind computes (a manifest may leave it out; another is refused)."""
-    model_keys: tuple[str, ...]
-    """The keys the kind reads from `[model]`; any other is refused (a typo would be ignored)."""
-    fixed_labels: bool
-    """The kind fixes its labels (note names): the manifest lists none. Otherwise it must."""
-    recognizer: type[Recognizer]
-    build: Callable[[Manifest, float], Recognizer]
-    """Manifest and segment length in seconds -> a loaded recognizer (`ManifestError` or
-    `ValueError` when the manifest and the weights do not fit)."""
-    parameters: type[Params]
-    """The post-processing parameters: manifest defaults, query overrides, docs."""
-    tagger: type[Tagger]
-    """The post-processor class the recognizer's `tagger()` returns (its module is the kind's
-    post-processing module)."""
-    from_recording_time: Callable[[datetime], dict[str, float | str]] = _nothing
-    """Parameter defaults that follow from when the recording was made (`audio.recorded_at`;
-    birds: BirdNET's `week`); a request's own value wins."""
-    build_shared: Callable[[Manifest, float, sa.Engine], Recognizer] | None = None
-    """For a kind whose models keep what they learn while serving (fingerprint: references),
-    its builder when `database_url` names a server database every replica shares (PostgreSQL):
-    there the model's state lives, keyed by the model's name. `build` otherwise."""
-    tag_fields: tuple[TagField[Any], ...] = ()
-    """The fields its tags carry besides the shared ones (`Tag.extra`), each declared once in
-    the kind's `fields.py` with its bounds and output columns (`fields.py` here)."""
-    gate: Callable[[Recognizer, Sequence[Recognizer]], Any] | None = None
-    """For a kind whose models can gate a request's other models (loudness), the `Gate`
-    (`arengine/engine/hooks.py`) one of its models makes for a request's recognizers."""

@@ -1,7 +1,7 @@
 """Every model kind, registered once: `KINDS` holds each kind's declaration, `<kind>/kind.py`.
 
-A kind's declaration (`Kind`, `base.py`) names its manifest section (whether the manifest lists
-labels, the `[features] type` and the `[model]` keys it reads), its recognizer class and the
+A kind's declaration (`Kind`, `declaration.py`) names its manifest section (whether the manifest
+lists labels, the `[features] type` and the `[model]` keys it reads), its recognizer class and the
 builder that makes one from a manifest, its post-processing parameters, its tagger and its tags'
 own fields (`tag_fields`, `fields.py`). Everything else is derived from this table: the tag
 fields' schema in `TagOut` and their columns in the output formats (`TAG_FIELDS`), the manifest
@@ -23,7 +23,8 @@ Adding a kind `birds` touches its own folder, `arengine/kinds/birds/`, and one l
    field (JSON name, type, bounds and description, its CSV and Raven columns, the `Role` a
    fixed-column format reads it as), listed in `FIELDS`; the tagger writes them with
    `extra_of((FIELD, value), ...)` and code reads them with `FIELD.of(tag)`.
-4. `kind.py`: its builder and `KIND = Kind(...)`, with `tag_fields=FIELDS`.
+4. `kind.py`: its builder and `KIND = Kind(...)`, with `tag_fields=FIELDS` and the recognizer's
+   dotted path; the builder imports the recognizer and its network (torch) when it builds.
 5. Here: `birds.KIND` in `KINDS` (and its import); the kind's name in the `kind = ...` comment of
    `models/README.md`'s manifest example; a folder under `models/` with its `manifest.toml` (and
    its card); then paste the tables that `python -m tests.test_readme` and
@@ -36,9 +37,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from arengine.kinds.base import Kind
 from arengine.kinds.birds import kind as birds
 from arengine.kinds.classifier import kind as classifier
+from arengine.kinds.declaration import Kind
 from arengine.kinds.events import kind as events
 from arengine.kinds.fields import Role, TagField
 from arengine.kinds.fingerprint import kind as fingerprint

@@ -5,3 +5,16 @@ repository's `models/` folder (manifests, vendored weights, cards) is installed 
 
 May import: audio, errors, kinds, postprocess.
 """
+
+from pathlib import Path
+
+PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "builtin"
+"""Where an installed package holds its built-in models (pyproject.toml installs the
+repository's `models/` folder there); absent in a checkout and an editable install."""
+
+DEFAULT_MODELS_DIR = (
+    PACKAGED_MODELS_DIR
+    if PACKAGED_MODELS_DIR.is_dir()
+    else Path(__file__).resolve().parents[2] / "models"
+)
+"""The built-in models: the installed package's own, or the repository's `models/` folder."""

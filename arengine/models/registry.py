@@ -19,9 +19,10 @@ import sqlalchemy as sa
 
 from arengine.audio.segments import Segment
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.kinds.base import Kind, Overrides, Recognizer
+from arengine.kinds.base import Overrides, Recognizer
 from arengine.kinds.catalog import KINDS, kind_of
 from arengine.kinds.classifier.runtimes import RUNTIMES
+from arengine.kinds.declaration import Kind
 from arengine.kinds.manifest import Manifest, ManifestError, read_manifest
 from arengine.postprocess.labels import understands
 from arengine.postprocess.vocabulary import Vocabulary
@@ -31,18 +32,6 @@ log = logging.getLogger(__name__)
 SPEED_CLIP_S = 4.0
 """Audio timed at warm-up for the real-time factor: long enough for one 3-s music patch, short
 enough that loading CREPE (about 4x real time per core) stays about a second."""
-
-
-PACKAGED_MODELS_DIR = Path(__file__).resolve().parent / "builtin"
-"""Where an installed package holds its built-in models (pyproject.toml installs the
-repository's `models/` folder there); absent in a checkout and an editable install."""
-
-DEFAULT_MODELS_DIR = (
-    PACKAGED_MODELS_DIR
-    if PACKAGED_MODELS_DIR.is_dir()
-    else Path(__file__).resolve().parents[2] / "models"
-)
-"""The built-in models: the installed package's own, or the repository's `models/` folder."""
 
 
 @dataclass(frozen=True, slots=True)

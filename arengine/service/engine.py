@@ -26,8 +26,8 @@ from arengine.errors import ErrorCode, InvalidInput, NotReady, UnknownModel
 from arengine.kinds.base import Overrides, Recognizer
 from arengine.kinds.catalog import KINDS
 from arengine.live.plans import AsFinal, LiveTagging, OpenListener, live_plan
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.models.registry import (
-    DEFAULT_MODELS_DIR,
     NO_SUCH_MODEL,
     LoadedModel,
     LoadFailure,

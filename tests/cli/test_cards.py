@@ -11,7 +11,8 @@ import pytest
 
 from arengine.cli.cards import markdown_table
 from arengine.kinds.manifest import CARD_FIELDS, ManifestError, read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 
 SHIPPED = sorted(DEFAULT_MODELS_DIR.glob("*/manifest.toml"))
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from arengine.cli.commands import build_parser, main
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from tests.recordings import write
 
 

@@ -14,7 +14,8 @@ import pytest
 import soundfile as sf
 
 from arengine.kinds.manifest import ManifestError, read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from tests.conftest import Server, ServerFactory
 
 

@@ -11,7 +11,7 @@ import soundfile as sf
 from scipy.signal import resample_poly
 
 from arengine.kinds.music.network import PATCH_HOP
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from tests.conftest import Server, ServerFactory
 from tests.recordings import speak
 

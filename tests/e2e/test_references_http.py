@@ -17,7 +17,7 @@ import pytest
 
 from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, add_recording
 from arengine.kinds.fingerprint.references import library_of
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.settings import MAX_METADATA_DEPTH
 from tests.conftest import Server, ServerFactory
 from tests.fingerprints import Placed, mix, piece

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from torch import nn
 
 from arengine.http.app import create_app
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 from tests.conftest import wait_until
 from tests.gate import loud_manifest

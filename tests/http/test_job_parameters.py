@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 from tests.conftest import RecordingFactory
 from tests.http.conftest import InProcessClient, serving

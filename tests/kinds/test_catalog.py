@@ -16,10 +16,12 @@ import pytest
 
 import arengine.kinds
 import arengine.postprocess
-from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.base import Recognizer
 from arengine.kinds.catalog import KINDS, kind_of
+from arengine.kinds.declaration import Kind
 from arengine.kinds.manifest import Manifest, ManifestError, read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.postprocess.params import Params
 
 SHIPPED = sorted(DEFAULT_MODELS_DIR.glob("*/manifest.toml"))

@@ -15,7 +15,7 @@ from arengine.errors import InvalidInput
 from arengine.kinds.events.fields import LABEL_ID
 from arengine.kinds.events.params import EventParams
 from arengine.kinds.events.recognizer import read_class_map
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.postprocess.labels import LabelParams, LabelTagger
 from arengine.postprocess.vocabulary import Ontology, Vocabulary, split_list, split_values
 from arengine.types import Tag

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from arengine.errors import NotReady
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.service.engine import Engine
 from arengine.settings import Settings
 

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from arengine.audio.recorded import birdnet_week
-from arengine.kinds.base import Kind, Recognizer
 from arengine.kinds.birds.fields import FIELDS
-from arengine.kinds.birds.recognizer import BirdsRecognizer
 from arengine.kinds.birds.tagger import BirdsParams, BirdsTagger
+from arengine.kinds.declaration import Kind
 from arengine.kinds.manifest import Manifest, ManifestError
+
+if TYPE_CHECKING:
+    from arengine.kinds.base import Recognizer
 
 
 def _birds(manifest: Manifest, segment_s: float) -> Recognizer:
+    from arengine.kinds.birds.recognizer import BirdsRecognizer  # torch: when loading
+
     model = manifest.model
     package = manifest.weights.parent.parent.parent  # the resource is models/analyzer/<file>
     post = manifest.postprocess
@@ -35,7 +41,7 @@ KIND = Kind(
     features="birdnet_windows",
     model_keys=("location", "labels", "overlap_s"),
     fixed_labels=True,
-    recognizer=BirdsRecognizer,
+    recognizer_path="arengine.kinds.birds.recognizer.BirdsRecognizer",
     build=_birds,
     parameters=BirdsParams,
     tagger=BirdsTagger,

@@ -13,11 +13,9 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from arengine.errors import ErrorCode, InvalidInput
 from arengine.kinds.birds.fields import SCIENTIFIC_NAME
@@ -25,6 +23,9 @@ from arengine.kinds.fields import extra_of
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.postprocess.vocabulary import split_list, split_values
 from arengine.types import Tag
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 _TEXTS = {
     "species": "Birds: only these species, scientific or common names separated by ';' "
@@ -44,7 +45,7 @@ def confidence(logits: Tensor, sensitivity: float) -> Tensor:
     """BirdNET's confidence for `sensitivity` as BirdNET-Analyzer's option (0.5-1.5, higher
     detects more): a sigmoid of slope `2 - sensitivity` of the clipped logits."""
     slope = max(0.5, min(2.0 - sensitivity, 1.5))
-    return torch.sigmoid(slope * logits.clamp(-LOGIT_CLIP, LOGIT_CLIP))
+    return (slope * logits.clamp(-LOGIT_CLIP, LOGIT_CLIP)).sigmoid()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +165,8 @@ class BirdsTagger:
         self.frame = 0
 
     def push(self, scores: np.ndarray) -> list[Tag]:
+        import torch  # with the model that gives the scores, not with the kind's declaration
+
         logits = torch.from_numpy(
             np.asarray(scores, dtype=np.float32).reshape(-1, len(self.labels))
         )

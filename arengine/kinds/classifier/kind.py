@@ -3,16 +3,22 @@ per label."""
 
 from __future__ import annotations
 
-from arengine.kinds.base import Kind, Recognizer
-from arengine.kinds.classifier.recognizer import ClassifierRecognizer
-from arengine.kinds.classifier.runtimes import load_network
+from typing import TYPE_CHECKING
+
+from arengine.kinds.declaration import Kind
 from arengine.kinds.label_manifest import label_params
 from arengine.kinds.manifest import Manifest
-from arengine.kinds.mel import MelParams
 from arengine.postprocess.labels import LabelParams, LabelTagger
+
+if TYPE_CHECKING:
+    from arengine.kinds.base import Recognizer
 
 
 def _classifier(manifest: Manifest, segment_s: float) -> Recognizer:
+    from arengine.kinds.classifier.recognizer import ClassifierRecognizer  # torch: when loading
+    from arengine.kinds.classifier.runtimes import load_network
+    from arengine.kinds.mel import MelParams
+
     model = manifest.model
     params, vocabulary = label_params(manifest, LabelParams)
     mel = MelParams(**{key: value for key, value in manifest.features.items() if key != "type"})
@@ -36,7 +42,7 @@ KIND = Kind(
     features="log_mel",
     model_keys=("activation", "window_s", "hop_s"),
     fixed_labels=False,
-    recognizer=ClassifierRecognizer,
+    recognizer_path="arengine.kinds.classifier.recognizer.ClassifierRecognizer",
     build=_classifier,
     parameters=LabelParams,
     tagger=LabelTagger,

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.declaration import Kind
 from arengine.kinds.events.fields import FIELDS
-from arengine.kinds.events.network import HOP_S as EVENTS_HOP_S
 from arengine.kinds.events.params import EventParams
-from arengine.kinds.events.recognizer import EventsRecognizer, read_class_map
 from arengine.kinds.label_manifest import label_params
 from arengine.kinds.manifest import Manifest, ManifestError
 from arengine.postprocess.labels import LabelTagger
 from arengine.postprocess.vocabulary import Ontology, Vocabulary
+
+if TYPE_CHECKING:
+    from arengine.kinds.base import Recognizer
 
 
 def _inside(manifest: Manifest, name: str) -> Path:
@@ -26,6 +28,9 @@ def _inside(manifest: Manifest, name: str) -> Path:
 
 def _events(manifest: Manifest, segment_s: float) -> Recognizer:
     """YAMNet: labels and AudioSet ids from the class map, groups also from the ontology."""
+    from arengine.kinds.events.network import HOP_S as EVENTS_HOP_S  # torch: when loading
+    from arengine.kinds.events.recognizer import EventsRecognizer, read_class_map
+
     if manifest.sample_rate != EventsRecognizer.sample_rate:
         raise ManifestError(manifest.path, "an events model runs at 16000 Hz")
     model = manifest.model
@@ -52,7 +57,7 @@ KIND = Kind(
     features="yamnet_log_mel",
     model_keys=("hop_s", "class_map", "ontology"),
     fixed_labels=True,  # AudioSet's 521, from the class map in the model's folder
-    recognizer=EventsRecognizer,
+    recognizer_path="arengine.kinds.events.recognizer.EventsRecognizer",
     build=_events,
     parameters=EventParams,
     tagger=LabelTagger,

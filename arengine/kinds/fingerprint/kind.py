@@ -2,29 +2,39 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
-from arengine.kinds.base import Kind, Recognizer
+from arengine.kinds.declaration import Kind
 from arengine.kinds.fingerprint.fields import FIELDS
-from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE as FINGERPRINT_RATE
-from arengine.kinds.fingerprint.library import Library
-from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
 from arengine.kinds.fingerprint.tagger import FingerprintParams, FingerprintTagger
 from arengine.kinds.manifest import Manifest, ManifestError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from arengine.kinds.base import Recognizer
+    from arengine.kinds.fingerprint.library import Library
 
 
 def _fingerprint(manifest: Manifest, segment_s: float) -> Recognizer:
     """A reference library: the SQLite file `[weights] file` names (`arengine references`)."""
+    from arengine.kinds.fingerprint.library import Library
+
     return _recognizer(manifest, segment_s, Library(manifest.weights))
 
 
 def _shared(manifest: Manifest, segment_s: float, database: sa.Engine) -> Recognizer:
     """A reference library in the server database, the model's name its key; the folder's own
     file (`[weights]`) is not read: `arengine db copy` moves its references there."""
+    from arengine.kinds.fingerprint.library import Library
+
     return _recognizer(manifest, segment_s, Library.shared(database, manifest.name))
 
 
 def _recognizer(manifest: Manifest, segment_s: float, library: Library) -> Recognizer:
+    from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE as FINGERPRINT_RATE  # torch
+    from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
+
     if manifest.sample_rate != FINGERPRINT_RATE:
         raise ManifestError(manifest.path, f"a fingerprint model runs at {FINGERPRINT_RATE} Hz")
     params = FingerprintParams().with_overrides(manifest.postprocess)
@@ -36,7 +46,7 @@ KIND = Kind(
     features="landmarks",
     model_keys=(),
     fixed_labels=True,  # the references' titles, read from the library as it is now
-    recognizer=FingerprintRecognizer,
+    recognizer_path="arengine.kinds.fingerprint.recognizer.FingerprintRecognizer",
     build=_fingerprint,
     build_shared=_shared,
     parameters=FingerprintParams,

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from arengine.kinds.base import Kind, Recognizer
+from typing import TYPE_CHECKING
+
+from arengine.kinds.declaration import Kind
 from arengine.kinds.label_manifest import label_params
 from arengine.kinds.manifest import Manifest, ManifestError
-from arengine.kinds.music.network import LABELS as MUSIC_LABELS
 from arengine.kinds.music.params import MusicParams
-from arengine.kinds.music.recognizer import MusicRecognizer
 from arengine.postprocess.labels import LabelTagger
+
+if TYPE_CHECKING:
+    from arengine.kinds.base import Recognizer
 
 
 def _music(manifest: Manifest, segment_s: float) -> Recognizer:
+    from arengine.kinds.music.network import LABELS as MUSIC_LABELS  # torch: when loading
+    from arengine.kinds.music.recognizer import MusicRecognizer
+
     if manifest.labels != MUSIC_LABELS or manifest.sample_rate != MusicRecognizer.sample_rate:
         raise ManifestError(
             manifest.path,
@@ -29,7 +35,7 @@ KIND = Kind(
     features="musicnn_log_mel",
     model_keys=(),
     fixed_labels=False,
-    recognizer=MusicRecognizer,
+    recognizer_path="arengine.kinds.music.recognizer.MusicRecognizer",
     build=_music,
     parameters=MusicParams,
     tagger=LabelTagger,

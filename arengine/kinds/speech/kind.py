@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from arengine.kinds.base import Kind, Recognizer
+from typing import TYPE_CHECKING
+
+from arengine.kinds.declaration import Kind
 from arengine.kinds.manifest import Manifest
-from arengine.kinds.speech.network import SpeechModel
-from arengine.kinds.speech.recognizer import SpeechRecognizer
 from arengine.kinds.speech.tagger import SpeechParams, SpeechTagger
+
+if TYPE_CHECKING:
+    from arengine.kinds.base import Recognizer
 
 
 def _speech(manifest: Manifest, segment_s: float) -> Recognizer:
+    from arengine.kinds.speech.network import SpeechModel  # torch: only when a model loads
+    from arengine.kinds.speech.recognizer import SpeechRecognizer
+
     params = SpeechParams().with_overrides(manifest.postprocess)
     return SpeechRecognizer(
         SpeechModel.from_silero_archive(manifest.weights),
@@ -26,7 +32,7 @@ KIND = Kind(
     features="waveform",
     model_keys=("batch",),
     fixed_labels=False,
-    recognizer=SpeechRecognizer,
+    recognizer_path="arengine.kinds.speech.recognizer.SpeechRecognizer",
     build=_speech,
     parameters=SpeechParams,
     tagger=SpeechTagger,

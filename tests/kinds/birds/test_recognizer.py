@@ -28,7 +28,8 @@ from arengine.kinds.birds.network import Birdnet
 from arengine.kinds.birds.recognizer import BirdsRecognizer
 from arengine.kinds.birds.spectrogram import WINDOW
 from arengine.kinds.manifest import read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.types import Tag
 
 RECORDING = Path(__file__).parent / "birds_10s.wav"

@@ -34,7 +34,8 @@ from arengine.errors import InvalidInput
 from arengine.kinds.events.network import WINDOW, Yamnet
 from arengine.kinds.events.recognizer import EventsRecognizer, read_class_map
 from arengine.kinds.manifest import read_manifest
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models, overrides_by_model
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models, overrides_by_model
 from arengine.types import Tag
 from tests.recordings import DEBIAN_SOUNDS, debian_sounds, event_windows, mono_16k
 

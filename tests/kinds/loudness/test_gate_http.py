@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 from tests.conftest import Phrases
 from tests.http.conftest import InProcessClient, serving

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from arengine.kinds.loudness.tagger import LoudnessParams
-from arengine.models.registry import DEFAULT_MODELS_DIR
+from arengine.models import DEFAULT_MODELS_DIR
 from arengine.settings import Settings
 from tests.http.conftest import InProcessClient, serving
 from tests.http.test_jobs import _ended, _submit

@@ -18,7 +18,8 @@ import torch
 
 from arengine.kinds.manifest import read_manifest
 from arengine.kinds.music.network import CONTEXT, LABELS, PATCH_HOP, MusicLogMel, Musicnn
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 
 FOLDER = DEFAULT_MODELS_DIR / "music"
 

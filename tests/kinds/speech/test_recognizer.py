@@ -23,7 +23,8 @@ from arengine.kinds.speech.network import (
     silero_package_archive,
 )
 from arengine.kinds.speech.recognizer import SpeechRecognizer
-from arengine.models.registry import DEFAULT_MODELS_DIR, load_models
+from arengine.models import DEFAULT_MODELS_DIR
+from arengine.models.registry import load_models
 from arengine.models.tagging import ModelTagging
 from loadtests.agreement import frame_f1
 from tests.conftest import Phrases, RecordingFactory

@@ -194,7 +194,7 @@ def test_a_library_file_is_read_through_a_memory_map(tmp_path: Path) -> None:
     time at 10,000 references: 28% less CPU than SQLite's reads of the pages)."""
     library = Library.create(tmp_path / "library.sqlite")
     with library.connection() as connection:
-        assert connection.exec_driver_sql("PRAGMA mmap_size").scalar() > 0
+        assert connection.exec_driver_sql("PRAGMA mmap_size").scalar_one() > 0
     library.database.dispose()
 
 

@@ -60,13 +60,16 @@ def matches(query: np.ndarray, library: np.ndarray) -> np.ndarray:
     starts = np.cumsum(counts) - counts
     rows = np.repeat(left, counts) + np.arange(counts.sum()) - np.repeat(starts, counts)
     ref_frame, ref_fine, ref_span = unpack(library[rows, 2])
-    frame, fine, span = query[which, 2], query[which, 3], query[which, 4]
+    span = query[which, 4]
     speed = np.rint(ref_span * FACTOR / span).astype(np.int64)
-    shift = fine - ref_fine
+    shift = query[which, 3] - ref_fine
     ok = (speed >= SLOWEST * FACTOR) & (speed <= FASTEST * FACTOR) & (np.abs(shift) <= MAX_SHIFT)
+    # Two thirds fail the bounds: the other columns are gathered for the rest only.
+    rows, which, span = rows[ok], which[ok], span[ok]
+    frame = query[which, 2]
     found = np.stack(
-        [library[rows, 1], ref_frame, frame, frame + span, speed, shift, span], axis=1
-    )[ok]
+        [library[rows, 1], ref_frame[ok], frame, frame + span, speed[ok], shift[ok], span], axis=1
+    )
     return _on_lines(found)
 
 

@@ -19,6 +19,7 @@ how they are fitted).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
@@ -95,7 +96,10 @@ def _log_filters() -> Tensor:
 
 
 FILTERS = _log_filters()
-SPARSE_FILTERS = FILTERS.to_sparse_csr()
+with warnings.catch_warnings():  # PyTorch calls its compressed (CSR) tensors a beta: the one
+    # product used here is checked against the dense filters' (tests/kinds/fingerprint).
+    warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+    SPARSE_FILTERS = FILTERS.to_sparse_csr()
 """`FILTERS`' 991 weights that are not zero (of 101,574): each log bin sums a few STFT bins, and
 a sparse product skips the rest (a 30-s segment's spectrogram in about 14 ms of CPU, not 17).
 Compressed by rows, the product takes 3 ms where the coordinate list took 5, with the same

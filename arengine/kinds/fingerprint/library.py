@@ -160,7 +160,9 @@ MMAP_BYTES = 1 << 40
 Python's): a lookup's 26,000 index probes at 10,000 references each land on another page, and
 SQLite's own page cache (2 MB) holds few of them, so each was a `read` of the page from the
 operating system's cache; mapped, the same probes take 28% less CPU. The map is the operating
-system's page cache, shared by every connection, not memory of each."""
+system's page cache, shared by every connection, not memory of each. A disk's read error on a
+mapped page stops the process (SIGBUS) instead of failing the lookup: a library belongs on a
+local disk (SQLite's locking over a network file system is unreliable anyway)."""
 FILE_ENGINE_POOL = 32
 """Connections a library file's engine keeps (SQLite's are cheap): more than the engine threads
 that look up at once on most hosts, so that none waits for another's."""

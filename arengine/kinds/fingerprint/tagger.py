@@ -195,15 +195,14 @@ class FingerprintTagger:
 
     def push(self, scores: np.ndarray) -> list[Tag]:
         rows = np.asarray(scores, dtype=np.int64).reshape(-1, 6)
-        now = 0
-        for reference, ref_frame, frame, reach, speed, pitch in rows[
-            np.lexsort((rows[:, 1], rows[:, 0], rows[:, 2]))
-        ].tolist():
-            if reference == HASH:
-                self.hash_frames.append(frame)
-            elif reference != END:
-                self._add(reference, ref_frame, frame, reach, speed / FACTOR, pitch / FACTOR)
-            now = max(now, frame)
+        rows = rows[np.lexsort((rows[:, 1], rows[:, 0], rows[:, 2]))]
+        now = int(rows[:, 2].max(initial=0))
+        # The anchors' own rows (most of a segment's) only say where the recording's hashes
+        # are: taken in bulk, in frame order, and only the matches one at a time.
+        self.hash_frames += rows[rows[:, 0] == HASH, 2].tolist()
+        matched = rows[(rows[:, 0] != HASH) & (rows[:, 0] != END)]
+        for reference, ref_frame, frame, reach, speed, pitch in matched.tolist():
+            self._add(reference, ref_frame, frame, reach, speed / FACTOR, pitch / FACTOR)
         self._close(lambda run: now - run.last > self.gap)
         return self._release()
 

@@ -8,16 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from arengine.kinds.fingerprint.landmarks import (
     FASTEST,
+    FILTERS,
     FINE,
+    HOP,
     MAX_DT,
     MAX_SHIFT,
+    N_FFT,
+    SAMPLE_RATE,
     SCHEME,
     SCHEME_HASH,
     SLOWEST,
     queried,
+    spectrogram_db,
     stored,
     triplets,
 )
@@ -112,3 +118,12 @@ def test_a_library_of_scheme_2_is_refused(tmp_path: Path) -> None:
     library.add("Station ident", 10.0, {}, old)
     with pytest.raises(ValueError, match=r"older scheme \(first: 2 'Station ident'\)"):
         FingerprintRecognizer(library.path, segment_s=10.0)
+
+
+def test_the_sparse_filters_give_the_dense_filters_spectrogram() -> None:
+    """The log-frequency folding by `SPARSE_FILTERS` (a compressed sparse product, which
+    PyTorch calls beta) is the dense filters' product."""
+    samples = np.random.default_rng(3).standard_normal(SAMPLE_RATE * 3).astype(np.float32)
+    frames = torch.from_numpy(samples).unfold(0, N_FFT, HOP) * torch.hann_window(N_FFT)
+    dense = 20.0 * torch.log10(FILTERS @ torch.fft.rfft(frames).abs().T + 1e-10)
+    torch.testing.assert_close(spectrogram_db(samples), dense, atol=1e-3, rtol=0)

@@ -135,8 +135,7 @@ def test_a_plain_install_serves_the_built_in_models(
         [
             venv / "bin" / "python",
             "-c",
-            "import arengine.models.registry as r, json; "
-            "print(r.__file__); print(r.DEFAULT_MODELS_DIR)",
+            "import arengine.models as m; print(m.__file__); print(m.DEFAULT_MODELS_DIR)",
         ],
         cwd=work,
         env=env,

@@ -43,6 +43,7 @@ from arengine.service.engine import Engine
 from arengine.settings import Settings
 from arengine.system.allocator import active_allocator
 from arengine.system.threads import available_cpus
+from arengine.types import result_dict
 
 router = APIRouter()
 
@@ -99,7 +100,10 @@ async def recognize(
         return await stream_ndjson(run, query.progress)
     result = await answer(run)
     if output == "json" and query.format is None:  # the plain API answer, not a download
-        return RecognizeResponse.of(result)
+        # A `RecognizeResponse`'s JSON, from the engine's own result (as a job's result is):
+        # validating every tag into the model and again on the way out held the GIL while
+        # the engine threads wanted it.
+        return JSONResponse(result_dict(result))
     return download(get_format(output), result, getattr(request.state, "upload_name", None))
 
 

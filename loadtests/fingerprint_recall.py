@@ -2,6 +2,7 @@
 
     python -m loadtests.fingerprint_recall --out /tmp/fp                 # small: 20 references
     python -m loadtests.fingerprint_recall --out /tmp/fp --refs 10000    # the issue's scale
+    python -m loadtests.fingerprint_recall --library L/jingles/library.sqlite  # a built one
     python -m loadtests.fingerprint_recall --out /tmp/fp --olaf ../olaf/bin/olaf_core \
         --audfprint ../audfprint --audfprint-python ../audfprint-venv/bin/python \
         --only clean,mp3,noise,talk,speed --steps 0.95,0.97,1.03,1.05
@@ -9,8 +10,10 @@
 References: `--queries` (10) pieces of 30 s rendered by fluidsynth (FluidR3, two random
 melodies each, `tests/fingerprints.py`; Debian ships no MIDI files of music to render here),
 the rest up to `--refs` synthetic (random notes of a few harmonics, `loadtests/fingerprint.py`)
-as distractors. Each query is a 10-s excerpt of a rendered piece (a random offset) inside 24 s
-of quiet noise (30 dB under it), distorted one way:
+as distractors; or, with `--library`, a copy of a library already built (for example
+`loadtests/references_db.py --out L`'s 10,000 references, whose indexing takes half an hour)
+with the rendered pieces added to it. Each query is a 10-s excerpt of a rendered piece (a random
+offset) inside 24 s of quiet noise (30 dB under it), distorted one way:
 
 - `clean`; `mp3` (64 kbps through ffmpeg); `noise` (white, 5 dB SNR); `talk` (espeak-ng's
   speech over 4 s in the middle at 5 dB under the music);
@@ -36,10 +39,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,24 +182,47 @@ def as_wav(path: Path, samples: np.ndarray) -> Path:
     return path
 
 
-def build(
-    folder: Path, refs: int, queries: int, seconds: float, files: Path | None
-) -> tuple[Path, list[np.ndarray], list[Path]]:
+@dataclass(frozen=True)
+class Built:
+    path: Path
+    rendered: list[np.ndarray]
+    ids: list[int]
+    """The library's id of each rendered piece."""
+    written: list[Path]
+    """With peers, every reference as a WAV file."""
+
+
+def build(folder: Path, refs: int, queries: int, seconds: float, files: Path | None) -> Built:
     """The library, the rendered pieces and, with `files`, every reference as a WAV there."""
     path = folder / f"recall-{refs}.sqlite"
     path.unlink(missing_ok=True)
     library = Library.create(path)
     rendered = [piece(1000 + i, folder, seconds) for i in range(queries)]
-    written, index_s = [], 0.0
+    written, ids, index_s = [], [], 0.0
     for i in range(refs):
         samples = rendered[i] if i < queries else synthetic(i, seconds)
         started = time.perf_counter()
-        add_recording(library, f"ref {i}", samples, {})
+        ids.append(add_recording(library, f"ref {i}", samples, {}))
         index_s += time.perf_counter() - started
         if files is not None:
             written.append(as_wav(files / reference_name(i + 1), samples))
     indexed("arengine", refs * seconds, index_s, library_bytes(path))
-    return path, rendered, written
+    return Built(path, rendered, ids[:queries], written)
+
+
+def built_on(folder: Path, library: Path, queries: int, seconds: float) -> Built:
+    """A copy of `library` with the rendered pieces added: the queries' references among its."""
+    path = folder / f"recall-{library.stem}.sqlite"
+    path.unlink(missing_ok=True)
+    # SQLite's backup, not a file copy: what is still in the write-ahead log is copied too.
+    with closing(sqlite3.connect(library)) as source, closing(sqlite3.connect(path)) as target:
+        source.backup(target)
+    rendered = [piece(1000 + i, folder, seconds) for i in range(queries)]
+    copy = Library(path)
+    ids = [add_recording(copy, f"queried {i}", samples, {}) for i, samples in enumerate(rendered)]
+    print(f"arengine: {len(copy.references())} references in the copy of {library}, "
+          f"{library_bytes(path) / 1e6:.0f} MB")  # fmt: skip
+    return Built(path, rendered, ids, [])
 
 
 def indexed(system: str, audio_s: float, index_s: float, size: int) -> None:
@@ -255,18 +283,27 @@ def main() -> None:
     parser.add_argument("--olaf", type=Path, help="Olaf's `bin/olaf_core` (make compile_core)")
     parser.add_argument("--audfprint", type=Path, help="a checkout of dpwe/audfprint")
     parser.add_argument("--audfprint-python", type=Path, help="an interpreter with its needs")
+    parser.add_argument(
+        "--library", type=Path, help="a built library (SQLite) to add the queries to, copied"
+    )
     args = parser.parse_args()
+    if args.library and (args.olaf or args.audfprint):
+        parser.error("--library holds no audio for the peers to index: leave them out")
     torch.set_num_threads(1)
     folder = args.out or Path(tempfile.mkdtemp(prefix="fingerprint-recall-"))
     files = folder / "peers" if args.olaf or args.audfprint else None
     for made in (folder, files):
         if made is not None:
             made.mkdir(parents=True, exist_ok=True)
-    queries = min(args.queries, args.refs)
-    path, rendered, written = build(folder, args.refs, queries, args.seconds, files)
-    systems = {"arengine": engine(FingerprintRecognizer(path, segment_s=30.0))}
+    if args.library:
+        built = built_on(folder, args.library, args.queries, args.seconds)
+    else:
+        queries = min(args.queries, args.refs)
+        built = build(folder, args.refs, queries, args.seconds, files)
+    rendered = built.rendered
+    systems = {"arengine": engine(FingerprintRecognizer(built.path, segment_s=30.0))}
     if files is not None:
-        systems |= peers(args, files, written, args.refs * args.seconds)
+        systems |= peers(args, files, built.written, args.refs * args.seconds)
     rng = np.random.default_rng(11)
     starts = [float(rng.uniform(0.0, args.seconds - EXCERPT_S)) for _ in rendered]
     steps = tuple(float(f) for f in args.steps.split(","))
@@ -280,7 +317,7 @@ def main() -> None:
         for i, samples in enumerate(rendered):
             at = round(starts[i] * SAMPLE_RATE)
             excerpt, speed, pitch = distort(samples[at : at + round(EXCERPT_S * SAMPLE_RATE)])
-            asked.append(Query(i + 1, starts[i], placed(excerpt, i), speed, pitch))
+            asked.append(Query(built.ids[i], starts[i], placed(excerpt, i), speed, pitch))
         recordings = [q.samples for q in asked]
         wavs = [as_wav(files / f"q{i}.wav", r) for i, r in enumerate(recordings)] if files else []
         audio_s = sum(len(r) for r in recordings) / SAMPLE_RATE

@@ -214,6 +214,23 @@ def test_the_recall_benchmark_judges_a_peer_without_factors_at_the_true_speed() 
     assert judge([late], query, factors=False)[::3] == (False, 1)
 
 
+def test_the_recall_benchmark_adds_its_queries_to_a_copy_of_a_built_library(
+    tmp_path: Path,
+) -> None:
+    from arengine.kinds.fingerprint.landmarks import add_recording
+    from arengine.kinds.fingerprint.library import Library
+    from loadtests.fingerprint import synthetic
+    from loadtests.fingerprint_recall import built_on
+
+    original = tmp_path / "library.sqlite"
+    add_recording(Library.create(original), "distractor", synthetic(1, 5.0), {})
+    built = built_on(tmp_path, original, queries=2, seconds=5.0)
+    assert built.ids == [2, 3] and len(built.rendered) == 2 and built.path != original
+    titles = [reference.title for reference in Library(built.path).references()]
+    assert titles == ["distractor", "queried 0", "queried 1"]
+    assert len(Library(original).references()) == 1  # the built library is left as it was
+
+
 OLAF_OUTPUT = """\
 33, 8.22, 16.73, /tmp/fp/peers/r1.wav, 3542454583, 3.79, 12.30
 7, 10.06, 13.46, /tmp/fp/peers/r12.wav, 2334948810, 13.03, 16.44

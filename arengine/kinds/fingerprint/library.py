@@ -98,6 +98,18 @@ runs go as one text array: `hash = ANY(array)` of a segment's 63,000 hashes spen
 the planner alone (a selectivity estimate per element) and probed each; psycopg's adaptation of
 a list of 63,000 ints cost more CPU than the text."""
 
+SHARED_INSERT = (
+    'INSERT INTO fingerprint_hashes (library, hash, reference, "offset") '
+    "SELECT :library, row.hash, row.reference, row.at FROM unnest(CAST(:hashes AS bigint[]), "
+    "CAST(:references AS bigint[]), CAST(:offsets AS bigint[])) AS row(hash, reference, at)"
+)
+"""PostgreSQL's insert of a batch of hash rows: three text arrays unnested by the server, one
+statement a batch. A row each through the driver's executemany stored 18,000 rows a second
+(`arengine db copy` of a 10,000-reference library: 11 minutes); `INSERT_BATCH` rows a
+statement keep the statement's text to a few megabytes."""
+INSERT_BATCH = 100_000
+"""Rows of `SHARED_INSERT` a statement."""
+
 FILE = sa.MetaData()
 FILE_REFERENCES = sa.Table(
     "references_",
@@ -244,7 +256,7 @@ class Library:
         # In hash order: the index's pages are visited once each, in order, not at random
         # (about 10% less time into a 1,000-reference library; the commit's fsync of the
         # pages touched is most of an add there, BENCHMARKS.md).
-        rows = hashes[np.lexsort((hashes[:, 1], hashes[:, 0]))].tolist()
+        order = np.lexsort((hashes[:, 1], hashes[:, 0]))
         with self.database.begin() as connection:  # one transaction: committed whole or not
             keys = self._keys(connection, create=True) or {}
             table = self._references
@@ -258,10 +270,14 @@ class Library:
                 row["id"] = int(connection.execute(counted).scalar_one())
             stored = sa.insert(table).values(**row, **keys).returning(table.c.id)
             reference = int(connection.execute(stored).scalar_one())
-            if rows:
+            if keys:
+                stored_rows = np.insert(hashes[order], 1, reference, axis=1)
+                insert_shared_hashes(connection, keys["library"], stored_rows)
+            elif len(order):
+                rows = hashes[order].tolist()
                 connection.execute(
                     sa.insert(self._hashes),
-                    [{**keys, "hash": h, "reference": reference, "offset": t} for h, t in rows],
+                    [{"hash": h, "reference": reference, "offset": t} for h, t in rows],
                 )
         return reference
 
@@ -403,6 +419,19 @@ def metadata_depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+def insert_shared_hashes(connection: sa.Connection, library: int, rows: np.ndarray) -> None:
+    """Store `(n, 3)` rows of (hash, reference, offset) in PostgreSQL's shared table under
+    `library`, `INSERT_BATCH` at a time (`SHARED_INSERT`)."""
+    query = sa.text(SHARED_INSERT)
+    for start in range(0, len(rows), INSERT_BATCH):
+        batch = np.asarray(rows[start : start + INSERT_BATCH], dtype=np.int64)
+        arrays = {
+            name: "{" + ",".join(map(str, batch[:, column].tolist())) + "}"
+            for column, name in enumerate(("hashes", "references", "offsets"))
+        }
+        connection.execute(query, {"library": library, **arrays})
 
 
 def _unpacked(data: bytes | None) -> np.ndarray:

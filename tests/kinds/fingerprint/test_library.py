@@ -22,6 +22,7 @@ from arengine.cli.database import database
 from arengine.db.engine import open_engine
 from arengine.db.migrate import heads, upgrade
 from arengine.db.url import parse
+from arengine.kinds.fingerprint import library as library_module
 from arengine.kinds.fingerprint.library import SHARED, SHARED_RUNS, Library
 from arengine.kinds.fingerprint.references import library_of
 from arengine.settings import Settings
@@ -158,6 +159,21 @@ def test_a_lookup_of_thousands_of_hashes_finds_each(open_library: OpenLibrary) -
     ref = library.add("many", 100.0, {}, np.stack([hashes, hashes * 3], axis=1))
     found = library.lookup(np.arange(6000))
     np.testing.assert_array_equal(found, np.stack([hashes, np.full(3000, ref), hashes * 3], 1))
+
+
+def test_an_add_of_more_rows_than_a_statement_takes_stores_each(
+    open_library: OpenLibrary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's rows go `INSERT_BATCH` at a time (three arrays a statement): every batch,
+    the last one short, lands with the 64-bit values whole."""
+    monkeypatch.setattr(library_module, "INSERT_BATCH", 4)
+    library = open_library()
+    hashes = np.array([-(1 << 62), *range(1, 10)])
+    offsets = np.array([*range(9), (1 << 62) + 7])
+    ref = library.add("batched", 10.0, {}, np.stack([hashes, offsets], axis=1))
+    found = library.lookup(hashes)
+    found = found[np.argsort(found[:, 0])]
+    np.testing.assert_array_equal(found, np.stack([hashes, np.full(10, ref), offsets], axis=1))
 
 
 def test_a_lookup_gives_back_every_64_bit_value_whole(open_library: OpenLibrary) -> None:
@@ -322,10 +338,15 @@ def test_the_migrations_make_the_tables_the_library_queries(
 
 
 def test_db_copy_moves_every_model_folders_library_into_postgresql(
-    tmp_path: Path, postgresql: PostgreSQL, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    postgresql: PostgreSQL,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`arengine db copy` from the embedded SQLite: the fingerprint libraries are files in the
-    model folders, not in jobs.sqlite3; they arrive with their ids (a removed one's not reused)."""
+    model folders, not in jobs.sqlite3; they arrive with their ids (a removed one's not reused),
+    their hashes in batches (two here: `INSERT_BATCH` made small)."""
+    monkeypatch.setattr(library_module, "INSERT_BATCH", 2)
     models = tmp_path / "models"
     jingles = library_of(models / "jingles", create=True)
     kept = jingles.add("ident", 3.0, {"client": "acme"}, rows((11, 4), (12, 5)), (0.5, 2.5))

@@ -271,6 +271,30 @@ def test_a_lookup_on_postgresql_reads_only_the_index(postgresql: PostgreSQL) -> 
     library.database.dispose()
 
 
+def test_a_lookup_on_postgresql_runs_without_jit(postgresql: PostgreSQL) -> None:
+    """The planner estimates millions of rows a run's range, so a lookup would be compiled with
+    LLVM every time (100-190 ms at 10,000 references): the lookup's transaction turns JIT off,
+    and the server's own setting is left as it was for everything else."""
+    url = postgresql.database()
+    migrated(url)
+    engine = postgres_engine(url)
+    library = Library.shared(engine, "jingles")
+    library.add("ident", 3.0, {}, np.stack([np.arange(500), np.arange(500)], axis=1))
+    jit_at_lookup: list[str] = []
+
+    def before(_: object, cursor: psycopg.Cursor[object], statement: str, *args: object) -> None:
+        if "unnest" in statement and "string_agg" in statement:  # SHARED_RUNS
+            jit_at_lookup.append(str(cursor.connection.execute("SHOW jit").fetchone()))
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    found = library.lookup(np.array([3, 4, 400]))
+    np.testing.assert_array_equal(found[:, 0], [3, 4, 400])
+    assert jit_at_lookup == ["('off',)"]
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SHOW jit").scalar() == "on"  # only that transaction
+    engine.dispose()
+
+
 ADDER = """
 import sys
 from pathlib import Path

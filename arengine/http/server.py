@@ -121,6 +121,9 @@ class QuietAcceptErrors:
         self._missed = 0
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if _retry_on_a_closed_listener(context):
+            log.debug("accept retry after the listener closed: %s", context.get("exception"))
+            return
         if context.get("message") != ACCEPT_ERROR:
             loop.default_exception_handler(context)
             return
@@ -201,3 +204,17 @@ def run(app: FastAPI, settings: Settings) -> None:
         ws_ping_interval=None,
     )
     GracefulServer(config, app, settings.server.shutdown_delay_s).run()
+
+
+def _retry_on_a_closed_listener(context: dict[str, Any]) -> bool:
+    """Whether `context` is asyncio's accept retry failing because the listener closed.
+
+    After an accept error asyncio stops watching the listener and starts again a second later
+    from a timer; when the server shuts down within that second, the socket is closed first and
+    the retry fails on descriptor -1 with a traceback. The listener was closed on purpose, so
+    nothing is lost and there is nothing to report.
+    """
+    callback = getattr(context.get("handle"), "_callback", None)
+    return isinstance(context.get("exception"), ValueError) and (
+        getattr(callback, "__name__", "") == "_start_serving"
+    )

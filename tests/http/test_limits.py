@@ -5,9 +5,12 @@ exhaustion. (Parameters refused before any upload are in `test_app.py`.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
+import os
 import resource
+import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -185,6 +188,49 @@ def test_accept_errors_from_descriptor_exhaustion_are_logged_once_without_traceb
     assert len(accept) == 1 and accept[0].exc_info is None
     assert "Too many open files" in accept[0].getMessage()
     assert any(record.getMessage() == "something else" for record in caplog.records)
+
+
+def test_a_listener_closed_while_asyncio_waits_to_retry_accept_logs_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Descriptors run out while a client connects, so asyncio's accept fails and is retried from
+    # a timer a second later; the server shuts down within that second. Before, the retry's
+    # "Invalid file descriptor: -1" reached the log as an ERROR with a traceback.
+    async def exhaust_then_close() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(QuietAcceptErrors())
+        server = await loop.create_server(asyncio.Protocol, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.socket()
+        client.setblocking(False)
+        filler: list[int] = []
+        try:
+            with contextlib.suppress(OSError):  # take every descriptor left
+                while True:
+                    filler.append(os.dup(0))
+            os.close(filler.pop())  # one for the client; none for the server's accept
+            with contextlib.suppress(BlockingIOError):
+                client.connect(("127.0.0.1", port))
+            await asyncio.sleep(0.2)  # the accept fails; asyncio schedules its retry
+        finally:
+            for fd in filler:
+                os.close(fd)
+        server.close()
+        await server.wait_closed()
+        await asyncio.sleep(1.3)  # the retry's second passes
+        client.close()
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    try:
+        with caplog.at_level(logging.DEBUG):
+            asyncio.run(exhaust_then_close())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert any("cannot accept" in record.getMessage() for record in caplog.records)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.getMessage() for r in errors if "cannot accept" not in r.getMessage()] == []
+    assert any("listener closed" in record.getMessage() for record in caplog.records)
 
 
 def test_the_connection_cap_fits_the_open_file_limit() -> None:

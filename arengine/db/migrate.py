@@ -19,9 +19,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
 log = logging.getLogger(__name__)
-# Alembic says at INFO which dialect it found, at every start of every replica: noise beside the
-# one line `upgrade` logs when it changed something.
-logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK = 0x6172_656E_6769_6E65 & 0x7FFF_FFFF_FFFF_FFFF

@@ -32,8 +32,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+QUIET = ("alembic",)
+"""Libraries whose INFO lines say nothing to an operator, kept to WARNING: Alembic says which
+dialect it found and each plugin it sets up (when it is first imported), at every start of every
+replica; a migration that changed something is logged once by `arengine.db.migrate`."""
+
+
 def configure(level: str) -> None:
-    """Send every `logging` record (except uvicorn's own, which it formats) to stderr as JSON."""
+    """Send every `logging` record (except uvicorn's own, which it formats) to stderr as JSON;
+    `QUIET` libraries from WARNING up."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    for name in QUIET:
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))

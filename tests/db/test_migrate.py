@@ -3,7 +3,10 @@ store of an earlier release keeps its jobs, and upgrading twice changes nothing.
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,18 @@ def test_a_server_that_may_not_migrate_refuses_an_older_schema(tmp_path: Path) -
     engine = open_engine(parse(f"sqlite:///{tmp_path / 'jobs.sqlite3'}"))
     upgrade(engine)
     JobStore.open(tmp_path, engine, migrate=False).close()
+
+
+def test_an_upgrade_logs_one_line_and_nothing_of_alembics(tmp_path: Path) -> None:
+    # Alembic sets up its plugins once a process, logging a line each at INFO: seven lines at
+    # every start of every replica before. A fresh process, as a server's start is.
+    code = (
+        "import sys; from arengine.system.logs import configure; configure('info'); "
+        "from arengine.db.engine import open_engine; from arengine.db.migrate import upgrade; "
+        "from arengine.db.url import parse; upgrade(open_engine(parse(sys.argv[1])))"
+    )
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in (done.stdout + done.stderr).splitlines()]
+    assert [line["logger"] for line in lines] == ["arengine.db.migrate"]

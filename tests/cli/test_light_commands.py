@@ -1,6 +1,7 @@
 """Commands that run no model load no torch: `--help`, a usage error, a `--server` run,
-`listen` and `db` answer in a second or two instead of waiting for torch to import (about 4 s of
-CPU a process), and the kind table they read (`arengine/kinds/declaration.py`) stays light."""
+`listen`, `db` and a library's `references list` and `remove` answer in a second or two instead
+of waiting for torch to import (about 4 s of CPU a process), and the kind table they read
+(`arengine/kinds/declaration.py`) stays light."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ def _run(*args: str, cwd: Path) -> tuple[str, str]:
         ("listen", "--help"),
         ("db", "current", "--data-dir", "data"),
         ("models", "--help"),
+        ("references", "list", "jingles", "--models-dir", "."),  # no library there: 1
+        ("references", "remove", "jingles", "7", "--models-dir", "."),
     ],
     ids=" ".join,
 )

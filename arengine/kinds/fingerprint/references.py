@@ -19,10 +19,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from arengine.audio.decode import decode
-from arengine.audio.validation import AudioLimits, probe
+from arengine.audio.validation import AudioLimits
 from arengine.errors import ErrorCode, InvalidInput
-from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, fingerprint_blocks, landmark_span
 from arengine.kinds.fingerprint.library import Library, Reference
 
 LIBRARY_FILE = "library.sqlite"
@@ -90,6 +88,8 @@ def model_name(folder: Path) -> str:
 
 
 def _write_manifest(path: Path, where: str, weights: str) -> None:
+    from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE  # torch: only when adding
+
     text = MANIFEST.format(name=path.parent.name, rate=SAMPLE_RATE, library=weights, where=where)
     path.write_text(text, encoding="utf-8")
 
@@ -102,6 +102,12 @@ def add_file(
     Raises the decoders' `ArengineError`s, and `InvalidInput` (`no_landmarks`) for a recording
     with nothing to find (silence, or shorter than a landmark pair).
     """
+    # Here, not at the top: `references list` and `remove` need neither torch nor the decoders
+    # (a second of the command's start, of two and a half).
+    from arengine.audio.decode import decode
+    from arengine.audio.validation import probe
+    from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE, fingerprint_blocks, landmark_span
+
     info = probe(path, limits)
     decoding = decode(path, info, SAMPLE_RATE, int(limits.max_duration_s * info.sample_rate))
     try:

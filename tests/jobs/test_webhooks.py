@@ -22,6 +22,8 @@ from arengine.jobs.destinations import Allowlist, IPAddress, parse_url
 from arengine.jobs.outbox import ORPHAN_AFTER_S, Outbox
 from arengine.jobs.store import JobError, JobRecord, JobState, JobStore, new_job_id
 from arengine.jobs.webhooks import (
+    ATTEMPT_TIMEOUTS,
+    CLOSE_WAIT_S,
     Attempt,
     Outcome,
     Policy,
@@ -210,8 +212,9 @@ def test_a_huge_answer_is_not_read(tmp_path: Path) -> None:
 
 def test_an_answer_dripped_a_byte_at_a_time_is_cut_off(tmp_path: Path) -> None:
     """Each byte comes within the read timeout, the whole never: the attempt's deadline ends
-    it, and the webhook is retried."""
-    policy = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2)
+    it, and the webhook is retried. A byte comes every 50 ms, within a tenth of the read
+    timeout; the deadline is 1.5 s."""
+    policy = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=0.5)
     with receiving(Receiver(script=[DRIP])) as receiver, sending(tmp_path, policy) as sent:
         sent.finish(sent.job(receiver.url))
         assert sent.settled(Outcome.DELIVERED)
@@ -338,8 +341,10 @@ def test_a_shutdown_does_not_wait_for_a_slow_receiver_and_the_attempt_is_retried
     tmp_path: Path,
 ) -> None:
     """A receiver that never finishes its answer: the senders stop without waiting for it (the
-    attempt is left in flight, as a crash leaves it), and the next start retries it."""
-    policy = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=2)
+    attempt is left in flight, as a crash leaves it), and the next start retries it. The
+    attempt's deadline (3 s) is past `CLOSE_WAIT_S` (2 s)."""
+    assert ATTEMPT_TIMEOUTS * 1.0 > CLOSE_WAIT_S
+    policy = Policy(max_attempts=20, backoff_s=0.01, max_backoff_s=0.05, timeout_s=1.0)
     with receiving(Receiver(script=[DRIP])) as receiver:
         first = Sent(tmp_path, policy, LOOPBACK)
         first.webhooks.start()

@@ -181,6 +181,7 @@ def _webhooks(settings: Settings, metrics: Metrics, runner: JobRunner | None) ->
     webhooks = start_webhooks(settings, runner.store.engine, metrics, _replica_name(settings))
     if webhooks is not None:
         metrics.watch_webhooks(webhooks.outbox)
+        runner.store.on_webhook = webhooks.notify  # a job ended here: its webhook goes now
     return webhooks
 
 

@@ -25,7 +25,7 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -156,6 +156,9 @@ class JobStore:
         self._shared = engine.dialect.name == "postgresql"
         """Whether replicas on other hosts may share the store (then the directory's lock is
         not trusted to say that none is running)."""
+        self.on_webhook: Callable[[], None] | None = None
+        """Called after a transaction that put a webhook in the outbox commits (the server
+        wakes its senders: the webhook goes now, not at their next look)."""
 
     @classmethod
     def open(cls, folder: Path, engine: Engine | None = None, migrate: bool = True) -> JobStore:
@@ -318,9 +321,10 @@ class JobStore:
                 )
                 .returning(*_READ)
             ).first()
-            if ended is not None:
-                _webhook(connection, _record(ended))
-            return ended is not None
+            queued = ended is not None and _webhook(connection, _record(ended))
+        if queued:
+            self._webhook_queued()
+        return ended is not None
 
     def remove(self, job_id: str) -> None:
         """Cancel and delete a job. One queued or running is marked `cancelled` first (its
@@ -338,11 +342,16 @@ class JobStore:
                 .values(state=JobState.CANCELLED.value)
                 .returning(*_READ)
             ).first()
-            if cancelled is not None:
-                _webhook(connection, _record(cancelled))
-            else:
+            queued = cancelled is not None and _webhook(connection, _record(cancelled))
+            if cancelled is None:
                 connection.execute(delete(jobs).where(jobs.c.id == job_id))
+        if queued:
+            self._webhook_queued()
         self._delete(job_id)
+
+    def _webhook_queued(self) -> None:
+        if self.on_webhook is not None:
+            self.on_webhook()
 
     def counts(self) -> dict[str, int]:
         """How many jobs are in each state (by its name), every state included."""
@@ -543,14 +552,15 @@ def _changed(path: Path) -> float:
         return float("inf")
 
 
-def _webhook(connection: Connection, record: JobRecord) -> None:
+def _webhook(connection: Connection, record: JobRecord) -> bool:
     """Job `record` has just ended (done, failed or cancelled): its callback, if it has one,
-    becomes a webhook in the outbox (`arengine/jobs/outbox.py`), in the same transaction."""
+    becomes a webhook in the outbox (`arengine/jobs/outbox.py`), in the same transaction;
+    whether it had one."""
     subscription = connection.execute(
         select(webhook_subscriptions.c.url).where(webhook_subscriptions.c.job_id == record.id)
     ).first()
     if subscription is None:
-        return
+        return False
     now = time.time()
     body = {
         "type": f"job.{record.state.value}",
@@ -576,6 +586,7 @@ def _webhook(connection: Connection, record: JobRecord) -> None:
     connection.execute(
         delete(webhook_subscriptions).where(webhook_subscriptions.c.job_id == record.id)
     )
+    return True
 
 
 def _iso(unix: float) -> str:

@@ -56,7 +56,8 @@ CLOSE_WAIT_S = 2.0
 SENDERS = 4
 """Webhooks sent at once: a receiver that answers slowly holds one sender, not the others."""
 POLL_S = 1.0
-"""How often an idle sender looks for webhooks due (a job's end is seen within it)."""
+"""How often an idle sender looks for webhooks due: those of jobs that ended on other replicas
+(one that ends in this process wakes a sender at once, `JobStore.on_webhook`)."""
 SECRET_PREFIX = "whsec_"
 
 
@@ -271,6 +272,7 @@ class Webhooks:
         self._clock = clock
         self._condition = threading.Condition()
         self._closing = False
+        self._woken = False
         self._threads = [
             threading.Thread(target=self._work, name=f"arengine-webhooks-{i}", daemon=True)
             for i in range(SENDERS)
@@ -284,8 +286,9 @@ class Webhooks:
             thread.start()
 
     def notify(self) -> None:
-        """A webhook may be due: wake a sender."""
+        """A webhook may be due: wake a sender (or, all being busy, the next to be idle)."""
         with self._condition:
+            self._woken = True
             self._condition.notify()
 
     def close(self) -> None:
@@ -313,7 +316,9 @@ class Webhooks:
                     return
                 log.exception("the webhook outbox failed; retrying")
             with self._condition:
-                if self._closing or self._condition.wait_for(lambda: self._closing, self._idle()):
+                self._condition.wait_for(lambda: self._closing or self._woken, self._idle())
+                self._woken = False
+                if self._closing:
                     return
 
     def _claim(self) -> Delivery | None:

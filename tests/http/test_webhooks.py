@@ -15,6 +15,7 @@ import pytest
 from pydantic import ValidationError
 from standardwebhooks.webhooks import Webhook
 
+import arengine.jobs.webhooks as webhooks_module
 from arengine.settings import Settings
 from tests.conftest import wait_until
 from tests.http.conftest import InProcessClient, serving
@@ -73,7 +74,11 @@ def test_a_callback_at_an_internal_address_is_refused_when_the_job_is_created(
     assert public_only.get("/v1/jobs").json()["jobs"] == []
 
 
-def test_allowed_loopback_gets_the_job_s_end_signed(models_dir: Path, tmp_path: Path) -> None:
+def test_allowed_loopback_gets_the_job_s_end_signed(
+    models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle senders look once an hour: the server wakes one when a job ends.
+    monkeypatch.setattr(webhooks_module, "POLL_S", 3600.0)
     options = {"webhook_secret": SECRET, "webhook_allowed_hosts": "127.0.0.1,localhost", **FAST}
     with receiving() as receiver, _serving(models_dir, tmp_path, **options) as client:
         for url in (receiver.url, f"http://localhost:{receiver.port}/hook"):
@@ -81,7 +86,7 @@ def test_allowed_loopback_gets_the_job_s_end_signed(models_dir: Path, tmp_path: 
             assert response.status_code == 202, response.text
             job = response.json()
             assert job["parameters"] == {}  # the callback is not a post-processing override
-        assert receiver.wait_for(2)
+        assert receiver.wait_for(2, 30)
         metrics = client.get("/metrics").text
         assert 'arengine_webhook_deliveries_total{outcome="delivered"}' in metrics
         assert wait_until(

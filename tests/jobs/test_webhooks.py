@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from standardwebhooks.webhooks import Webhook
 
+import arengine.jobs.webhooks as webhooks_module
 from arengine.jobs.destinations import Allowlist, IPAddress, parse_url
 from arengine.jobs.outbox import ORPHAN_AFTER_S, Outbox
 from arengine.jobs.store import JobError, JobRecord, JobState, JobStore, new_job_id
@@ -50,6 +51,7 @@ class Sent:
         config = WebhookConfig(parse_secret(SECRET), allow, policy, "here:8000")
         self.webhooks = Webhooks(Outbox.open(folder), config, self.metrics, **options)  # type: ignore[arg-type]
         self.outbox = self.webhooks.outbox
+        self.store.on_webhook = self.webhooks.notify  # as the server wires them
 
     def job(self, url: str) -> str:
         record = JobRecord(
@@ -153,6 +155,26 @@ def test_a_job_s_end_is_posted_once_signed_as_the_reference_verifies(tmp_path: P
     assert receiver.received[0].path == "/hook"
     assert len({r.headers["webhook-id"] for r in receiver.received}) == 3
     assert sent.attempts(Attempt.SUCCESS) == 3
+
+
+def test_a_job_that_ends_here_wakes_a_sender_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Idle senders look for webhooks due once an hour here: the job's end wakes one (before,
+    a webhook waited for their next look, up to `POLL_S`)."""
+    monkeypatch.setattr(webhooks_module, "POLL_S", 3600.0)
+    with receiving() as receiver, sending(tmp_path) as sent:
+        time.sleep(0.5)  # the senders' first look is over: they wait
+        for count in (1, 2, 3):
+            job = sent.job(receiver.url)
+            if count == 3:
+                sent.store.remove(job)  # a cancel wakes them too
+            else:
+                sent.finish(job)
+            assert receiver.wait_for(count, 20)
+            assert sent.settled(Outcome.DELIVERED, count)
+            time.sleep(0.5)  # back to waiting
+    assert len({received.headers["webhook-id"] for received in receiver.received}) == 3
 
 
 def test_a_tampered_body_fails_the_reference_verification(tmp_path: Path) -> None:

@@ -449,12 +449,14 @@ def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
     data = tmp_path / "data"
     talk = recording("talk.wav")
     store = JobStore.open(data)
+    # Left by this same server (its replica name): its restart queues them again at once. One
+    # left by another replica waits for its lease to pass (`job_lease_s`), tested in e2e.
     left = [_left_job(store, talk.path, state) for state in ("queued", "running", "cancelled")]
     (data / "uploads" / "arengine-spooling.upload").write_bytes(b"RIFF")  # a spool cut short
     (data / "results" / ".orphan.json.tmp").write_bytes(b"{")
     (data / "uploads" / "NoRowNamesThisOne0000.upload").write_bytes(b"RIFF")
     store.close()
-    with _serving(models_dir, data) as client:
+    with _serving(models_dir, data, replica_name=REPLICA) as client:
         direct = client.post(
             "/v1/recognize", files={"file": ("talk.wav", talk.path.read_bytes(), "audio/wav")}
         ).json()
@@ -466,6 +468,10 @@ def test_a_restart_runs_again_what_was_left_and_sweeps_what_no_row_names(
         assert {path.name for path in (data / "results").iterdir()} == {
             f"{job_id}.{suffix}" for job_id in left[:2] for suffix in ("json", "scores")
         }
+
+
+REPLICA = "restarted:8000"
+"""The name of the server that left the jobs, and of the one started again."""
 
 
 def _left_job(store: JobStore, audio: Path, state: str) -> str:
@@ -489,7 +495,7 @@ def _left_job(store: JobStore, audio: Path, state: str) -> str:
     )
     assert store.add(record, limit=100)
     if state == "running":
-        assert store.claim_next() is not None
+        assert store.claim_next(REPLICA) is not None
     elif state == "cancelled":
         with sqlite3.connect(store.folder / DATABASE) as db:
             db.execute("UPDATE jobs SET state = 'cancelled' WHERE id = ?", (job_id,))

@@ -40,9 +40,10 @@ replica; a migration that changed something is logged once by `arengine.db.migra
 
 def configure(level: str) -> None:
     """Send every `logging` record (except uvicorn's own, which it formats) to stderr as JSON;
-    `QUIET` libraries from WARNING up."""
+    `QUIET` libraries from WARNING up, unless `level` is debug."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level.upper(), handlers=[handler])
-    for name in QUIET:
-        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+    if logging.getLogger().level > logging.DEBUG:
+        for name in QUIET:
+            logging.getLogger(name).setLevel(logging.WARNING)

@@ -203,11 +203,11 @@ def test_a_listener_closed_while_asyncio_waits_to_retry_accept_logs_no_traceback
         port = server.sockets[0].getsockname()[1]
         client = socket.socket()
         client.setblocking(False)
-        filler: list[int] = []
+        filler = [os.open(os.devnull, os.O_RDONLY)]
         try:
             with contextlib.suppress(OSError):  # take every descriptor left
                 while True:
-                    filler.append(os.dup(0))
+                    filler.append(os.dup(filler[0]))
             os.close(filler.pop())  # one for the client; none for the server's accept
             with contextlib.suppress(BlockingIOError):
                 client.connect(("127.0.0.1", port))

@@ -9,6 +9,7 @@ model folder `NAME` with its `manifest.toml` and an empty library when missing. 
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -72,13 +73,21 @@ def _run(
     database: sa.Engine | None,
 ) -> int:
     folder = (settings.engine.models_dir or DEFAULT_MODELS_DIR) / name
+    made = action == "add" and not folder.exists()
     try:
         library = library_of(folder, action == "add", database)
     except FileNotFoundError as error:
         print(f"arengine: {error}: add a reference first", file=sys.stderr)
         return 1
     if action == "add":
-        return _add(library, [Path(item) for item in items], title, settings)
+        code = _add(library, [Path(item) for item in items], title, settings)
+        if made and not library.references():
+            # Nothing was added: the folder made here would be served as a model that finds
+            # nothing (a mistyped name or file would leave one behind).
+            if library.model is None:
+                library.database.dispose()
+            shutil.rmtree(folder)
+        return code
     if action == "remove":
         return _remove(library, items)
     for ref in library.references():

@@ -98,3 +98,5 @@ def test_refusals_say_why(tmp_path: Path, args: tuple[str, ...], message: str) -
     done = _arengine("references", *args, "--models-dir", "models", cwd=tmp_path)
     assert done.returncode == 1
     assert message in done.stderr
+    if args[0] == "add":  # nothing added: no model folder left behind to be served empty
+        assert not (tmp_path / "models" / "jingles").exists()

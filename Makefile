@@ -7,8 +7,8 @@ serve:
 
 test:
 	deploy/setup.sh --test
-	.venv/bin/ruff check arengine client tests loadtests models docs
-	.venv/bin/ruff format --check arengine client tests loadtests models docs
+	.venv/bin/ruff check conftest.py arengine client tests loadtests models docs
+	.venv/bin/ruff format --check conftest.py arengine client tests loadtests models docs
 	.venv/bin/mypy
 	.venv/bin/mkdocs build --strict --quiet
 	rm -rf .coverage-data && mkdir -p .coverage-data
@@ -28,8 +28,8 @@ test:
 # Sets up only when the venv is missing; `make test` stays the full CI run.
 test-fast:
 	test -x .venv/bin/pytest || deploy/setup.sh --test
-	.venv/bin/ruff check arengine client tests loadtests models docs
-	.venv/bin/ruff format --check arengine client tests loadtests models docs
+	.venv/bin/ruff check conftest.py arengine client tests loadtests models docs
+	.venv/bin/ruff format --check conftest.py arengine client tests loadtests models docs
 	.venv/bin/mypy
 	.venv/bin/pytest -q -n $$(( $$(nproc) + 1 )) -m "not slow and not container"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,8 @@ def test_fuzzing_the_decode_path_finds_no_crash(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "ARENGINE_FUZZ_SCRATCH": str(tmp_path)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Done 3000 runs" in done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus", "input"]

@@ -29,7 +29,9 @@ LIMITS = AudioLimits(
     max_duration_s=60, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
 )
 PLAN = SegmentPlan(hop=512, context=64, segment_frames=64, preroll_frames=8)
-FOLDER = Path(tempfile.mkdtemp(prefix="arengine-fuzz-"))
+FOLDER = Path(os.environ.get("ARENGINE_FUZZ_SCRATCH") or tempfile.mkdtemp(prefix="arengine-fuzz-"))
+"""Where each input is written to be probed: the suite gives a folder of its own (libFuzzer ends
+the process without Python's clean-up, so a folder made here would be left behind)."""
 
 
 def test_one_input(data: bytes) -> None:

@@ -232,27 +232,17 @@ def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
     the other; the client would retry a 502 too); new requests go to the survivor; nothing
     hangs."""
     recording = _long_wav(tmp_path / "hour.wav", 3600)
-    outcome: list[Recognition | BaseException] = []
-
-    def send() -> None:
-        with Client(stack.balancer, retry=RetryPolicy(retries=3, backoff_s=0.2)) as client:
-            try:
-                outcome.append(client.recognize(recording))
-            except BaseException as error:  # reported by the assertions below
-                outcome.append(error)
-
-    sender = threading.Thread(target=send)
-    sender.start()
-    busy = None
-    deadline = time.monotonic() + 60
-    while busy is None:
-        for service in ("arengine-a", "arengine-b"):
-            info = httpx.get(stack.replica_url(service) + "/v1/info").json()
-            # Receiving the upload or in the engine: the hour takes under 2 s of engine time,
-            # which a poll on `active_jobs` alone once missed.
-            if info["uploading_requests"] + info["pending_requests"] > 0:
-                busy = service
-        assert time.monotonic() < deadline and sender.is_alive(), outcome
+    # A replica spends about 3 s on the hour; on a loaded machine the polls below can miss that
+    # window, and then the request is sent again (a miss says nothing about the balancer).
+    for _ in range(3):
+        outcome: list[Recognition | BaseException] = []
+        sender = threading.Thread(target=_send, args=(stack, recording, outcome))
+        sender.start()
+        busy = _busy_replica(stack, sender)
+        if busy is not None:
+            break
+        sender.join(60)
+    assert busy is not None, f"no replica was seen with the request in three tries: {outcome}"
     survivor = {"arengine-a", "arengine-b"}.difference({busy}).pop()
     docker("kill", stack.container(busy))
     sender.join(300)
@@ -265,3 +255,26 @@ def test_a_replica_killed_mid_request(stack: Stack, tmp_path: Path) -> None:
         for _ in range(4):
             assert client.info()["ready"] is True
     assert _ready(stack.replica_url(survivor))
+
+
+def _send(stack: Stack, recording: Path, outcome: list[Recognition | BaseException]) -> None:
+    with Client(stack.balancer, retry=RetryPolicy(retries=3, backoff_s=0.2)) as client:
+        try:
+            outcome.append(client.recognize(recording))
+        except BaseException as error:  # reported by the test's assertions
+            outcome.append(error)
+
+
+def _busy_replica(stack: Stack, sender: threading.Thread) -> str | None:
+    """The replica receiving the sender's upload or running it; None once the sender is done
+    without one being seen."""
+    deadline = time.monotonic() + 60
+    while sender.is_alive():
+        for service in ("arengine-a", "arengine-b"):
+            info = httpx.get(stack.replica_url(service) + "/v1/info").json()
+            # Receiving the upload or in the engine: the hour takes under 2 s of engine time,
+            # which a poll on `active_jobs` alone once missed.
+            if info["uploading_requests"] + info["pending_requests"] > 0:
+                return service
+        assert time.monotonic() < deadline, "the request reached no replica in 60 s"
+    return None

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +18,6 @@ import pytest
 import torch
 
 from arengine.kinds.speech.network import SpeechModel
-from tests.container.docker import IMAGE_SETTLED
 from tests.recordings import Recording, compose, speak, write
 
 if TYPE_CHECKING:
@@ -67,43 +64,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     be used here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
-    settled = Path(os.environ[IMAGE_SETTLED])
-
     class ByModule(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return CONTAINERS if module.startswith(f"{CONTAINERS}/") else module
-
-        def _assign_work_unit(self, node: Any) -> None:
-            # The container suite is queued last, behind its image's build; once the build has
-            # settled it goes to the next worker that asks, so its time (mostly waiting on
-            # Docker) overlaps the other modules instead of ending the run on one worker while
-            # the other has nothing left: pytest 588 s, the last 70 of them on one worker, with
-            # the image reused (2 quiet AMD EPYC cores).
-            if CONTAINERS in self.workqueue and settled.exists():
-                self.workqueue.move_to_end(CONTAINERS, last=False)
-            super()._assign_work_unit(node)
+            return "tests/container" if module.startswith("tests/container/") else module
 
     return ByModule(config, log)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    """On the controller: the folder where the workers' image build says it has settled
-    (`IMAGE_SETTLED`); the workers inherit the variable."""
-    if not hasattr(config, "workerinput"):
-        os.environ[IMAGE_SETTLED] = str(Path(tempfile.mkdtemp(prefix="arengine-suite-")) / "image")
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):
-        shutil.rmtree(Path(os.environ.pop(IMAGE_SETTLED)).parent, ignore_errors=True)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On the pytest-xdist workers, the modules holding `slow` tests are handed out first, so the
-    quick ones fill the end of the run; the container tests are queued last, until their image
-    is built (pyproject's `--no-loadscope-reorder` keeps this order; the sort is stable, the same
-    on every worker)."""
+    quick ones fill the end of the run; the container tests stay last (pyproject's
+    `--no-loadscope-reorder` keeps this order; the sort is stable, the same on every worker)."""
     if hasattr(config, "workerinput"):
         items.sort(
             key=lambda item: (
@@ -111,10 +83,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.get_closest_marker("slow") is None,
             )
         )
-
-
-CONTAINERS = "tests/container"
-"""The container suite: one unit of work for pytest-xdist."""
 
 
 RecordingFactory = Callable[..., Recording]

@@ -2,8 +2,7 @@
 started, skipped with the reason otherwise. The image is built once per session, and not at all
 when `arengine:latest` was built from the same inputs (deploy/image.sh --reuse). The build starts
 in the background as soon as the session has collected a container test, and the container tests
-are queued last and handed out once the build has settled (tests/conftest.py's scheduler), so the
-build overlaps the rest of the suite instead of adding to it."""
+run last, so the build overlaps the rest of the suite instead of adding to it."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ours = [item for item in items if _ours(item)]
     for item in ours:
         item.add_marker(pytest.mark.container)
-    # Last, in their own order (the sort is stable): after the build, the scheduler moves them up.
+    # Last, in their own order (the sort is stable): by then the image is built.
     items.sort(key=_ours)
 
 

@@ -33,11 +33,6 @@ _DAEMONS: list[subprocess.Popen[bytes]] = []
 BUILD_LOCK = Path(tempfile.gettempdir()) / "arengine-image-build.lock"
 """Held while deploy/image.sh runs (util-linux `flock`)."""
 
-IMAGE_SETTLED = "ARENGINE_TEST_IMAGE_SETTLED"
-"""The environment variable naming a file the build thread makes once the image is built (or the
-build failed, or no engine is reachable): tests/conftest.py's scheduler, in the pytest-xdist
-controller, then hands the container suite out next instead of last."""
-
 PID_FILE = Path("/var/run/docker.pid")
 """dockerd refuses to start while this names a process, live or not."""
 
@@ -114,9 +109,6 @@ class ImageBuild:
                 build_image()
         except BaseException as failure:  # handed to the test that waits for the image
             self._failure = failure
-        finally:
-            if settled := os.environ.get(IMAGE_SETTLED):
-                Path(settled).touch()
 
     def wait(self) -> str | None:
         """None once the image is built; the reason to skip when no engine is reachable;

@@ -57,11 +57,12 @@ def speech_model() -> SpeechModel:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under pytest-xdist (`make test` runs `-n auto`), each test module goes to one worker as a
-    unit, so its module-scoped fixtures (a server from `serve`, a model, a recording) are set up
-    once, not once per worker; the container suite goes to one worker as one unit (its
-    containers are named, and the image is built once). pytest-xdist's own `loadgroup` cannot
-    be used here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer reads."""
+    """Under pytest-xdist (`make test` runs a worker more than the cores), each test module goes
+    to one worker as a unit, so its module-scoped fixtures (a server from `serve`, a model, a
+    recording) are set up once, not once per worker; the container suite goes to one worker as
+    one unit (its containers are named, and the image is built once). pytest-xdist's own
+    `loadgroup` cannot be used here: it renames the tests through `item._nodeid`, which pytest
+    9.2 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):  # type: ignore[misc]

@@ -13,8 +13,9 @@ test:
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	# pytest-xdist with one worker more than the cores (a test module per worker; tests/conftest.py's
 	# scheduler), and mypy beside it: the tests wait on servers, streams and timeouts about a
-	# fifth of the time, which the extra worker and mypy's 20 s of one core fill. On a clean
-	# clone and 2 quiet AMD EPYC cores, pytest took 529 s on 3 workers against 588-590 s on 2.
+	# fifth of the time, which the extra worker and mypy's 20 s of one core fill. In turn in one
+	# clone on 2 quiet AMD EPYC cores, mypy and pytest took 601 s so against 633 s with mypy
+	# first and 2 workers.
 	# mypy's report is printed after pytest's, and either failing fails the target. Coverage
 	# measures the workers and the servers the tests start (pyproject's [tool.coverage.run]
 	# patch), and combine joins their data. The 30 slowest tests are listed at the end, so every

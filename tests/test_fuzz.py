@@ -44,3 +44,18 @@ def test_fuzzing_the_decode_path_finds_no_crash(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Done 3000 runs" in done.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus", "input"]
+
+
+def test_importing_the_target_makes_no_folder(tmp_path: Path) -> None:
+    """The suite's collection imports the target in every worker (doctests): a folder made at
+    import was left in the temporary folder by each."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import tests.fuzz.decode_target"],
+        cwd=TARGET.parents[2],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ A crash (any other exception, a hang, or a signal) is a bug: add the input as a 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -29,13 +30,19 @@ LIMITS = AudioLimits(
     max_duration_s=60, max_channels=8, min_sample_rate=8000, max_sample_rate=192000
 )
 PLAN = SegmentPlan(hop=512, context=64, segment_frames=64, preroll_frames=8)
-FOLDER = Path(os.environ.get("ARENGINE_FUZZ_SCRATCH") or tempfile.mkdtemp(prefix="arengine-fuzz-"))
-"""Where each input is written to be probed: the suite gives a folder of its own (libFuzzer ends
-the process without Python's clean-up, so a folder made here would be left behind)."""
+
+
+@functools.cache
+def scratch() -> Path:
+    """Where each input is written to be probed: the suite's folder (`ARENGINE_FUZZ_SCRATCH`),
+    else one made at the first input. Not at import: the suite's collection imports this module
+    in every worker, and libFuzzer ends the process without Python's clean-up."""
+    given = os.environ.get("ARENGINE_FUZZ_SCRATCH")
+    return Path(given) if given else Path(tempfile.mkdtemp(prefix="arengine-fuzz-"))
 
 
 def test_one_input(data: bytes) -> None:
-    path = FOLDER / "input"
+    path = scratch() / "input"
     path.write_bytes(data)
     try:
         info = probe(path, LIMITS)

@@ -15,8 +15,8 @@ test:
 	# scheduler), and mypy beside it: the tests wait on servers, streams and timeouts about a
 	# fifth of the time, which the extra worker and mypy's 20 s of one core fill. In turn in one
 	# clone on 2 quiet AMD EPYC cores, mypy and pytest took 601 s this way against 633 s with mypy
-	# first and 2 workers.
-	# mypy's report is printed after pytest's, and either failing fails the target. Coverage
+	# first and 2 workers. mypy's report is printed after pytest's, and either failing fails the
+	# target. Coverage
 	# measures the workers and the servers the tests start (pyproject's [tool.coverage.run]
 	# patch), and combine joins their data. The 30 slowest tests are listed at the end, so every
 	# CI log says where the suite's time goes.

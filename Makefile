@@ -16,10 +16,9 @@ test:
 	# fifth of the time, which the extra worker and mypy's 20 s of one core fill. In turn in one
 	# clone on 2 quiet AMD EPYC cores, mypy and pytest took 601 s this way against 633 s with mypy
 	# first and 2 workers. mypy's report is printed after pytest's, and either failing fails the
-	# target. Coverage
-	# measures the workers and the servers the tests start (pyproject's [tool.coverage.run]
-	# patch), and combine joins their data. The 30 slowest tests are listed at the end, so every
-	# CI log says where the suite's time goes.
+	# target. Coverage measures the workers and the servers the tests start (pyproject's
+	# [tool.coverage.run] patch), and combine joins their data. The 30 slowest tests are listed at
+	# the end, so every CI log says where the suite's time goes.
 	typed=$$(mktemp); .venv/bin/mypy > $$typed 2>&1 & mypy=$$!; \
 	.venv/bin/coverage run -m pytest -n $$(( $$(nproc) + 1 )) --durations=30; tests=$$?; \
 	wait $$mypy; types=$$?; cat $$typed; rm -f $$typed; \

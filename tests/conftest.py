@@ -60,9 +60,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under pytest-xdist (`make test` runs a worker more than the cores), each test module goes
     to one worker as a unit, so its module-scoped fixtures (a server from `serve`, a model, a
     recording) are set up once, not once per worker. The container modules go last, so that the
-    image is built by then (once: the first worker builds it, the others find it), each to a
-    worker of its own where there are several. pytest-xdist's own `loadgroup` cannot be used
-    here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer reads."""
+    image is built by then (once: the first worker builds it, the others find it), each a unit
+    of its own, so two workers can run them side by side. pytest-xdist's own `loadgroup` cannot
+    be used here: it renames the tests through `item._nodeid`, which pytest 9.2 no longer
+    reads."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):  # type: ignore[misc]

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from arengine.kinds.speech.network import SpeechModel
+from tests.forkserver import Forked, forkable, spawn
 from tests.recordings import Recording, compose, speak, write
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ class Server:
     """A real `arengine serve` process on 127.0.0.1, spooling uploads to `upload_dir`."""
 
     def __init__(
-        self, url: str, process: subprocess.Popen[bytes], log: Path, upload_dir: Path
+        self, url: str, process: subprocess.Popen[bytes] | Forked, log: Path, upload_dir: Path
     ) -> None:
         self.url = url
         self.process = process
@@ -175,7 +176,10 @@ def start_server(
 ) -> Server:
     """Start `arengine serve` with `args` (uploads go to `tmp_path/uploads` unless `args` say);
     `open_files` sets its RLIMIT_NOFILE (soft and hard); `port`: a given one (a server started
-    again where its clients know it), else a free one."""
+    again where its clients know it), else a free one. The server is forked from this worker's
+    fork server (`tests/forkserver.py`: the imports paid once), unless its flags or environment
+    change how the process starts (the allocator, preloads, torch's threads and ISA): those
+    start as `python -m arengine serve`."""
     port = port or free_port()
     log = tmp_path / f"server-{port}.log"
     upload_dir = tmp_path / "uploads"
@@ -188,14 +192,20 @@ def start_server(
     def limit(files: int = open_files or 0) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
+    command = ["serve", "--port", str(port), *args]
+    environment = {**os.environ, **QUICK_STOP, **(env or {})}
+    process: subprocess.Popen[bytes] | Forked
     with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "arengine", "serve", "--port", str(port), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **QUICK_STOP, **(env or {})},
-            preexec_fn=None if open_files is None else limit,
-        )
+        if forkable(args, env or {}):
+            process = spawn(command, environment, Path.cwd(), log, open_files)
+        else:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "arengine", *command],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                preexec_fn=None if open_files is None else limit,
+            )
     server = Server(f"http://127.0.0.1:{port}", process, log, upload_dir)
     # Loading and warming up the models takes a server most of its start; under coverage, beside
     # another pytest-xdist worker's server and the image build, that is minutes on 2 cores.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import importlib
 import json
 import os
@@ -146,6 +147,15 @@ class _Forks:
         self.listener.close()
 
 
+def _restart_jemalloc_threads() -> None:
+    """jemalloc stops its background threads in a forked child; a server started from the
+    command line has them (the re-execution's `MALLOC_CONF` asks for them): start them again."""
+    mallctl = getattr(ctypes.CDLL(None), "mallctl", None)
+    if mallctl is not None and "background_thread:true" in os.environ.get("MALLOC_CONF", ""):
+        enabled = ctypes.c_bool(True)
+        mallctl(b"background_thread", None, None, ctypes.byref(enabled), ctypes.c_size_t(1))
+
+
 def _run(request: dict[str, Any]) -> None:
     """In the child: become `python -m arengine ARGS` under the request's environment."""
     os.chdir(request["cwd"])
@@ -158,6 +168,7 @@ def _run(request: dict[str, Any]) -> None:
     os.dup2(log, 2)
     os.close(log)
     os.close(null)
+    _restart_jemalloc_threads()
     if request["open_files"] is not None:
         files = request["open_files"]
         resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))

@@ -29,12 +29,19 @@ def test_a_forked_server_runs_as_the_command_would_and_reports_its_exit_as_popen
         assert httpx.get(server.url + "/v1/models").status_code == 401  # its own environment
         assert httpx.get(server.url + "/v1/models", headers=key).status_code == 200
         assert '"api_keys": 2' in server.log.read_text()
+        if find_jemalloc() is not None:  # as MALLOC_CONF asks, though a fork stops them
+            assert "jemalloc_bg_thd" in _thread_names(server.process.pid)
         server.process.send_signal(signal.SIGKILL)
         assert server.process.wait(timeout=30) == -signal.SIGKILL
         assert server.process.poll() == -signal.SIGKILL
         server.process.terminate()  # an ended process is not signalled again
     finally:
         stop_server(server)
+
+
+def _thread_names(pid: int) -> set[str]:
+    tasks = Path(f"/proc/{pid}/task")
+    return {(task / "comm").read_text().strip() for task in tasks.iterdir()}
 
 
 def test_a_server_stopped_by_sigterm_exits_0(tmp_path: Path) -> None:

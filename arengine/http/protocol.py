@@ -54,6 +54,15 @@ client still sends before it closes. Closing with unread bytes makes the kernel 
 which can destroy the answer before the client reads it: a 413 found in a header while the body
 was still coming arrived as "connection reset" under load (nginx's lingering close)."""
 
+READ_BYTES = 1 << 20
+"""The most a connection reads from its socket in one call, where asyncio reads 256 KiB: each
+read is a turn of the event loop under the GIL (the read, the parser, uvicorn's flow control
+pausing and resuming the socket, the body handed to the upload), so a 67-MB upload takes a
+quarter of the turns. Nine alternating runs of `loadtests.threads_vs_processes` on the
+35-minute WAV each way (2 quiet AMD EPYC vCPUs): the one process 4238x against 4004x on average,
+the two 4395x against 4245x. A read holds at most this much of a connection's body in memory
+(uvicorn passes one read to the application before it reads again)."""
+
 
 class _LingeringTransport:
     """A transport whose `close`, while the client may still be sending (`unread()`), sends the
@@ -203,6 +212,8 @@ class ConnectionGuard(asyncio.Protocol, metaclass=ABCMeta):
         """Whether a request's body is still arriving."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if hasattr(transport, "max_size"):  # asyncio's socket transport: what one read asks
+            transport.max_size = READ_BYTES
         lingering = _LingeringTransport(transport, asyncio.get_running_loop(), self._unread)
         super().connection_made(lingering)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:

@@ -23,7 +23,7 @@ import pytest
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from arengine.http.protocol import ConnectionGuard, ConnectionLimits, protocol_class
+from arengine.http.protocol import READ_BYTES, ConnectionGuard, ConnectionLimits, protocol_class
 from arengine.settings import HTTP_PARSERS
 
 Scenario = Callable[[Any, socket.socket], Awaitable[None]]
@@ -271,3 +271,10 @@ def test_a_body_arrives_whole(framing: str, parser: str) -> None:
     reply = _exchange(parser, request, app=_read_body, pieces=7)
     expected = f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()
     assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(expected), reply[-200:]
+
+
+def test_a_connection_reads_a_mebibyte_at_a_time(parser: str) -> None:
+    async def scenario(protocol: Any, client: socket.socket) -> None:
+        assert protocol.transport.max_size == READ_BYTES == 1 << 20  # asyncio's own: 256 KiB
+
+    _run(scenario, parser)

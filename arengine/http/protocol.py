@@ -55,13 +55,15 @@ which can destroy the answer before the client reads it: a 413 found in a header
 was still coming arrived as "connection reset" under load (nginx's lingering close)."""
 
 READ_BYTES = 1 << 20
-"""The most a connection reads from its socket in one call, where asyncio reads 256 KiB: each
-read is a turn of the event loop under the GIL (the read, the parser, uvicorn's flow control
-pausing and resuming the socket, the body handed to the upload), so a 67-MB upload takes a
-quarter of the turns. Nine alternating runs of `loadtests.threads_vs_processes` on the
-35-minute WAV each way (2 quiet AMD EPYC vCPUs): the one process 4238x against 4004x on average,
-the two 4395x against 4245x. A read holds at most this much of a connection's body in memory
-(uvicorn passes one read to the application before it reads again)."""
+"""The most a connection whose body the application reads takes from its socket in one call,
+where asyncio reads 256 KiB: each read is a turn of the event loop under the GIL (the read, the
+parser, uvicorn's flow control pausing and resuming the socket, the body handed to the upload),
+so a 67-MB upload takes a quarter of the turns. Nine alternating runs of
+`loadtests.threads_vs_processes` on the 35-minute WAV each way (2 quiet AMD EPYC vCPUs): the one
+process 4238x against 4004x on average, the two 4395x against 4245x. A read is held until the
+application takes it, so the larger reads start only once it has taken one (an admitted upload,
+at most `max_uploading_requests` of them): a flood of connections whose requests wait or are
+refused holds what asyncio's reads hold, not four times as much."""
 
 
 class _LingeringTransport:
@@ -87,6 +89,13 @@ class _LingeringTransport:
 
     def is_closing(self) -> bool:
         return self.lingering or self._transport.is_closing()
+
+    def resume_reading(self) -> None:
+        """Flow control resumes the socket once the application has taken the body read so far:
+        from then on, reads of `READ_BYTES` (asyncio's socket transport; others read their own)."""
+        if hasattr(self._transport, "max_size"):
+            self._transport.max_size = READ_BYTES
+        self._transport.resume_reading()
 
     def close(self) -> None:
         transport = self._transport
@@ -212,8 +221,6 @@ class ConnectionGuard(asyncio.Protocol, metaclass=ABCMeta):
         """Whether a request's body is still arriving."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if hasattr(transport, "max_size"):  # asyncio's socket transport: what one read asks
-            transport.max_size = READ_BYTES
         lingering = _LingeringTransport(transport, asyncio.get_running_loop(), self._unread)
         super().connection_made(lingering)  # type: ignore[arg-type]
         if len(self.connections) > self.limits.max_connections:

@@ -13,6 +13,7 @@ obs-fold, chunk lines ending in a bare LF), a trailer that never ends, and the J
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import socket
@@ -273,8 +274,24 @@ def test_a_body_arrives_whole(framing: str, parser: str) -> None:
     assert reply.startswith(b"HTTP/1.1 200 ") and reply.endswith(expected), reply[-200:]
 
 
-def test_a_connection_reads_a_mebibyte_at_a_time(parser: str) -> None:
-    async def scenario(protocol: Any, client: socket.socket) -> None:
-        assert protocol.transport.max_size == READ_BYTES == 1 << 20  # asyncio's own: 256 KiB
+@pytest.mark.parametrize("app", [_read_body, _refuse_at_once], ids=["read", "refused"])
+def test_reads_grow_to_a_mebibyte_once_the_application_takes_the_body(
+    parser: str, app: Any
+) -> None:
+    body = bytes(range(256)) * 16384  # 4 MiB: flow control pauses and resumes the socket
+    sizes: list[int] = []
 
-    _run(scenario, parser)
+    async def scenario(protocol: Any, client: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        sizes.append(protocol.transport.max_size)
+        head = POST + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        with contextlib.suppress(OSError):  # refused and closed before the rest was sent
+            await loop.sock_sendall(client, head + body)
+        reply = await _read_to_eof(client)
+        assert reply.startswith(b"HTTP/1.1 200 " if app is _read_body else b"HTTP/1.1 413 ")
+        sizes.append(protocol.transport.max_size)
+
+    _run(scenario, parser, app=app)
+    assert sizes[0] == 256 * 1024  # asyncio's own, while no body has been taken
+    assert sizes[1] == (READ_BYTES if app is _read_body else 256 * 1024)
+    assert READ_BYTES == 1 << 20

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import importlib
 import json
 import os
@@ -45,6 +46,7 @@ FALLBACK_PREFIXES = ("LD_", "MALLOC", "PYTHON", "OMP_", "MKL_", "ONEDNN", "DNNL"
 what the tests' own process has) starts with Popen."""
 
 
+@functools.cache  # a constant of this machine: asked at every fork
 def _allocator_environment() -> dict[str, str]:
     """What `reexec_with_jemalloc` adds to a server's environment, or nothing without jemalloc."""
     from arengine.settings import ServerSettings

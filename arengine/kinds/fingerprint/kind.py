@@ -33,18 +33,25 @@ def _shared(manifest: Manifest, segment_s: float, database: sa.Engine) -> Recogn
 
 def _recognizer(manifest: Manifest, segment_s: float, library: Library) -> Recognizer:
     from arengine.kinds.fingerprint.landmarks import SAMPLE_RATE as FINGERPRINT_RATE  # torch
-    from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
+    from arengine.kinds.fingerprint.recognizer import MEMORY_INDEX_MB, FingerprintRecognizer
 
     if manifest.sample_rate != FINGERPRINT_RATE:
         raise ManifestError(manifest.path, f"a fingerprint model runs at {FINGERPRINT_RATE} Hz")
     params = FingerprintParams().with_overrides(manifest.postprocess)
-    return FingerprintRecognizer(library, segment_s, name=manifest.name, params=params)
+    memory_mb = manifest.model.get("memory_index_mb", MEMORY_INDEX_MB)
+    if type(memory_mb) is not int or memory_mb < 0:
+        raise ManifestError(
+            manifest.path, f"[model] memory_index_mb must be a whole number >= 0, not {memory_mb!r}"
+        )
+    return FingerprintRecognizer(
+        library, segment_s, name=manifest.name, params=params, memory_index_mb=memory_mb
+    )
 
 
 KIND = Kind(
     name="fingerprint",
     features="landmarks",
-    model_keys=(),
+    model_keys=("memory_index_mb",),
     fixed_labels=True,  # the references' titles, read from the library as it is now
     recognizer_path="arengine.kinds.fingerprint.recognizer.FingerprintRecognizer",
     build=_fingerprint,

@@ -98,6 +98,17 @@ runs go as one text array: `hash = ANY(array)` of a segment's 63,000 hashes spen
 the planner alone (a selectivity estimate per element) and probed each; psycopg's adaptation of
 a list of 63,000 ints cost more CPU than the text."""
 
+FILE_OF_REFERENCES = (
+    f"SELECT {PACKED} FROM hashes WHERE reference IN (SELECT value FROM json_each(?))"
+)
+"""SQLite's rows of some references (through the index by reference)."""
+SHARED_OF_REFERENCES = (
+    "SELECT string_agg(int8send(hash) || int8send(reference) || int8send(\"offset\"), ''::bytea) "
+    "FROM fingerprint_hashes WHERE library = :library "
+    "AND reference = ANY(CAST(:references AS bigint[]))"
+)
+"""PostgreSQL's rows of some references, packed as `SHARED_RUNS` packs them."""
+
 NO_JIT = "SET LOCAL jit = off"
 """Run before PostgreSQL's lookup, in its transaction. The planner cannot tell how many rows a
 range of a run holds, estimates millions for each (35 billion for a segment), and so compiles
@@ -242,6 +253,13 @@ class Library:
             raise ValueError(f"the library of {self.model!r} is in the server database")
         return self._path
 
+    @property
+    def where(self) -> str:
+        """The library's file, or the model whose library is in the server database."""
+        if self._path is not None:
+            return str(self._path)
+        return f"of {self.model!r} (in the server database)"
+
     def connection(self) -> sa.Connection:
         """A pooled connection to the library's database (close it, or use it in `with`)."""
         return self.database.connect()
@@ -323,6 +341,43 @@ class Library:
             if self.model is None:
                 return self._file_rows(connection, unique)
             return self._shared_rows(connection, keys, unique)
+
+    def version(self) -> tuple[int, int]:
+        """The largest reference id and the number of references, (0, 0) when empty: any add
+        raises the first (ids grow and are never reused), a remove lowers the second, so two
+        equal versions hold the same references (`index.HashIndex` asks it each lookup)."""
+        table = self._references
+        query = sa.select(sa.func.coalesce(sa.func.max(table.c.id), 0), sa.func.count())
+        with self._reading() as connection:
+            keys = self._keys(connection, create=False)
+            if keys is None:
+                return 0, 0
+            largest, count = connection.execute(query.where(*_of(table, keys))).one()
+        return int(largest), int(count)
+
+    def ids(self) -> np.ndarray:
+        """Every reference's id, in order."""
+        table = self._references
+        with self._reading() as connection:
+            keys = self._keys(connection, create=False)
+            if keys is None:
+                return np.empty(0, dtype=np.int64)
+            query = sa.select(table.c.id).where(*_of(table, keys)).order_by(table.c.id)
+            return np.array(connection.execute(query).scalars().all(), dtype=np.int64)
+
+    def rows_of(self, references: np.ndarray) -> np.ndarray:
+        """The `(m, 3)` int64 rows of (hash, reference, offset) of the `references` (ids), in
+        no particular order; none for an id the library does not hold."""
+        with self._reading() as connection:
+            keys = self._keys(connection, create=False)
+            if keys is None or not len(references):
+                return np.empty((0, 3), dtype=np.int64)
+            if self.model is None:
+                return _packed_rows(connection, FILE_OF_REFERENCES, references)
+            query = sa.text(SHARED_OF_REFERENCES).bindparams(
+                library=keys["library"], references=_text_array(references)
+            )
+            return _unpacked(connection.execute(query).scalar_one())
 
     def _file_rows(self, connection: sa.Connection, unique: np.ndarray) -> np.ndarray:
         """SQLite: one query of runs (`FILE_RUNS`), and one of single hashes for those too large

@@ -10,9 +10,10 @@ pitch it was played at, and the tagger fits one line per occurrence (`matches.py
 `tagger.py`): recordings played from 90% to 110% of the reference's speed are found, and the tag
 says the factors.
 
-The library is the model folder's SQLite file or the database's (`library.py`). Each segment's
-hashes are looked up at once, so a reference added or removed (through any replica) is seen by
-the next segment, without a restart. A segment keeps the triplets whose anchor lies in its own
+The library is the model folder's SQLite file or the database's (`library.py`), held in memory
+(`index.py`) where it fits. Each segment's hashes are looked up at once, after a check of the
+library's version, so a reference added or removed (through any replica) is seen by the next
+segment, without a restart. A segment keeps the triplets whose anchor lies in its own
 frames; its pre-roll and lookahead give its first and last anchors the same peaks and partners as
 the whole recording has, so a boundary never splits or changes a match. `infer` returns rows of
 (reference, reference frame, frame, partner's frame, speed, pitch) for the matches, one (-1, 0,
@@ -34,6 +35,7 @@ from torch import Tensor
 
 from arengine.audio.segments import Segment, SegmentPlan
 from arengine.kinds.base import Overrides, Recognizer
+from arengine.kinds.fingerprint.index import HashIndex
 from arengine.kinds.fingerprint.landmarks import (
     HOP,
     LOOKAHEAD,
@@ -49,6 +51,11 @@ from arengine.kinds.fingerprint.landmarks import (
 from arengine.kinds.fingerprint.library import Library, distinct
 from arengine.kinds.fingerprint.matches import COLUMNS, matches
 from arengine.kinds.fingerprint.tagger import END, HASH, FingerprintParams, FingerprintTagger
+
+MEMORY_INDEX_MB = 1024
+"""The most a model's library may take in memory (`index.HashIndex`; 16 bytes a row, about
+2.2 MB an hour of reference audio, so some 450 hours); a larger one is looked up in the
+database. A manifest's `[model] memory_index_mb` sets it (0: always the database)."""
 
 
 class FingerprintRecognizer(Recognizer):
@@ -68,10 +75,12 @@ class FingerprintRecognizer(Recognizer):
         segment_s: float,
         name: str = "fingerprint",
         params: FingerprintParams | None = None,
+        memory_index_mb: int = MEMORY_INDEX_MB,
     ) -> None:
         self.name = name
         self.library = library if isinstance(library, Library) else Library(library)
         check_scheme(self.library)
+        self.index = HashIndex(self.library, memory_index_mb << 20)
         self.plan = SegmentPlan(
             hop=HOP,
             context=0,
@@ -90,7 +99,7 @@ class FingerprintRecognizer(Recognizer):
 
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
         query = features.numpy()
-        found = matches(query, self.library.lookup(query[:, 0]))
+        found = matches(query, self.index.lookup(query[:, 0]))
         frames = distinct(query[:, 2])  # one row an anchor, as the matches are
         own = np.zeros((len(frames), COLUMNS), dtype=np.int64)
         own[:, 0], own[:, 2], own[:, 3] = HASH, frames, frames
@@ -116,17 +125,9 @@ def check_scheme(library: Library) -> None:
     stale = [ref for ref in library.references() if ref.id not in marked]
     if stale:
         raise ValueError(
-            f"the reference library {_where(library)} holds {len(stale)} reference(s) "
+            f"the reference library {library.where} holds {len(stale)} reference(s) "
             f"fingerprinted by an older scheme (first: {stale[0].id} {stale[0].title!r}), "
             f"which this version cannot match (fingerprint scheme {SCHEME}: triplets that survive "
             "speed changes); index its recordings again: remove them (or move the library file "
             "away) and `arengine references add` each recording"
         )
-
-
-def _where(library: Library) -> str:
-    """The library's file, or the model whose library is in the server database."""
-    try:
-        return str(library.path)
-    except ValueError:
-        return f"of {library.model!r} (in the server database)"

@@ -37,6 +37,9 @@ length_s = 30.0
 [weights]
 file = "{library}"   # managed with `arengine references add|remove|list {name}`
 
+[model]
+memory_index_mb = 1024  # held in memory up to this size, else looked up in the database (0)
+
 [postprocess]
 min_hits = 30     # matched anchors an occurrence needs (tuned on held-out sets)
 min_score = 0.02  # share of the stretch's hashes that must match

@@ -150,22 +150,24 @@ class HashIndex:
             rows = rows[(rows[:, 0] >= 0) & (rows[:, 0] <= _HASH_MAX)]
             room -= len(rows)
             if room < 0:
-                return self._give_up()
+                self._give_up()
+                return None
             loaded.append(rows)
         new = np.concatenate(loaded) if loaded else np.empty((0, 3), dtype=np.int64)
-        new = new[np.lexsort((new[:, 2], new[:, 1], new[:, 0]))]
+        order = _by_hash(new)
         wide = np.int32 if version[0] <= _HASH_MAX else np.int64  # ids beyond int32: rare
         hashes, references, offsets = (
-            held.hashes[kept], held.references[kept].astype(wide), held.offsets[kept],
+            new[order, 0].astype(np.int32), new[order, 1].astype(wide), new[order, 2],
         )  # fmt: skip
-        at = np.searchsorted(hashes, new[:, 0], side="right")
-        merged = _Held(
-            version,
-            ids,
-            np.insert(hashes, at, new[:, 0].astype(np.int32)),
-            np.insert(references, at, new[:, 1].astype(wide)),
-            np.insert(offsets, at, new[:, 2]),
-        )
+        if len(held.hashes):  # the new rows inserted at their hashes' places, after equal ones
+            base = held.hashes[kept]
+            at = np.searchsorted(base, hashes, side="right")
+            hashes, references, offsets = (
+                np.insert(base, at, hashes),
+                np.insert(held.references[kept].astype(wide), at, references),
+                np.insert(held.offsets[kept], at, offsets),
+            )
+        merged = _Held(version, ids, hashes, references, offsets)
         log.log(
             logging.INFO if held is EMPTY else logging.DEBUG,
             "fingerprint library %s in memory: %d references, %d rows (%.0f MB); "
@@ -183,3 +185,14 @@ class HashIndex:
             self.library.where, self.max_bytes >> 20,
         )  # fmt: skip
         self._too_large = True
+
+
+def _by_hash(rows: np.ndarray) -> np.ndarray:
+    """The order of `rows` by hash, rows of one hash in their order (the database's: by
+    reference): a sort of the hash with the row's place in the low 32 bits, a third of an
+    argsort's time (4 s of lexsort for 11.6 million rows)."""
+    if len(rows) >= 1 << 32:
+        return np.argsort(rows[:, 0], kind="stable")
+    keyed = np.sort((rows[:, 0] << 32) | np.arange(len(rows)))
+    order: np.ndarray = keyed & 0xFFFFFFFF
+    return order

@@ -15,9 +15,10 @@ are whole frame numbers (64-bit integers), so they never wrap on a long referenc
 
 An add or a remove is one transaction: a crash or `kill -9` mid-add leaves the library as it was
 before, and an acknowledged add is committed (SQLite: `synchronous=FULL`). Readers go on while a
-reference is added. Nothing is cached: every lookup queries the library as it is now, so every
-server (other processes and other replicas too) sees an added or removed reference at its next
-segment, without a restart. Connections come from the SQLAlchemy engine's pool, one per call, so
+reference is added. Nothing is cached here: every lookup queries the library as it is now, and
+`version` says when it changed, so a server holding the library in memory (`index.py`) or
+querying it sees an added or removed reference (through other processes and other replicas too)
+at its next segment, without a restart. Connections come from the SQLAlchemy engine's pool, one per call, so
 threads share a `Library`.
 
 Example::

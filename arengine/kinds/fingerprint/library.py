@@ -18,8 +18,8 @@ before, and an acknowledged add is committed (SQLite: `synchronous=FULL`). Reade
 reference is added. Nothing is cached here: every lookup queries the library as it is now, and
 `version` says when it changed, so a server holding the library in memory (`index.py`) or
 querying it sees an added or removed reference (through other processes and other replicas too)
-at its next segment, without a restart. Connections come from the SQLAlchemy engine's pool, one per call, so
-threads share a `Library`.
+at its next segment, without a restart. Connections come from the SQLAlchemy engine's pool, one
+per call, so threads share a `Library`.
 
 Example::
 

@@ -196,6 +196,9 @@ def _watch(metrics: Metrics, engine: Engine) -> None:
     allocator = active_allocator()
     jemalloc = Jemalloc.load() if allocator == "jemalloc" else None
     metrics.watch(engine.pool, jemalloc, engine.admission)
+    metrics.watch_models(
+        lambda: {name: loaded.recognizer.held_bytes() for name, loaded in engine.models.items()}
+    )
     metrics.build.info(
         {
             "version": __version__,

@@ -81,3 +81,8 @@ class Recognizer(ABC):
     def defaults(self) -> dict[str, float]:
         """The post-processing parameters and their defaults, as `GET /v1/models` shows them."""
         return self._params.defaults()
+
+    def held_bytes(self) -> int:
+        """Memory it holds besides its weights, growing with what it serves (a fingerprint
+        model's library in memory); 0 for most kinds."""
+        return 0

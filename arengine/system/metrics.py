@@ -320,6 +320,11 @@ class Metrics:
         """Report the job store's gauges."""
         self.registry.register(JobsCollector(jobs))
 
+    def watch_models(self, held: Callable[[], Mapping[str, int]]) -> None:
+        """Report what each model holds in memory besides its weights (`held()`: by model, read
+        at each scrape)."""
+        self.registry.register(HeldCollector(held))
+
     def watch(
         self,
         engine: EngineState,
@@ -466,6 +471,23 @@ class OutboxCollector(Collector):
             "Age of the oldest webhook in the outbox, from its job's end (0 when none is).",
             age,
         )
+
+
+class HeldCollector(Collector):
+    """`arengine_model_held_bytes{model}`: a fingerprint model's library in memory."""
+
+    def __init__(self, held: Callable[[], Mapping[str, int]]) -> None:
+        self._held = held
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "arengine_model_held_bytes",
+            "Memory a model holds besides its weights: a fingerprint model's library.",
+            labels=["model"],
+        )
+        for model, held in sorted(self._held().items()):
+            family.add_metric([model], held)
+        yield family
 
 
 class ProcessMemoryCollector(Collector):

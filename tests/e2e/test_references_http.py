@@ -5,6 +5,7 @@ while they run."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import threading
@@ -80,11 +81,21 @@ def _error(response: httpx.Response, status: int, code: str) -> str:
     return message
 
 
+def _held(client: httpx.Client, model: str) -> float:
+    """`arengine_model_held_bytes` of `model`, as Prometheus would scrape it."""
+    text = client.get("/metrics", headers=USER).text
+    found = re.search(rf'^arengine_model_held_bytes{{model="{model}"}} (\S+)$', text, re.M)
+    assert found is not None, text
+    return float(found.group(1))
+
+
 def test_an_added_reference_is_found_and_a_removed_one_no_more(
     keyed: Server, material: Path
 ) -> None:
     assert _labels(keyed, material, USER) == ["jingle0"]
     with keyed.client() as client:
+        held = _held(client, "jingles")  # the library in memory: 16 bytes a stored hash
+        assert held > 0 and held % 16 == 0 and _held(client, "speech") == 0
         flac = (material / "jingle2.flac").read_bytes()
         added = client.post(JINGLES, files={"file": ("jingle2.flac", flac)}, headers=ADMIN)
         assert added.status_code == 201, added.text
@@ -96,9 +107,11 @@ def test_an_added_reference_is_found_and_a_removed_one_no_more(
         listed = client.get(JINGLES, headers=USER).json()
         assert [r["title"] for r in listed["references"]] == ["jingle0", "jingle2"]
         assert _labels(keyed, material, USER) == ["jingle0", "jingle2"]
+        assert _held(client, "jingles") > held  # the add reached the held library
 
         assert client.delete(f"{JINGLES}/{ref['id']}", headers=ADMIN).status_code == 204
         assert _labels(keyed, material, USER) == ["jingle0"]
+        assert _held(client, "jingles") == held
         _error(client.delete(f"{JINGLES}/{ref['id']}", headers=ADMIN), 404, "reference_not_found")
         _error(client.get(f"{JINGLES}/{ref['id']}", headers=USER), 404, "reference_not_found")
 

@@ -107,6 +107,9 @@ class FingerprintRecognizer(Recognizer):
         end = np.array([[END, 0, last, last, 0, 0]], dtype=np.int64)
         return np.concatenate([found, own, end])
 
+    def held_bytes(self) -> int:
+        return self.index.held_bytes
+
     def tagger(self, overrides: Overrides) -> FingerprintTagger:
         params = self._params.with_overrides(overrides)
         return FingerprintTagger(params, self.library.reference, SAMPLE_RATE, HOP)

@@ -27,6 +27,7 @@ when the model loads, with the advice to index its recordings again (`check_sche
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,8 @@ from arengine.audio.segments import Segment, SegmentPlan
 from arengine.kinds.base import Overrides, Recognizer
 from arengine.kinds.fingerprint.index import HashIndex
 from arengine.kinds.fingerprint.landmarks import (
+    BINS_PER_OCTAVE,
+    FINE,
     HOP,
     LOOKAHEAD,
     PREROLL_FRAMES,
@@ -47,11 +50,20 @@ from arengine.kinds.fingerprint.landmarks import (
     queried,
     spectrogram_db,
     triplets,
+    unpack,
 )
 from arengine.kinds.fingerprint.library import Library, distinct
 from arengine.kinds.fingerprint.matches import COLUMNS, matches
-from arengine.kinds.fingerprint.tagger import END, HASH, FingerprintParams, FingerprintTagger
+from arengine.kinds.fingerprint.tagger import (
+    END,
+    HASH,
+    PEAK,
+    FingerprintParams,
+    FingerprintTagger,
+)
 
+FINE_BITS = 16
+"""A peak's bin in quarters below its frame in one integer (`unpack`'s width of it)."""
 MEMORY_INDEX_MB = 1024
 """The most a model's library may take in memory (`index.HashIndex`; 16 bytes a row, about
 2.2 MB an hour of reference audio, so some 450 hours); a larger one is looked up in the
@@ -100,24 +112,47 @@ class FingerprintRecognizer(Recognizer):
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
         query = features.numpy()
         found = matches(query, self.index.lookup(query[:, 0]))
-        frames = distinct(query[:, 2])  # one row an anchor, as the matches are
+        frames = distinct(query[:, 2])  # one row an anchor's frame, as the matches are
         own = np.zeros((len(frames), COLUMNS), dtype=np.int64)
         own[:, 0], own[:, 2], own[:, 3] = HASH, frames, frames
+        heard = distinct((query[:, 2] << FINE_BITS) | query[:, 3])  # each anchor once
+        peaks = np.zeros((len(heard), COLUMNS), dtype=np.int64)
+        peaks[:, 0], peaks[:, 1] = PEAK, heard & ((1 << FINE_BITS) - 1)
+        peaks[:, 2] = peaks[:, 3] = heard >> FINE_BITS
         last = segment.first_frame + segment.frames - 1
         end = np.array([[END, 0, last, last, 0, 0]], dtype=np.int64)
-        return np.concatenate([found, own, end])
+        return np.concatenate([found, own, peaks, end])
 
     def held_bytes(self) -> int:
         return self.index.held_bytes
 
     def tagger(self, overrides: Overrides) -> FingerprintTagger:
         params = self._params.with_overrides(overrides)
-        return FingerprintTagger(params, self.library.reference, SAMPLE_RATE, HOP)
+        anchors: dict[int, np.ndarray] = {}  # a request's: a reference's rows read once
+
+        def heard(reference: int, pitch: float) -> np.ndarray:
+            if reference not in anchors:
+                anchors[reference] = reference_anchors(self.library, reference)
+            found = anchors[reference].astype(np.float64)
+            found[:, 1] += BINS_PER_OCTAVE * FINE * math.log2(pitch)
+            return found
+
+        return FingerprintTagger(params, self.library.reference, SAMPLE_RATE, HOP, heard)
 
     def warm_up(self) -> None:
         samples = np.zeros(self.plan.segment_samples + LOOKAHEAD, dtype=np.float32)
         segment = Segment(0, 0, 0, self.plan.segment_frames, samples)
         self.infer(self.features(segment), segment)
+
+
+def reference_anchors(library: Library, reference: int) -> np.ndarray:
+    """The `(n, 2)` (frame, bin in quarters) of a reference's anchors, by frame (none once it
+    is removed)."""
+    rows = library.rows_of(np.array([reference]))
+    offsets = rows[rows[:, 0] >= 0, 2]  # not the scheme's marker
+    frame, fine, _ = unpack(offsets)
+    heard = distinct((frame << FINE_BITS) | fine)
+    return np.stack([heard >> FINE_BITS, heard & ((1 << FINE_BITS) - 1)], axis=1)
 
 
 def check_scheme(library: Library) -> None:

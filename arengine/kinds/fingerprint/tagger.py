@@ -422,7 +422,7 @@ def _dense(run: _Run, frame_s: float) -> tuple[int, int]:
 
 def _rate(frames: np.ndarray, frame_s: float) -> float:
     """Matches a second of a run whose matches are at `frames`."""
-    return len(frames) / max(1.0, (frames.max() - frames.min()) * frame_s)
+    return len(frames) / max(1.0, float(frames.max() - frames.min()) * frame_s)
 
 
 def _reach(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray) -> float | None:

@@ -29,7 +29,8 @@ from arengine.kinds.fingerprint.landmarks import (
     running_max,
 )
 from arengine.kinds.fingerprint.library import Library, metadata_depth
-from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer
+from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer, reference_anchors
+from arengine.kinds.fingerprint.tagger import PEAK
 from arengine.types import Tag
 from tests.fingerprints import Placed, mix, piece
 from tests.recordings import speak
@@ -279,3 +280,25 @@ def test_a_lookup_reads_only_the_hash_index(tmp_path: Path) -> None:
             "EXPLAIN QUERY PLAN SELECT hash, reference, offset FROM hashes WHERE hash IN (1, 2)"
         ).all()
     assert "COVERING INDEX hashes_by_hash" in " ".join(str(row) for row in plan)
+
+
+def test_a_segment_says_where_its_peaks_are_and_a_reference_where_its_anchors_are(
+    library: Library, pieces: list[np.ndarray]
+) -> None:
+    """What the tagger places an occurrence's edges with: each anchor of the recording once, as
+    (PEAK, bin in quarters, frame, frame), and a reference's anchors (frame, bin in quarters),
+    those of a piece played from its start at the same frames."""
+    recognizer = FingerprintRecognizer(library, segment_s=30.0)
+    samples = np.r_[pieces[1], np.zeros(SAMPLE_RATE, dtype=np.float32)]
+    [segment] = list(Segmenter(iter([samples]), recognizer.plan))
+    features = recognizer.features(segment)
+    rows = recognizer.infer(features, segment)
+    peaks = rows[rows[:, 0] == PEAK]
+    query = features.numpy()
+    assert len(peaks) == len({(f, q) for f, q in query[:, 2:4].tolist()})
+    np.testing.assert_array_equal(peaks[:, 2], peaks[:, 3])
+    heard = {(f, q) for q, f in peaks[:, 1:3].tolist()}
+    anchors = reference_anchors(library, 2)  # piece 1
+    assert np.all(np.diff(anchors[:, 0]) >= 0) and len(anchors) > 100
+    assert len(heard & {(f, q) for f, q in anchors.tolist()}) > 0.9 * len(anchors)
+    assert reference_anchors(library, 99).shape == (0, 2)

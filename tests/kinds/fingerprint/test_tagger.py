@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from arengine.kinds.fingerprint.fields import REFERENCE, REFERENCE_END, REFERENCE_START, SPEED
@@ -10,6 +12,7 @@ from arengine.kinds.fingerprint.tagger import (
     END,
     FACTOR,
     HASH,
+    PEAK,
     FingerprintParams,
     FingerprintTagger,
 )
@@ -37,8 +40,11 @@ def _occurrence(reference: int, at: int, ref_first: int, frames: int) -> np.ndar
     return np.array(rows, dtype=np.int64)
 
 
-def _tags(rows: np.ndarray, pushes: int, **params: float) -> list[Tag]:
-    tagger = FingerprintTagger(FingerprintParams(**params), LIBRARY.get, RATE, HOP)  # type: ignore[arg-type]
+def _tags(
+    rows: np.ndarray, pushes: int, anchors: Callable[[int, float], np.ndarray] | None = None,
+    **params: float,
+) -> list[Tag]:  # fmt: skip
+    tagger = FingerprintTagger(FingerprintParams(**params), LIBRARY.get, RATE, HOP, anchors)  # type: ignore[arg-type]
     rows = rows[np.argsort(rows[:, 2], kind="stable")]
     tags: list[Tag] = []
     for part in np.array_split(rows, pushes):
@@ -198,3 +204,61 @@ def test_matches_a_few_frames_off_the_line_do_not_stretch_an_occurrence() -> Non
         assert abs(tag.start - 1000 * FRAME_S) < 0.1, tag
         assert abs(REFERENCE_START.at(tag) - 300 * FRAME_S) < 0.1, tag
         assert abs(SPEED.at(tag) - 1.0) < 0.01, tag
+
+
+ANCHORS = np.array([[frame, 200 + frame % 7 * 10] for frame in range(0, 861, 5)])
+"""Reference 1's anchors: (frame, bin in quarters), one every 5 frames."""
+
+
+def _heard(reference: int, pitch: float) -> np.ndarray:
+    assert (reference, pitch) == (1, 1.0)
+    return ANCHORS.astype(np.float64)
+
+
+def _peaks(ref_from: int, ref_to: int, shift: int) -> np.ndarray:
+    """PEAK rows of the recording where reference 1's anchors from `ref_from` to `ref_to` are
+    heard, played `shift` frames later than in the reference."""
+    kept = ANCHORS[(ANCHORS[:, 0] >= ref_from) & (ANCHORS[:, 0] < ref_to)]
+    return np.array([[PEAK, fine, frame + shift, frame + shift, 0, 0] for frame, fine in kept])
+
+
+def _thin(every: int) -> np.ndarray:
+    """Reference 1's frames 300-699 played from frame 1000, a match every `every` frames (speech
+    over it leaves one triplet in eight matched), and one hash of the recording at every frame."""
+    rows = [_match(1, 700, f, f + 10) for f in range(1000, 1400, every)]
+    rows += [[HASH, 0, f, f, 0, 0] for f in range(1000, 1400)]
+    return np.array(rows, dtype=np.int64)
+
+
+def test_a_thinly_matched_occurrence_reaches_as_far_as_its_reference_s_peaks_are_heard() -> None:
+    """Speech over its first 40 and last 30 frames left no triplet matched, but the music's
+    peaks are there: the tag starts and ends with them, and no further (the peaks of other
+    music around it, at random, do not line up with the reference's)."""
+    rng = np.random.default_rng(5)
+    around = [[PEAK, int(rng.integers(0, 800)), f, f, 0, 0] for f in range(800, 1600, 3)]
+    heard = np.concatenate([_peaks(260, 740, 700), np.array(around)])
+    rows = np.concatenate([_thin(8), heard])
+    plain = _tags(rows, 3)
+    for pushes in (1, 3):
+        [tag] = _tags(rows, pushes, anchors=_heard)
+        assert abs(tag.start - 960 * FRAME_S) < 0.01, (tag, plain)
+        assert abs(REFERENCE_START.at(tag) - 260 * FRAME_S) < 0.01
+        assert abs(tag.end - 1436 * FRAME_S) < 0.03  # the last peak heard, at reference 735
+    [before] = plain  # without the reference's anchors: its matched bounds
+    assert abs(before.start - 1000 * FRAME_S) < 0.01 and before.end < 1415 * FRAME_S
+
+
+def test_a_densely_matched_occurrence_keeps_its_matched_bounds() -> None:
+    """Matched every other frame (clean or coded): its edges are where its matches are, even
+    where the reference's peaks are heard beyond them (a phrase repeated by the music around)."""
+    rows = np.concatenate([_thin(2), _peaks(200, 800, 700)])
+    [tag] = _tags(rows, 2, anchors=_heard)
+    assert abs(tag.start - 1000 * FRAME_S) < 0.01
+    assert tag.end < 1412 * FRAME_S
+
+
+def test_an_edge_is_not_moved_past_two_onsets_not_heard() -> None:
+    """Peaks of the reference heard again after a gap of two onsets belong to something else."""
+    gap = np.concatenate([_peaks(285, 300, 700), _peaks(200, 275, 700)])  # 275 and 280 not heard
+    [tag] = _tags(np.concatenate([_thin(8), gap]), 1, anchors=_heard)
+    assert abs(tag.start - 985 * FRAME_S) < 0.01

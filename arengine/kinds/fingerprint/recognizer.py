@@ -17,8 +17,10 @@ segment, without a restart. A segment keeps the triplets whose anchor lies in it
 frames; its pre-roll and lookahead give its first and last anchors the same peaks and partners as
 the whole recording has, so a boundary never splits or changes a match. `infer` returns rows of
 (reference, reference frame, frame, partner's frame, speed, pitch) for the matches, one (-1, 0,
-frame, frame, 0, 0) per anchor of the recording and a closing (-2, 0, last frame, last frame, 0,
-0); `tagger.py` groups them into occurrences.
+frame, frame, 0, 0) per frame with an anchor of the recording, one (-3, bin in quarters, frame,
+frame, 0, 0) per anchor, and a closing (-2, 0, last frame, last frame, 0, 0); `tagger.py` groups
+them into occurrences, and places the edges of those that speech thinned with the anchors and
+their reference's (`reference_anchors`).
 
 A library whose references were fingerprinted with another scheme (the landmark pairs before
 triplets, or scheme 2's coarser triplet hashes) would match nothing, silently: it is refused

@@ -48,7 +48,7 @@ END = -2
 """A row's reference for the segment's last frame: the recording has been read to there."""
 PEAK = -3
 """A row's reference for one peak of the recording, an anchor of its triplets: (PEAK, its bin in
-quarters, frame, frame, 0, 0). Where an occurrence's edges are (`_edge`)."""
+quarters, frame, frame, 0, 0): where an occurrence's edges are (`_edges`)."""
 DIFF_TOLERANCE = 3
 """Frames a match may lie off its run's line (peaks move a frame or two under noise)..."""
 GAP_TOLERANCE = 0.004

@@ -44,6 +44,7 @@ memory_index_mb = 1024  # held in memory up to this size, else looked up in the 
 min_hits = 30     # matched anchors an occurrence needs (tuned on held-out sets)
 min_score = 0.02  # share of the stretch's hashes that must match
 max_gap_s = 3.0   # seconds without a match that end an occurrence
+min_heard = 0.5   # share of the reference's onsets whose peaks an occurrence must have
 
 [card]
 task = "occurrences of the library's recordings (fingerprints; found at 90-110% speed or pitch)"

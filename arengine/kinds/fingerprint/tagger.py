@@ -81,6 +81,8 @@ peaks stay."""
 EDGE_RATE = 10.0
 """Matches a second under which a run is thin: clean and 64 kbps MP3 plays matched at 10-15.8,
 plays under speech 5 dB down at 3.5-10.3 (the broadcast benchmark, seeds 3 and 4)."""
+HEARD_MIN = 5
+"""Onsets of its reference an occurrence needs for `min_heard` to apply."""
 EDGE_WINDOW = 2
 EDGE_FOUND = 1
 EDGE_FRAMES = 1.0
@@ -108,6 +110,10 @@ class FingerprintParams(Params):
     max_gap_s: float = param(
         3.0, "Seconds without a match that end an occurrence.", Bounds(0.5, 60.0)
     )
+    min_heard: float = param(
+        0.5, "Share of the reference's onsets whose peaks an occurrence must have (lower: "
+        "chance lines of similar music pass).", Bounds(0.0, 1.0),
+    )  # fmt: skip
 
 
 @dataclass(slots=True, eq=False)
@@ -326,6 +332,17 @@ class FingerprintTagger:
         reach = max(reach, math.ceil(latest)) if latest is not None else reach
         return max(0, first), reach
 
+    def _heard(self, run: _Run, first: int, reach: int) -> float:
+        """The share of `run`'s reference's onsets, placed by its line and pitch from `first`
+        to `reach`, whose peaks the recording has (1.0 when it holds fewer than `HEARD_MIN`)."""
+        assert self.anchors is not None
+        anchors = self.anchors(run.reference, run.pitch())
+        frames = run.origin + (anchors[:, 0] - run.at(run.origin)) / run.speed()
+        inside = (frames >= first) & (frames <= reach)
+        found = _found(frames[inside], anchors[inside, 1], np.concatenate(self.peak_rows))
+        heard = _onsets(frames[inside], found)[1]
+        return float(heard.mean()) if len(heard) >= HEARD_MIN else 1.0
+
     def _may_take(self, open_run: _Run, run: _Run) -> bool:
         """An open run may still overlap `run` or take it in (`absorb`): `run` waits."""
         if open_run.reference != run.reference:
@@ -346,6 +363,8 @@ class FingerprintTagger:
         first, reach = _dense(run, frame_s)
         if self.anchors is not None and self.peak_rows:
             first, reach = self._edges(run, first, reach)
+            if self._heard(run, first, reach) < self.params.min_heard:
+                return None
         start_s = first * frame_s
         end_s = (reach + 1) * frame_s
         reference_start = run.at(first) * frame_s
@@ -427,25 +446,38 @@ def _rate(frames: np.ndarray, frame_s: float) -> float:
 
 def _reach(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray) -> float | None:
     """The frame of the last anchor found of those (in order outwards from an edge) among the
-    `(n, 2)` (frame, bin in quarters) `peaks` (by frame), going out onset by onset (anchors a
-    frame or less apart: a chord's notes) while the next `EDGE_WINDOW` onsets hold `EDGE_FOUND`
-    found; None when none is reached."""
+    `(n, 2)` (frame, bin in quarters) `peaks` (by frame), going out onset by onset while the
+    next `EDGE_WINDOW` onsets hold `EDGE_FOUND` heard; None when none is reached."""
     if not len(frames):
         return None
-    found = np.zeros(len(frames), dtype=bool)
-    for i, (frame, fine) in enumerate(zip(frames.tolist(), fines.tolist(), strict=True)):
-        low = np.searchsorted(peaks[:, 0], frame - EDGE_FRAMES, side="left")
-        high = np.searchsorted(peaks[:, 0], frame + EDGE_FRAMES, side="right")
-        found[i] = bool(np.any(np.abs(peaks[low:high, 1] - fine) <= EDGE_FINE))
-    onset = np.cumsum(np.r_[True, np.abs(np.diff(frames)) > 1.5]) - 1
-    heard = np.zeros(onset[-1] + 1, dtype=bool)
-    np.logical_or.at(heard, onset, found)
+    found = _found(frames, fines, peaks)
+    onset, heard = _onsets(frames, found)
     counted = np.r_[0, np.cumsum(heard)]
     at = np.arange(len(heard))
     ahead = counted[np.minimum(at + EDGE_WINDOW, len(heard))] - counted[at]
     short = np.flatnonzero(ahead < EDGE_FOUND)
     kept = np.flatnonzero(found & (onset < (short[0] if len(short) else len(heard))))
     return float(frames[kept[-1]]) if len(kept) else None
+
+
+def _found(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray) -> np.ndarray:
+    """Whether each anchor placed at (`frames`, `fines`) has a peak of the recording (`(n, 2)`
+    (frame, bin in quarters), by frame) within `EDGE_FRAMES` and `EDGE_FINE`."""
+    found = np.zeros(len(frames), dtype=bool)
+    for i, (frame, fine) in enumerate(zip(frames.tolist(), fines.tolist(), strict=True)):
+        low = np.searchsorted(peaks[:, 0], frame - EDGE_FRAMES, side="left")
+        high = np.searchsorted(peaks[:, 0], frame + EDGE_FRAMES, side="right")
+        found[i] = bool(np.any(np.abs(peaks[low:high, 1] - fine) <= EDGE_FINE))
+    return found
+
+
+def _onsets(frames: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each anchor's onset (anchors in order, a frame or less apart: a chord's notes) and
+    whether each onset is heard (one of its anchors found)."""
+    onset = np.cumsum(np.r_[True, np.abs(np.diff(frames)) > 1.5]) - 1
+    heard = np.zeros(onset[-1] + 1 if len(onset) else 0, dtype=bool)
+    np.logical_or.at(heard, onset, found)
+    return onset, heard
 
 
 def _touching(frames: np.ndarray, reaches: np.ndarray, low: int, high: int) -> int:

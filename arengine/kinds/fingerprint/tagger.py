@@ -42,6 +42,9 @@ from arengine.kinds.fingerprint.library import Reference
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
+Placed = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A reference's anchors placed in the recording (frames, bins in quarters) and the recording's
+`(n, 2)` peaks (frame, bin in quarters)."""
 HASH = -1
 """A row's reference for one hash of the recording (its frame), matched or not."""
 END = -2
@@ -309,19 +312,21 @@ class FingerprintTagger:
             self.peak_rows = [peaks[peaks[:, 0] >= since]]
         return tags
 
-    def _edges(self, run: _Run, first: int, reach: int) -> tuple[int, int]:
+    def _placed(self, run: _Run) -> Placed:
+        """`run`'s reference's anchors where its line and pitch put them in the recording, with
+        the recording's peaks: what `_edges` and `_heard` look at."""
+        assert self.anchors is not None
+        anchors = self.anchors(run.reference, run.pitch())
+        frames = run.origin + (anchors[:, 0] - run.at(run.origin)) / run.speed()
+        return frames, anchors[:, 1], np.concatenate(self.peak_rows)
+
+    def _edges(self, run: _Run, placed: Placed, first: int, reach: int) -> tuple[int, int]:
         """`first` and `reach` moved out to where `run`'s reference is still heard: speech over
         an occurrence's first or last seconds leaves its triplets unmatched (a peak of the
         voice among a triplet's three is enough), but most of the music's peaks stay."""
-        assert self.anchors is not None
         if _rate(np.asarray(run.frames), self.frame_s) >= EDGE_RATE:
             return first, reach
-        anchors = self.anchors(run.reference, run.pitch())
-        if not len(anchors):
-            return first, reach
-        peaks = np.concatenate(self.peak_rows)
-        frames = run.origin + (anchors[:, 0] - run.at(run.origin)) / run.speed()
-        fines = anchors[:, 1]
+        frames, fines, peaks = placed
         limit = self.edge_frames
         before = (frames < first) & (frames >= first - limit)
         after = (frames > reach) & (frames <= reach + limit)
@@ -331,17 +336,6 @@ class FingerprintTagger:
         first = min(first, math.floor(earliest)) if earliest is not None else first
         reach = max(reach, math.ceil(latest)) if latest is not None else reach
         return max(0, first), reach
-
-    def _heard(self, run: _Run, first: int, reach: int) -> float:
-        """The share of `run`'s reference's onsets, placed by its line and pitch from `first`
-        to `reach`, whose peaks the recording has (1.0 when it holds fewer than `HEARD_MIN`)."""
-        assert self.anchors is not None
-        anchors = self.anchors(run.reference, run.pitch())
-        frames = run.origin + (anchors[:, 0] - run.at(run.origin)) / run.speed()
-        inside = (frames >= first) & (frames <= reach)
-        found = _found(frames[inside], anchors[inside, 1], np.concatenate(self.peak_rows))
-        heard = _onsets(frames[inside], found)[1]
-        return float(heard.mean()) if len(heard) >= HEARD_MIN else 1.0
 
     def _may_take(self, open_run: _Run, run: _Run) -> bool:
         """An open run may still overlap `run` or take it in (`absorb`): `run` waits."""
@@ -362,8 +356,9 @@ class FingerprintTagger:
         speed, frame_s = run.speed(), self.frame_s
         first, reach = _dense(run, frame_s)
         if self.anchors is not None and self.peak_rows:
-            first, reach = self._edges(run, first, reach)
-            if self._heard(run, first, reach) < self.params.min_heard:
+            placed = self._placed(run)
+            first, reach = self._edges(run, placed, first, reach)
+            if _heard(placed, first, reach) < self.params.min_heard:
                 return None
         start_s = first * frame_s
         end_s = (reach + 1) * frame_s
@@ -442,6 +437,15 @@ def _dense(run: _Run, frame_s: float) -> tuple[int, int]:
 def _rate(frames: np.ndarray, frame_s: float) -> float:
     """Matches a second of a run whose matches are at `frames`."""
     return len(frames) / max(1.0, float(frames.max() - frames.min()) * frame_s)
+
+
+def _heard(placed: Placed, first: int, reach: int) -> float:
+    """The share of the placed onsets from `first` to `reach` whose peaks the recording has
+    (1.0 when there are fewer than `HEARD_MIN`)."""
+    frames, fines, peaks = placed
+    inside = (frames >= first) & (frames <= reach)
+    heard = _onsets(frames[inside], _found(frames[inside], fines[inside], peaks))[1]
+    return float(heard.mean()) if len(heard) >= HEARD_MIN else 1.0
 
 
 def _reach(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray) -> float | None:

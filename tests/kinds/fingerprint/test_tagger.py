@@ -257,11 +257,26 @@ def test_a_densely_matched_occurrence_keeps_its_matched_bounds() -> None:
     assert tag.end < 1412 * FRAME_S
 
 
-def test_an_edge_is_not_moved_past_two_onsets_not_heard() -> None:
-    """Peaks of the reference heard again after a gap of two onsets belong to something else."""
-    gap = np.concatenate([_peaks(285, 700, 700), _peaks(200, 275, 700)])  # 275 and 280 not heard
-    [tag] = _tags(np.concatenate([_thin(8), gap]), 1, anchors=_heard)
-    assert abs(tag.start - 985 * FRAME_S) < 0.01
+def test_an_edge_goes_on_past_onsets_the_speech_hid_while_the_music_is_heard_beyond() -> None:
+    """Two onsets the voice hid (reference frames 275 and 280), and the reference's peaks heard
+    again for a second before them: the play began there (the edge used to stop at the gap)."""
+    gap = np.concatenate([_peaks(285, 700, 700), _peaks(200, 275, 700)])
+    for pushes in (1, 3):
+        [tag] = _tags(np.concatenate([_thin(8), gap]), pushes, anchors=_heard)
+        assert abs(tag.start - 900 * FRAME_S) < 0.01, tag
+        assert abs(REFERENCE_START.at(tag) - 200 * FRAME_S) < 0.01
+
+
+def test_an_edge_is_not_moved_by_chance_peaks_beyond_onsets_not_heard() -> None:
+    """Beyond the last onset heard, one onset in six lines up with a peak of the music around
+    (reference frames 270 and 240): chance, outweighed by the onsets missed around them, so the
+    edge stays where the reference stops being heard (its own share inside: about 0.7)."""
+    inside = _peaks(285, 700, 700)
+    inside = inside[np.arange(len(inside)) % 10 < 7]  # 7 onsets heard in 10 over the play
+    inside = np.concatenate([inside, _peaks(285, 290, 700)])  # the first one heard
+    chance = np.concatenate([_peaks(270, 275, 700), _peaks(240, 245, 700)])
+    [tag] = _tags(np.concatenate([_thin(8), inside, chance]), 2, anchors=_heard)
+    assert abs(tag.start - 985 * FRAME_S) < 0.01, tag
 
 
 def test_a_line_whose_reference_is_not_heard_over_it_is_no_tag() -> None:

@@ -17,10 +17,7 @@ the music around an occurrence join its run across `max_gap_s` but do not stretc
 matches off its fitted line or a triplet with one chance peak outside it (`_dense`).
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
-and after the last there is nothing to match, such as a note held to the end. It stops at a
-peak of the recording there (from `EDGE_FRAMES` beyond the reference's first or last anchor):
-the reference has none, so something else is heard, such as the music after a play cut short
-of the reference's end.
+and after the last there is nothing to match, such as a note held to the end.
 """
 
 from __future__ import annotations
@@ -367,7 +364,6 @@ class FingerprintTagger:
             return None
         speed, frame_s = run.speed(), self.frame_s
         first, reach = _dense(run, frame_s)
-        placed = None
         if self.anchors is not None and self.peak_rows:
             placed = self._placed(run)
             first, reach = self._edges(run, placed, first, reach)
@@ -382,24 +378,11 @@ class FingerprintTagger:
         if run.at(min(run.first, first)) * frame_s - found.first_s <= SNAP_S:  # its start
             start_s -= reference_start / speed
             reference_start = 0.0
-            if placed is not None and len(placed[0]):  # up to the last other sound before it
-                frames, _, peaks = placed
-                other = _peak_frames(peaks, start_s / frame_s, frames.min() - EDGE_FRAMES)
-                if len(other):
-                    start_s, reference_start = (
-                        (other[-1] + 1) * frame_s,
-                        run.at(other[-1] + 1) * frame_s,
-                    )
             if start_s < 0.0:  # it started before the recording did
                 start_s, reference_start = 0.0, run.at(0) * frame_s
         if found.last_s - run.at(max(run.reach, reach) + 1) * frame_s <= SNAP_S:
             end_s = end_s + (found.duration_s - reference_end) / speed
             reference_end = found.duration_s
-            if placed is not None and len(placed[0]):  # up to the first other sound after it
-                frames, _, peaks = placed
-                other = _peak_frames(peaks, frames.max() + EDGE_FRAMES + 1, end_s / frame_s)
-                if len(other):
-                    end_s, reference_end = other[0] * frame_s, run.at(other[0]) * frame_s
         return Tag(
             start=round(start_s, 3),
             end=round(end_s, 3),
@@ -413,12 +396,6 @@ class FingerprintTagger:
                 (PITCH, round(run.pitch(), 4)),
             ),
         )
-
-
-def _peak_frames(peaks: np.ndarray, low: float, high: float) -> list[int]:
-    """The frames of the recording's `(n, 2)` peaks (by frame) from `low` up to `high`."""
-    since, until = np.searchsorted(peaks[:, 0], [low, high], side="left")
-    return [int(frame) for frame in peaks[since:until, 0]]
 
 
 def _covers(strong: _Run, weak: _Run) -> bool:

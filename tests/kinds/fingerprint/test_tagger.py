@@ -114,34 +114,6 @@ def test_an_occurrence_matched_to_the_last_landmark_plays_to_the_reference_end()
     assert abs(REFERENCE_END.at(excerpt) - 16.5) < 0.05
 
 
-HELD = np.array([[f, 200 + f % 7 * 10] for f in range(43, 776, 5)], dtype=np.float64)
-"""Reference 3's anchors, from its first landmark (1.0 s, frame 43) to its last (18.0 s)."""
-
-
-def test_a_snap_over_the_reference_s_silent_start_or_held_end_stops_where_other_sound_is() -> None:
-    """A play of the whole of reference 3 between other music that stops 0.5 s before it (at
-    reference time 0.5 s) and starts again 0.6 s after its last landmark (at 18.6 s): the tag
-    spans what the reference holds of the play, not its silent first second nor its held end
-    (with nothing else heard around the play, it snaps to the reference's start and end)."""
-    first, last = 43, 765  # matches reach 10 frames on: to the last landmark
-    rows = _occurrence(3, 1000 + first, first, last - first)  # played from recording frame 1000
-    own = [[PEAK, fine, frame + 1000, frame + 1000, 0, 0] for frame, fine in HELD.astype(int)]
-    before = [[PEAK, 400, f, f, 0, 0] for f in range(700, 1022, 3)]  # to reference frame 21
-    after = [[PEAK, 400, f, f, 0, 0] for f in range(1801, 2000, 3)]  # from reference frame 801
-
-    def anchors(reference: int, pitch: float) -> np.ndarray:
-        return HELD.copy()
-
-    [whole] = _tags(np.concatenate([rows, own]), 1, anchors=anchors)
-    assert (REFERENCE_START.of(whole), REFERENCE_END.of(whole)) == (0.0, 20.0)
-    for pushes in (1, 3):
-        [tag] = _tags(np.concatenate([rows, own, before, after]), pushes, anchors=anchors)
-        assert abs(tag.start - 1022 * FRAME_S) < 0.01, tag
-        assert abs(REFERENCE_START.at(tag) - 22 * FRAME_S) < 0.01
-        assert abs(tag.end - 1801 * FRAME_S) < 0.01
-        assert abs(REFERENCE_END.at(tag) - 801 * FRAME_S) < 0.01
-
-
 def _stray(reference: int, difference: int, frames: range) -> np.ndarray:
     """Lone matches on an occurrence's line (chance collisions in the music around it), with
     the recording's hashes they stand among."""

@@ -492,8 +492,10 @@ def _found(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray) -> np.ndarr
 def _onsets(frames: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each anchor's onset (anchors in order, a frame or less apart: a chord's notes) and
     whether each onset is heard (one of its anchors found)."""
+    if not len(frames):  # none (a reference removed while the request ran has no anchors)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     onset = np.cumsum(np.r_[True, np.abs(np.diff(frames)) > 1.5]) - 1
-    heard = np.zeros(onset[-1] + 1 if len(onset) else 0, dtype=bool)
+    heard = np.zeros(onset[-1] + 1, dtype=bool)
     np.logical_or.at(heard, onset, found)
     return onset, heard
 

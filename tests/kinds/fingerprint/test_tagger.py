@@ -279,6 +279,19 @@ def test_an_edge_is_not_moved_by_chance_peaks_beyond_onsets_not_heard() -> None:
     assert abs(tag.start - 985 * FRAME_S) < 0.01, tag
 
 
+def test_a_reference_removed_while_the_request_runs_has_no_anchors_and_its_tag_its_bounds() -> None:
+    """Its title read, then its anchors gone (removed in between): the tag keeps its matched
+    bounds (no anchor to place inside them or beyond; this raised and failed the request)."""
+
+    def removed(reference: int, pitch: float) -> np.ndarray:
+        return np.zeros((0, 2))
+
+    for every in (8, 2):  # thin (its edges looked for) and dense
+        rows = np.concatenate([_thin(every), _peaks(200, 800, 700)])
+        [tag] = _tags(rows, 2, anchors=removed)
+        assert abs(tag.start - 1000 * FRAME_S) < 0.01, tag
+
+
 def test_a_line_whose_reference_is_not_heard_over_it_is_no_tag() -> None:
     """Matches on one line of a reference whose own peaks the recording mostly lacks there:
     a chance line of similar music (a few of its notes repeat the reference's), not a play."""

@@ -41,6 +41,11 @@ PEAK_BINS = 9
 """A peak is the maximum of the bins this close above and below (a quarter octave)..."""
 PEAK_FRAMES = 7
 """...and of the frames this close before and after."""
+WEAK_BINS = 2
+WEAK_FRAMES = 1
+"""A weak peak is the maximum of the bins this close and of the frames this close only: a note
+of the music that a louder voice near it in time or pitch keeps from being a peak often is one.
+Never hashed; the tagger weighs them at an occurrence's edges (`tagger.py`)."""
 FLOOR_DB = -20.0
 """Peaks quieter than this (a sine of about -68 dBFS) are not used: silence and dither."""
 FINE = 4
@@ -116,11 +121,12 @@ def spectrogram_db(samples: np.ndarray) -> Tensor:
     return 20.0 * torch.log10(magnitude + 1e-10)
 
 
-def peaks(db: Tensor) -> np.ndarray:
-    """`(n, 3)` rows of (frame, bin, bin in quarters) of the local maxima above the floor, by
-    frame then bin; the quarters interpolate the peak between its neighbours (a parabola)."""
+def peaks(db: Tensor, half_bins: int = PEAK_BINS, half_frames: int = PEAK_FRAMES) -> np.ndarray:
+    """`(n, 3)` rows of (frame, bin, bin in quarters) of the local maxima above the floor (over
+    `half_bins` either side and `half_frames` before and after), by frame then bin; the quarters
+    interpolate the peak between its neighbours (a parabola)."""
     level = db.numpy()
-    pooled = running_max(running_max(level, PEAK_FRAMES, axis=1), PEAK_BINS, axis=0)
+    pooled = running_max(running_max(level, half_frames, axis=1), half_bins, axis=0)
     found = (level == pooled) & (level > FLOOR_DB)
     found[0] = found[-1] = False
     frames, bins = np.nonzero(found.T)  # by frame, then bin

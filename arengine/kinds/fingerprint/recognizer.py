@@ -18,9 +18,10 @@ frames; its pre-roll and lookahead give its first and last anchors the same peak
 the whole recording has, so a boundary never splits or changes a match. `infer` returns rows of
 (reference, reference frame, frame, partner's frame, speed, pitch) for the matches, one (-1, 0,
 frame, frame, 0, 0) per frame with an anchor of the recording, one (-3, bin in quarters, frame,
-frame, 0, 0) per anchor, and a closing (-2, 0, last frame, last frame, 0, 0); `tagger.py` groups
-them into occurrences, and places the edges of those that speech thinned with the anchors and
-their reference's (`reference_anchors`).
+frame, 0, 0) per anchor, one (-4, bin in quarters, frame, frame, 0, 0) per weak peak (the maximum
+of a smaller neighbourhood, `landmarks.WEAK_BINS`), and a closing (-2, 0, last frame, last frame,
+0, 0); `tagger.py` groups them into occurrences, and places the edges of those that speech
+thinned with the anchors and weak peaks and their reference's anchors (`reference_anchors`).
 
 A library whose references were fingerprinted with another scheme (the landmark pairs before
 triplets, or scheme 2's coarser triplet hashes) would match nothing, silently: it is refused
@@ -48,6 +49,8 @@ from arengine.kinds.fingerprint.landmarks import (
     SAMPLE_RATE,
     SCHEME,
     SCHEME_HASH,
+    WEAK_BINS,
+    WEAK_FRAMES,
     peaks,
     queried,
     spectrogram_db,
@@ -60,10 +63,13 @@ from arengine.kinds.fingerprint.tagger import (
     END,
     HASH,
     PEAK,
+    WEAK,
     FingerprintParams,
     FingerprintTagger,
 )
 
+WEAK_QUERY = -1
+"""A feature row's hash for a weak peak, not a query (hashes are never negative)."""
 FINE_BITS = 16
 """A peak's bin in quarters below its frame in one integer (`unpack`'s width of it)."""
 MEMORY_INDEX_MB = 1024
@@ -105,14 +111,24 @@ class FingerprintRecognizer(Recognizer):
         self._params = params or FingerprintParams()
 
     def features(self, segment: Segment) -> Tensor:
-        found = peaks(spectrogram_db(segment.samples))
+        """The queries of the segment's triplets, then one row (`WEAK_QUERY`, -1, frame, bin in
+        quarters, 0) for each weak peak of its own frames (`landmarks.WEAK_BINS`)."""
+        db = spectrogram_db(segment.samples)
+        found = peaks(db)
         skip = segment.skip_frames
         rows = triplets(found, skip, skip + segment.frames)
         rows[:, 1] += segment.first_frame - skip
-        return torch.from_numpy(queried(rows))
+        weak = peaks(db, WEAK_BINS, WEAK_FRAMES)
+        weak = weak[(weak[:, 0] >= skip) & (weak[:, 0] < skip + segment.frames)]
+        query = queried(rows)
+        extra = np.zeros((len(weak), query.shape[1]), dtype=np.int64)
+        extra[:, 0], extra[:, 1] = WEAK_QUERY, -1
+        extra[:, 2], extra[:, 3] = weak[:, 0] + segment.first_frame - skip, weak[:, 2]
+        return torch.from_numpy(np.concatenate([query, extra]))
 
     def infer(self, features: Tensor, segment: Segment) -> np.ndarray:
-        query = features.numpy()
+        rows = features.numpy()
+        query, weak = rows[rows[:, 0] != WEAK_QUERY], rows[rows[:, 0] == WEAK_QUERY]
         found = matches(query, self.index.lookup(query[:, 0]))
         frames = distinct(query[:, 2])  # one row an anchor's frame, as the matches are
         own = np.zeros((len(frames), COLUMNS), dtype=np.int64)
@@ -121,9 +137,12 @@ class FingerprintRecognizer(Recognizer):
         peaks = np.zeros((len(heard), COLUMNS), dtype=np.int64)
         peaks[:, 0], peaks[:, 1] = PEAK, heard & ((1 << FINE_BITS) - 1)
         peaks[:, 2] = peaks[:, 3] = heard >> FINE_BITS
+        weaker = np.zeros((len(weak), COLUMNS), dtype=np.int64)
+        weaker[:, 0], weaker[:, 1] = WEAK, weak[:, 3]
+        weaker[:, 2] = weaker[:, 3] = weak[:, 2]
         last = segment.first_frame + segment.frames - 1
         end = np.array([[END, 0, last, last, 0, 0]], dtype=np.int64)
-        return np.concatenate([found, own, peaks, end])
+        return np.concatenate([found, own, peaks, weaker, end])
 
     def held_bytes(self) -> int:
         return self.index.held_bytes

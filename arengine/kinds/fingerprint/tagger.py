@@ -26,7 +26,7 @@ import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -42,9 +42,19 @@ from arengine.kinds.fingerprint.library import Reference
 from arengine.postprocess.params import Bounds, Params, param
 from arengine.types import Tag
 
-Placed = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""A reference's anchors placed in the recording (frames, bins in quarters) and the recording's
-`(n, 2)` peaks (frame, bin in quarters)."""
+
+class Placed(NamedTuple):
+    """A reference's anchors placed in the recording, with the recording's peaks there."""
+
+    frames: np.ndarray
+    fines: np.ndarray
+    """The anchors' bins in quarters, at the run's pitch."""
+    peaks: np.ndarray
+    """The recording's `(n, 2)` anchors (frame, bin in quarters), by frame."""
+    weak: np.ndarray
+    """The recording's `(n, 2)` weak peaks, the same way."""
+
+
 HASH = -1
 """A row's reference for one hash of the recording (its frame), matched or not."""
 END = -2
@@ -52,6 +62,9 @@ END = -2
 PEAK = -3
 """A row's reference for one peak of the recording, an anchor of its triplets: (PEAK, its bin in
 quarters, frame, frame, 0, 0): where an occurrence's edges are (`_edges`)."""
+WEAK = -4
+"""A row's reference for one weak peak of the recording (the maximum of a smaller neighbourhood
+than a fingerprint's peak, never hashed): (WEAK, its bin in quarters, frame, frame, 0, 0)."""
 DIFF_TOLERANCE = 3
 """Frames a match may lie off its run's line (peaks move a frame or two under noise)..."""
 GAP_TOLERANCE = 0.004
@@ -77,10 +90,11 @@ DENSE_EXPECTED = 6.0
 EDGE_S = 2.5
 """How far beyond its matched bounds an occurrence's edges are looked for when speech or noise
 over it thinned its matches (`EDGE_RATE`): its reference's anchors there, placed by the run's
-fitted line and pitch, are looked for among the recording's peaks, and the edge moves out to the
-onset where the evidence that the reference plays, summed onset by onset outwards, is greatest
-(`_reach`). A voice among a triplet's three peaks unmatches it, but most of the music's own
-peaks stay."""
+fitted line and pitch, are looked for among the recording's peaks and weak peaks, and the edge
+moves out to the onset where the evidence that the reference plays, summed onset by onset
+outwards, is greatest (`_reach`). A voice among a triplet's three peaks unmatches it, but most
+of the music's own peaks stay, and a note the voice keeps from being a peak is often still a weak
+one."""
 EDGE_RATE = 10.0
 """Matches a second under which a run is thin: clean and 64 kbps MP3 plays matched at 10-15.8,
 plays under speech 5 dB down at 3.5-10.3 (the broadcast benchmark, seeds 3 and 4). Edges
@@ -90,17 +104,22 @@ EDGE_CHANCE = 0.1
 """The share of a reference's onsets the recording has peaks for where the reference is not
 played: its anchors placed 30-60 s away from the plays of a broadcast hour found 0.05 of them
 on average, 0.11-0.17 at the 95th percentile (clean, MP3 and talk-over plays alike)..."""
+EDGE_CHANCE_WEAK = 0.35
+"""...and a weak peak only (`WEAK`, within `WEAK_FINE`): 0.30-0.33 on average there..."""
 EDGE_HEARD = (0.3, 0.95)
-"""...and the share where it plays is taken as the run's own within its matched bounds, kept
-within these (plays under speech 5 dB down: 0.62-0.95, clean ones 0.90-1.00): each onset heard
-beyond an edge counts log(heard / chance), each one not heard log((1 - heard) / (1 - chance))."""
+EDGE_HEARD_WEAK = 0.02
+"""...and the shares where it plays are taken as the run's own within its matched bounds, kept
+within these (plays under speech 5 dB down: a peak at 0.62-0.95 of the onsets, a weak peak only
+at most of the rest; clean ones a peak at 0.90-1.00): each onset beyond an edge counts the log of
+its share where the reference plays over its share by chance, for it when that is over 1."""
 HEARD_MIN = 5
 """Onsets of its reference an occurrence needs for `min_heard` to apply."""
 EDGE_FRAMES = 1.0
 EDGE_FINE = 2
+WEAK_FINE = 4
 """An anchor is found when a peak of the recording lies this many frames and quarters of a bin
 from where the line and the pitch put it; an onset (anchors a frame or less apart, a chord's
-notes) when one of its anchors is."""
+notes) when one of its anchors is; weakly when a weak peak (or a peak) lies within `WEAK_FINE`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +251,8 @@ class FingerprintTagger:
         self.peak_rows: list[np.ndarray] = []
         """The `(n, 2)` (frame, bin in quarters) of the recording's peaks, by push, from
         `edge_frames` before the oldest open run on."""
+        self.weak_rows: list[np.ndarray] = []
+        """The recording's weak peaks, the same way."""
         self.frame_s = hop / sample_rate
         self.gap = round(params.max_gap_s / self.frame_s)
         self.open: list[_Run] = []
@@ -250,6 +271,7 @@ class FingerprintTagger:
         self.hash_frames += rows[rows[:, 0] == HASH, 2].tolist()
         if self.anchors is not None:
             self.peak_rows.append(rows[rows[:, 0] == PEAK][:, [2, 1]])
+            self.weak_rows.append(rows[rows[:, 0] == WEAK][:, [2, 1]])
         matched = rows[rows[:, 0] >= 0]
         for reference, ref_frame, frame, reach, speed, pitch in matched.tolist():
             self._add(reference, ref_frame, frame, reach, speed / FACTOR, pitch / FACTOR)
@@ -314,9 +336,10 @@ class FingerprintTagger:
         else:
             del self.hash_frames[: bisect.bisect_left(self.hash_frames, keep_from)]
         if self.peak_rows:  # the open runs' edges may reach back this far
-            peaks = np.concatenate(self.peak_rows)
             since = (self.now if keep_from is None else keep_from) - self.edge_frames
-            self.peak_rows = [peaks[peaks[:, 0] >= since]]
+            for held in (self.peak_rows, self.weak_rows):
+                rows = np.concatenate(held)
+                held[:] = [rows[rows[:, 0] >= since]]
         return tags
 
     def _placed(self, run: _Run) -> Placed:
@@ -325,7 +348,8 @@ class FingerprintTagger:
         assert self.anchors is not None
         anchors = self.anchors(run.reference, run.pitch())
         frames = run.origin + (anchors[:, 0] - run.at(run.origin)) / run.speed()
-        return frames, anchors[:, 1], np.concatenate(self.peak_rows)
+        peaks, weak = np.concatenate(self.peak_rows), np.concatenate(self.weak_rows)
+        return Placed(frames, anchors[:, 1], peaks, weak)
 
     def _edges(self, run: _Run, placed: Placed, first: int, reach: int) -> tuple[int, int]:
         """`first` and `reach` moved out to where `run`'s reference is still heard: speech over
@@ -333,15 +357,22 @@ class FingerprintTagger:
         voice among a triplet's three is enough), but most of the music's peaks stay."""
         if _rate(np.asarray(run.frames), self.frame_s) >= EDGE_RATE:
             return first, reach
-        frames, fines, peaks = placed
+        frames = placed.frames
+        inside = _heard_onsets(placed, (frames >= first) & (frames <= reach))[1]
         low, high = EDGE_HEARD
-        heard = min(high, max(low, _heard(placed, first, reach, least=1)))
+        heard = min(high, max(low, float((inside == 2).mean()) if len(inside) else high))
+        weakly = min(1 - heard - EDGE_HEARD_WEAK, float((inside == 1).mean()) if len(inside) else 0)
+        weakly = max(EDGE_HEARD_WEAK, weakly)
+        weights = np.log(
+            [(1 - heard - weakly) / (1 - EDGE_CHANCE - EDGE_CHANCE_WEAK),
+             weakly / EDGE_CHANCE_WEAK, heard / EDGE_CHANCE]
+        )  # fmt: skip
         limit = self.edge_frames
         before = (frames < first) & (frames >= first - limit)
         after = (frames > reach) & (frames <= reach + limit)
-        order = np.argsort(-frames[before])  # outwards: the nearest first
-        earliest = _reach(frames[before][order], fines[before][order], peaks, heard)
-        latest = _reach(frames[after], fines[after], peaks, heard)
+        order = np.flatnonzero(before)[np.argsort(-frames[before])]  # outwards: the nearest first
+        earliest = _reach(placed, order, weights)
+        latest = _reach(placed, np.flatnonzero(after), weights)
         first = min(first, math.floor(earliest)) if earliest is not None else first
         reach = max(reach, math.ceil(latest)) if latest is not None else reach
         return max(0, first), reach
@@ -448,56 +479,68 @@ def _rate(frames: np.ndarray, frame_s: float) -> float:
     return len(frames) / max(1.0, float(frames.max() - frames.min()) * frame_s)
 
 
-def _heard(placed: Placed, first: int, reach: int, least: int = HEARD_MIN) -> float:
+def _heard(placed: Placed, first: int, reach: int) -> float:
     """The share of the placed onsets from `first` to `reach` whose peaks the recording has
-    (1.0 when there are fewer than `least`)."""
-    frames, fines, peaks = placed
-    inside = (frames >= first) & (frames <= reach)
-    heard = _onsets(frames[inside], _found(frames[inside], fines[inside], peaks))[1]
-    return float(heard.mean()) if len(heard) >= max(1, least) else 1.0
+    (1.0 when there are fewer than `HEARD_MIN`)."""
+    inside = (placed.frames >= first) & (placed.frames <= reach)
+    heard = _heard_onsets(placed, inside)[1] == 2
+    return float(heard.mean()) if len(heard) >= HEARD_MIN else 1.0
 
 
-def _reach(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray, heard: float) -> float | None:
-    """The frame of the last anchor found of those (in order outwards from an edge) among the
-    `(n, 2)` (frame, bin in quarters) `peaks` (by frame), at the onset where the evidence summed
-    outwards is greatest (a change point: each onset heard counts for the reference, with the
-    share `heard` where it plays against `EDGE_CHANCE` where it does not, and each one not heard
-    against it); None when no onset outwards adds to it. A few onsets the speech hid do not stop
-    an edge while the music goes on being heard beyond them, and the chance peaks of the music
-    around an occurrence, too sparse to outweigh the onsets they miss, do not carry it out."""
-    if not len(frames):
+def _heard_onsets(placed: Placed, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The placed anchors `which` (indices in order, or a mask): each one's onset, each onset's
+    best and each anchor's own: 2 with a peak of the recording where the anchor is
+    (`EDGE_FRAMES`, `EDGE_FINE`), 1 with a weak peak or a peak near it (`WEAK_FINE`), 0 with
+    neither."""
+    frames, fines = placed.frames[which], placed.fines[which]
+    found = _found(frames, fines, placed.peaks, EDGE_FINE).astype(np.int64) * 2
+    for peaks in (placed.weak, placed.peaks):
+        weak = (found == 0) & _found(frames, fines, peaks, WEAK_FINE)
+        found[weak] = 1
+    onset = _onsets(frames)
+    best = np.zeros(onset[-1] + 1 if len(onset) else 0, dtype=np.int64)
+    np.maximum.at(best, onset, found)
+    return onset, best, found
+
+
+def _reach(placed: Placed, which: np.ndarray, weights: np.ndarray) -> float | None:
+    """The frame of the last anchor heard of the placed anchors `which` (indices, in order
+    outwards from an edge), at the onset where the evidence summed outwards is greatest (a change
+    point: each onset counts `weights[its best]`, `_heard_onsets`: for the reference where it is
+    heard as often where the reference plays as the run's own stretch says and more than by
+    chance, against it otherwise); None when no onset outwards adds to it. A few onsets the
+    speech hid do not stop an edge while the music goes on being heard beyond them, and the
+    chance peaks of the music around an occurrence, too sparse to outweigh the onsets they miss,
+    do not carry it out."""
+    if not len(which):
         return None
-    found = _found(frames, fines, peaks)
-    onset, heard_onsets = _onsets(frames, found)
-    weights = math.log(heard / EDGE_CHANCE), math.log((1 - heard) / (1 - EDGE_CHANCE))
-    total = np.cumsum(np.where(heard_onsets, *weights))
-    best = int(np.argmax(total))
-    if total[best] <= 0:
+    onset, best, found = _heard_onsets(placed, which)
+    total = np.cumsum(weights[best])
+    last = int(np.argmax(total))
+    if total[last] <= 0:
         return None
-    kept = np.flatnonzero(found & (onset <= best))
-    return float(frames[kept[-1]])
+    kept = np.flatnonzero((onset == last) & (found == best[last]))
+    return float(placed.frames[which][kept[-1]])
 
 
-def _found(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray) -> np.ndarray:
+def _found(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray, within: float) -> np.ndarray:
     """Whether each anchor placed at (`frames`, `fines`) has a peak of the recording (`(n, 2)`
-    (frame, bin in quarters), by frame) within `EDGE_FRAMES` and `EDGE_FINE`."""
+    (frame, bin in quarters), by frame) within `EDGE_FRAMES` and `within` quarters."""
     found = np.zeros(len(frames), dtype=bool)
     for i, (frame, fine) in enumerate(zip(frames.tolist(), fines.tolist(), strict=True)):
         low = np.searchsorted(peaks[:, 0], frame - EDGE_FRAMES, side="left")
         high = np.searchsorted(peaks[:, 0], frame + EDGE_FRAMES, side="right")
-        found[i] = bool(np.any(np.abs(peaks[low:high, 1] - fine) <= EDGE_FINE))
+        found[i] = bool(np.any(np.abs(peaks[low:high, 1] - fine) <= within))
     return found
 
 
-def _onsets(frames: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each anchor's onset (anchors in order, a frame or less apart: a chord's notes) and
-    whether each onset is heard (one of its anchors found)."""
-    if not len(frames):  # none (a reference removed while the request ran has no anchors)
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    onset = np.cumsum(np.r_[True, np.abs(np.diff(frames)) > 1.5]) - 1
-    heard = np.zeros(onset[-1] + 1, dtype=bool)
-    np.logical_or.at(heard, onset, found)
-    return onset, heard
+def _onsets(frames: np.ndarray) -> np.ndarray:
+    """Each anchor's onset (anchors in order, a frame or less apart: a chord's notes); none
+    for none (a reference removed while the request ran has no anchors)."""
+    if not len(frames):
+        return np.zeros(0, dtype=np.int64)
+    onset: np.ndarray = np.cumsum(np.r_[True, np.abs(np.diff(frames)) > 1.5]) - 1
+    return onset
 
 
 def _touching(frames: np.ndarray, reaches: np.ndarray, low: int, high: int) -> int:

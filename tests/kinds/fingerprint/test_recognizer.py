@@ -29,8 +29,12 @@ from arengine.kinds.fingerprint.landmarks import (
     running_max,
 )
 from arengine.kinds.fingerprint.library import Library, metadata_depth
-from arengine.kinds.fingerprint.recognizer import FingerprintRecognizer, reference_anchors
-from arengine.kinds.fingerprint.tagger import PEAK
+from arengine.kinds.fingerprint.recognizer import (
+    WEAK_QUERY,
+    FingerprintRecognizer,
+    reference_anchors,
+)
+from arengine.kinds.fingerprint.tagger import PEAK, WEAK
 from arengine.types import Tag
 from tests.fingerprints import Placed, mix, piece
 from tests.recordings import speak
@@ -286,8 +290,9 @@ def test_a_segment_says_where_its_peaks_are_and_a_reference_where_its_anchors_ar
     library: Library, pieces: list[np.ndarray]
 ) -> None:
     """What the tagger places an occurrence's edges with: each anchor of the recording once, as
-    (PEAK, bin in quarters, frame, frame), and a reference's anchors (frame, bin in quarters),
-    those of a piece played from its start at the same frames."""
+    (PEAK, bin in quarters, frame, frame), its weak peaks the same way (WEAK), and a reference's
+    anchors (frame, bin in quarters), those of a piece played from its start at the same
+    frames."""
     recognizer = FingerprintRecognizer(library, segment_s=30.0)
     samples = np.r_[pieces[1], np.zeros(SAMPLE_RATE, dtype=np.float32)]
     [segment] = list(Segmenter(iter([samples]), recognizer.plan))
@@ -295,9 +300,13 @@ def test_a_segment_says_where_its_peaks_are_and_a_reference_where_its_anchors_ar
     rows = recognizer.infer(features, segment)
     peaks = rows[rows[:, 0] == PEAK]
     query = features.numpy()
+    query = query[query[:, 0] != WEAK_QUERY]
     assert len(peaks) == len({(f, q) for f, q in query[:, 2:4].tolist()})
     np.testing.assert_array_equal(peaks[:, 2], peaks[:, 3])
     heard = {(f, q) for q, f in peaks[:, 1:3].tolist()}
+    weak = rows[rows[:, 0] == WEAK]  # the maxima of a smaller neighbourhood: each anchor too
+    assert len(weak) > 2 * len(peaks) and heard < {(f, q) for q, f in weak[:, 1:3].tolist()}
+    assert weak[:, 2].min() >= 0 and weak[:, 2].max() < segment.frames
     anchors = reference_anchors(library, 2)  # piece 1
     assert np.all(np.diff(anchors[:, 0]) >= 0) and len(anchors) > 100
     assert len(heard & {(f, q) for f, q in anchors.tolist()}) > 0.9 * len(anchors)

@@ -526,11 +526,13 @@ def _reach(placed: Placed, which: np.ndarray, weights: np.ndarray) -> float | No
 def _found(frames: np.ndarray, fines: np.ndarray, peaks: np.ndarray, within: float) -> np.ndarray:
     """Whether each anchor placed at (`frames`, `fines`) has a peak of the recording (`(n, 2)`
     (frame, bin in quarters), by frame) within `EDGE_FRAMES` and `within` quarters."""
+    low = np.searchsorted(peaks[:, 0], frames - EDGE_FRAMES, side="left")
+    high = np.searchsorted(peaks[:, 0], frames + EDGE_FRAMES, side="right")
+    counts = high - low  # the peaks within the frames of each anchor, then each of them:
+    owner = np.repeat(np.arange(len(frames)), counts)
+    taken = np.repeat(low - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
     found = np.zeros(len(frames), dtype=bool)
-    for i, (frame, fine) in enumerate(zip(frames.tolist(), fines.tolist(), strict=True)):
-        low = np.searchsorted(peaks[:, 0], frame - EDGE_FRAMES, side="left")
-        high = np.searchsorted(peaks[:, 0], frame + EDGE_FRAMES, side="right")
-        found[i] = bool(np.any(np.abs(peaks[low:high, 1] - fine) <= within))
+    found[owner[np.abs(peaks[taken, 1] - fines[owner]) <= within]] = True
     return found
 
 

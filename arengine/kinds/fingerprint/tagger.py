@@ -506,12 +506,11 @@ def _heard_onsets(placed: Placed, which: np.ndarray) -> tuple[np.ndarray, np.nda
 def _reach(placed: Placed, which: np.ndarray, weights: np.ndarray) -> float | None:
     """The frame of the last anchor heard of the placed anchors `which` (indices, in order
     outwards from an edge), at the onset where the evidence summed outwards is greatest (a change
-    point: each onset counts `weights[its best]`, `_heard_onsets`: for the reference where it is
-    heard as often where the reference plays as the run's own stretch says and more than by
-    chance, against it otherwise); None when no onset outwards adds to it. A few onsets the
-    speech hid do not stop an edge while the music goes on being heard beyond them, and the
-    chance peaks of the music around an occurrence, too sparse to outweigh the onsets they miss,
-    do not carry it out."""
+    point: each onset counts `weights[its best]` (`_heard_onsets`), the log of how much likelier
+    that outcome is where the reference plays, by the run's own stretch, than by chance); None
+    when no onset outwards adds to it. A few onsets the speech hid do not stop an edge while the
+    music goes on being heard beyond them, and the chance peaks of the music around an
+    occurrence, too sparse to outweigh the onsets they miss, do not carry it out."""
     if not len(which):
         return None
     onset, best, found = _heard_onsets(placed, which)

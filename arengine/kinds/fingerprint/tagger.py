@@ -119,7 +119,7 @@ EDGE_FINE = 2
 WEAK_FINE = 4
 """An anchor is found when a peak of the recording lies this many frames and quarters of a bin
 from where the line and the pitch put it; an onset (anchors a frame or less apart, a chord's
-notes) when one of its anchors is; weakly when a weak peak (or a peak) lies within `WEAK_FINE`."""
+notes) when one of its anchors is; weakly when a weak peak lies within `WEAK_FINE`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,13 +490,11 @@ def _heard(placed: Placed, first: int, reach: int) -> float:
 def _heard_onsets(placed: Placed, which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The placed anchors `which` (indices in order, or a mask): each one's onset, each onset's
     best and each anchor's own: 2 with a peak of the recording where the anchor is
-    (`EDGE_FRAMES`, `EDGE_FINE`), 1 with a weak peak or a peak near it (`WEAK_FINE`), 0 with
-    neither."""
+    (`EDGE_FRAMES`, `EDGE_FINE`), 1 with a weak peak near it (`WEAK_FINE`; every peak is one
+    too), 0 with neither."""
     frames, fines = placed.frames[which], placed.fines[which]
     found = _found(frames, fines, placed.peaks, EDGE_FINE).astype(np.int64) * 2
-    for peaks in (placed.weak, placed.peaks):
-        weak = (found == 0) & _found(frames, fines, peaks, WEAK_FINE)
-        found[weak] = 1
+    found[(found == 0) & _found(frames, fines, placed.weak, WEAK_FINE)] = 1
     onset = _onsets(frames)
     best = np.zeros(onset[-1] + 1 if len(onset) else 0, dtype=np.int64)
     np.maximum.at(best, onset, found)

@@ -18,6 +18,9 @@ matches off its fitted line or a triplet with one chance peak outside it (`_dens
 A run that begins within `SNAP_S` of its reference's first landmark (or ends within it of the
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
 and after the last there is nothing to match, such as a note held to the end.
+A thinly matched run's edges go out to where its reference's peaks are still heard in the
+recording (`_edges`), so a run's tag waits until the recording has been read as far past its end
+as an edge may look (`EDGE_FAR_S`).
 """
 
 from __future__ import annotations
@@ -95,6 +98,14 @@ moves out to the onset where the evidence that the reference plays, summed onset
 outwards, is greatest (`_reach`). A voice among a triplet's three peaks unmatches it, but most
 of the music's own peaks stay, and a note the voice keeps from being a peak is often still a weak
 one."""
+EDGE_FAR_S = 4.5
+EDGE_FAR_GAIN = 3.0
+"""An edge goes on past `EDGE_S`, up to `EDGE_FAR_S`, only where the evidence beyond `EDGE_S`
+adds at least `EDGE_FAR_GAIN` (natural log units: about two onsets heard more than missed) to
+the best sum within it. So a play's last seconds under a long sentence are crossed (over eight
+broadcast hours, two talk-over ends that stopped 0.9 and 1.4 s short), while the chance peaks of
+the music around a play, which carried one start 3.3 s before its play when all of a 4-s reach
+counted alike, do not carry an edge that far."""
 EDGE_RATE = 10.0
 """Matches a second under which a run is thin: clean and 64 kbps MP3 plays matched at 10-15.8,
 plays under speech 5 dB down at 3.5-10.3 (the broadcast benchmark, seeds 3 and 4). Edges
@@ -245,9 +256,11 @@ class FingerprintTagger:
         """A reference's anchors played at a pitch factor: `(n, 2)` rows of (its frame, the bin
         in quarters it is heard at). With it, tags reach as far as their reference's peaks are
         found in the recording (`_edges`)."""
-        self.edge_frames = round(EDGE_S * sample_rate / hop)
+        self.edge_frames = round(EDGE_FAR_S * sample_rate / hop)
+        self.near_frames = round(EDGE_S * sample_rate / hop)
         self.now = 0
         """The last frame pushed."""
+        self.finished = False
         self.peak_rows: list[np.ndarray] = []
         """The `(n, 2)` (frame, bin in quarters) of the recording's peaks, by push, from
         `edge_frames` before the oldest open run on."""
@@ -279,6 +292,7 @@ class FingerprintTagger:
         return self._release()
 
     def finish(self, audio_samples: int) -> list[Tag]:
+        self.finished = True
         self._close(lambda run: True)
         return self._release()
 
@@ -323,7 +337,11 @@ class FingerprintTagger:
         settled = [run for run in settled if run not in few]
         shadowed = [run for run in settled if any(_covers(o, run) for o in self.closed)]
         self.closed = [run for run in self.closed if run not in shadowed]
-        limit = min((run.first for run in self.open), default=None)
+        # A run waits until the recording has been read `edge_frames` past its end (its edge
+        # may reach there), and every run that starts after one waiting waits too: tags come out
+        # in order of start, the same for any segment length.
+        waiting = [r for r in settled if r not in shadowed and not self._read_past(r)]
+        limit = min((run.first for run in self.open + waiting), default=None)
         ready = sorted(
             (r for r in settled if r not in shadowed and (limit is None or r.first < limit)),
             key=lambda run: (run.first, run.reference),
@@ -367,15 +385,20 @@ class FingerprintTagger:
             [(1 - heard - weakly) / (1 - EDGE_CHANCE - EDGE_CHANCE_WEAK),
              weakly / EDGE_CHANCE_WEAK, heard / EDGE_CHANCE]
         )  # fmt: skip
-        limit = self.edge_frames
+        limit, near = self.edge_frames, self.near_frames
         before = (frames < first) & (frames >= first - limit)
         after = (frames > reach) & (frames <= reach + limit)
         order = np.flatnonzero(before)[np.argsort(-frames[before])]  # outwards: the nearest first
-        earliest = _reach(placed, order, weights)
-        latest = _reach(placed, np.flatnonzero(after), weights)
+        earliest = _reach(placed, order, weights, int(np.sum(frames[order] >= first - near)))
+        later = np.flatnonzero(after)
+        latest = _reach(placed, later, weights, int(np.sum(frames[later] <= reach + near)))
         first = min(first, math.floor(earliest)) if earliest is not None else first
         reach = max(reach, math.ceil(latest)) if latest is not None else reach
         return max(0, first), reach
+
+    def _read_past(self, run: _Run) -> bool:
+        """The recording's peaks are in as far as `run`'s end edge may look."""
+        return self.finished or self.anchors is None or self.now >= run.reach + self.edge_frames
 
     def _may_take(self, open_run: _Run, run: _Run) -> bool:
         """An open run may still overlap `run` or take it in (`absorb`): `run` waits."""
@@ -501,20 +524,27 @@ def _heard_onsets(placed: Placed, which: np.ndarray) -> tuple[np.ndarray, np.nda
     return onset, best, found
 
 
-def _reach(placed: Placed, which: np.ndarray, weights: np.ndarray) -> float | None:
+def _reach(placed: Placed, which: np.ndarray, weights: np.ndarray, near: int) -> float | None:
     """The frame of the last anchor heard of the placed anchors `which` (indices, in order
     outwards from an edge), at the onset where the evidence summed outwards is greatest (a change
     point: each onset counts `weights[its best]` (`_heard_onsets`), the log of how much likelier
     that outcome is where the reference plays, by the run's own stretch, than by chance); None
     when no onset outwards adds to it. A few onsets the speech hid do not stop an edge while the
     music goes on being heard beyond them, and the chance peaks of the music around an
-    occurrence, too sparse to outweigh the onsets they miss, do not carry it out."""
+    occurrence, too sparse to outweigh the onsets they miss, do not carry it out. The first
+    `near` anchors are within `EDGE_S`; an onset beyond them is taken only with
+    `EDGE_FAR_GAIN` more than the best within."""
     if not len(which):
         return None
     onset, best, found = _heard_onsets(placed, which)
     total = np.cumsum(weights[best])
     last = int(np.argmax(total))
-    if total[last] <= 0:
+    inside = onset[near - 1] if near else -1  # the last onset within `EDGE_S`
+    if last > inside:
+        best_inside = float(total[: inside + 1].max()) if inside >= 0 else 0.0
+        if total[last] - max(0.0, best_inside) < EDGE_FAR_GAIN:
+            last = int(np.argmax(total[: inside + 1])) if inside >= 0 else -1
+    if last < 0 or total[last] <= 0:
         return None
     kept = np.flatnonzero((onset == last) & (found == best[last]))
     return float(placed.frames[which][kept[-1]])

@@ -301,6 +301,42 @@ def test_an_edge_is_not_moved_by_chance_peaks_beyond_onsets_not_heard() -> None:
     assert abs(tag.start - 985 * FRAME_S) < 0.01, tag
 
 
+def test_an_end_goes_past_edge_s_while_its_reference_is_heard_well_beyond() -> None:
+    """A long sentence over a play's last 3 s: no triplet matched after reference frame 699,
+    but every peak of reference frames 700-830 is heard (frames 1400-1530, up to 128 frames past
+    the last match's partner, more than `EDGE_S`'s 108): the tag ends with them, pushed whole or
+    in pieces."""
+    rows = np.concatenate([_thin(8), _peaks(260, 835, 700)])
+    for pushes in (1, 3, 17):
+        [tag] = _tags(rows, pushes, anchors=_heard)
+        assert abs(tag.end - 1531 * FRAME_S) < 0.03, (pushes, tag)
+        assert abs(REFERENCE_END.at(tag) - 831 * FRAME_S) < 0.03
+
+
+def test_a_run_waits_for_the_recording_read_as_far_as_its_edge_may_reach() -> None:
+    """The run ends (no match for `max_gap_s`) with a segment read to frame 1525, and the peaks
+    of its last onsets come with the next segment: its tag waits for them."""
+    rows = np.concatenate([_thin(8), _peaks(260, 835, 700)])
+    rows = rows[np.argsort(rows[:, 2], kind="stable")]
+    tagger = FingerprintTagger(FingerprintParams(), LIBRARY.get, RATE, HOP, _heard)  # type: ignore[arg-type]
+    tags: list[Tag] = []
+    for part in (rows[rows[:, 2] <= 1525], rows[rows[:, 2] > 1525]):
+        end = np.array([[END, 0, int(part[-1, 2]), int(part[-1, 2]), 0, 0]])
+        tags += tagger.push(np.concatenate([part, end]))
+        assert not tags  # the first segment ended the run, and its tag waits
+    [tag] = tags + tagger.finish(0)
+    assert abs(tag.end - 1531 * FRAME_S) < 0.03, tag
+
+
+def test_an_edge_goes_past_edge_s_only_on_more_evidence_than_one_onset() -> None:
+    """Heard up to reference frame 815 (frame 1515): the last onset, 5 frames past `EDGE_S`
+    from the last match's partner, is one onset, what the music around a play lines up with by
+    chance; the edge stays at the onset before it."""
+    rows = np.concatenate([_thin(8), _peaks(260, 820, 700)])
+    [tag] = _tags(rows, 2, anchors=_heard)
+    assert abs(tag.end - 1511 * FRAME_S) < 0.03, tag
+
+
 def test_a_reference_removed_while_the_request_runs_has_no_anchors_and_its_tag_its_bounds() -> None:
     """Its title read, then its anchors gone (removed in between): the tag keeps its matched
     bounds (no anchor to place inside them or beyond; this raised and failed the request)."""

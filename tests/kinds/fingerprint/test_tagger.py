@@ -318,7 +318,7 @@ def test_a_run_waits_for_the_recording_read_as_far_as_its_edge_may_reach() -> No
     of its last onsets come with the next segment: its tag waits for them."""
     rows = np.concatenate([_thin(8), _peaks(260, 835, 700)])
     rows = rows[np.argsort(rows[:, 2], kind="stable")]
-    tagger = FingerprintTagger(FingerprintParams(), LIBRARY.get, RATE, HOP, _heard)  # type: ignore[arg-type]
+    tagger = FingerprintTagger(FingerprintParams(), LIBRARY.get, RATE, HOP, _heard)
     tags: list[Tag] = []
     for part in (rows[rows[:, 2] <= 1525], rows[rows[:, 2] > 1525]):
         end = np.array([[END, 0, int(part[-1, 2]), int(part[-1, 2]), 0, 0]])

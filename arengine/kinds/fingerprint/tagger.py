@@ -19,8 +19,8 @@ A run that begins within `SNAP_S` of its reference's first landmark (or ends wit
 last) is extended to the reference's start (or end), at the fitted speed: before the first peak
 and after the last there is nothing to match, such as a note held to the end.
 A thinly matched run's edges go out to where its reference's peaks are still heard in the
-recording (`_edges`), so a run's tag waits until the recording has been read as far past its end
-as an edge may look (`EDGE_FAR_S`).
+recording (`_edges`), so its tag waits until the recording has been read as far past its end as
+an edge may look (`EDGE_FAR_S`).
 """
 
 from __future__ import annotations
@@ -397,8 +397,11 @@ class FingerprintTagger:
         return max(0, first), reach
 
     def _read_past(self, run: _Run) -> bool:
-        """The recording's peaks are in as far as `run`'s end edge may look."""
-        return self.finished or self.anchors is None or self.now >= run.reach + self.edge_frames
+        """The recording's peaks are in as far as `run`'s end edge may look (a densely matched
+        run's edges stay where its matches are: it never waits)."""
+        if self.finished or self.anchors is None or self.now >= run.reach + self.edge_frames:
+            return True
+        return _rate(np.asarray(run.frames), self.frame_s) >= EDGE_RATE
 
     def _may_take(self, open_run: _Run, run: _Run) -> bool:
         """An open run may still overlap `run` or take it in (`absorb`): `run` waits."""

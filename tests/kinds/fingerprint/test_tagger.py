@@ -328,6 +328,16 @@ def test_a_run_waits_for_the_recording_read_as_far_as_its_edge_may_reach() -> No
     assert abs(tag.end - 1531 * FRAME_S) < 0.03, tag
 
 
+def test_a_densely_matched_run_does_not_wait_for_edges_it_never_moves() -> None:
+    """Matched every other frame: its tag comes with the segment that ends it."""
+    rows = np.concatenate([_thin(2), _peaks(260, 835, 700)])
+    rows = rows[np.argsort(rows[:, 2], kind="stable")]
+    tagger = FingerprintTagger(FingerprintParams(), LIBRARY.get, RATE, HOP, _heard)
+    part = rows[rows[:, 2] <= 1540]  # 142 frames past the last match: past `max_gap_s`
+    [tag] = tagger.push(np.concatenate([part, [[END, 0, 1540, 1540, 0, 0]]]))
+    assert tag.end < 1412 * FRAME_S
+
+
 def test_an_edge_goes_past_edge_s_only_on_more_evidence_than_one_onset() -> None:
     """Heard up to reference frame 815 (frame 1515): the last onset, 5 frames past `EDGE_S`
     from the last match's partner, is one onset, what the music around a play lines up with by

@@ -91,13 +91,13 @@ DENSE_EXPECTED = 6.0
 """A run matched densely has a window of about this many of its matches (at least
 `DENSE_MIN_S`, at most `DENSE_S`): see `_dense`."""
 EDGE_S = 2.5
-"""How far beyond its matched bounds an occurrence's edges are looked for when speech or noise
-over it thinned its matches (`EDGE_RATE`): its reference's anchors there, placed by the run's
-fitted line and pitch, are looked for among the recording's peaks and weak peaks, and the edge
-moves out to the onset where the evidence that the reference plays, summed onset by onset
-outwards, is greatest (`_reach`). A voice among a triplet's three peaks unmatches it, but most
-of the music's own peaks stay, and a note the voice keeps from being a peak is often still a weak
-one."""
+"""How far beyond its matched bounds an occurrence's edges are looked for (further on stronger
+evidence: `EDGE_FAR_S`) when speech or noise over it thinned its matches (`EDGE_RATE`): its
+reference's anchors there, placed by the run's fitted line and pitch, are looked for among the
+recording's peaks and weak peaks, and the edge moves out to the onset where the evidence that
+the reference plays, summed onset by onset outwards, is greatest (`_reach`). A voice among a
+triplet's three peaks unmatches it, but most of the music's own peaks stay, and a note the voice
+keeps from being a peak is often still a weak one."""
 EDGE_FAR_S = 4.5
 EDGE_FAR_GAIN = 3.0
 """An edge goes on past `EDGE_S`, up to `EDGE_FAR_S`, only where the evidence beyond `EDGE_S`

@@ -373,7 +373,7 @@ class FingerprintTagger:
         """`first` and `reach` moved out to where `run`'s reference is still heard: speech over
         an occurrence's first or last seconds leaves its triplets unmatched (a peak of the
         voice among a triplet's three is enough), but most of the music's peaks stay."""
-        if _rate(np.asarray(run.frames), self.frame_s) >= EDGE_RATE:
+        if not self._thin(run):
             return first, reach
         frames = placed.frames
         inside = _heard_onsets(placed, (frames >= first) & (frames <= reach))[1]
@@ -396,12 +396,16 @@ class FingerprintTagger:
         reach = max(reach, math.ceil(latest)) if latest is not None else reach
         return max(0, first), reach
 
+    def _thin(self, run: _Run) -> bool:
+        """Matched under `EDGE_RATE`: only such a run's edges move (`_edges`)."""
+        return _rate(np.asarray(run.frames), self.frame_s) < EDGE_RATE
+
     def _read_past(self, run: _Run) -> bool:
         """The recording's peaks are in as far as `run`'s end edge may look (a densely matched
         run's edges stay where its matches are: it never waits)."""
         if self.finished or self.anchors is None or self.now >= run.reach + self.edge_frames:
             return True
-        return _rate(np.asarray(run.frames), self.frame_s) >= EDGE_RATE
+        return not self._thin(run)
 
     def _may_take(self, open_run: _Run, run: _Run) -> bool:
         """An open run may still overlap `run` or take it in (`absorb`): `run` waits."""

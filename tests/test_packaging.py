@@ -210,3 +210,36 @@ def test_the_default_http_parser_is_installed_with_the_package() -> None:
     names = {re.split(r"[<>=!~ ;\[]", dependency)[0].lower() for dependency in dependencies}
     assert HTTP_PARSERS[0] in names
     assert ServerSettings.model_fields["http_parser"].default == HTTP_PARSERS[0]
+
+
+def test_a_copy_imported_from_elsewhere_is_counted_as_the_checkout(tmp_path: Path) -> None:
+    """Coverage of a process that imported an installed copy of a package (a test's virtual
+    environment) is the checkout's (pyproject's [tool.coverage.paths]). Before, the report gained
+    a row per file of the copy, nearly all unexecuted, and a CI run fell to 87.9% with every row
+    of the checkout unchanged."""
+    site_packages = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    copy = site_packages / "arengine_client"
+    shutil.copytree(
+        ROOT / "client" / "arengine_client", copy, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    script = tmp_path / "imports.py"
+    script.write_text("import arengine_client\n")
+    (tmp_path / "data").mkdir()
+    data = f"--data-file={tmp_path / 'data' / 'coverage'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COV")}
+    env["PYTHONPATH"] = str(site_packages)
+
+    def coverage(*args: str) -> str:
+        command = [sys.executable, "-m", "coverage", *args]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert coverage("run", data, str(script)) == ""
+    coverage("combine", "-q", data)
+    report = coverage(
+        "report", data, "--no-skip-covered", "--fail-under=0", "--include=*/arengine_client/*"
+    )
+    rows = [line.split()[0] for line in report.splitlines() if "arengine_client" in line]
+    assert "client/arengine_client/__init__.py" in rows
+    assert not [row for row in rows if str(tmp_path) in row or row.startswith("/")], report

@@ -163,10 +163,12 @@ def test_a_broker_gone_and_back_gets_everything_again_and_events_stay_bounded(
         assert heard.wait(lambda s: len(s.on("arengine/yard/events/Glass")) == 2)
         starts = [json.loads(p)["start"] for p in heard.payloads("arengine/yard/events/Glass")]
         assert starts == [3.0, 4.0]  # the newest two, in order
-        # (Retained messages come in no set order: each is waited for.)
-        assert heard.wait(lambda s: s.payloads("arengine/yard/availability") == ["online"])
-        assert heard.wait(lambda s: s.payloads("arengine/yard/events/Glass/state") == ["ON"])
-        assert heard.wait(lambda s: s.payloads("arengine/status") == ["online"])
+        # (Retained messages come in no set order: each is waited for. A value may come twice:
+        # one published just before the broker went, not yet acknowledged, is sent again by paho
+        # beside the notifier's own repeat of every retained value; the latest is what counts.)
+        assert heard.wait(lambda s: s.payloads("arengine/yard/availability")[-1:] == ["online"])
+        assert heard.wait(lambda s: s.payloads("arengine/yard/events/Glass/state")[-1:] == ["ON"])
+        assert heard.wait(lambda s: s.payloads("arengine/status")[-1:] == ["online"])
     finally:
         heard.close()
     notice.close()

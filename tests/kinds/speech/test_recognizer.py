@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -101,6 +102,28 @@ def test_batch_rows_are_independent(speech_model: SpeechModel, phrases: Phrases)
         batched = speech_model(torch.from_numpy(np.stack([a, b])))
         single = speech_model(torch.from_numpy(b)[None])
     assert torch.allclose(batched[1], single[0], atol=1e-6)
+
+
+def test_a_segment_is_one_call_into_torch_whatever_its_length(speech_model: SpeechModel) -> None:
+    """Each call into torch from Python lets go of the GIL and takes it back, and with the
+    server's other threads wanting it each can wait for the interpreter's switch interval: the
+    forward runs a segment's ops in one scripted call, not ~75 driven from Python."""
+    calls: list[str] = []
+
+    def count(frame: object, event: str, arg: object) -> None:
+        if event == "c_call":
+            calls.append(getattr(arg, "__qualname__", repr(arg)))
+
+    for windows in (10, 937, 4 * 937):  # 0.3 s, a 30-s segment, and 2 minutes in a batch of 4
+        x = torch.zeros(1 if windows < 4 * 937 else 4, CONTEXT + min(windows, 937) * WINDOW)
+        calls.clear()
+        with torch.inference_mode():
+            sys.setprofile(count)
+            try:
+                speech_model(x)
+            finally:
+                sys.setprofile(None)
+        assert len(calls) <= 6, (windows, calls)
 
 
 @pytest.fixture(scope="module")

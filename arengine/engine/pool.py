@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 
 from arengine.engine.observer import NullObserver, StageObserver
@@ -18,6 +19,11 @@ from arengine.engine.request import EngineRequest, RequestSpec, Task
 from arengine.errors import ArengineError
 
 log = logging.getLogger(__name__)
+
+CLIP_MEMORY_S = 300.0
+"""How long after a clip ended the first engine thread keeps taking one segment a call (beside
+other requests), expecting more: a server that has served no clip for that long batches on
+every thread, and its next clip may wait for one batch."""
 
 
 class EnginePool:
@@ -44,6 +50,8 @@ class EnginePool:
         self._observer: StageObserver = observer or NullObserver()
         self._condition = threading.Condition()
         self._requests: deque[EngineRequest] = deque()
+        self._clip_at = -CLIP_MEMORY_S
+        """When the last clip (`EngineRequest.clip`) ended, `time.monotonic()`."""
         self._stopping = False
         self._busy = 0
         self._workers = [
@@ -124,13 +132,17 @@ class EnginePool:
         alternate. Background requests are skipped while they hold `background_threads` threads.
         Finished requests are dropped here.
         """
+        if any(request.finished and request.clip for request in self._requests):
+            self._clip_at = time.monotonic()
         self._requests = deque(request for request in self._requests if not request.finished)
-        # A batch holds its thread ~4x longer than one segment. A request alone is batched on every
-        # thread; with several requests, on every thread but the first, which so stays back within
-        # one segment's time for a clip that arrives (behind batches on every thread, a clip
-        # once waited 100 ms more at p99; batching none made two single-thread processes 27%
-        # faster than one process with two threads: BENCHMARKS.md).
-        batching = len(self._requests) == 1 or worker > 0
+        # A batch holds its thread ~4x longer than one segment. With several requests and clips
+        # among the recent ones, the first thread takes one segment a call, so it stays back
+        # within one segment's time for the next clip (behind batches on every thread, a clip
+        # once waited 100 ms more at p99). Otherwise every thread batches: one call of 4 speech
+        # segments costs 0.83x of 4 calls, so holding one thread of two back cost long recordings
+        # ~8% of their CPU (docs/performance/threads.md).
+        clips = time.monotonic() - self._clip_at < CLIP_MEMORY_S
+        batching = len(self._requests) == 1 or worker > 0 or not clips
         background_full = self._background_busy >= self.background_threads
         for request in sorted(self._requests, key=lambda request: request.served_s):
             background = request.spec.background

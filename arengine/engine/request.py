@@ -168,6 +168,15 @@ class EngineRequest:
         return min(run.next_post * run.segment_s for run in self._runs)
 
     @property
+    def clip(self) -> bool:
+        """A recording no longer than one segment of the longest model's plan: a short clip,
+        whose latency a batch ahead of it would multiply (read from any thread, no lock)."""
+        info = self._info
+        if info is None or (not info.length_trusted and info.frames == 0):
+            return False
+        return info.duration_s <= self._window_s
+
+    @property
     def progress(self) -> tuple[float, float | None]:
         """(audio seconds post-processed by every model, the recording's duration once
         validated and known): what a progress bar shows; read from any thread without the lock."""

@@ -394,16 +394,19 @@ def test_a_batch_size_out_of_bounds_is_refused(speech_model: SpeechModel) -> Non
             SpeechRecognizer(speech_model, segment_s=2.0, preroll_s=1.0, max_batch=size)
 
 
-def test_with_another_request_in_the_pool_the_first_thread_never_batches(
+def test_after_a_clip_the_first_thread_never_batches_beside_another_request(
     speech_model: SpeechModel, long_recording: Recording, recording: RecordingFactory
 ) -> None:
-    """The first engine thread stays within one segment's time of a clip that arrives; the
-    others batch the long recording's segments."""
+    """Once a clip has been served, the first engine thread stays within one segment's time of
+    the next clip that arrives; the others batch the long recording's segments."""
     other = SlowRecognizer(speech_model, segment_s=30.0)
-    other.gate.clear()  # the other request (one segment) stays in the pool, holding one thread
     batching = BatchCounter(speech_model, 4)
     pool = EnginePool(threads=3)
     try:
+        clip = pool.submit(_spec(recording("clip.wav").path, other, "clip"))
+        clip.future.result(30)
+        assert clip.clip  # shorter than one 30-s segment
+        other.gate.clear()  # the other request (one segment) stays in the pool, holding one thread
         waiting = pool.submit(_spec(recording("clip.wav").path, other, "other"))
         result = pool.submit(_spec(long_recording.path, batching, "long")).future.result(60)
         other.gate.set()
@@ -416,6 +419,27 @@ def test_with_another_request_in_the_pool_the_first_thread_never_batches(
                 if thread == "arengine-engine-0"]  # fmt: skip
     assert set(on_first) <= {1}, "the first thread took a batch while a clip could arrive"
     assert max(len(call) for call in batching.calls) > 1, "the other threads batch"
+
+
+def test_a_long_recording_is_no_clip_and_leaves_every_thread_batching(
+    speech_model: SpeechModel, long_recording: Recording
+) -> None:
+    """No clip served: two long recordings at once are batched on every thread, the first too
+    (one call of 4 speech segments costs 0.83x of 4 calls)."""
+    recognizers = [BatchCounter(speech_model, 4), BatchCounter(speech_model, 4)]
+    pool = EnginePool(threads=2)
+    try:
+        requests = [pool.submit(_spec(long_recording.path, r, f"long{i}"))
+                    for i, r in enumerate(recognizers)]  # fmt: skip
+        for request in requests:
+            request.future.result(60)
+    finally:
+        pool.close()
+    assert not any(request.clip for request in requests)  # 2-s segments of a longer recording
+    on_first = [len(call) for recognizer in recognizers
+                for call, thread in zip(recognizer.calls, recognizer.threads, strict=True)
+                if thread == "arengine-engine-0"]  # fmt: skip
+    assert max(on_first) > 1, "the first thread batches when no clip has been served"
 
 
 class InFlight(SlowRecognizer):

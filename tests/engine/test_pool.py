@@ -27,6 +27,8 @@ class FakeSpec:
     served_s: float = 0.0
     gate: threading.Event | None = None
     """Set: each task waits for it (a task that holds its thread)."""
+    clip: bool = False
+    """A recording of one segment or less (`EngineRequest.clip`)."""
 
 
 @dataclass
@@ -47,6 +49,10 @@ class FakeRequest:
     @property
     def finished(self) -> bool:
         return self.error is not None or self.done == self.spec.tasks
+
+    @property
+    def clip(self) -> bool:
+        return self.spec.clip
 
     def take(self, batching: bool) -> Callable[[], None] | None:
         if self.finished or self.handed == self.spec.tasks:
@@ -125,22 +131,50 @@ def test_background_requests_hold_at_most_their_share_of_threads(
     assert pool.background_threads == 1
 
 
-def test_a_request_alone_is_batched_and_with_others_the_first_thread_never_batches(
+def _alone_then_beside(pool: EnginePool, requests: list[FakeRequest]) -> list[tuple[str, bool]]:
+    """ "a" (2 tasks) alone, then "b" (1 task) beside it on one thread: the tasks' batching."""
+    gate = threading.Event()
+    pool.submit(FakeSpec("a", 2, gate=gate))  # type: ignore[arg-type]
+    assert wait_until(lambda: pool.busy == 1)
+    pool.submit(FakeSpec("b", 1))  # type: ignore[arg-type]
+    gate.set()
+    assert wait_until(lambda: all(request.finished for request in requests))
+    return requests[0].log[-3:]  # the requests share one log
+
+
+def test_after_a_clip_the_first_thread_never_batches_beside_another_request(
     requests: list[FakeRequest],
 ) -> None:
-    gate = threading.Event()
     pool = EnginePool(threads=1)
     try:
-        pool.submit(FakeSpec("a", 2, gate=gate))  # type: ignore[arg-type]
-        assert wait_until(lambda: pool.busy == 1)
-        pool.submit(FakeSpec("b", 1))  # type: ignore[arg-type]
-        gate.set()
-        assert wait_until(lambda: all(request.finished for request in requests))
+        pool.submit(FakeSpec("clip", 1, clip=True))  # type: ignore[arg-type]
+        assert wait_until(lambda: requests[0].finished)
+        log = _alone_then_beside(pool, requests)
     finally:
         pool.close()
-    # "a" alone: batched. Then two requests, and worker 0 keeps a clip's place free of batches;
-    # "b" (no engine time yet) goes first. Then "a" alone again.
-    assert requests[0].log == [("a", True), ("b", False), ("a", True)]
+    # "a" alone: batched. Then two requests, and worker 0 keeps the next clip's place free of
+    # batches; "b" (no engine time yet) goes first. Then "a" alone again.
+    assert log == [("a", True), ("b", False), ("a", True)]
+
+
+def test_without_a_recent_clip_every_thread_batches(
+    requests: list[FakeRequest], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long recordings only (or the last clip longer ago than `CLIP_MEMORY_S`): holding the
+    first thread to one segment a call would only cost CPU (one call of 4 speech segments is
+    0.83x of 4 calls)."""
+    pool = EnginePool(threads=1)
+    try:
+        assert _alone_then_beside(pool, requests) == [("a", True), ("b", True), ("a", True)]
+        pool.submit(FakeSpec("long", 1))  # type: ignore[arg-type]
+        assert wait_until(lambda: requests[-1].finished)
+        assert _alone_then_beside(pool, requests) == [("a", True), ("b", True), ("a", True)]
+        monkeypatch.setattr(pool_module, "CLIP_MEMORY_S", 0.0)  # a clip forgotten at once
+        pool.submit(FakeSpec("clip", 1, clip=True))  # type: ignore[arg-type]
+        assert wait_until(lambda: requests[-1].finished)
+        assert _alone_then_beside(pool, requests) == [("a", True), ("b", True), ("a", True)]
+    finally:
+        pool.close()
 
 
 def test_closing_cancels_what_is_queued_and_refuses_new_requests(

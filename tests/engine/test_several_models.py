@@ -207,7 +207,14 @@ def test_the_listener_hears_the_merged_order_as_it_becomes_final(
     finally:
         pool.close()
     assert [tag for batch in heard for tag in batch] == list(result.tags)
-    assert len(heard) > 3, "tags arrive in batches as the models go, not all at the end"
+    # A tag is final once both models have passed its start. Speech infers up to 4 segments
+    # (16 s) a call, notes one (4 s): however the threads interleave, the slower of the two
+    # passes 16 s, 32 s and the end, and each span holds tags, so at least three
+    # announcements, the first of them with the recording's first part only. How many more
+    # depends on the machine's pace (a fast one decodes ahead and speech takes full batches).
+    assert len(heard) >= 3, "tags arrive in batches as the models go, not all at the end"
+    duration_s = result.audio.frames / result.audio.sample_rate
+    assert max(tag.start for tag in heard[0]) < duration_s / 2, (heard[0], duration_s)
     assert {tag.model for tag in result.tags} == {"notes", "speech"}
 
 

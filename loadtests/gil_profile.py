@@ -21,12 +21,14 @@ one run, and absolute seconds only on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import inspect
 import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+from arengine.engine.request import EngineRequest
 from arengine.system.threads import available_cpus
 from loadtests.recordings import write_recording
 from loadtests.server import running_server
@@ -51,7 +53,11 @@ ENGINE_TASKS = {
     "_postprocess_in_order": "post-processing",
     "_complete": "post-processing",
 }
-"""The engine's task functions (its `job.py`), for frames under them that name no area."""
+"""The engine's task functions (methods of `EngineRequest`), for frames under them that name no
+area (numpy's, the standard library's)."""
+
+TASK_FILE = "/".join(Path(inspect.getfile(EngineRequest)).parts[-3:])
+"""Where the task functions are, as a frame names it: `arengine/engine/request.py`."""
 
 ENGINE = "engine (scheduling, queues)"
 OTHER = "other"
@@ -65,8 +71,8 @@ def area_of(frames: list[str]) -> str:
             if any(mark in where for mark in marks):
                 return area
     for frame in reversed(frames):
-        name = frame.split(" ", 1)[0]
-        if name in ENGINE_TASKS and "job.py" in frame:
+        name, where = frame.split(" ", 1)[0], frame.replace("\\", "/")
+        if name in ENGINE_TASKS and TASK_FILE in where:
             return ENGINE_TASKS[name]
     if any("arengine/engine/" in frame for frame in frames):
         return ENGINE

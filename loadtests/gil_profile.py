@@ -71,7 +71,8 @@ def area_of(frames: list[str]) -> str:
             if any(mark in where for mark in marks):
                 return area
     for frame in reversed(frames):
-        name, where = frame.split(" ", 1)[0], frame.replace("\\", "/")
+        # py-spy names a method with its class: `EngineRequest._infer`.
+        name, where = frame.split(" ", 1)[0].rsplit(".", 1)[-1], frame.replace("\\", "/")
         if name in ENGINE_TASKS and TASK_FILE in where:
             return ENGINE_TASKS[name]
     if any("arengine/engine/" in frame for frame in frames):

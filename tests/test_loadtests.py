@@ -397,7 +397,7 @@ def test_gil_profile_sorts_samples_into_areas_by_the_innermost_frame_naming_one(
         ([*pool, f"_infer ({task}:342)", f"push ({src}/kinds/speech/tagger.py:1)"], 1),
         ([*pool, f"_infer ({task}:312)", "sum (/np/_core/fromnumeric.py:1)"], 5),
         ([*pool, f"take ({task}:175)"], 1),
-        ([*pool, f"_postprocess_in_order ({task}:400)", "<listcomp> (x:1)"], 0),
+        ([*pool, f"EngineRequest._postprocess_in_order ({task}:400)", "<listcomp> (x:1)"], 0),
     ]
     assert [area_of(frames) for frames, _ in samples] == [
         "multipart and spooling",
